@@ -1,0 +1,41 @@
+"""corral: keeps a fleet of agents alive, busy and bounded."""
+
+from __future__ import annotations
+
+from corral.client import connect
+from corral.clock import FakeClock, SystemClock
+from corral.cluster import Cluster
+from corral.errors import (
+    CapacityError,
+    CorralError,
+    InvalidInputError,
+    LeaseError,
+    NotFoundError,
+    StoreUnavailableError,
+)
+from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+from corral.monitor import Monitor
+
+__all__ = [
+    "Assessment",
+    "CapacityError",
+    "CatchUp",
+    "Cluster",
+    "CorralError",
+    "Event",
+    "FakeClock",
+    "InvalidInputError",
+    "LeaseError",
+    "Monitor",
+    "Node",
+    "NotFoundError",
+    "Registered",
+    "Settings",
+    "State",
+    "StoreUnavailableError",
+    "SystemClock",
+    "Task",
+    "connect",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,250 @@
+"""The cluster service: one method per operation, each one store transaction.
+
+Every interface (Python, CLI, HTTP, MCP) calls these methods; none holds logic of
+its own. Arguments are validated here, at the edge of the core, so a bad call raises
+``InvalidInputError`` and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from corral import defaults
+from corral.clock import Clock, SystemClock
+from corral.errors import InvalidInputError
+from corral.health import health_status
+from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+from corral.store import NodeSpec, Store, TaskSpec
+from corral.validation import (
+    check_choice,
+    check_id,
+    check_payload,
+    check_positive,
+    check_task_id,
+    check_text,
+)
+
+__all__ = ["Cluster"]
+
+_HEARTBEAT_FIELDS = ("health_status", "current_tasks", "capacity_available", "metrics")
+
+
+class Cluster:
+    """The embedded client: ``corral.connect("sqlite:///…")`` returns one."""
+
+    def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.url = url
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # --- validation helpers -------------------------------------------------------
+    def _role(self, role: Any, field: str = "role") -> str:
+        return check_choice(role, self.store.settings().roles, field)
+
+    def _epoch(self, epoch: Any) -> int | None:
+        if epoch is None:
+            return None
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+            raise InvalidInputError("epoch must be a positive integer", field="epoch")
+        return epoch
+
+    # --- settings -----------------------------------------------------------------
+    def settings(self) -> Settings:
+        """The cluster's settings, as every process sees them."""
+        return self.store.settings()
+
+    def configure(self, **changes: Any) -> Settings:
+        """Change cluster settings (validated; unknown keys are refused)."""
+        return self.store.update_settings(changes, self.clock.now())
+
+    # --- nodes --------------------------------------------------------------------
+    def register_node(
+        self,
+        node_id: str,
+        role: str,
+        model: str | None = None,
+        strength: str | None = None,
+        heartbeat_interval: float | None = None,
+        *,
+        host: str | None = None,
+        pid: int | None = None,
+    ) -> Registered:
+        """Join the cluster (anti-idle.md "Registration with Capacity Enforcement").
+        ``CapacityError`` at ``max_agents``; the result's ``.text`` is the tool answer."""
+        spec = NodeSpec(
+            id=check_id(node_id),
+            role=self._role(role),
+            model=None if model is None else check_text(model, "model", max_len=200),
+            strength=None if strength is None else check_choice(strength, defaults.STRENGTHS, "strength"),
+            heartbeat_interval=None
+            if heartbeat_interval is None
+            else float(check_positive(heartbeat_interval, "heartbeat_interval")),
+            host=socket.gethostname() if host is None else check_text(host, "host", max_len=255),
+            pid=os.getpid() if pid is None else int(check_positive(pid, "pid", integer=True)),
+        )
+        return self.store.register_node(spec, self.clock.now())
+
+    def get_node(self, node_id: str) -> Node:
+        return self.store.get_node(check_id(node_id))
+
+    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+        if status is not None:
+            check_choice(status, defaults.NODE_STATUSES, "status")
+        if role is not None:
+            self._role(role)
+        return self.store.list_nodes(status=status, role=role)
+
+    def set_agent_status(
+        self, node_id: str, status: str, current_task_id: int | str | None = None
+    ) -> Node:
+        """working / idle / waiting / terminated; ``idle_since`` tracks idle spells."""
+        return self.store.set_status(
+            check_id(node_id),
+            check_choice(status, defaults.NODE_STATUSES, "status"),
+            None if current_task_id is None else check_task_id(current_task_id, "current_task_id"),
+            self.clock.now(),
+        )
+
+    def terminate_node(self, node_id: str) -> Node:
+        """Mark a node terminated (its leases go back to the queue)."""
+        return self.set_agent_status(node_id, "terminated")
+
+    def heartbeat(self, node_id: str, **payload: Any) -> Node:
+        """Proof of life with heartbeat-protocol.md's fields; health is derived from
+        ``metrics`` when not given."""
+        node_id = check_id(node_id)
+        check_payload(payload, "heartbeat")
+        health = payload.get("health_status")
+        if health is not None:
+            check_choice(health, defaults.HEALTH_STATUSES, "health_status")
+        tasks = payload.get("current_tasks")
+        if tasks is not None and (
+            not isinstance(tasks, list) or not all(isinstance(t, str | int) for t in tasks)
+        ):
+            raise InvalidInputError("current_tasks must be a list of task ids", field="current_tasks")
+        cap = payload.get("capacity_available")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise InvalidInputError(
+                "capacity_available must be a non-negative integer", field="capacity_available"
+            )
+        metrics = payload.get("metrics")
+        if metrics is not None:
+            if not isinstance(metrics, dict):
+                raise InvalidInputError("metrics must be an object", field="metrics")
+            for key in ("cpu_usage", "memory_usage"):
+                value = metrics.get(key)
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                    raise InvalidInputError(f"metrics.{key} must be a number", field=f"metrics.{key}")
+            if health is None:
+                health = health_status(metrics)
+        return self.store.heartbeat(node_id, payload, health, self.clock.now())
+
+    # --- tasks --------------------------------------------------------------------
+    def add_task(
+        self,
+        title: str,
+        description: str = "",
+        priority: str = "medium",
+        role: str | None = None,
+        *,
+        max_attempts: int | None = None,
+    ) -> Task:
+        spec = TaskSpec(
+            title=check_text(title, "title", max_len=defaults.MAX_TITLE, allow_empty=False).strip(),
+            description=check_text(description, "description", max_len=defaults.MAX_DESCRIPTION),
+            priority=check_choice(priority, defaults.PRIORITIES, "priority"),
+            role=None if role is None else self._role(role),
+            max_attempts=None
+            if max_attempts is None
+            else int(check_positive(max_attempts, "max_attempts", integer=True)),
+        )
+        return self.store.add_task(spec, self.clock.now())
+
+    def get_task(self, task_id: int | str) -> Task:
+        return self.store.get_task(check_task_id(task_id))
+
+    def list_tasks(
+        self,
+        status: str | None = None,
+        assigned_to: str | None = None,
+        limit: int = 100,
+    ) -> list[Task]:
+        if status is not None:
+            check_choice(status, defaults.TASK_STATUSES, "status")
+        if assigned_to is not None:
+            check_id(assigned_to, "assigned_to")
+        limit = int(check_positive(limit, "limit", integer=True))
+        return self.store.list_tasks(status=status, assigned_to=assigned_to, limit=min(limit, 10_000))
+
+    def claim_best_task(self, node_id: str, role: str) -> Task | None:
+        """Take the best pending task for ``role`` (anti-idle.md "Scoring Algorithm");
+        None when nothing is pending. The task carries its lease ``epoch``."""
+        return self.store.claim(check_id(node_id), self._role(role), self.clock.now())
+
+    def complete_task(
+        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
+    ) -> Task:
+        """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is stale."""
+        if result is not None:
+            check_payload(result, "result")
+        return self.store.complete(
+            check_task_id(task_id), check_id(node_id), self._epoch(epoch), result, self.clock.now()
+        )
+
+    def fail_task(
+        self,
+        task_id: int | str,
+        node_id: str,
+        epoch: int | None = None,
+        error: str = "",
+        retry: bool = True,
+    ) -> Task:
+        """Give a held task up: back to pending while attempts remain (and ``retry``)."""
+        return self.store.fail(
+            check_task_id(task_id),
+            check_id(node_id),
+            self._epoch(epoch),
+            check_text(error, "error", max_len=defaults.MAX_DESCRIPTION),
+            bool(retry),
+            self.clock.now(),
+        )
+
+    # --- views --------------------------------------------------------------------
+    def assess_workload(self) -> Assessment:
+        """anti-idle.md "Decision Logic"; recorded as the cluster's work distribution."""
+        return self.store.assess(self.clock.now())
+
+    def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
+        """The board, the swarm and the metadata; ``.text`` renders anti-idle.md's block."""
+        if node_id is not None:
+            check_id(node_id)
+        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=limit)
+
+    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
+        """Events since the node's cursor (or ``since``), and the cursor to use next."""
+        if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+            raise InvalidInputError("since must be a non-negative event number", field="since")
+        limit = int(check_positive(limit, "limit", integer=True))
+        return self.store.catch_up(check_id(node_id), since, min(limit, 10_000), self.clock.now())
+
+    def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+        return self.store.events(since, min(limit, 10_000))
+
+    def broadcast(self, message: str, node_id: str | None = None) -> Event:
+        """A message every node sees on its next ``catch_up``."""
+        return self.store.broadcast(
+            None if node_id is None else check_id(node_id),
+            check_text(message, "message", max_len=defaults.MAX_DESCRIPTION, allow_empty=False),
+            self.clock.now(),
+        )

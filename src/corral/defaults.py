@@ -1,0 +1,93 @@
+"""Every tunable corral has, with its default, in one place.
+
+Cluster settings (stored in the cluster itself, so every process agrees) come from
+anti-idle.md "Configuration" and heartbeat-protocol.md "Timing Configuration"; the
+rest are corral's own.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "BUSY_TIMEOUT_SECONDS",
+    "CLUSTER_SETTINGS",
+    "DEFAULT_DIR",
+    "DEFAULT_ROLE_KEYWORDS",
+    "DEFAULT_SQLITE_FILE",
+    "MANAGER_ROLE",
+    "MAX_DESCRIPTION",
+    "MAX_ID_LENGTH",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_TITLE",
+    "MODEL_STRENGTHS",
+    "MONITOR_MAX_SLEEP",
+    "NODE_STATUSES",
+    "PRIORITIES",
+    "STRENGTHS",
+    "TASK_STATUSES",
+]
+
+MANAGER_ROLE = "bootstrap_manager"
+
+NODE_STATUSES = ("working", "idle", "waiting", "terminated")
+TASK_STATUSES = ("pending", "in_progress", "done", "failed", "cancelled")
+PRIORITIES = ("high", "medium", "low")
+STRENGTHS = ("high", "medium", "low")
+HEALTH_STATUSES = ("healthy", "degraded", "unhealthy")
+
+DEFAULT_ROLE_KEYWORDS: dict[str, list[str]] = {
+    "architect": ["design", "architect", "plan"],
+    "developer": ["implement", "code", "test"],
+}
+
+# Substrings of a model name -> strength, first match wins (anti-idle.md shows
+# "claude-sonnet-4-5 - high" and "claude-haiku - medium").
+MODEL_STRENGTHS: list[list[str]] = [
+    ["opus", "high"],
+    ["sonnet", "high"],
+    ["gpt-5", "high"],
+    ["o3", "high"],
+    ["gemini-2.5-pro", "high"],
+    ["haiku", "medium"],
+    ["mini", "medium"],
+    ["flash", "medium"],
+    ["nano", "low"],
+]
+
+CLUSTER_SETTINGS: MappingProxyType[str, Any] = MappingProxyType(
+    {
+        # anti-idle.md "Configuration"
+        "max_agents": 4,
+        "idle_timeout_seconds": 30.0,
+        "manager_heartbeat_interval": 20.0,
+        "workload_assessment_interval": 25.0,
+        "grace_period_seconds": 30.0,
+        # heartbeat-protocol.md "Timing Configuration"
+        "heartbeat_interval": 300.0,
+        "stale_threshold": 600.0,
+        "detection_interval": 60.0,
+        "retry_attempts": 3,
+        "retry_delay": 5.0,
+        # corral's own
+        "missed_beats": 3,
+        "max_attempts": 3,
+        "role_keywords": DEFAULT_ROLE_KEYWORDS,
+        "model_strengths": MODEL_STRENGTHS,
+        "project_summary": "",
+        "event_retention_seconds": 7 * 24 * 3600.0,
+    }
+)
+
+# Sizes accepted at the edge.
+MAX_ID_LENGTH = 64
+MAX_TITLE = 500
+MAX_DESCRIPTION = 20_000
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+# Local defaults (not cluster settings).
+DEFAULT_DIR = ".corral"
+DEFAULT_SQLITE_FILE = "corral.db"
+BUSY_TIMEOUT_SECONDS = 30.0
+MONITOR_MAX_SLEEP = 0.5

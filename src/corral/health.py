@@ -1,0 +1,41 @@
+"""heartbeat-protocol.md "Health Status Determination"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["HealthThresholds", "health_status"]
+
+
+class HealthThresholds:
+    """CPU in percent, memory in MB; the document's numbers by default."""
+
+    __slots__ = ("cpu_degraded", "cpu_unhealthy", "mem_degraded", "mem_unhealthy")
+
+    def __init__(
+        self,
+        cpu_degraded: float = 70.0,
+        cpu_unhealthy: float = 90.0,
+        mem_degraded: float = 4096.0,
+        mem_unhealthy: float = 8192.0,
+    ) -> None:
+        self.cpu_degraded = cpu_degraded
+        self.cpu_unhealthy = cpu_unhealthy
+        self.mem_degraded = mem_degraded
+        self.mem_unhealthy = mem_unhealthy
+
+
+DEFAULT_THRESHOLDS = HealthThresholds()
+
+
+def health_status(
+    metrics: Mapping[str, Any], thresholds: HealthThresholds = DEFAULT_THRESHOLDS
+) -> str:
+    cpu = float(metrics.get("cpu_usage") or 0.0)
+    mem = float(metrics.get("memory_usage") or 0.0)
+    if cpu > thresholds.cpu_unhealthy or mem > thresholds.mem_unhealthy:
+        return "unhealthy"
+    if cpu > thresholds.cpu_degraded or mem > thresholds.mem_degraded:
+        return "degraded"
+    return "healthy"

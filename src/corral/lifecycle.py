@@ -1,0 +1,73 @@
+"""Node lifecycle rules: capacity, liveness, idleness, strength. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.defaults import MANAGER_ROLE
+from corral.model import Node, Settings
+
+__all__ = [
+    "derive_strength",
+    "idle_expired",
+    "idle_retire_at",
+    "initial_status",
+    "liveness_window",
+    "next_idle_since",
+    "registration_allowed",
+]
+
+
+def registration_allowed(role: str, live_nodes: int, max_agents: int) -> bool:
+    """anti-idle.md "Capacity Calculation": a new node fits while fewer than
+    ``max_agents`` nodes are not terminated; a bootstrap manager always fits.
+    (Re-registering a live node is not a new node and is always allowed.)"""
+    return role == MANAGER_ROLE or live_nodes < max_agents
+
+
+def initial_status(role: str) -> str:
+    """A new node is idle until it claims work (so one that never does is retired
+    like any idle node); a bootstrap manager starts working: it coordinates."""
+    return "working" if role == MANAGER_ROLE else "idle"
+
+
+def liveness_window(heartbeat_interval: float | None, settings: Settings) -> float:
+    """Seconds of silence after which a node is dead: ``missed_beats`` of its own
+    heartbeat interval (the cluster's when it declared none), but never more than
+    ``stale_threshold``."""
+    interval = heartbeat_interval or settings.heartbeat_interval
+    return min(settings.missed_beats * interval, settings.stale_threshold)
+
+
+def next_idle_since(
+    old_status: str, old_idle_since: float | None, new_status: str, now: float
+) -> float | None:
+    """``idle_since`` is set on entering idle, kept while idle, cleared otherwise."""
+    if new_status != "idle":
+        return None
+    if old_status == "idle" and old_idle_since is not None:
+        return old_idle_since
+    return now
+
+
+def idle_retire_at(node: Node, settings: Settings) -> float | None:
+    """When the monitor retires ``node`` for idleness; None if it never will."""
+    if node.status != "idle" or node.idle_since is None or node.role == MANAGER_ROLE:
+        return None
+    return node.idle_since + settings.idle_limit
+
+
+def idle_expired(node: Node, settings: Settings, now: float) -> bool:
+    at = idle_retire_at(node, settings)
+    return at is not None and now >= at
+
+
+def derive_strength(model: str | None, table: Sequence[Sequence[str]]) -> str | None:
+    """The strength of the first table entry whose text occurs in the model name."""
+    if not model:
+        return None
+    name = model.lower()
+    for needle, strength in table:
+        if needle.lower() in name:
+            return strength
+    return "medium"

@@ -1,0 +1,217 @@
+"""corral's data: plain frozen records, no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral import defaults
+
+__all__ = [
+    "Assessment",
+    "CatchUp",
+    "Event",
+    "Node",
+    "Registered",
+    "Settings",
+    "State",
+    "Task",
+]
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A registered participant (one incarnation of a node id)."""
+
+    id: str
+    role: str
+    status: str
+    model: str | None = None
+    strength: str | None = None
+    current_task_id: int | None = None
+    idle_since: float | None = None
+    last_activity: float = 0.0
+    last_heartbeat: float | None = None
+    heartbeat_interval: float | None = None
+    health: str | None = None
+    heartbeat: dict[str, Any] = field(default_factory=dict)
+    host: str | None = None
+    pid: int | None = None
+    registered_at: float = 0.0
+    terminated_at: float | None = None
+    dead_at: float | None = None
+    incarnation: int = 0
+    cursor: int = 0
+
+    @property
+    def last_seen(self) -> float:
+        return max(self.last_activity, self.last_heartbeat or 0.0, self.registered_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Registered(Node):
+    """The node as registered, with the capacity seen in the same transaction."""
+
+    active_nodes: int = 0
+    max_agents: int = 0
+
+    @property
+    def text(self) -> str:
+        return (
+            f"Node {self.id} registered as {self.role} ({self.strength or 'unknown'})."
+            f" Active nodes: {self.active_nodes}/{self.max_agents}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: int
+    title: str
+    priority: str
+    status: str
+    description: str = ""
+    role: str | None = None
+    roles: tuple[str, ...] = ()
+    assigned_to: str | None = None
+    epoch: int = 0
+    attempts: int = 0
+    max_attempts: int = defaults.CLUSTER_SETTINGS["max_attempts"]
+    created_at: float = 0.0
+    claimed_at: float | None = None
+    updated_at: float = 0.0
+    finished_at: float | None = None
+    result: Any = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _as_dict(self)
+        d["roles"] = list(self.roles)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    ts: float
+    kind: str
+    node_id: str | None = None
+    task_id: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """Events since a cursor, and the cursor to pass next time."""
+
+    events: list[Event]
+    cursor: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"events": [e.to_dict() for e in self.events], "cursor": self.cursor}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The cluster's numbers; every field has its default in ``defaults.py``."""
+
+    max_agents: int = defaults.CLUSTER_SETTINGS["max_agents"]
+    idle_timeout_seconds: float = defaults.CLUSTER_SETTINGS["idle_timeout_seconds"]
+    manager_heartbeat_interval: float = defaults.CLUSTER_SETTINGS["manager_heartbeat_interval"]
+    workload_assessment_interval: float = defaults.CLUSTER_SETTINGS[
+        "workload_assessment_interval"
+    ]
+    grace_period_seconds: float = defaults.CLUSTER_SETTINGS["grace_period_seconds"]
+    heartbeat_interval: float = defaults.CLUSTER_SETTINGS["heartbeat_interval"]
+    stale_threshold: float = defaults.CLUSTER_SETTINGS["stale_threshold"]
+    detection_interval: float = defaults.CLUSTER_SETTINGS["detection_interval"]
+    retry_attempts: int = defaults.CLUSTER_SETTINGS["retry_attempts"]
+    retry_delay: float = defaults.CLUSTER_SETTINGS["retry_delay"]
+    missed_beats: int = defaults.CLUSTER_SETTINGS["missed_beats"]
+    max_attempts: int = defaults.CLUSTER_SETTINGS["max_attempts"]
+    role_keywords: dict[str, list[str]] = field(
+        default_factory=lambda: {k: list(v) for k, v in defaults.DEFAULT_ROLE_KEYWORDS.items()}
+    )
+    model_strengths: list[list[str]] = field(
+        default_factory=lambda: [list(p) for p in defaults.MODEL_STRENGTHS]
+    )
+    project_summary: str = defaults.CLUSTER_SETTINGS["project_summary"]
+    event_retention_seconds: float = defaults.CLUSTER_SETTINGS["event_retention_seconds"]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Every role a node may register as or claim for."""
+        return (defaults.MANAGER_ROLE, *sorted(self.role_keywords))
+
+    @property
+    def idle_limit(self) -> float:
+        """Seconds idle after which the monitor retires a node (60 s by default)."""
+        return self.idle_timeout_seconds + self.grace_period_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    status: str
+    recommendation: str
+    max_agents: int
+    active_count: int
+    idle_count: int
+    working_count: int
+    pending_tasks: int
+    in_progress: int
+    architect_only_pending: int = 0
+    manager_id: str | None = None
+    assessed_at: float = 0.0
+
+    @property
+    def text(self) -> str:
+        from corral.render import render_assessment
+
+        return render_assessment(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """What ``read_state`` shows: the board, the swarm, metadata and distribution."""
+
+    now: float
+    summary: str
+    tasks: list[Task]
+    tasks_omitted: int
+    nodes: list[Node]
+    max_agents: int
+    pending_tasks: int
+    in_progress: int
+    metadata: dict[str, Any]
+    work_distribution: dict[str, Any]
+    last_event_ts: float | None
+    last_heartbeat: float | None
+    liveness_window: float = 0.0
+
+    @property
+    def text(self) -> str:
+        from corral.render import render_state
+
+        return render_state(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _as_dict(self)
+        d["tasks"] = [t.to_dict() for t in self.tasks]
+        d["nodes"] = [n.to_dict() for n in self.nodes]
+        return d

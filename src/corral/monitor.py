@@ -1,0 +1,123 @@
+"""The background duties, deadline-driven (DESIGN.md §4).
+
+``Monitor.tick(now)`` is one pass: recover the leases of dead nodes, retire idle
+nodes, refresh the assessment, prune old events, and say when the next deadline is.
+``Monitor.run()`` is that pass in a loop that sleeps until the next deadline (at most
+``max_sleep``, so work that other processes add is seen promptly) or until woken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from corral.cluster import Cluster
+from corral.defaults import MONITOR_MAX_SLEEP
+from corral.errors import StoreUnavailableError
+from corral.model import Assessment, Event
+
+__all__ = ["Monitor", "TickResult"]
+
+log = logging.getLogger("corral.monitor")
+
+_PRUNE_EVERY = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    events: list[Event] = field(default_factory=list)
+    assessment: Assessment | None = None
+    next_deadline: float | None = None
+    leader: bool = True
+
+
+def _log_event(event: Event) -> None:
+    d = event.data
+    if event.kind == "node_retired":
+        msg = f"Marked {event.node_id} as terminated (idle > {d.get('idle_seconds', 0):.0f}s)"
+    elif event.kind == "node_dead":
+        msg = f"Marked {event.node_id} as terminated (silent {d.get('silent_seconds', 0):.1f}s)"
+    elif event.kind == "lease_recovered":
+        msg = (
+            f"Stale lock recovered: task {event.task_id} from {event.node_id}"
+            f" (stale {d.get('stale_seconds', 0):.1f}s, attempt {d.get('attempt')},"
+            f" now {d.get('outcome')})"
+        )
+    elif event.kind == "manager_lost":
+        msg = f"Bootstrap manager {event.node_id} lost; recovery task {event.task_id} created"
+    else:
+        msg = f"{event.kind} {event.node_id or ''} {event.task_id or ''}".strip()
+    log.info(msg, extra={"action": event.kind, "node_id": event.node_id, "task_id": event.task_id})
+
+
+class Monitor:
+    def __init__(self, cluster: Cluster, *, max_sleep: float = MONITOR_MAX_SLEEP,
+                 name: str | None = None) -> None:  # fmt: skip
+        self.cluster = cluster
+        self.max_sleep = max_sleep
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._last_prune = float("-inf")
+
+    def tick(self, now: float | None = None) -> TickResult:
+        """Do every duty that is due at ``now``; return what happened and when the
+        next duty falls due."""
+        store = self.cluster.store
+        now = self.cluster.clock.now() if now is None else now
+        if not store.try_lead(self.name):
+            return TickResult(next_deadline=now + self.max_sleep, leader=False)
+        events: list[Event] = []
+        assessed = None
+        due = store.deadlines()
+        if due.dead_at is not None and due.dead_at <= now:
+            events += store.reap_dead(now)
+        if due.idle_retire_at is not None and due.idle_retire_at <= now:
+            events += store.retire_idle(now)
+        if due.assess_at <= now:
+            assessed = store.assess(now)
+        if now - self._last_prune >= _PRUNE_EVERY:
+            store.prune_events(now)
+            self._last_prune = now
+        for event in events:
+            _log_event(event)
+        if events or assessed:
+            due = store.deadlines()
+        upcoming = [t for t in (due.dead_at, due.idle_retire_at, due.assess_at) if t is not None]
+        return TickResult(events=events, assessment=assessed, next_deadline=min(upcoming))
+
+    def wake(self) -> None:
+        """Re-read the deadlines now (something changed)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """Loop ``tick`` until ``stop()``; store outages are logged and retried."""
+        backoff = 0.1
+        log.info("monitor started", extra={"action": "monitor_started", "monitor": self.name})
+        while not self._stop.is_set():
+            try:
+                result = self.tick()
+                backoff = 0.1
+                now = self.cluster.clock.now()
+                wait = self.max_sleep
+                if result.next_deadline is not None:
+                    wait = min(wait, max(0.0, result.next_deadline - now))
+            except StoreUnavailableError as exc:
+                log.warning("store unavailable: %s", exc, extra={"action": "monitor_retry"})
+                wait, backoff = backoff, min(backoff * 2, 5.0)
+            self._wake.wait(wait)
+            self._wake.clear()
+        log.info("monitor stopped", extra={"action": "monitor_stopped", "monitor": self.name})
+
+    def start_thread(self) -> threading.Thread:
+        """Run the monitor in a daemon thread of this process."""
+        thread = threading.Thread(target=self.run, name="corral-monitor", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,107 @@
+"""Text answers, exactly as anti-idle.md shows them. Pure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from corral.defaults import MANAGER_ROLE
+
+if TYPE_CHECKING:
+    from corral.model import Assessment, Node, State, Task
+
+__all__ = ["capacity_error_text", "claim_text", "render_assessment", "render_state"]
+
+RULE = "=" * 50
+
+
+def capacity_error_text(max_agents: int) -> str:
+    return f"ERROR: Cluster at capacity ({max_agents} nodes). Registration rejected."
+
+
+def claim_text(task: Task | None) -> str:
+    if task is None:
+        return "No pending tasks to claim."
+    return f"Claimed task {task.id}: {task.title}"
+
+
+def render_assessment(a: Assessment) -> str:
+    return "\n".join(
+        [
+            "📊 Workload Assessment",
+            "=" * 40,
+            f"Active Agents: {a.active_count}/{a.max_agents}",
+            f"Idle Agents: {a.idle_count}",
+            f"Pending Tasks: {a.pending_tasks}",
+            f"In Progress: {a.in_progress}",
+            f"Status: {a.status.upper()}",
+            f"Recommendation: {a.recommendation}",
+        ]
+    )
+
+
+def _ago(now: float, then: float | None) -> str:
+    if then is None:
+        return "never"
+    return f"{max(0.0, now - then):.1f}s ago"
+
+
+def _task_line(n: int, t: Task) -> str:
+    line = f"{n}. {t.title} [{t.status}]"
+    if t.status == "in_progress" and t.assigned_to:
+        return f"{line} (assigned to {t.assigned_to})"
+    return f"{line} (priority: {t.priority})"
+
+
+def _node_line(node: Node, now: float, window: float) -> str:
+    alive = window <= 0 or node.dead_at is None or now < node.dead_at
+    dot = "🟢" if alive else "🔴"
+    model = node.model or "unknown model"
+    line = f"{dot} {node.id}: {node.role} [{node.status}] ({model} - {node.strength or 'unknown'})"
+    if node.current_task_id is not None:
+        line += f" | Task: task-{node.current_task_id}"
+    return line
+
+
+def render_state(s: State) -> str:
+    lines = ["📊 Context Bus State", RULE, "**Summary:**", s.summary or "(no summary set)"]
+    lines.append("**Next Steps:**")
+    if s.tasks:
+        lines += [_task_line(i, t) for i, t in enumerate(s.tasks, 1)]
+        if s.tasks_omitted:
+            lines.append(f"... and {s.tasks_omitted} more")
+    else:
+        lines.append("(no open tasks)")
+    lines.append("**Active Cluster Swarm:**")
+    if s.nodes:
+        lines += [_node_line(n, s.now, s.liveness_window) for n in s.nodes]
+    else:
+        lines.append("(no active nodes)")
+    md, wd = s.metadata, s.work_distribution
+    manager = md.get("manager_id") or next(
+        (n.id for n in s.nodes if n.role == MANAGER_ROLE), None
+    )
+    lines += [
+        "**Cluster Metadata:**",
+        f"Active Nodes: {len(s.nodes)}/{s.max_agents}",
+        f"Idle Nodes: {sum(1 for n in s.nodes if n.status == 'idle')}",
+        f"Pending Tasks: {s.pending_tasks}",
+        f"Manager: {manager or 'none'}",
+    ]
+    if md.get("ask_user"):
+        lines.append(f"Ask User: {md.get('ask_user_reason') or 'yes'}")
+    lines += [
+        "**Work Distribution:**",
+        f"Status: {str(wd.get('workload_status') or 'unknown').upper()}",
+        f"Recommendation: {wd.get('spawn_recommendation') or 'none'}",
+        f"Last Assessment: {_ago(s.now, wd.get('last_assessment'))}",
+        f"**Last Updated:** {_ago(s.now, s.last_event_ts).replace('s ago', ' seconds ago')}",
+    ]
+    if s.last_heartbeat is None:
+        lines.append("**Node Heartbeat:** ⚪ NONE")
+    else:
+        age = s.now - s.last_heartbeat
+        fresh = s.liveness_window <= 0 or age < s.liveness_window
+        lines.append(
+            f"**Node Heartbeat:** {'🟢 ACTIVE' if fresh else '🔴 STALE'} ({_ago(s.now, s.last_heartbeat)})"
+        )
+    return "\n".join(lines)

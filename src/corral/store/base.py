@@ -1,0 +1,161 @@
+"""The store port: a short list of domain operations.
+
+Every operation that changes anything is one transaction and appends its events in
+that transaction. ``now`` is always an argument: the store never reads a clock.
+Inputs arrive validated (the service checks them); the store enforces what only a
+transaction can: capacity, lease ownership and epochs, the liveness double-check.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+
+__all__ = ["Deadlines", "NodeSpec", "Store", "TaskSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    id: str
+    role: str
+    model: str | None = None
+    strength: str | None = None
+    heartbeat_interval: float | None = None
+    host: str | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    title: str
+    description: str = ""
+    priority: str = "medium"
+    role: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """The earliest moments the monitor has something to do (None: nothing)."""
+
+    dead_at: float | None
+    idle_retire_at: float | None
+    assess_at: float
+
+
+class Store(ABC):
+    """What every backend implements, with the same behaviour."""
+
+    # --- settings -------------------------------------------------------------
+    @abstractmethod
+    def settings(self) -> Settings:
+        """The cluster's settings (cached until another process changes them)."""
+
+    @abstractmethod
+    def update_settings(self, changes: dict[str, Any], now: float) -> Settings:
+        """Apply validated changes atomically; re-index pending tasks when role
+        keywords change and re-time live nodes when liveness numbers change."""
+
+    # --- nodes ----------------------------------------------------------------
+    @abstractmethod
+    def register_node(self, spec: NodeSpec, now: float) -> Registered:
+        """Atomically count live nodes and insert (or refresh a live node of the same
+        id). Raises ``CapacityError`` when full; a terminated id gets a new incarnation."""
+
+    @abstractmethod
+    def get_node(self, node_id: str) -> Node:
+        """The newest incarnation of ``node_id``; ``NotFoundError`` if none."""
+
+    @abstractmethod
+    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+        """The newest incarnation of each node id, filtered."""
+
+    @abstractmethod
+    def set_status(
+        self, node_id: str, status: str, current_task_id: int | None, now: float
+    ) -> Node:
+        """Set a live node's status; ``terminated`` also returns its leases to the queue."""
+
+    @abstractmethod
+    def heartbeat(
+        self, node_id: str, payload: dict[str, Any], health: str | None, now: float
+    ) -> Node:
+        """One guarded update of a live node's heartbeat; renews its leases."""
+
+    # --- tasks ----------------------------------------------------------------
+    @abstractmethod
+    def add_task(self, spec: TaskSpec, now: float) -> Task: ...
+
+    @abstractmethod
+    def get_task(self, task_id: int) -> Task: ...
+
+    @abstractmethod
+    def list_tasks(
+        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
+    ) -> list[Task]: ...
+
+    @abstractmethod
+    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+        """Atomically take the best pending task for ``role`` (anti-idle.md score),
+        bump its epoch and mark the node working on it. None when nothing is pending."""
+
+    @abstractmethod
+    def complete(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+    ) -> Task:
+        """Finish a task the node holds (at ``epoch`` if given); ``LeaseError`` otherwise."""
+
+    @abstractmethod
+    def fail(
+        self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
+    ) -> Task:
+        """Fail a held task: back to pending while attempts remain and ``retry``."""
+
+    # --- cluster views ----------------------------------------------------------
+    @abstractmethod
+    def assess(self, now: float) -> Assessment:
+        """Count, decide (``assessment.decide``) and record the assessment."""
+
+    @abstractmethod
+    def snapshot(self, now: float, node_id: str | None = None, limit: int = 50) -> State:
+        """Everything ``read_state`` shows, from one consistent read."""
+
+    @abstractmethod
+    def catch_up(self, node_id: str, since: int | None, limit: int, now: float) -> CatchUp:
+        """Events after the node's cursor (or ``since``); moves the cursor."""
+
+    @abstractmethod
+    def events(self, since: int, limit: int = 1000) -> list[Event]:
+        """Events after ``since``, in order."""
+
+    @abstractmethod
+    def broadcast(self, node_id: str | None, message: str, now: float) -> Event: ...
+
+    # --- the monitor's duties -----------------------------------------------------
+    @abstractmethod
+    def deadlines(self) -> Deadlines: ...
+
+    @abstractmethod
+    def reap_dead(self, now: float) -> list[Event]:
+        """Terminate nodes silent past their window and recover their leases (the
+        double-check happens inside the transaction). A dead bootstrap manager also
+        leaves a recovery task and sets ``ask_user``."""
+
+    @abstractmethod
+    def retire_idle(self, now: float) -> list[Event]:
+        """Terminate non-manager nodes idle past ``idle_timeout + grace_period``."""
+
+    @abstractmethod
+    def prune_events(self, now: float) -> int: ...
+
+    def try_lead(self, holder: str) -> bool:
+        """Whether ``holder``'s monitor may do the duties now. The duties are
+        idempotent and double-checked, so by default every monitor may; a shared
+        backend elects one leader."""
+        return True
+
+    @abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,226 @@
+-- Named queries for the SQLite adapter. Parameters are :name.
+
+-- name: settings_all
+SELECT key, value FROM settings;
+
+-- name: settings_put
+INSERT INTO settings (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: meta_get
+SELECT value FROM meta WHERE key = :key;
+
+-- name: meta_put
+INSERT INTO meta (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: node_live
+SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: node_latest
+SELECT * FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
+
+-- name: nodes_live
+SELECT * FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
+
+-- name: nodes_all_latest
+SELECT * FROM nodes n
+WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
+ORDER BY registered_at, incarnation;
+
+-- name: nodes_count_live
+SELECT count(*) AS n FROM nodes WHERE status <> 'terminated';
+
+-- name: node_insert
+INSERT INTO nodes (id, role, model, strength, status, idle_since, last_activity,
+                   heartbeat_interval, live_window, dead_at, host, pid, cursor, registered_at)
+VALUES (:id, :role, :model, :strength, :status, :idle_since, :now, :heartbeat_interval,
+        :live_window, :dead_at, :host, :pid, :cursor, :now)
+RETURNING *;
+
+-- name: node_reregister
+UPDATE nodes SET role = :role, model = :model, strength = :strength,
+                 heartbeat_interval = :heartbeat_interval, live_window = :live_window,
+                 dead_at = :dead_at, last_activity = :now,
+                 host = coalesce(:host, host), pid = coalesce(:pid, pid)
+WHERE incarnation = :incarnation
+RETURNING *;
+
+-- name: node_update_status
+UPDATE nodes SET status = :status, current_task_id = :current_task_id,
+                 idle_since = :idle_since, last_activity = :now,
+                 dead_at = :now + live_window, terminated_at = :terminated_at
+WHERE incarnation = :incarnation
+RETURNING *;
+
+-- name: node_touch
+UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';
+
+-- name: node_done_with
+UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NULL
+                                        ELSE current_task_id END,
+                 last_activity = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';
+
+-- name: node_working
+UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
+                 last_activity = :now, dead_at = :now + live_window
+WHERE incarnation = :incarnation;
+
+-- name: node_heartbeat
+UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
+                 dead_at = :now + live_window
+WHERE incarnation = :incarnation
+RETURNING *;
+
+-- name: node_set_cursor
+UPDATE nodes SET cursor = :cursor, last_activity = :now, dead_at = :now + live_window
+WHERE incarnation = :incarnation;
+
+-- name: node_set_window
+UPDATE nodes SET live_window = :live_window, dead_at = :dead_at WHERE incarnation = :incarnation;
+
+-- name: node_terminate
+UPDATE nodes SET status = 'terminated', current_task_id = NULL, idle_since = NULL,
+                 terminated_at = :now
+WHERE incarnation = :incarnation;
+
+-- name: nodes_dead
+SELECT * FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
+ORDER BY dead_at LIMIT :limit;
+
+-- name: nodes_idle_expired
+SELECT * FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
+  AND idle_since <= :cutoff
+ORDER BY idle_since LIMIT :limit;
+
+-- name: next_dead_at
+SELECT min(dead_at) AS t FROM nodes WHERE status <> 'terminated';
+
+-- name: next_idle_since
+SELECT min(idle_since) AS t FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager';
+
+-- name: task_insert
+INSERT INTO tasks (title, description, priority, role, roles, status, max_attempts,
+                   sort_key, created_at, updated_at)
+VALUES (:title, :description, :priority, :role, :roles, 'pending', :max_attempts,
+        :sort_key, :now, :now)
+RETURNING *;
+
+-- name: task_get
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: tasks_by_status
+SELECT * FROM tasks WHERE status = :status ORDER BY id LIMIT :limit;
+
+-- name: tasks_by_status_holder
+SELECT * FROM tasks WHERE status = :status AND assigned_to = :assigned_to
+ORDER BY id LIMIT :limit;
+
+-- name: tasks_all
+SELECT * FROM tasks ORDER BY id LIMIT :limit;
+
+-- name: tasks_pending_all
+SELECT * FROM tasks WHERE status = 'pending';
+
+-- name: ready_insert
+INSERT INTO ready (role, sort_key, created_at, task_id)
+VALUES (:role, :sort_key, :created_at, :task_id);
+
+-- name: ready_remove
+DELETE FROM ready WHERE task_id = :task_id;
+
+-- name: ready_remove_roles
+DELETE FROM ready WHERE role <> '*';
+
+-- name: claim_pick
+SELECT task_id FROM (
+    SELECT task_id, sort_key - :bonus AS k, created_at FROM (
+        SELECT task_id, sort_key, created_at FROM ready WHERE role = :role
+        ORDER BY sort_key, created_at, task_id LIMIT 1)
+    UNION ALL
+    SELECT task_id, sort_key AS k, created_at FROM (
+        SELECT task_id, sort_key, created_at FROM ready WHERE role = '*'
+        ORDER BY sort_key, created_at, task_id LIMIT 1)
+)
+ORDER BY k, created_at, task_id LIMIT 1;
+
+-- name: task_take
+UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                 attempts = attempts + 1, claimed_at = :now, updated_at = :now
+WHERE id = :task_id AND status = 'pending'
+RETURNING *;
+
+-- name: task_complete
+UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                 updated_at = :now
+WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
+  AND (:epoch IS NULL OR epoch = :epoch)
+RETURNING *;
+
+-- name: task_fail_final
+UPDATE tasks SET status = 'failed', error = :error, finished_at = :now, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_requeue
+UPDATE tasks SET status = 'pending', assigned_to = NULL, error = :error, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_set_roles
+UPDATE tasks SET roles = :roles WHERE id = :id;
+
+-- name: assess_counts
+SELECT
+    (SELECT count(*) FROM tasks WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM tasks WHERE status = 'in_progress') AS in_progress,
+    (SELECT count(*) FROM nodes WHERE status <> 'terminated') AS active_count,
+    (SELECT count(*) FROM nodes WHERE status = 'working' AND role <> 'bootstrap_manager')
+        AS working,
+    (SELECT count(*) FROM nodes WHERE status = 'idle') AS idle,
+    (SELECT count(*) FROM tasks WHERE status = 'pending' AND roles = 'architect')
+        AS architect_only,
+    (SELECT id FROM nodes WHERE status <> 'terminated' AND role = 'bootstrap_manager'
+        ORDER BY registered_at LIMIT 1) AS manager_id;
+
+-- name: event_insert
+INSERT INTO events (ts, kind, node_id, task_id, data)
+VALUES (:ts, :kind, :node_id, :task_id, :data);
+
+-- name: events_since
+SELECT * FROM events WHERE seq > :since ORDER BY seq LIMIT :limit;
+
+-- name: events_last
+SELECT seq, ts FROM events ORDER BY seq DESC LIMIT 1;
+
+-- name: events_prune
+DELETE FROM events WHERE ts < :cutoff;
+
+-- name: last_heartbeat_any
+SELECT max(last_heartbeat) AS t FROM nodes WHERE status <> 'terminated';
+
+-- Row locks: SQLite's write transaction already excludes other writers, so these
+-- are the plain reads; PostgreSQL's versions lock.
+
+-- name: lock_registry
+SELECT 1 AS locked;
+
+-- name: node_live_for_update
+SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: nodes_live_for_update
+SELECT * FROM nodes WHERE status <> 'terminated';
+
+-- name: task_get_for_update
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: tasks_held_by_for_update
+SELECT * FROM tasks WHERE assigned_to = :node_id AND status = 'in_progress' ORDER BY id;
+
+-- name: tasks_by_holder
+SELECT * FROM tasks WHERE assigned_to = :assigned_to ORDER BY id LIMIT :limit;
+
+-- name: events_last_full
+SELECT * FROM events ORDER BY seq DESC LIMIT 1;

@@ -1,0 +1,627 @@
+"""The domain operations over named SQL, shared by every SQL dialect.
+
+An adapter supplies connections (``_write`` and ``_read`` yield a ``Tx``) and a
+``queries.sql`` with the names used here; it may override an operation with a faster
+single statement. ``lock_registry`` and ``*_for_update`` queries are where a dialect
+with row locks (PostgreSQL) takes them; SQLite's write transaction already excludes
+every other writer.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from corral import assessment, lifecycle, scoring
+from corral.config import check_changes, settings_from_rows, timing_changed
+from corral.defaults import MANAGER_ROLE
+from corral.errors import CapacityError, LeaseError, NotFoundError
+from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+from corral.render import capacity_error_text
+from corral.store.base import Deadlines, NodeSpec, Store, TaskSpec
+
+__all__ = ["SQLStore", "Tx"]
+
+_BATCH = 100  # nodes the monitor handles per transaction
+
+
+class Tx(Protocol):
+    """A transaction: runs named queries. Rows support ``row["column"]``."""
+
+    def one(self, name: str, **params: Any) -> Any: ...
+    def all(self, name: str, **params: Any) -> list[Any]: ...
+    def run(self, name: str, **params: Any) -> int: ...
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def node_from_row(row: Any) -> Node:
+    return Node(
+        id=row["id"],
+        role=row["role"],
+        status=row["status"],
+        model=row["model"],
+        strength=row["strength"],
+        current_task_id=row["current_task_id"],
+        idle_since=row["idle_since"],
+        last_activity=row["last_activity"],
+        last_heartbeat=row["last_heartbeat"],
+        heartbeat_interval=row["heartbeat_interval"],
+        health=row["health"],
+        heartbeat=_loads(row["heartbeat"]) or {},
+        host=row["host"],
+        pid=row["pid"],
+        registered_at=row["registered_at"],
+        terminated_at=row["terminated_at"],
+        dead_at=row["dead_at"],
+        incarnation=row["incarnation"],
+        cursor=row["cursor"],
+    )
+
+
+def task_from_row(row: Any) -> Task:
+    return Task(
+        id=row["id"],
+        title=row["title"],
+        description=row["description"],
+        priority=row["priority"],
+        role=row["role"],
+        roles=tuple(row["roles"].split()),
+        status=row["status"],
+        assigned_to=row["assigned_to"],
+        epoch=row["epoch"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        created_at=row["created_at"],
+        claimed_at=row["claimed_at"],
+        updated_at=row["updated_at"],
+        finished_at=row["finished_at"],
+        result=_loads(row["result"]),
+        error=row["error"],
+    )
+
+
+def event_from_row(row: Any) -> Event:
+    return Event(
+        seq=row["seq"],
+        ts=row["ts"],
+        kind=row["kind"],
+        node_id=row["node_id"],
+        task_id=row["task_id"],
+        data=_loads(row["data"]) or {},
+    )
+
+
+class SQLStore(Store):
+    """``Store`` over a ``Tx``; subclasses provide the connection handling."""
+
+    def __init__(self) -> None:
+        self._settings_cache: tuple[Any, Settings] | None = None
+
+    @abstractmethod
+    def _write(self) -> AbstractContextManager[Tx]:
+        """A write transaction that excludes conflicting writers from its start."""
+
+    @abstractmethod
+    def _read(self) -> AbstractContextManager[Tx]:
+        """A read-only transaction with a consistent snapshot."""
+
+    # --- helpers --------------------------------------------------------------------
+    def _settings_in(self, tx: Tx) -> Settings:
+        row = tx.one("meta_get", key="settings_version")
+        version = row["value"] if row else None
+        cached = self._settings_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
+        self._settings_cache = (version, settings)
+        return settings
+
+    def _event(
+        self,
+        tx: Tx,
+        now: float,
+        kind: str,
+        node_id: str | None = None,
+        task_id: int | None = None,
+        **data: Any,
+    ) -> None:
+        tx.run(
+            "event_insert", ts=now, kind=kind, node_id=node_id, task_id=task_id, data=_dumps(data)
+        )
+
+    def _live(self, tx: Tx, node_id: str, query: str = "node_live") -> Any:
+        row = tx.one(query, id=node_id)
+        if row is not None:
+            return row
+        if tx.one("node_latest", id=node_id) is not None:
+            raise NotFoundError(
+                f"node {node_id} is terminated; register it again to rejoin", field="node_id"
+            )
+        raise NotFoundError(f"unknown node {node_id}; register it first", field="node_id")
+
+    def _meta(self, tx: Tx, key: str) -> dict[str, Any]:
+        row = tx.one("meta_get", key=key)
+        return _loads(row["value"]) if row else {}
+
+    def _enqueue(self, tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str) -> None:
+        for role in ("*", *roles.split()):
+            tx.run(
+                "ready_insert", role=role, sort_key=sort_key, created_at=created_at, task_id=task_id
+            )
+
+    def _requeue(
+        self, tx: Tx, row: Any, now: float, *, kind: str, error: str, counts: bool, **data: Any
+    ) -> Task:
+        """Return a held task to pending, or fail it when it has used its attempts
+        and ``counts`` (a lost lease counts; a voluntary release does not)."""
+        if counts and row["attempts"] >= row["max_attempts"]:
+            new = tx.one("task_fail_final", id=row["id"], error=error, now=now)
+            self._event(tx, now, kind, row["assigned_to"], row["id"], outcome="failed", **data)
+        else:
+            new = tx.one("task_requeue", id=row["id"], error=error or None, now=now)
+            self._enqueue(tx, row["id"], row["sort_key"], row["created_at"], row["roles"])
+            self._event(tx, now, kind, row["assigned_to"], row["id"], outcome="pending", **data)
+        return task_from_row(new)
+
+    def _release_all(
+        self, tx: Tx, node: Any, now: float, *, kind: str, counts: bool, **data: Any
+    ) -> list[Task]:
+        return [
+            self._requeue(
+                tx,
+                row,
+                now,
+                kind=kind,
+                error=f"{kind}: holder {node['id']} {data['reason']}",
+                counts=counts,
+                attempt=row["attempts"],
+                epoch=row["epoch"],
+                **data,
+            )
+            for row in tx.all("tasks_held_by_for_update", node_id=node["id"])
+        ]
+
+    # --- settings -------------------------------------------------------------------
+    def settings(self) -> Settings:
+        with self._read() as tx:
+            return self._settings_in(tx)
+
+    def update_settings(self, changes: dict[str, Any], now: float) -> Settings:
+        changes = check_changes(changes)
+        with self._write() as tx:
+            old = self._settings_in(tx)
+            for key, value in changes.items():
+                tx.run("settings_put", key=key, value=_dumps(value))
+            version = (self._meta_int(tx, "settings_version") or 0) + 1
+            tx.run("meta_put", key="settings_version", value=str(version))
+            new = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
+            if "role_keywords" in changes and new.role_keywords != old.role_keywords:
+                self._reindex_roles(tx, new)
+            if timing_changed(changes):
+                for row in tx.all("nodes_live_for_update"):
+                    window = lifecycle.liveness_window(row["heartbeat_interval"], new)
+                    seen = max(row["last_activity"], row["last_heartbeat"] or 0, row["registered_at"])
+                    tx.run(
+                        "node_set_window",
+                        live_window=window,
+                        dead_at=seen + window,
+                        incarnation=row["incarnation"],
+                    )
+            self._event(tx, now, "settings_changed", changes=changes)
+            self._settings_cache = None
+            return new
+
+    def _meta_int(self, tx: Tx, key: str) -> int | None:
+        row = tx.one("meta_get", key=key)
+        return int(row["value"]) if row else None
+
+    def _reindex_roles(self, tx: Tx, settings: Settings) -> None:
+        tx.run("ready_remove_roles")
+        for row in tx.all("tasks_pending_all"):
+            roles = " ".join(
+                scoring.matched_roles(
+                    f"{row['title']}\n{row['description']}", settings.role_keywords, row["role"]
+                )
+            )
+            tx.run("task_set_roles", id=row["id"], roles=roles)
+            for role in roles.split():
+                tx.run(
+                    "ready_insert",
+                    role=role,
+                    sort_key=row["sort_key"],
+                    created_at=row["created_at"],
+                    task_id=row["id"],
+                )
+
+    # --- nodes ----------------------------------------------------------------------
+    def register_node(self, spec: NodeSpec, now: float) -> Registered:
+        with self._write() as tx:
+            tx.one("lock_registry")
+            s = self._settings_in(tx)
+            window = lifecycle.liveness_window(spec.heartbeat_interval, s)
+            strength = spec.strength or lifecycle.derive_strength(spec.model, s.model_strengths)
+            params = dict(
+                role=spec.role,
+                model=spec.model,
+                strength=strength,
+                heartbeat_interval=spec.heartbeat_interval,
+                live_window=window,
+                dead_at=now + window,
+                host=spec.host,
+                pid=spec.pid,
+                now=now,
+            )
+            existing = tx.one("node_live", id=spec.id)
+            live = tx.one("nodes_count_live")["n"]
+            if existing is not None:
+                row = tx.one("node_reregister", incarnation=existing["incarnation"], **params)
+                self._event(tx, now, "node_reregistered", spec.id, role=spec.role)
+            else:
+                if not lifecycle.registration_allowed(spec.role, live, s.max_agents):
+                    raise CapacityError(capacity_error_text(s.max_agents))
+                last = tx.one("events_last")
+                status = lifecycle.initial_status(spec.role)
+                row = tx.one("node_insert", id=spec.id, cursor=last["seq"] if last else 0,
+                             status=status, idle_since=now if status == "idle" else None,
+                             **params)  # fmt: skip
+                live += 1
+                self._event(
+                    tx, now, "node_registered", spec.id, role=spec.role, model=spec.model,
+                    strength=strength, incarnation=row["incarnation"],
+                )  # fmt: skip
+            if spec.role == MANAGER_ROLE:
+                md = self._meta(tx, "cluster_metadata")
+                if md.get("ask_user"):
+                    md.update(ask_user=False, ask_user_reason=None, manager_id=spec.id)
+                    tx.run("meta_put", key="cluster_metadata", value=_dumps(md))
+            node = node_from_row(row)
+            return Registered(
+                **{f: getattr(node, f) for f in node.__dataclass_fields__},
+                active_nodes=live,
+                max_agents=s.max_agents,
+            )
+
+    def get_node(self, node_id: str) -> Node:
+        with self._read() as tx:
+            row = tx.one("node_latest", id=node_id)
+        if row is None:
+            raise NotFoundError(f"unknown node {node_id}", field="node_id")
+        return node_from_row(row)
+
+    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+        with self._read() as tx:
+            rows = tx.all("nodes_all_latest")
+        nodes = [node_from_row(r) for r in rows]
+        return [
+            n
+            for n in nodes
+            if (status is None or n.status == status) and (role is None or n.role == role)
+        ]
+
+    def set_status(
+        self, node_id: str, status: str, current_task_id: int | None, now: float
+    ) -> Node:
+        with self._write() as tx:
+            old = self._live(tx, node_id, "node_live_for_update")
+            if current_task_id is not None and tx.one("task_get", id=current_task_id) is None:
+                raise NotFoundError(f"unknown task {current_task_id}", field="current_task_id")
+            row = tx.one(
+                "node_update_status",
+                status=status,
+                current_task_id=current_task_id,
+                idle_since=lifecycle.next_idle_since(
+                    old["status"], old["idle_since"], status, now
+                ),
+                terminated_at=now if status == "terminated" else None,
+                now=now,
+                incarnation=old["incarnation"],
+            )
+            self._event(tx, now, "node_status", node_id, current_task_id,
+                        old=old["status"], new=status)  # fmt: skip
+            if status == "terminated":
+                self._release_all(tx, old, now, kind="lease_released", counts=False,
+                                  reason="terminated")  # fmt: skip
+            return node_from_row(row)
+
+    def heartbeat(
+        self, node_id: str, payload: dict[str, Any], health: str | None, now: float
+    ) -> Node:
+        with self._write() as tx:
+            old = self._live(tx, node_id, "node_live_for_update")
+            row = tx.one(
+                "node_heartbeat",
+                payload=_dumps(payload),
+                health=health,
+                now=now,
+                incarnation=old["incarnation"],
+            )
+            if health is not None and health != old["health"]:
+                self._event(tx, now, "node_health", node_id, old=old["health"], new=health)
+            return node_from_row(row)
+
+    # --- tasks ----------------------------------------------------------------------
+    def add_task(self, spec: TaskSpec, now: float) -> Task:
+        with self._write() as tx:
+            s = self._settings_in(tx)
+            roles = " ".join(
+                scoring.matched_roles(f"{spec.title}\n{spec.description}", s.role_keywords, spec.role)
+            )
+            key = scoring.sort_key(spec.priority, now)
+            row = tx.one(
+                "task_insert",
+                title=spec.title,
+                description=spec.description,
+                priority=spec.priority,
+                role=spec.role,
+                roles=roles,
+                max_attempts=spec.max_attempts or s.max_attempts,
+                sort_key=key,
+                now=now,
+            )
+            self._enqueue(tx, row["id"], key, now, roles)
+            self._event(tx, now, "task_added", None, row["id"], priority=spec.priority,
+                        roles=roles.split())  # fmt: skip
+            return task_from_row(row)
+
+    def get_task(self, task_id: int) -> Task:
+        with self._read() as tx:
+            row = tx.one("task_get", id=task_id)
+        if row is None:
+            raise NotFoundError(f"unknown task {task_id}", field="task_id")
+        return task_from_row(row)
+
+    def list_tasks(
+        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
+    ) -> list[Task]:
+        with self._read() as tx:
+            if status is not None and assigned_to is not None:
+                rows = tx.all("tasks_by_status_holder", status=status, assigned_to=assigned_to,
+                              limit=limit)  # fmt: skip
+            elif status is not None:
+                rows = tx.all("tasks_by_status", status=status, limit=limit)
+            elif assigned_to is not None:
+                rows = tx.all("tasks_by_holder", assigned_to=assigned_to, limit=limit)
+            else:
+                rows = tx.all("tasks_all", limit=limit)
+        return [task_from_row(r) for r in rows]
+
+    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+        with self._write() as tx:
+            node = self._live(tx, node_id, "node_live_for_update")
+            pick = tx.one("claim_pick", role=role, bonus=scoring.ROLE_BONUS_SECONDS)
+            if pick is None:
+                tx.run("node_touch", id=node_id, now=now)
+                return None
+            row = tx.one("task_take", task_id=pick["task_id"], node_id=node_id, now=now)
+            tx.run("ready_remove", task_id=row["id"])
+            tx.run("node_working", task_id=row["id"], now=now, incarnation=node["incarnation"])
+            self._event(tx, now, "task_claimed", node_id, row["id"], epoch=row["epoch"],
+                        role=role, attempt=row["attempts"])  # fmt: skip
+            return task_from_row(row)
+
+    def _refuse(self, tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
+        row = tx.one("task_get", id=task_id)
+        if row is None:
+            raise NotFoundError(f"unknown task {task_id}", field="task_id")
+        if row["status"] != "in_progress":
+            raise LeaseError(
+                f"task {task_id} is {row['status']}, not held by {node_id}; claim a task first",
+                field="task_id",
+            )
+        if row["assigned_to"] != node_id:
+            raise LeaseError(
+                f"task {task_id} is held by {row['assigned_to']}, not {node_id}", field="node_id"
+            )
+        raise LeaseError(
+            f"task {task_id} was claimed again (epoch {row['epoch']}); epoch {epoch} is stale",
+            field="epoch",
+        )
+
+    def complete(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+    ) -> Task:
+        with self._write() as tx:
+            row = tx.one("task_complete", id=task_id, node_id=node_id, epoch=epoch,
+                         result=None if result is None else _dumps(result), now=now)  # fmt: skip
+            if row is None:
+                self._refuse(tx, task_id, node_id, epoch)
+            tx.run("node_done_with", id=node_id, task_id=task_id, now=now)
+            self._event(tx, now, "task_completed", node_id, task_id, epoch=row["epoch"])
+            return task_from_row(row)
+
+    def fail(
+        self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
+    ) -> Task:
+        with self._write() as tx:
+            row = tx.one("task_get_for_update", id=task_id)
+            if (
+                row is None
+                or row["status"] != "in_progress"
+                or row["assigned_to"] != node_id
+                or (epoch is not None and row["epoch"] != epoch)
+            ):
+                self._refuse(tx, task_id, node_id, epoch)
+            if retry and row["attempts"] < row["max_attempts"]:
+                task = self._requeue(tx, row, now, kind="task_failed", error=error, counts=False,
+                                     attempt=row["attempts"], error_text=error)  # fmt: skip
+            else:
+                task = task_from_row(tx.one("task_fail_final", id=task_id, error=error, now=now))
+                self._event(tx, now, "task_failed", node_id, task_id, outcome="failed",
+                            attempt=row["attempts"], error_text=error)  # fmt: skip
+            tx.run("node_done_with", id=node_id, task_id=task_id, now=now)
+            return task
+
+    # --- cluster views --------------------------------------------------------------
+    def assess(self, now: float) -> Assessment:
+        with self._write() as tx:
+            s = self._settings_in(tx)
+            c = tx.one("assess_counts")
+            counts = assessment.Counts(
+                pending=c["pending"],
+                in_progress=c["in_progress"],
+                active_count=c["active_count"],
+                working=c["working"],
+                idle=c["idle"],
+                max_agents=s.max_agents,
+                architect_only=c["architect_only"],
+            )
+            status, rec = assessment.decide(counts)
+            wd_old = self._meta(tx, "work_distribution")
+            wd = {"last_assessment": now, "workload_status": status, "spawn_recommendation": rec}
+            md = self._meta(tx, "cluster_metadata")
+            md.update(
+                max_agents=s.max_agents,
+                active_agent_count=counts.active_count,
+                idle_agent_count=counts.idle,
+                pending_task_count=counts.pending,
+                manager_id=c["manager_id"],
+            )
+            tx.run("meta_put", key="work_distribution", value=_dumps(wd))
+            tx.run("meta_put", key="cluster_metadata", value=_dumps(md))
+            if (wd_old.get("workload_status"), wd_old.get("spawn_recommendation")) != (status, rec):
+                self._event(tx, now, "assessment", status=status, recommendation=rec,
+                            pending=counts.pending, active=counts.active_count)  # fmt: skip
+            return Assessment(
+                status=status,
+                recommendation=rec,
+                max_agents=s.max_agents,
+                active_count=counts.active_count,
+                idle_count=counts.idle,
+                working_count=counts.working,
+                pending_tasks=counts.pending,
+                in_progress=counts.in_progress,
+                architect_only_pending=counts.architect_only,
+                manager_id=c["manager_id"],
+                assessed_at=now,
+            )
+
+    def snapshot(self, now: float, node_id: str | None = None, limit: int = 50) -> State:
+        with self._read() as tx:
+            s = self._settings_in(tx)
+            working = tx.all("tasks_by_status", status="in_progress", limit=limit)
+            pending = tx.all("tasks_by_status", status="pending", limit=limit)
+            counts = tx.one("assess_counts")
+            nodes = [node_from_row(r) for r in tx.all("nodes_live")]
+            last = tx.one("events_last")
+            md = self._meta(tx, "cluster_metadata")
+            wd = self._meta(tx, "work_distribution")
+            if node_id is not None:
+                row = tx.one("node_latest", id=node_id)
+                last_hb = row["last_heartbeat"] if row else None
+            else:
+                last_hb = tx.one("last_heartbeat_any")["t"]
+        tasks = [task_from_row(r) for r in (*working, *pending)][:limit]
+        total = counts["pending"] + counts["in_progress"]
+        return State(
+            now=now,
+            summary=s.project_summary,
+            tasks=tasks,
+            tasks_omitted=max(0, total - len(tasks)),
+            nodes=nodes,
+            max_agents=s.max_agents,
+            pending_tasks=counts["pending"],
+            in_progress=counts["in_progress"],
+            metadata=md,
+            work_distribution=wd,
+            last_event_ts=last["ts"] if last else None,
+            last_heartbeat=last_hb,
+            liveness_window=lifecycle.liveness_window(None, s),
+        )
+
+    def catch_up(self, node_id: str, since: int | None, limit: int, now: float) -> CatchUp:
+        with self._write() as tx:
+            node = self._live(tx, node_id, "node_live_for_update")
+            start = node["cursor"] if since is None else since
+            events = [event_from_row(r) for r in tx.all("events_since", since=start, limit=limit)]
+            cursor = events[-1].seq if events else start
+            tx.run("node_set_cursor", cursor=cursor, now=now, incarnation=node["incarnation"])
+            return CatchUp(events=events, cursor=cursor)
+
+    def events(self, since: int, limit: int = 1000) -> list[Event]:
+        with self._read() as tx:
+            return [event_from_row(r) for r in tx.all("events_since", since=since, limit=limit)]
+
+    def broadcast(self, node_id: str | None, message: str, now: float) -> Event:
+        with self._write() as tx:
+            if node_id is not None:
+                self._live(tx, node_id)
+                tx.run("node_touch", id=node_id, now=now)
+            self._event(tx, now, "broadcast", node_id, message=message)
+            return event_from_row(tx.one("events_last_full"))
+
+    # --- monitor duties -------------------------------------------------------------
+    def deadlines(self) -> Deadlines:
+        with self._read() as tx:
+            s = self._settings_in(tx)
+            dead = tx.one("next_dead_at")["t"]
+            idle = tx.one("next_idle_since")["t"]
+            last = self._meta(tx, "work_distribution").get("last_assessment")
+        return Deadlines(
+            dead_at=dead,
+            idle_retire_at=None if idle is None else idle + s.idle_limit,
+            assess_at=(last or 0.0) + s.workload_assessment_interval,
+        )
+
+    def reap_dead(self, now: float) -> list[Event]:
+        with self._write() as tx:
+            start = tx.one("events_last")
+            for node in tx.all("nodes_dead", now=now, limit=_BATCH):
+                silent = now - max(
+                    node["last_activity"], node["last_heartbeat"] or 0.0, node["registered_at"]
+                )
+                tx.run("node_terminate", now=now, incarnation=node["incarnation"])
+                self._release_all(tx, node, now, kind="lease_recovered", counts=True,
+                                  reason="dead", stale_seconds=round(silent, 3))  # fmt: skip
+                self._event(tx, now, "node_dead", node["id"], role=node["role"],
+                            silent_seconds=round(silent, 3))  # fmt: skip
+                if node["role"] == MANAGER_ROLE:
+                    self._manager_lost(tx, node, silent, now)
+            return self._events_after(tx, start)
+
+    def _manager_lost(self, tx: Tx, node: Any, silent: float, now: float) -> None:
+        s = self._settings_in(tx)
+        title = f"Recover bootstrap manager {node['id']} (silent {silent:.0f}s)"
+        description = (
+            f"The bootstrap manager {node['id']} stopped heartbeating and was terminated. "
+            "Start a new bootstrap manager session; it resumes from the cluster state."
+        )
+        key = scoring.sort_key("high", now)
+        row = tx.one("task_insert", title=title, description=description, priority="high",
+                     role=MANAGER_ROLE, roles=MANAGER_ROLE, max_attempts=s.max_attempts,
+                     sort_key=key, now=now)  # fmt: skip
+        self._enqueue(tx, row["id"], key, now, MANAGER_ROLE)
+        md = self._meta(tx, "cluster_metadata")
+        md.update(ask_user=True, ask_user_reason=title, manager_id=None)
+        tx.run("meta_put", key="cluster_metadata", value=_dumps(md))
+        self._event(tx, now, "manager_lost", node["id"], row["id"], ask_user=True)
+
+    def retire_idle(self, now: float) -> list[Event]:
+        with self._write() as tx:
+            start = tx.one("events_last")
+            s = self._settings_in(tx)
+            for node in tx.all("nodes_idle_expired", cutoff=now - s.idle_limit, limit=_BATCH):
+                tx.run("node_terminate", now=now, incarnation=node["incarnation"])
+                self._release_all(tx, node, now, kind="lease_released", counts=False,
+                                  reason="retired")  # fmt: skip
+                self._event(tx, now, "node_retired", node["id"], reason="idle",
+                            idle_seconds=round(now - node["idle_since"], 3))  # fmt: skip
+            return self._events_after(tx, start)
+
+    def _events_after(self, tx: Tx, start: Any) -> list[Event]:
+        since = start["seq"] if start else 0
+        return [event_from_row(r) for r in tx.all("events_since", since=since, limit=10_000)]
+
+    def prune_events(self, now: float) -> int:
+        with self._write() as tx:
+            s = self._settings_in(tx)
+            return tx.run("events_prune", cutoff=now - s.event_retention_seconds)
+

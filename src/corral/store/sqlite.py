@@ -1,0 +1,154 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+Durability: ``synchronous=NORMAL`` (the default) loses nothing when any process
+crashes; a power loss or OS crash can roll back the last transactions committed
+before it (never corrupting the file). ``synchronous=FULL`` syncs every commit.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from corral.defaults import BUSY_TIMEOUT_SECONDS
+from corral.errors import InvalidInputError, StoreUnavailableError
+from corral.store.queries import load_queries, migrations
+from corral.store.sqlbase import SQLStore
+
+__all__ = ["SQLiteStore"]
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_QUERIES = load_queries("sqlite")
+
+
+class _Tx:
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def one(self, name: str, **params: Any) -> Any:
+        rows = self._conn.execute(_QUERIES[name], params).fetchall()
+        return rows[0] if rows else None
+
+    def all(self, name: str, **params: Any) -> list[Any]:
+        return self._conn.execute(_QUERIES[name], params).fetchall()
+
+    def run(self, name: str, **params: Any) -> int:
+        return self._conn.execute(_QUERIES[name], params).rowcount
+
+
+def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
+    return StoreUnavailableError(f"SQLite store unavailable: {exc}; retry the call")
+
+
+class SQLiteStore(SQLStore):
+    """One connection per store, shared by the process's threads under a lock.
+    Open a new store in each process (never share one across ``fork``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__()
+        sync = str(synchronous).upper()
+        if sync not in _SYNCHRONOUS:
+            raise InvalidInputError(
+                f"synchronous must be one of {', '.join(_SYNCHRONOUS)}", field="synchronous"
+            )
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._busy_timeout = busy_timeout
+        try:
+            self._conn = sqlite3.connect(
+                str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._conn.row_factory = sqlite3.Row
+            self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
+            self._conn.execute(f"PRAGMA synchronous={sync}")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise _unavailable(exc) from exc
+
+    def _retry_locked(self, fn: Any) -> Any:
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _migrate(self) -> None:
+        current = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        pending = [(v, sql) for v, sql in migrations("sqlite") if v > current]
+        if not pending:
+            return
+        with self._write() as _:
+            # Re-read under the write lock: another process may have migrated first.
+            current = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            for version, sql in pending:
+                if version <= current:
+                    continue
+                for statement in _statements(sql):
+                    self._conn.execute(statement)
+                self._conn.execute(f"PRAGMA user_version={version}")
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise _unavailable(exc) from exc
+            try:
+                yield _Tx(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            try:
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._conn.execute("ROLLBACK")
+                raise _unavailable(exc) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                yield _Tx(self._conn)
+            finally:
+                self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _statements(script: str) -> Iterator[str]:
+    buf: list[str] = []
+    for line in script.splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        buf.append(line)
+        text = "\n".join(buf)
+        if sqlite3.complete_statement(text):
+            yield text
+            buf = []
+    if "".join(buf).strip():
+        raise ValueError(f"incomplete SQL statement in migration: {''.join(buf)[:80]}")

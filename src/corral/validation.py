@@ -1,0 +1,98 @@
+"""Checks at the edge: ids, enums and sizes. Pure; raise ``InvalidInputError``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from corral import defaults
+from corral.errors import InvalidInputError
+
+__all__ = [
+    "check_choice",
+    "check_id",
+    "check_payload",
+    "check_positive",
+    "check_task_id",
+    "check_text",
+]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_TASK_ID = re.compile(r"^(?:task-)?(\d{1,18})$")
+
+
+def check_id(value: Any, field: str = "node_id") -> str:
+    """A node id: 1-64 characters, no control characters, no surrounding spaces."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{field} must be a string", field=field)
+    if not value:
+        raise InvalidInputError(f"{field} must not be empty", field=field)
+    if len(value) > defaults.MAX_ID_LENGTH:
+        raise InvalidInputError(
+            f"{field} is longer than {defaults.MAX_ID_LENGTH} characters", field=field
+        )
+    if _CONTROL.search(value):
+        raise InvalidInputError(f"{field} contains control characters", field=field)
+    if value != value.strip():
+        raise InvalidInputError(f"{field} has leading or trailing spaces", field=field)
+    return value
+
+
+def check_task_id(value: Any, field: str = "task_id") -> int:
+    """A task id: a positive integer, or its decimal text (``"3"``, ``"task-3"``)."""
+    if isinstance(value, bool):
+        raise InvalidInputError(f"{field} must be a task number", field=field)
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and (m := _TASK_ID.match(value.strip())):
+        n = int(m.group(1))
+    else:
+        raise InvalidInputError(f"{field} must be a task number, got {value!r:.40}", field=field)
+    if n <= 0 or n >= 2**63:
+        raise InvalidInputError(f"{field} must be a positive task number", field=field)
+    return n
+
+
+def check_choice(value: Any, choices: Iterable[str], field: str) -> str:
+    options = tuple(choices)
+    if not isinstance(value, str) or value not in options:
+        raise InvalidInputError(
+            f"{field} must be one of {', '.join(options)}; got {value!r:.40}", field=field
+        )
+    return value
+
+
+def check_text(value: Any, field: str, *, max_len: int, allow_empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{field} must be a string", field=field)
+    if not allow_empty and not value.strip():
+        raise InvalidInputError(f"{field} must not be empty", field=field)
+    if len(value) > max_len:
+        raise InvalidInputError(f"{field} is longer than {max_len} characters", field=field)
+    if "\x00" in value:
+        raise InvalidInputError(f"{field} contains a NUL character", field=field)
+    return value
+
+
+def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
+    ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value <= 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise InvalidInputError(f"{field} must be {kind}; got {value!r:.40}", field=field)
+    return value
+
+
+def check_payload(value: Any, field: str) -> Any:
+    """Free-form JSON data, at most ``MAX_PAYLOAD_BYTES`` once encoded."""
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{field} must be JSON data: {exc}", field=field) from None
+    if len(encoded) > defaults.MAX_PAYLOAD_BYTES:
+        raise InvalidInputError(
+            f"{field} is larger than {defaults.MAX_PAYLOAD_BYTES} bytes", field=field
+        )
+    return value
