@@ -1,0 +1,52 @@
+"""The ``corral`` command.
+
+Each module in this package that defines ``register(group)`` adds its commands, so a
+new part of corral adds a file here and edits nothing else. Helpers shared by the
+commands live in ``corral.cli._common``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from corral.cli._common import CONTEXT_SETTINGS, run_main
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--url",
+    envvar="CORRAL_URL",
+    default=None,
+    metavar="URL",
+    help="Cluster URL: sqlite:///PATH, postgresql://… or http://HOST:PORT "
+    "(env CORRAL_URL; default sqlite:///.corral/corral.db).",
+)
+@click.version_option(package_name="corral")
+@click.pass_context
+def cli(ctx: click.Context, url: str | None) -> None:
+    """corral keeps a fleet of agents alive, busy and bounded."""
+    ctx.ensure_object(dict)
+    ctx.obj["url"] = url
+
+
+def _load_commands() -> None:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(cli)
+
+
+_load_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run_main(cli, argv))

@@ -1,0 +1,92 @@
+"""What every command shares: the client, output, and error-to-exit-code mapping.
+
+Exit codes: 0 done; 1 refused (capacity, lease); 2 bad input (one line naming the
+bad argument); 3 the store is unavailable (retry).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from corral.errors import (
+    CapacityError,
+    CorralError,
+    InvalidInputError,
+    LeaseError,
+    NotFoundError,
+    StoreUnavailableError,
+)
+
+__all__ = ["CONTEXT_SETTINGS", "client", "emit", "json_option", "run_main"]
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def client(ctx: click.Context) -> Any:
+    """The client for ``--url`` (opened once per command)."""
+    from corral.client import connect
+
+    root = ctx.find_root()
+    obj = root.obj if isinstance(root.obj, dict) else {}
+    if "client" not in obj:
+        obj["client"] = connect(obj.get("url"))
+        root.obj = obj
+        ctx.call_on_close(obj["client"].close)
+    return obj["client"]
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def emit(value: Any, as_json: bool, text: Callable[[Any], str] | None = None) -> None:
+    if as_json:
+        click.echo(json.dumps(_plain(value), indent=2, ensure_ascii=False, default=str))
+    elif text is not None:
+        click.echo(text(value))
+    elif hasattr(value, "text"):
+        click.echo(value.text)
+    else:
+        click.echo(value)
+
+
+def _fail(message: str, code: int) -> int:
+    click.echo(message, err=True)
+    return code
+
+
+def run_main(cli: click.Command, argv: list[str] | None) -> int:
+    try:
+        rv = cli.main(args=argv, prog_name="corral", standalone_mode=False)
+    except click.exceptions.Abort:
+        return _fail("aborted", 130)
+    except click.UsageError as exc:
+        return _fail(f"error: {exc.format_message()}", 2)
+    except click.ClickException as exc:
+        return _fail(f"error: {exc.format_message()}", exc.exit_code)
+    except (InvalidInputError, NotFoundError) as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        return _fail(f"error: {where}{exc.message}", 2)
+    except (CapacityError, LeaseError) as exc:
+        return _fail(exc.message, 1)
+    except StoreUnavailableError as exc:
+        return _fail(f"error: {exc.message}", 3)
+    except CorralError as exc:
+        return _fail(f"error: {exc.message}", 1)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+    return rv if isinstance(rv, int) else 0

@@ -1,0 +1,288 @@
+"""The cluster core's commands: init, status, node, task, assess, monitor, config."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from corral.cli._common import client, emit, json_option
+from corral.model import Node, Task
+
+__all__ = ["register"]
+
+
+def _node_line(n: Node) -> str:
+    task = f" task-{n.current_task_id}" if n.current_task_id is not None else ""
+    return f"{n.id:<24} {n.role:<18} {n.status:<10} {n.strength or '-':<7}{task}"
+
+
+def _task_line(t: Task) -> str:
+    who = f" @{t.assigned_to}" if t.assigned_to else ""
+    return f"{t.id:>6}  {t.status:<11} {t.priority:<6} {t.title}{who}"
+
+
+def _task_detail(t: Task) -> str:
+    lines = [f"task {t.id}: {t.title}"]
+    for key in ("status", "priority", "assigned_to", "epoch", "attempts", "max_attempts"):
+        lines.append(f"  {key}: {getattr(t, key)}")
+    lines.append(f"  roles: {', '.join(t.roles) or '-'}")
+    if t.description:
+        lines.append(f"  description: {t.description}")
+    if t.result is not None:
+        lines.append(f"  result: {json.dumps(t.result)}")
+    if t.error:
+        lines.append(f"  error: {t.error}")
+    return "\n".join(lines)
+
+
+def _node_detail(n: Node) -> str:
+    keys = ("role", "status", "model", "strength", "current_task_id", "idle_since",
+            "last_activity", "last_heartbeat", "heartbeat_interval", "health", "host", "pid")  # fmt: skip
+    return "\n".join([f"node {n.id}", *(f"  {k}: {getattr(n, k)}" for k in keys)])
+
+
+@click.command()
+@click.pass_context
+def init(ctx: click.Context) -> None:
+    """Create the cluster's store (and .corral/) if it does not exist."""
+    c = client(ctx)
+    click.echo(f"cluster ready at {c.url}")
+
+
+@click.command()
+@json_option
+@click.option("--node", "node_id", default=None, help="Show this node's heartbeat age.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, node_id: str | None) -> None:
+    """The cluster at a glance (anti-idle.md's read_state)."""
+    emit(client(ctx).read_state(node_id), as_json)
+
+
+@click.command()
+@json_option
+@click.pass_context
+def assess(ctx: click.Context, as_json: bool) -> None:
+    """Assess the workload and record the recommendation."""
+    emit(client(ctx).assess_workload(), as_json)
+
+
+# --- node ------------------------------------------------------------------------------
+@click.group()
+def node() -> None:
+    """Register, list, inspect and terminate nodes."""
+
+
+@node.command("register")
+@click.argument("node_id")
+@click.argument("role")
+@click.option("--model", default=None, help="Model name, e.g. claude-sonnet-4-5.")
+@click.option("--strength", default=None, help="high, medium or low (derived from --model).")
+@click.option("--heartbeat-interval", type=float, default=None, help="Seconds between beats.")
+@json_option
+@click.pass_context
+def node_register(ctx: click.Context, node_id: str, role: str, model: str | None,
+                  strength: str | None, heartbeat_interval: float | None, as_json: bool) -> None:  # fmt: skip
+    """Register NODE_ID as ROLE (refused at capacity)."""
+    emit(client(ctx).register_node(node_id, role, model, strength, heartbeat_interval), as_json)
+
+
+@node.command("list")
+@click.option("--status", default=None, help="Only nodes with this status.")
+@click.option("--role", default=None, help="Only nodes with this role.")
+@click.option("--all", "show_all", is_flag=True, help="Include terminated nodes.")
+@json_option
+@click.pass_context
+def node_list(ctx: click.Context, status: str | None, role: str | None, show_all: bool,
+              as_json: bool) -> None:  # fmt: skip
+    """List nodes (live ones unless --all or --status terminated)."""
+    nodes = client(ctx).list_nodes(status=status, role=role)
+    if not show_all and status is None:
+        nodes = [n for n in nodes if n.status != "terminated"]
+    emit(nodes, as_json, lambda ns: "\n".join(map(_node_line, ns)) or "(no nodes)")
+
+
+@node.command("show")
+@click.argument("node_id")
+@json_option
+@click.pass_context
+def node_show(ctx: click.Context, node_id: str, as_json: bool) -> None:
+    """Show one node."""
+    emit(client(ctx).get_node(node_id), as_json, _node_detail)
+
+
+@node.command("status")
+@click.argument("node_id")
+@click.argument("status")
+@click.option("--task", "task_id", default=None, help="The task it is working on.")
+@json_option
+@click.pass_context
+def node_status(ctx: click.Context, node_id: str, status: str, task_id: str | None,
+                as_json: bool) -> None:  # fmt: skip
+    """Set NODE_ID's STATUS (working, idle, waiting, terminated)."""
+    emit(client(ctx).set_agent_status(node_id, status, task_id), as_json, _node_detail)
+
+
+@node.command("terminate")
+@click.argument("node_id")
+@click.pass_context
+def node_terminate(ctx: click.Context, node_id: str) -> None:
+    """Terminate NODE_ID; its tasks go back to the queue."""
+    client(ctx).terminate_node(node_id)
+    click.echo(f"Node {node_id} terminated")
+
+
+# --- task ------------------------------------------------------------------------------
+@click.group()
+def task() -> None:
+    """Add, list, claim and finish tasks."""
+
+
+@task.command("add")
+@click.argument("title")
+@click.option("--description", "-d", default="", help="Longer text (also keyword-matched).")
+@click.option("--priority", "-p", default="medium", help="high, medium or low.")
+@click.option("--role", default=None, help="Give this role the match bonus.")
+@click.option("--max-attempts", type=int, default=None, help="Claims before it fails for good.")
+@json_option
+@click.pass_context
+def task_add(ctx: click.Context, title: str, description: str, priority: str, role: str | None,
+             max_attempts: int | None, as_json: bool) -> None:  # fmt: skip
+    """Add a task titled TITLE."""
+    t = client(ctx).add_task(title, description, priority, role, max_attempts=max_attempts)
+    emit(t, as_json, lambda t: f"Added task {t.id}: {t.title}")
+
+
+@task.command("list")
+@click.option("--status", default=None, help="pending, in_progress, done, failed, cancelled.")
+@click.option("--node", "assigned_to", default=None, help="Only tasks held by this node.")
+@click.option("--limit", type=int, default=100, show_default=True)
+@json_option
+@click.pass_context
+def task_list(ctx: click.Context, status: str | None, assigned_to: str | None, limit: int,
+              as_json: bool) -> None:  # fmt: skip
+    """List tasks."""
+    tasks = client(ctx).list_tasks(status=status, assigned_to=assigned_to, limit=limit)
+    emit(tasks, as_json, lambda ts: "\n".join(map(_task_line, ts)) or "(no tasks)")
+
+
+@task.command("show")
+@click.argument("task_id")
+@json_option
+@click.pass_context
+def task_show(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Show one task."""
+    emit(client(ctx).get_task(task_id), as_json, _task_detail)
+
+
+@task.command("claim")
+@click.argument("node_id")
+@click.argument("role", required=False)
+@json_option
+@click.pass_context
+def task_claim(ctx: click.Context, node_id: str, role: str | None, as_json: bool) -> None:
+    """Claim the best task for NODE_ID (as ROLE, default the node's role)."""
+    c = client(ctx)
+    t = c.claim_best_task(node_id, role or c.get_node(node_id).role)
+    if as_json:
+        emit(t, True)
+    else:
+        from corral.render import claim_text
+
+        click.echo(claim_text(t) + (f" (epoch {t.epoch})" if t else ""))
+
+
+@task.command("complete")
+@click.argument("task_id")
+@click.argument("node_id")
+@click.option("--epoch", type=int, default=None, help="The lease epoch the claim returned.")
+@click.option("--result", default=None, help="JSON (or text) to record as the result.")
+@json_option
+@click.pass_context
+def task_complete(ctx: click.Context, task_id: str, node_id: str, epoch: int | None,
+                  result: str | None, as_json: bool) -> None:  # fmt: skip
+    """Mark TASK_ID done by NODE_ID."""
+    t = client(ctx).complete_task(task_id, node_id, epoch, _parse_value(result))
+    emit(t, as_json, lambda t: f"Completed task {t.id}: {t.title}")
+
+
+@task.command("fail")
+@click.argument("task_id")
+@click.argument("node_id")
+@click.option("--epoch", type=int, default=None, help="The lease epoch the claim returned.")
+@click.option("--error", default="", help="What went wrong.")
+@click.option("--no-retry", is_flag=True, help="Fail for good instead of requeueing.")
+@json_option
+@click.pass_context
+def task_fail(ctx: click.Context, task_id: str, node_id: str, epoch: int | None, error: str,
+              no_retry: bool, as_json: bool) -> None:  # fmt: skip
+    """Give TASK_ID up (requeued while attempts remain)."""
+    t = client(ctx).fail_task(task_id, node_id, epoch, error, retry=not no_retry)
+    emit(t, as_json, lambda t: f"Task {t.id} is now {t.status}")
+
+
+# --- config ----------------------------------------------------------------------------
+@click.group()
+def config() -> None:
+    """Show and change the cluster's settings."""
+
+
+@config.command("show")
+@json_option
+@click.pass_context
+def config_show(ctx: click.Context, as_json: bool) -> None:
+    """Print every setting."""
+    s = client(ctx).settings().to_dict()
+    emit(s, as_json, lambda d: "\n".join(f"{k} = {json.dumps(v)}" for k, v in d.items()))
+
+
+def _parse_value(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@config.command("set")
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY VALUE [KEY VALUE]...")
+@click.pass_context
+def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
+    """Set settings; VALUE is JSON (numbers, lists, objects) or text."""
+    if len(pairs) % 2:
+        raise click.UsageError(f"setting {pairs[-1]!r} has no value")
+    changes = {k: _parse_value(v) for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
+    client(ctx).configure(**changes)
+    for key, value in changes.items():
+        click.echo(f"{key} = {json.dumps(value)}")
+
+
+# --- monitor ---------------------------------------------------------------------------
+@click.command()
+@click.option("--max-sleep", type=float, default=None, help="Longest sleep between checks (s).")
+@click.option("-v", "--verbose", is_flag=True, help="Log every pass.")
+@click.pass_context
+def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
+    """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""
+    from corral.monitor import Monitor
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(message)s")  # fmt: skip
+    kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
+    m = Monitor(client(ctx), **kwargs)
+    signal.signal(signal.SIGTERM, lambda *_: m.stop())
+    try:
+        m.run()
+    except KeyboardInterrupt:
+        m.stop()
+
+
+def register(cli: click.Group) -> None:
+    for command in (init, status, assess, node, task, config, monitor):
+        cli.add_command(command)
+    _ = Path  # keep the import for commands that take paths

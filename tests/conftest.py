@@ -1,0 +1,54 @@
+"""Fixtures shared by the suite.
+
+``cluster`` runs a test once per backend in ``BACKENDS``: the same behaviour, every
+store (huey's StorageTests idea). Each backend module in ``tests/backends/`` exposes
+``make(tmp_path, clock) -> client`` and is listed here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import corral
+from corral.clock import FakeClock
+
+BACKENDS = ["sqlite"]
+
+IN_CI = bool(os.environ.get("CI"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_700_000_000.0)
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'corral.db'}"
+
+
+@pytest.fixture(params=BACKENDS)
+def cluster(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
+    """A fresh, empty cluster on each backend, on the fake clock."""
+    backend = importlib.import_module(f"tests.backends.{request.param}")
+    client = backend.make(request, tmp_path, clock)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def sqlite_cluster(db_url: str, clock: FakeClock) -> Iterator[corral.Cluster]:
+    """A fresh SQLite cluster on the fake clock (for SQLite-only tests)."""
+    c = corral.connect(db_url, clock=clock)
+    try:
+        yield c
+    finally:
+        c.close()
