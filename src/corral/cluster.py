@@ -151,6 +151,24 @@ class Cluster:
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
 
     # --- tasks --------------------------------------------------------------------
+    def _task_spec(
+        self,
+        title: Any,
+        description: Any = "",
+        priority: Any = "medium",
+        role: Any = None,
+        max_attempts: Any = None,
+    ) -> TaskSpec:
+        return TaskSpec(
+            title=check_text(title, "title", max_len=defaults.MAX_TITLE, allow_empty=False).strip(),
+            description=check_text(description, "description", max_len=defaults.MAX_DESCRIPTION),
+            priority=check_choice(priority, defaults.PRIORITIES, "priority"),
+            role=None if role is None else self._role(role),
+            max_attempts=None
+            if max_attempts is None
+            else int(check_positive(max_attempts, "max_attempts", integer=True)),
+        )
+
     def add_task(
         self,
         title: str,
@@ -160,16 +178,27 @@ class Cluster:
         *,
         max_attempts: int | None = None,
     ) -> Task:
-        spec = TaskSpec(
-            title=check_text(title, "title", max_len=defaults.MAX_TITLE, allow_empty=False).strip(),
-            description=check_text(description, "description", max_len=defaults.MAX_DESCRIPTION),
-            priority=check_choice(priority, defaults.PRIORITIES, "priority"),
-            role=None if role is None else self._role(role),
-            max_attempts=None
-            if max_attempts is None
-            else int(check_positive(max_attempts, "max_attempts", integer=True)),
-        )
+        """Put a task on the board; its role matches are fixed now (keywords in the
+        title and description, plus ``role``)."""
+        spec = self._task_spec(title, description, priority, role, max_attempts)
         return self.store.add_task(spec, self.clock.now())
+
+    def add_tasks(self, tasks: list[dict[str, Any]]) -> list[Task]:
+        """Add many tasks in one transaction: each item has ``add_task``'s arguments.
+        One bad item refuses the whole batch."""
+        if not isinstance(tasks, list) or len(tasks) > 100_000:
+            raise InvalidInputError("tasks must be a list of at most 100000 items", field="tasks")
+        specs = []
+        for i, item in enumerate(tasks):
+            if not isinstance(item, dict):
+                raise InvalidInputError(f"tasks[{i}] must be an object", field="tasks")
+            unknown = set(item) - {"title", "description", "priority", "role", "max_attempts"}
+            if unknown:
+                raise InvalidInputError(f"tasks[{i}] has unknown keys {sorted(unknown)}", field="tasks")
+            if "title" not in item:
+                raise InvalidInputError(f"tasks[{i}] has no title", field="tasks")
+            specs.append(self._task_spec(**item))
+        return self.store.add_tasks(specs, self.clock.now())
 
     def get_task(self, task_id: int | str) -> Task:
         return self.store.get_task(check_task_id(task_id))

@@ -87,7 +87,11 @@ class Store(ABC):
 
     # --- tasks ----------------------------------------------------------------
     @abstractmethod
-    def add_task(self, spec: TaskSpec, now: float) -> Task: ...
+    def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
+        """Add tasks in one transaction (all or none), in order."""
+
+    def add_task(self, spec: TaskSpec, now: float) -> Task:
+        return self.add_tasks([spec], now)[0]
 
     @abstractmethod
     def get_task(self, task_id: int) -> Task: ...

@@ -349,28 +349,30 @@ class SQLStore(Store):
             return node_from_row(row)
 
     # --- tasks ----------------------------------------------------------------------
-    def add_task(self, spec: TaskSpec, now: float) -> Task:
+    def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         with self._write() as tx:
             s = self._settings_in(tx)
-            roles = " ".join(
-                scoring.matched_roles(f"{spec.title}\n{spec.description}", s.role_keywords, spec.role)
-            )
-            key = scoring.sort_key(spec.priority, now)
-            row = tx.one(
-                "task_insert",
-                title=spec.title,
-                description=spec.description,
-                priority=spec.priority,
-                role=spec.role,
-                roles=roles,
-                max_attempts=spec.max_attempts or s.max_attempts,
-                sort_key=key,
-                now=now,
-            )
-            self._enqueue(tx, row["id"], key, now, roles)
-            self._event(tx, now, "task_added", None, row["id"], priority=spec.priority,
-                        roles=roles.split())  # fmt: skip
-            return task_from_row(row)
+            tasks = []
+            for spec in specs:
+                roles = " ".join(scoring.matched_roles(
+                    f"{spec.title}\n{spec.description}", s.role_keywords, spec.role))  # fmt: skip
+                key = scoring.sort_key(spec.priority, now)
+                row = tx.one(
+                    "task_insert",
+                    title=spec.title,
+                    description=spec.description,
+                    priority=spec.priority,
+                    role=spec.role,
+                    roles=roles,
+                    max_attempts=spec.max_attempts or s.max_attempts,
+                    sort_key=key,
+                    now=now,
+                )
+                self._enqueue(tx, row["id"], key, now, roles)
+                self._event(tx, now, "task_added", None, row["id"], priority=spec.priority,
+                            roles=roles.split())  # fmt: skip
+                tasks.append(task_from_row(row))
+            return tasks
 
     def get_task(self, task_id: int) -> Task:
         with self._read() as tx:
