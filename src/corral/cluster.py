@@ -277,3 +277,31 @@ class Cluster:
             check_text(message, "message", max_len=defaults.MAX_DESCRIPTION, allow_empty=False),
             self.clock.now(),
         )
+
+    # --- alerts and heartbeat metrics (worker SDK) ----------------------------------
+    def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
+        """Record an ``alert`` event (e.g. a heartbeat destination failed 3 times in a
+        row); ``data`` is free-form JSON."""
+        check_payload(data, "data")
+        return self.store.record_alert(
+            None if node_id is None else check_id(node_id),
+            check_text(message, "message", max_len=defaults.MAX_DESCRIPTION, allow_empty=False),
+            data,
+            self.clock.now(),
+        )
+
+    def record_metrics(self, node_id: str, sample: dict[str, Any], *,
+                       keep: int | None = None) -> Event:  # fmt: skip
+        """Append one point of ``node_id``'s heartbeat metrics series (a
+        ``heartbeat_sample`` event); with ``keep``, only the newest ``keep`` stay."""
+        if not isinstance(sample, dict):
+            raise InvalidInputError("sample must be an object", field="sample")
+        check_payload(sample, "sample")
+        if keep is not None:
+            keep = int(check_positive(keep, "keep", integer=True))
+        return self.store.record_sample(check_id(node_id), sample, keep, self.clock.now())
+
+    def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
+        """The newest ``limit`` points of ``node_id``'s heartbeat metrics, oldest first."""
+        limit = int(check_positive(limit, "limit", integer=True))
+        return self.store.samples(check_id(node_id), min(limit, 10_000))

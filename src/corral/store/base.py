@@ -138,6 +138,23 @@ class Store(ABC):
     @abstractmethod
     def broadcast(self, node_id: str | None, message: str, now: float) -> Event: ...
 
+    # --- alerts and the heartbeat metrics series (worker SDK) ---------------------
+    @abstractmethod
+    def record_alert(self, node_id: str | None, message: str, data: dict[str, Any],
+                     now: float) -> Event:  # fmt: skip
+        """Append an ``alert`` event (e.g. a heartbeat destination failing) and return it."""
+
+    @abstractmethod
+    def record_sample(self, node_id: str, sample: dict[str, Any], keep: int | None,
+                      now: float) -> Event:  # fmt: skip
+        """Append a ``heartbeat_sample`` event for ``node_id``; when ``keep`` is given,
+        delete that node's older samples beyond the newest ``keep``, in the same
+        transaction. Returns the new event."""
+
+    @abstractmethod
+    def samples(self, node_id: str, limit: int) -> list[Event]:
+        """The newest ``limit`` heartbeat samples of ``node_id``, oldest first."""
+
     # --- the monitor's duties -----------------------------------------------------
     @abstractmethod
     def deadlines(self) -> Deadlines: ...

@@ -560,6 +560,28 @@ class SQLStore(Store):
             self._event(tx, now, "broadcast", node_id, message=message)
             return event_from_row(tx.one("events_last_full"))
 
+    # --- alerts and the heartbeat metrics series -----------------------------------
+    def record_alert(self, node_id: str | None, message: str, data: dict[str, Any],
+                     now: float) -> Event:  # fmt: skip
+        with self._write() as tx:
+            row = tx.one("event_insert_returning", ts=now, kind="alert", node_id=node_id,
+                         task_id=None, data=_dumps({**data, "message": message}))  # fmt: skip
+            return event_from_row(row)
+
+    def record_sample(self, node_id: str, sample: dict[str, Any], keep: int | None,
+                      now: float) -> Event:  # fmt: skip
+        with self._write() as tx:
+            row = tx.one("event_insert_returning", ts=now, kind="heartbeat_sample",
+                         node_id=node_id, task_id=None, data=_dumps(sample))  # fmt: skip
+            if keep is not None:
+                tx.run("samples_prune", node_id=node_id, keep=keep)
+            return event_from_row(row)
+
+    def samples(self, node_id: str, limit: int) -> list[Event]:
+        with self._read() as tx:
+            rows = tx.all("samples_latest", node_id=node_id, limit=limit)
+        return [event_from_row(r) for r in rows]
+
     # --- monitor duties -------------------------------------------------------------
     def deadlines(self) -> Deadlines:
         with self._read() as tx:

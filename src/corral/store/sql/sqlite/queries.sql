@@ -224,3 +224,23 @@ SELECT * FROM tasks WHERE assigned_to = :assigned_to ORDER BY id LIMIT :limit;
 
 -- name: events_last_full
 SELECT * FROM events ORDER BY seq DESC LIMIT 1;
+
+-- Alerts and the heartbeat metrics series (worker SDK): rows of the events table.
+
+-- name: event_insert_returning
+INSERT INTO events (ts, kind, node_id, task_id, data)
+VALUES (:ts, :kind, :node_id, :task_id, :data)
+RETURNING *;
+
+-- name: samples_prune
+DELETE FROM events
+WHERE kind = 'heartbeat_sample' AND node_id = :node_id
+  AND seq <= (SELECT seq FROM events WHERE kind = 'heartbeat_sample' AND node_id = :node_id
+              ORDER BY seq DESC LIMIT 1 OFFSET :keep);
+
+-- name: samples_latest
+SELECT * FROM (
+    SELECT * FROM events WHERE kind = 'heartbeat_sample' AND node_id = :node_id
+    ORDER BY seq DESC LIMIT :limit
+) AS s
+ORDER BY seq;
