@@ -1,0 +1,521 @@
+"""Claim + complete throughput on one SQLite file with 1, 2, 4 and 8 processes.
+
+Three systems run side by side in the same run, each on its own fresh file in WAL
+mode with the same ``synchronous`` setting and the same fixed number of no-op jobs:
+
+- ``corral``: each process opens ``corral.connect``, registers its own node and loops
+  ``claim_best_task`` + ``complete_task`` until the board is empty (the full
+  operation: node update and events included);
+- ``bare``: the floor — ``BEGIN IMMEDIATE; UPDATE … RETURNING; COMMIT`` to claim, and
+  a second ``BEGIN IMMEDIATE; UPDATE; COMMIT`` to complete (fenced by holder and epoch);
+- ``huey``: huey's ``SqliteHuey`` consumer step (``dequeue`` + ``execute``) on a
+  no-op task. huey's own ``fsync`` option only knows FULL (True) and OFF (False), so
+  for NORMAL its connection gets ``PRAGMA synchronous=NORMAL`` like the others.
+
+Then a run with ``--locked-procs`` (16) processes counts every "database is locked"
+error that reaches a caller; the target is none.
+
+    python bench/sqlite_throughput.py            # the full run (a few minutes)
+    python bench/sqlite_throughput.py --quick    # a smoke run (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from _common import RESULTS_DIR, machine_info, table, write_json
+
+SYSTEMS = ("bare", "corral", "huey")
+ROLE = "developer"
+HUEY_QUEUE = "bench"
+_PRIORITIES = ("high", "medium", "low")
+
+
+# --- setup: one fresh file per run, loaded with ``jobs`` pending jobs ------------------
+def _load_corral(path: Path, jobs: int, sync: str) -> None:
+    import corral
+
+    with corral.connect(f"sqlite:///{path}", synchronous=sync) as c:
+        c.configure(max_agents=10_000)
+        for start in range(0, jobs, 10_000):
+            batch = range(start, min(jobs, start + 10_000))
+            # Every third title matches the developer keywords, so claims use both
+            # index heads (role match and all tasks).
+            c.add_tasks(
+                [
+                    {
+                        "title": f"implement part {i}" if i % 3 == 0 else f"job {i}",
+                        "priority": _PRIORITIES[i % 3],
+                    }
+                    for i in batch
+                ]
+            )
+
+
+_BARE_SCHEMA = """
+CREATE TABLE jobs (
+    id       INTEGER PRIMARY KEY,
+    payload  TEXT NOT NULL,
+    sort_key REAL NOT NULL,
+    status   TEXT NOT NULL,
+    holder   TEXT,
+    epoch    INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_pending ON jobs (sort_key, id) WHERE status = 'pending';
+"""
+_BARE_CLAIM = """
+UPDATE jobs SET status = 'running', holder = ?, epoch = epoch + 1
+WHERE id = (SELECT id FROM jobs WHERE status = 'pending' ORDER BY sort_key, id LIMIT 1)
+RETURNING id, epoch
+"""
+_BARE_COMPLETE = "UPDATE jobs SET status = 'done' WHERE id = ? AND holder = ? AND epoch = ?"
+
+
+def _load_bare(path: Path, jobs: int, sync: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={sync}")
+    conn.executescript(_BARE_SCHEMA)
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "INSERT INTO jobs (payload, sort_key, status) VALUES (?, ?, 'pending')",
+        ((f"job {i}", now + i * 1e-3 - 60 * (30 - 10 * (i % 3))) for i in range(jobs)),
+    )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+class _Huey:
+    """huey's SQLite backend at a given ``synchronous`` setting, with a no-op task."""
+
+    def __init__(self, path: Path, sync: str) -> None:
+        from huey import SqliteHuey
+        from huey.storage import SqliteStorage
+
+        class Storage(SqliteStorage):
+            def _create_connection(self) -> sqlite3.Connection:
+                conn = super()._create_connection()
+                conn.execute(f"PRAGMA synchronous={sync}")
+                return conn
+
+        if sync == "FULL":  # huey's own option for full durability
+            self.huey = SqliteHuey(HUEY_QUEUE, filename=str(path), fsync=True)
+        elif sync == "OFF":
+            self.huey = SqliteHuey(HUEY_QUEUE, filename=str(path), fsync=False)
+        else:
+            self.huey = SqliteHuey(HUEY_QUEUE, filename=str(path), storage_class=Storage)
+        self.noop = self.huey.task(name="bench.noop")(_noop)
+
+
+def _noop() -> None:
+    return None
+
+
+def _load_huey(path: Path, jobs: int, sync: str) -> None:
+    # Loading is not measured: enqueue without syncing, in one transaction.
+    h = _Huey(path, "OFF")
+    storage = h.huey.storage
+    datas = [h.huey.serialize_task(h.noop.s()) for _ in range(jobs)]
+    with storage.db(commit=True) as curs:
+        curs.executemany(
+            "INSERT INTO task (queue, data, priority) VALUES (?, ?, ?)",
+            ((storage.name, storage.to_blob(d), 0) for d in datas),
+        )
+    storage.close()
+
+
+_LOADERS = {"corral": _load_corral, "bare": _load_bare, "huey": _load_huey}
+
+
+# --- workers ---------------------------------------------------------------------------
+def _is_locked(exc: BaseException) -> bool:
+    return "locked" in str(exc).lower() or "busy" in str(exc).lower()
+
+
+def _worker(
+    system: str, path: str, sync: str, wid: int, barrier: Any, out: Any
+) -> None:  # pragma: no cover - runs in a child process
+    report: dict[str, Any] = {"wid": wid, "jobs": 0, "locked": 0, "error": None}
+    try:
+        step, close = _setup(system, Path(path), sync, wid, report)
+        barrier.wait(timeout=120)
+        report["t0"] = time.monotonic()
+        while step():
+            report["jobs"] += 1
+        report["t1"] = time.monotonic()
+        close()
+    except BaseException as exc:  # report, never hang the parent
+        report["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+        report.setdefault("t0", time.monotonic())
+        report["t1"] = time.monotonic()
+    out.put(report)
+
+
+def _retrying(fn: Any, report: dict[str, Any]) -> Any:
+    """Call ``fn``; a "database is locked" reaching us is counted, then retried."""
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not _is_locked(exc):
+                raise
+            report["locked"] += 1
+            if report["locked"] > 1000:
+                raise
+
+
+def _setup(system: str, path: Path, sync: str, wid: int, report: dict[str, Any]) -> Any:
+    if system == "corral":
+        import corral
+
+        c = corral.connect(f"sqlite:///{path}", synchronous=sync)
+        node = f"bench-{wid}"
+        c.register_node(node, ROLE)
+
+        def step() -> bool:
+            task = _retrying(lambda: c.claim_best_task(node, ROLE), report)
+            if task is None:
+                return False
+            _retrying(lambda: c.complete_task(task.id, node, task.epoch), report)
+            return True
+
+        return step, c.close
+
+    if system == "bare":
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        conn.execute(f"PRAGMA synchronous={sync}")
+        holder = f"bench-{wid}"
+
+        def tx(sql: str, *params: Any) -> Any:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(sql, params).fetchone()
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return row
+
+        def step() -> bool:
+            row = _retrying(lambda: tx(_BARE_CLAIM, holder), report)
+            if row is None:
+                return False
+            _retrying(lambda: tx(_BARE_COMPLETE, row[0], holder, row[1]), report)
+            return True
+
+        return step, conn.close
+
+    if system == "huey":
+        h = _Huey(path, sync).huey
+
+        def step() -> bool:
+            task = _retrying(h.dequeue, report)
+            if task is None:
+                return False
+            _retrying(lambda: h.execute(task), report)
+            return True
+
+        return step, h.storage.close
+
+    raise ValueError(system)
+
+
+def _verify(system: str, path: Path, jobs: int) -> str | None:
+    """None when every job was done exactly once, else what is wrong."""
+    conn = sqlite3.connect(path)
+    try:
+        if system == "corral":
+            q = "SELECT status, count(*) FROM tasks GROUP BY status"
+        elif system == "bare":
+            q = "SELECT status, count(*) FROM jobs GROUP BY status"
+        else:
+            q = "SELECT 'pending', count(*) FROM task"
+        counts = dict(conn.execute(q).fetchall())
+    finally:
+        conn.close()
+    left = counts.get("pending", 0) + counts.get("in_progress", 0) + counts.get("running", 0)
+    if left:
+        return f"{left} jobs not done: {counts}"
+    if system != "huey" and counts.get("done", 0) != jobs:
+        return f"expected {jobs} done: {counts}"
+    return None
+
+
+def run_once(
+    system: str, procs: int, jobs: int, sync: str, workdir: Path, ctx: Any
+) -> dict[str, Any]:
+    """One measured run: a fresh file, ``jobs`` pending, ``procs`` workers."""
+    rundir = Path(tempfile.mkdtemp(prefix=f"{system}-{procs}-", dir=workdir))
+    path = rundir / "bench.db"
+    _LOADERS[system](path, jobs, sync)
+    barrier = ctx.Barrier(procs)
+    out = ctx.Queue()
+    workers = [
+        ctx.Process(target=_worker, args=(system, str(path), sync, i, barrier, out))
+        for i in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    reports = []
+    for _ in workers:
+        try:
+            reports.append(out.get(timeout=600))
+        except Exception:  # a worker died without reporting
+            break
+    for w in workers:
+        w.join(timeout=30)
+        if w.is_alive():
+            w.kill()
+            w.join()
+    errors = [r["error"] for r in reports if r["error"]]
+    if len(reports) < procs:
+        errors.append(f"{procs - len(reports)} workers died without reporting")
+    done = sum(r["jobs"] for r in reports)
+    wrong = None if errors else _verify(system, path, jobs)
+    if wrong:
+        errors.append(wrong)
+    if done != jobs and not errors:
+        errors.append(f"workers reported {done} jobs, expected {jobs}")
+    seconds = (max(r["t1"] for r in reports) - min(r["t0"] for r in reports)) if reports else 0.0
+    shutil.rmtree(rundir, ignore_errors=True)
+    return {
+        "system": system,
+        "synchronous": sync,
+        "procs": procs,
+        "jobs": done,
+        "seconds": seconds,
+        "jobs_per_s": done / seconds if seconds > 0 else 0.0,
+        "locked_errors": sum(r["locked"] for r in reports),
+        "errors": errors,
+    }
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if not r["errors"]] or runs
+    rates = [r["jobs_per_s"] for r in ok]
+    best = dict(min(ok, key=lambda r: abs(r["jobs_per_s"] - statistics.median(rates))))
+    best["jobs_per_s"] = statistics.median(rates)
+    best["repeats"] = [round(r["jobs_per_s"], 1) for r in runs]
+    best["locked_errors"] = sum(r["locked_errors"] for r in runs)
+    best["errors"] = [e for r in runs for e in r["errors"]]
+    return best
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=4000, help="jobs per run (default 4000)")
+    p.add_argument("--procs", default="1,2,4,8", help="process counts (default 1,2,4,8)")
+    p.add_argument(
+        "--locked-procs",
+        type=int,
+        default=16,
+        help="processes for the 'database is locked' run (0: skip)",
+    )
+    p.add_argument(
+        "--synchronous",
+        default="NORMAL,FULL",
+        help="synchronous settings to compare (default NORMAL,FULL)",
+    )
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="which systems to run")
+    p.add_argument("--repeat", type=int, default=3, help="runs per cell; the median counts")
+    p.add_argument("--start-method", default="fork", choices=("fork", "spawn", "forkserver"))
+    p.add_argument("--dir", type=Path, default=None, help="where the database files go")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / "sqlite_throughput.json")
+    p.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.jobs, args.procs, args.locked_procs = 200, "1,2", 4
+        args.synchronous, args.repeat = "NORMAL", 1
+    args.procs = [int(x) for x in str(args.procs).split(",") if x]
+    args.synchronous = [x.strip().upper() for x in args.synchronous.split(",") if x.strip()]
+    args.systems = [x.strip() for x in args.systems.split(",") if x.strip()]
+    for s in args.systems:
+        if s not in SYSTEMS:
+            p.error(f"--systems: unknown system {s!r} (choose from {', '.join(SYSTEMS)})")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    ctx = mp.get_context(args.start_method)
+    info = machine_info()
+    workdir = Path(tempfile.mkdtemp(prefix="corral-bench-", dir=args.dir))
+    print(
+        f"# SQLite claim+complete throughput: {args.jobs} no-op jobs per run, "
+        f"{info['usable_cores']} cores, SQLite {info['sqlite']}, files in {workdir}"
+    )
+    cells: list[dict[str, Any]] = []
+    try:
+        for sync in args.synchronous:
+            for procs in args.procs:
+                runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.systems}
+                for _ in range(args.repeat):  # interleaved: every system sees the same load
+                    for system in args.systems:
+                        runs[system].append(run_once(system, procs, args.jobs, sync, workdir, ctx))
+                for system in args.systems:
+                    cell = _median_run(runs[system])
+                    cells.append(cell)
+                    _progress(cell, f"runs {cell['repeats']}  locked {cell['locked_errors']}")
+        locked: list[dict[str, Any]] = []
+        if args.locked_procs:
+            sync = args.synchronous[0]
+            for system in args.systems:
+                r = run_once(system, args.locked_procs, args.jobs, sync, workdir, ctx)
+                locked.append(r)
+                _progress(r, f"'database is locked' reaching a caller: {r['locked_errors']}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    summary = _summary(cells, args)
+    result = {
+        "bench": "sqlite_throughput",
+        "machine": {**info, "loadavg_end": list(os.getloadavg())},
+        "params": {
+            "jobs": args.jobs,
+            "procs": args.procs,
+            "locked_procs": args.locked_procs,
+            "synchronous": args.synchronous,
+            "systems": args.systems,
+            "repeat": args.repeat,
+            "start_method": args.start_method,
+            "quick": args.quick,
+        },
+        "runs": cells,
+        "summary": summary,
+        "locked": locked,
+        "targets": _targets(summary, locked),
+    }
+    print()
+    print(render(result))
+    write_json(args.out, result)
+    print(f"\nwrote {args.out}")
+    failed = [c for c in (*cells, *locked) if c["errors"]]
+    return 1 if failed else 0
+
+
+def _progress(r: dict[str, Any], note: str) -> None:
+    rate = f"{r['jobs_per_s']:>9,.0f} jobs/s"
+    line = f"  {r['synchronous']:6} {r['procs']:2} procs {r['system']:6} {rate}"
+    errors = f"  ERRORS {r['errors'][:1]}" if r["errors"] else ""
+    print(f"{line}  {note}{errors}", flush=True)
+
+
+def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    for sync in args.synchronous:
+        for procs in args.procs:
+            rate = {
+                c["system"]: c["jobs_per_s"]
+                for c in cells
+                if c["synchronous"] == sync and c["procs"] == procs
+            }
+            corral, bare, huey = rate.get("corral"), rate.get("bare"), rate.get("huey")
+            rows.append(
+                {
+                    "synchronous": sync,
+                    "procs": procs,
+                    "corral": corral,
+                    "bare": bare,
+                    "huey": huey,
+                    "corral_vs_bare": corral / bare if corral and bare else None,
+                    "corral_vs_huey": corral / huey if corral and huey else None,
+                }
+            )
+    return rows
+
+
+def _targets(summary: list[dict[str, Any]], locked: list[dict[str, Any]]) -> dict[str, Any]:
+    vs_bare = [r["corral_vs_bare"] for r in summary if r["corral_vs_bare"] is not None]
+    vs_huey = [r["corral_vs_huey"] for r in summary if r["corral_vs_huey"] is not None]
+    corral_locked = [r for r in locked if r["system"] == "corral"]
+    return {
+        "corral_vs_bare_min": min(vs_bare) if vs_bare else None,
+        "corral_vs_bare_target": 0.5,
+        "corral_vs_bare_met": bool(vs_bare) and min(vs_bare) >= 0.5,
+        "corral_vs_huey_min": min(vs_huey) if vs_huey else None,
+        "corral_vs_huey_met": bool(vs_huey) and min(vs_huey) > 1.0,
+        "corral_locked_errors": corral_locked[0]["locked_errors"] if corral_locked else None,
+        "corral_locked_met": bool(corral_locked)
+        and corral_locked[0]["locked_errors"] == 0
+        and not corral_locked[0]["errors"],
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    """The Markdown tables for docs/performance.md."""
+    rows = [
+        [
+            r["synchronous"],
+            r["procs"],
+            r["bare"],
+            r["corral"],
+            r["huey"],
+            _ratio(r["corral_vs_bare"]),
+            _ratio(r["corral_vs_huey"]),
+        ]
+        for r in result["summary"]
+    ]
+    out = table(
+        [
+            "synchronous",
+            "processes",
+            "bare loop jobs/s",
+            "corral jobs/s",
+            "huey jobs/s",
+            "corral / bare",
+            "corral / huey",
+        ],
+        rows,
+    )
+    if result["locked"]:
+        out += "\n\n" + table(
+            [
+                "system",
+                "processes",
+                "synchronous",
+                "jobs/s",
+                "'database is locked' at caller",
+                "other errors",
+            ],
+            [
+                [
+                    r["system"],
+                    r["procs"],
+                    r["synchronous"],
+                    r["jobs_per_s"],
+                    r["locked_errors"],
+                    len(r["errors"]),
+                ]
+                for r in result["locked"]
+            ],
+        )
+    t = result["targets"]
+    out += (
+        f"\n\ntargets: corral >= 0.5x bare: {_ratio(t['corral_vs_bare_min'])} (worst cell) "
+        f"{'met' if t['corral_vs_bare_met'] else 'MISSED'}; corral ahead of huey: "
+        f"{_ratio(t['corral_vs_huey_min'])} (worst cell) "
+        f"{'met' if t['corral_vs_huey_met'] else 'MISSED'}; no 'database is locked' with "
+        f"{result['params']['locked_procs']} processes: "
+        f"{'met' if t['corral_locked_met'] else 'MISSED'}"
+    )
+    return out
+
+
+def _ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}x"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
