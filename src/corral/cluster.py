@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
 from corral import defaults
@@ -216,10 +217,31 @@ class Cluster:
         limit = int(check_positive(limit, "limit", integer=True))
         return self.store.list_tasks(status=status, assigned_to=assigned_to, limit=min(limit, 10_000))
 
-    def claim_best_task(self, node_id: str, role: str) -> Task | None:
+    def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
         """Take the best pending task for ``role`` (anti-idle.md "Scoring Algorithm");
-        None when nothing is pending. The task carries its lease ``epoch``."""
-        return self.store.claim(check_id(node_id), self._role(role), self.clock.now())
+        None when nothing is pending. The task carries its lease ``epoch``.
+
+        ``wait`` (seconds, at most ``MAX_CLAIM_WAIT``): when nothing is pending, block
+        until a task is added (woken by the store, no polling) or the time is up."""
+        role = self._role(role)
+        node_id = check_id(node_id)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not (
+            0 <= wait <= defaults.MAX_CLAIM_WAIT
+        ):
+            raise InvalidInputError(
+                f"wait must be a number of seconds from 0 to {defaults.MAX_CLAIM_WAIT:g}",
+                field="wait",
+            )
+        if not wait:
+            return self.store.claim(node_id, role, self.clock.now())
+        deadline = time.monotonic() + wait
+        while True:
+            token = self.store.ready_token()
+            task = self.store.claim(node_id, role, self.clock.now())
+            left = deadline - time.monotonic()
+            if task is not None or left <= 0:
+                return task
+            self.store.wait_ready(token, left)
 
     def complete_task(
         self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_ROLE_KEYWORDS",
     "DEFAULT_SQLITE_FILE",
     "MANAGER_ROLE",
+    "MAX_CLAIM_WAIT",
     "MAX_DESCRIPTION",
     "MAX_ID_LENGTH",
     "MAX_PAYLOAD_BYTES",
@@ -25,6 +26,7 @@ __all__ = [
     "MONITOR_MAX_SLEEP",
     "NODE_STATUSES",
     "PRIORITIES",
+    "SQLITE_WAIT_RECHECK",
     "STRENGTHS",
     "TASK_STATUSES",
 ]
@@ -91,3 +93,5 @@ DEFAULT_DIR = ".corral"
 DEFAULT_SQLITE_FILE = "corral.db"
 BUSY_TIMEOUT_SECONDS = 30.0
 MONITOR_MAX_SLEEP = 0.5
+MAX_CLAIM_WAIT = 3600.0  # longest ``claim_best_task(wait=…)``, seconds
+SQLITE_WAIT_RECHECK = 1.0  # a waiting claim on SQLite re-checks for other processes' tasks

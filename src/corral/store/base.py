@@ -8,6 +8,7 @@ transaction can: capacity, lease ownership and epochs, the liveness double-check
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -177,6 +178,16 @@ class Store(ABC):
         idempotent and double-checked, so by default every monitor may; a shared
         backend elects one leader."""
         return True
+
+    # --- waiting claims -----------------------------------------------------------
+    def ready_token(self) -> Any:
+        """A marker of the wake-ups seen so far; take it *before* a claim attempt."""
+        return None
+
+    def wait_ready(self, token: Any, timeout: float) -> None:
+        """Block until a task may have become pending since ``token`` was taken (or
+        ``timeout`` seconds pass). Backends without a wake-up re-check every second."""
+        time.sleep(min(timeout, 1.0))
 
     @abstractmethod
     def close(self) -> None: ...

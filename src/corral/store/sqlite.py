@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from corral.defaults import BUSY_TIMEOUT_SECONDS
+from corral.defaults import BUSY_TIMEOUT_SECONDS, SQLITE_WAIT_RECHECK
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.store.queries import load_queries, migrations
+from corral.store.signal import WAKE_QUERIES, signal_for
 from corral.store.sqlbase import SQLStore
 
 __all__ = ["SQLiteStore"]
@@ -28,12 +29,14 @@ _QUERIES = load_queries("sqlite")
 
 
 class _Tx:
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "wake")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self.wake = False  # a task may become pending: wake waiting claims on commit
 
     def one(self, name: str, **params: Any) -> Any:
+        self.wake = self.wake or name in WAKE_QUERIES
         rows = self._conn.execute(_QUERIES[name], params).fetchall()
         return rows[0] if rows else None
 
@@ -41,6 +44,7 @@ class _Tx:
         return self._conn.execute(_QUERIES[name], params).fetchall()
 
     def run(self, name: str, **params: Any) -> int:
+        self.wake = self.wake or name in WAKE_QUERIES
         return self._conn.execute(_QUERIES[name], params).rowcount
 
 
@@ -70,6 +74,7 @@ class SQLiteStore(SQLStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._busy_timeout = busy_timeout
+        self._ready = signal_for(path)
         try:
             self._conn = sqlite3.connect(
                 str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -115,8 +120,9 @@ class SQLiteStore(SQLStore):
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise _unavailable(exc) from exc
+            tx = _Tx(self._conn)
             try:
-                yield _Tx(self._conn)
+                yield tx
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
@@ -125,6 +131,8 @@ class SQLiteStore(SQLStore):
             except sqlite3.Error as exc:
                 self._conn.execute("ROLLBACK")
                 raise _unavailable(exc) from exc
+        if tx.wake:
+            self._ready.bump()
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:
@@ -134,6 +142,14 @@ class SQLiteStore(SQLStore):
                 yield _Tx(self._conn)
             finally:
                 self._conn.execute("COMMIT")
+
+    def ready_token(self) -> int:
+        return self._ready.token()
+
+    def wait_ready(self, token: Any, timeout: float) -> None:
+        """Woken in-process at once; a task added by another process is seen at the
+        next re-check (every ``SQLITE_WAIT_RECHECK`` seconds)."""
+        self._ready.wait(token, min(timeout, SQLITE_WAIT_RECHECK))
 
     def close(self) -> None:
         with self._lock:
