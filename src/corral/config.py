@@ -35,7 +35,9 @@ def _check_keywords(value: Any) -> dict[str, list[str]]:
             raise InvalidInputError(f"{field} cannot define {role}", field=field)
         if isinstance(words, str) or not isinstance(words, list | tuple):
             raise InvalidInputError(f"{field}[{role}] must be a list of words", field=field)
-        out[role] = [check_text(w, f"{field}[{role}]", max_len=64, allow_empty=False) for w in words]
+        out[role] = [
+            check_text(w, f"{field}[{role}]", max_len=64, allow_empty=False) for w in words
+        ]
     return out
 
 

@@ -128,9 +128,7 @@ class Settings:
     max_agents: int = defaults.CLUSTER_SETTINGS["max_agents"]
     idle_timeout_seconds: float = defaults.CLUSTER_SETTINGS["idle_timeout_seconds"]
     manager_heartbeat_interval: float = defaults.CLUSTER_SETTINGS["manager_heartbeat_interval"]
-    workload_assessment_interval: float = defaults.CLUSTER_SETTINGS[
-        "workload_assessment_interval"
-    ]
+    workload_assessment_interval: float = defaults.CLUSTER_SETTINGS["workload_assessment_interval"]
     grace_period_seconds: float = defaults.CLUSTER_SETTINGS["grace_period_seconds"]
     heartbeat_interval: float = defaults.CLUSTER_SETTINGS["heartbeat_interval"]
     stale_threshold: float = defaults.CLUSTER_SETTINGS["stale_threshold"]

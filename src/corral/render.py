@@ -77,9 +77,7 @@ def render_state(s: State) -> str:
     else:
         lines.append("(no active nodes)")
     md, wd = s.metadata, s.work_distribution
-    manager = md.get("manager_id") or next(
-        (n.id for n in s.nodes if n.role == MANAGER_ROLE), None
-    )
+    manager = md.get("manager_id") or next((n.id for n in s.nodes if n.role == MANAGER_ROLE), None)
     lines += [
         "**Cluster Metadata:**",
         f"Active Nodes: {len(s.nodes)}/{s.max_agents}",
@@ -101,7 +99,6 @@ def render_state(s: State) -> str:
     else:
         age = s.now - s.last_heartbeat
         fresh = s.liveness_window <= 0 or age < s.liveness_window
-        lines.append(
-            f"**Node Heartbeat:** {'🟢 ACTIVE' if fresh else '🔴 STALE'} ({_ago(s.now, s.last_heartbeat)})"
-        )
+        mark = "🟢 ACTIVE" if fresh else "🔴 STALE"
+        lines.append(f"**Node Heartbeat:** {mark} ({_ago(s.now, s.last_heartbeat)})")
     return "\n".join(lines)

@@ -80,6 +80,10 @@ def best_order(tasks: Iterable[Candidate], role: str, now: float) -> list[int]:
         t.id
         for t in sorted(
             tasks,
-            key=lambda t: (-score(t.priority, role in t.roles, t.created_at, now), t.created_at, t.id),
+            key=lambda t: (
+                -score(t.priority, role in t.roles, t.created_at, now),
+                t.created_at,
+                t.id,
+            ),
         )
     ]

@@ -41,8 +41,20 @@ def _task_detail(t: Task) -> str:
 
 
 def _node_detail(n: Node) -> str:
-    keys = ("role", "status", "model", "strength", "current_task_id", "idle_since",
-            "last_activity", "last_heartbeat", "heartbeat_interval", "health", "host", "pid")  # fmt: skip
+    keys = (
+        "role",
+        "status",
+        "model",
+        "strength",
+        "current_task_id",
+        "idle_since",
+        "last_activity",
+        "last_heartbeat",
+        "heartbeat_interval",
+        "health",
+        "host",
+        "pid",
+    )
     return "\n".join([f"node {n.id}", *(f"  {k}: {getattr(n, k)}" for k in keys)])
 
 
@@ -85,8 +97,15 @@ def node() -> None:
 @click.option("--heartbeat-interval", type=float, default=None, help="Seconds between beats.")
 @json_option
 @click.pass_context
-def node_register(ctx: click.Context, node_id: str, role: str, model: str | None,
-                  strength: str | None, heartbeat_interval: float | None, as_json: bool) -> None:  # fmt: skip
+def node_register(
+    ctx: click.Context,
+    node_id: str,
+    role: str,
+    model: str | None,
+    strength: str | None,
+    heartbeat_interval: float | None,
+    as_json: bool,
+) -> None:
     """Register NODE_ID as ROLE (refused at capacity)."""
     emit(client(ctx).register_node(node_id, role, model, strength, heartbeat_interval), as_json)
 
@@ -97,8 +116,9 @@ def node_register(ctx: click.Context, node_id: str, role: str, model: str | None
 @click.option("--all", "show_all", is_flag=True, help="Include terminated nodes.")
 @json_option
 @click.pass_context
-def node_list(ctx: click.Context, status: str | None, role: str | None, show_all: bool,
-              as_json: bool) -> None:  # fmt: skip
+def node_list(
+    ctx: click.Context, status: str | None, role: str | None, show_all: bool, as_json: bool
+) -> None:
     """List nodes (live ones unless --all or --status terminated)."""
     nodes = client(ctx).list_nodes(status=status, role=role)
     if not show_all and status is None:
@@ -121,8 +141,9 @@ def node_show(ctx: click.Context, node_id: str, as_json: bool) -> None:
 @click.option("--task", "task_id", default=None, help="The task it is working on.")
 @json_option
 @click.pass_context
-def node_status(ctx: click.Context, node_id: str, status: str, task_id: str | None,
-                as_json: bool) -> None:  # fmt: skip
+def node_status(
+    ctx: click.Context, node_id: str, status: str, task_id: str | None, as_json: bool
+) -> None:
     """Set NODE_ID's STATUS (working, idle, waiting, terminated)."""
     emit(client(ctx).set_agent_status(node_id, status, task_id), as_json, _node_detail)
 
@@ -150,8 +171,15 @@ def task() -> None:
 @click.option("--max-attempts", type=int, default=None, help="Claims before it fails for good.")
 @json_option
 @click.pass_context
-def task_add(ctx: click.Context, title: str, description: str, priority: str, role: str | None,
-             max_attempts: int | None, as_json: bool) -> None:  # fmt: skip
+def task_add(
+    ctx: click.Context,
+    title: str,
+    description: str,
+    priority: str,
+    role: str | None,
+    max_attempts: int | None,
+    as_json: bool,
+) -> None:
     """Add a task titled TITLE."""
     t = client(ctx).add_task(title, description, priority, role, max_attempts=max_attempts)
     emit(t, as_json, lambda t: f"Added task {t.id}: {t.title}")
@@ -163,8 +191,9 @@ def task_add(ctx: click.Context, title: str, description: str, priority: str, ro
 @click.option("--limit", type=int, default=100, show_default=True)
 @json_option
 @click.pass_context
-def task_list(ctx: click.Context, status: str | None, assigned_to: str | None, limit: int,
-              as_json: bool) -> None:  # fmt: skip
+def task_list(
+    ctx: click.Context, status: str | None, assigned_to: str | None, limit: int, as_json: bool
+) -> None:
     """List tasks."""
     tasks = client(ctx).list_tasks(status=status, assigned_to=assigned_to, limit=limit)
     emit(tasks, as_json, lambda ts: "\n".join(map(_task_line, ts)) or "(no tasks)")
@@ -203,8 +232,14 @@ def task_claim(ctx: click.Context, node_id: str, role: str | None, as_json: bool
 @click.option("--result", default=None, help="JSON (or text) to record as the result.")
 @json_option
 @click.pass_context
-def task_complete(ctx: click.Context, task_id: str, node_id: str, epoch: int | None,
-                  result: str | None, as_json: bool) -> None:  # fmt: skip
+def task_complete(
+    ctx: click.Context,
+    task_id: str,
+    node_id: str,
+    epoch: int | None,
+    result: str | None,
+    as_json: bool,
+) -> None:
     """Mark TASK_ID done by NODE_ID."""
     t = client(ctx).complete_task(task_id, node_id, epoch, _parse_value(result))
     emit(t, as_json, lambda t: f"Completed task {t.id}: {t.title}")
@@ -218,8 +253,15 @@ def task_complete(ctx: click.Context, task_id: str, node_id: str, epoch: int | N
 @click.option("--no-retry", is_flag=True, help="Fail for good instead of requeueing.")
 @json_option
 @click.pass_context
-def task_fail(ctx: click.Context, task_id: str, node_id: str, epoch: int | None, error: str,
-              no_retry: bool, as_json: bool) -> None:  # fmt: skip
+def task_fail(
+    ctx: click.Context,
+    task_id: str,
+    node_id: str,
+    epoch: int | None,
+    error: str,
+    no_retry: bool,
+    as_json: bool,
+) -> None:
     """Give TASK_ID up (requeued while attempts remain)."""
     t = client(ctx).fail_task(task_id, node_id, epoch, error, retry=not no_retry)
     emit(t, as_json, lambda t: f"Task {t.id} is now {t.status}")
@@ -271,8 +313,9 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""
     from corral.monitor import Monitor
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
+    )
     kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
     m = Monitor(client(ctx), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())

@@ -100,7 +100,9 @@ class Store(ABC):
     @abstractmethod
     def list_tasks(
         self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
-    ) -> list[Task]: ...
+    ) -> list[Task]:
+        """Pending tasks in the order they will be claimed; in-progress ones by id;
+        any other selection newest first."""
 
     @abstractmethod
     def claim(self, node_id: str, role: str, now: float) -> Task | None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from corral import assessment, lifecycle, scoring
 from corral.config import check_changes, settings_from_rows, timing_changed
 from corral.defaults import MANAGER_ROLE
-from corral.errors import CapacityError, LeaseError, NotFoundError
+from corral.errors import CapacityError, InvalidInputError, LeaseError, NotFoundError
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 from corral.render import capacity_error_text
 from corral.store.base import Deadlines, NodeSpec, Store, TaskSpec
@@ -152,10 +152,34 @@ class SQLStore(Store):
         row = tx.one("meta_get", key=key)
         return _loads(row["value"]) if row else {}
 
-    def _enqueue(self, tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str) -> None:
-        for role in ("*", *roles.split()):
+    def _enqueue(
+        self, tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str
+    ) -> None:
+        """Add a pending task's role heads (the all-roles head is the partial index on
+        pending tasks, kept by the status itself)."""
+        for role in roles.split():
             tx.run(
                 "ready_insert", role=role, sort_key=sort_key, created_at=created_at, task_id=task_id
+            )
+
+    def _dequeue(self, tx: Tx, row: Any) -> None:
+        for role in row["roles"].split():
+            tx.run(
+                "ready_remove",
+                role=role,
+                sort_key=row["sort_key"],
+                created_at=row["created_at"],
+                task_id=row["id"],
+            )
+
+    def _check_role(self, tx: Tx, role: str) -> None:
+        cached = self._settings_cache
+        if cached is not None and role in cached[1].role_keywords:
+            return  # a role removed since is harmless: it only loses its bonus
+        roles = self._settings_in(tx).roles
+        if role not in roles:
+            raise InvalidInputError(
+                f"role must be one of {', '.join(roles)}; got {role!r:.40}", field="role"
             )
 
     def _requeue(
@@ -209,7 +233,9 @@ class SQLStore(Store):
             if timing_changed(changes):
                 for row in tx.all("nodes_live_for_update"):
                     window = lifecycle.liveness_window(row["heartbeat_interval"], new)
-                    seen = max(row["last_activity"], row["last_heartbeat"] or 0, row["registered_at"])
+                    seen = max(
+                        row["last_activity"], row["last_heartbeat"] or 0, row["registered_at"]
+                    )
                     tx.run(
                         "node_set_window",
                         live_window=window,
@@ -225,7 +251,7 @@ class SQLStore(Store):
         return int(row["value"]) if row else None
 
     def _reindex_roles(self, tx: Tx, settings: Settings) -> None:
-        tx.run("ready_remove_roles")
+        tx.run("ready_clear")
         for row in tx.all("tasks_pending_all"):
             roles = " ".join(
                 scoring.matched_roles(
@@ -270,14 +296,25 @@ class SQLStore(Store):
                     raise CapacityError(capacity_error_text(s.max_agents))
                 last = tx.one("events_last")
                 status = lifecycle.initial_status(spec.role)
-                row = tx.one("node_insert", id=spec.id, cursor=last["seq"] if last else 0,
-                             status=status, idle_since=now if status == "idle" else None,
-                             **params)  # fmt: skip
+                row = tx.one(
+                    "node_insert",
+                    id=spec.id,
+                    cursor=last["seq"] if last else 0,
+                    status=status,
+                    idle_since=now if status == "idle" else None,
+                    **params,
+                )
                 live += 1
                 self._event(
-                    tx, now, "node_registered", spec.id, role=spec.role, model=spec.model,
-                    strength=strength, incarnation=row["incarnation"],
-                )  # fmt: skip
+                    tx,
+                    now,
+                    "node_registered",
+                    spec.id,
+                    role=spec.role,
+                    model=spec.model,
+                    strength=strength,
+                    incarnation=row["incarnation"],
+                )
             if spec.role == MANAGER_ROLE:
                 md = self._meta(tx, "cluster_metadata")
                 if md.get("ask_user"):
@@ -318,18 +355,18 @@ class SQLStore(Store):
                 "node_update_status",
                 status=status,
                 current_task_id=current_task_id,
-                idle_since=lifecycle.next_idle_since(
-                    old["status"], old["idle_since"], status, now
-                ),
+                idle_since=lifecycle.next_idle_since(old["status"], old["idle_since"], status, now),
                 terminated_at=now if status == "terminated" else None,
                 now=now,
                 incarnation=old["incarnation"],
             )
-            self._event(tx, now, "node_status", node_id, current_task_id,
-                        old=old["status"], new=status)  # fmt: skip
+            self._event(
+                tx, now, "node_status", node_id, current_task_id, old=old["status"], new=status
+            )
             if status == "terminated":
-                self._release_all(tx, old, now, kind="lease_released", counts=False,
-                                  reason="terminated")  # fmt: skip
+                self._release_all(
+                    tx, old, now, kind="lease_released", counts=False, reason="terminated"
+                )
             return node_from_row(row)
 
     def heartbeat(
@@ -354,8 +391,11 @@ class SQLStore(Store):
             s = self._settings_in(tx)
             tasks = []
             for spec in specs:
-                roles = " ".join(scoring.matched_roles(
-                    f"{spec.title}\n{spec.description}", s.role_keywords, spec.role))  # fmt: skip
+                roles = " ".join(
+                    scoring.matched_roles(
+                        f"{spec.title}\n{spec.description}", s.role_keywords, spec.role
+                    )
+                )
                 key = scoring.sort_key(spec.priority, now)
                 row = tx.one(
                     "task_insert",
@@ -369,8 +409,15 @@ class SQLStore(Store):
                     now=now,
                 )
                 self._enqueue(tx, row["id"], key, now, roles)
-                self._event(tx, now, "task_added", None, row["id"], priority=spec.priority,
-                            roles=roles.split())  # fmt: skip
+                self._event(
+                    tx,
+                    now,
+                    "task_added",
+                    None,
+                    row["id"],
+                    priority=spec.priority,
+                    roles=roles.split(),
+                )
                 tasks.append(task_from_row(row))
             return tasks
 
@@ -386,8 +433,13 @@ class SQLStore(Store):
     ) -> list[Task]:
         with self._read() as tx:
             if status is not None and assigned_to is not None:
-                rows = tx.all("tasks_by_status_holder", status=status, assigned_to=assigned_to,
-                              limit=limit)  # fmt: skip
+                rows = tx.all(
+                    "tasks_by_status_holder", status=status, assigned_to=assigned_to, limit=limit
+                )
+            elif status == "pending":
+                rows = tx.all("tasks_pending", limit=limit)
+            elif status == "in_progress":
+                rows = tx.all("tasks_in_progress", limit=limit)
             elif status is not None:
                 rows = tx.all("tasks_by_status", status=status, limit=limit)
             elif assigned_to is not None:
@@ -398,16 +450,27 @@ class SQLStore(Store):
 
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         with self._write() as tx:
-            node = self._live(tx, node_id, "node_live_for_update")
-            pick = tx.one("claim_pick", role=role, bonus=scoring.ROLE_BONUS_SECONDS)
-            if pick is None:
-                tx.run("node_touch", id=node_id, now=now)
+            self._check_role(tx, role)
+            row = tx.one(
+                "claim_take", role=role, node_id=node_id, now=now, bonus=scoring.ROLE_BONUS_SECONDS
+            )
+            if row is None:
+                if not tx.run("node_touch", id=node_id, now=now):
+                    self._live(tx, node_id)  # raises NotFoundError
                 return None
-            row = tx.one("task_take", task_id=pick["task_id"], node_id=node_id, now=now)
-            tx.run("ready_remove", task_id=row["id"])
-            tx.run("node_working", task_id=row["id"], now=now, incarnation=node["incarnation"])
-            self._event(tx, now, "task_claimed", node_id, row["id"], epoch=row["epoch"],
-                        role=role, attempt=row["attempts"])  # fmt: skip
+            if not tx.run("node_working", id=node_id, task_id=row["id"], now=now):
+                self._live(tx, node_id)  # raises NotFoundError; the take rolls back
+            self._dequeue(tx, row)
+            self._event(
+                tx,
+                now,
+                "task_claimed",
+                node_id,
+                row["id"],
+                epoch=row["epoch"],
+                role=role,
+                attempt=row["attempts"],
+            )
             return task_from_row(row)
 
     def _refuse(self, tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
@@ -432,8 +495,14 @@ class SQLStore(Store):
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
     ) -> Task:
         with self._write() as tx:
-            row = tx.one("task_complete", id=task_id, node_id=node_id, epoch=epoch,
-                         result=None if result is None else _dumps(result), now=now)  # fmt: skip
+            row = tx.one(
+                "task_complete",
+                id=task_id,
+                node_id=node_id,
+                epoch=epoch,
+                result=None if result is None else _dumps(result),
+                now=now,
+            )
             if row is None:
                 self._refuse(tx, task_id, node_id, epoch)
             tx.run("node_done_with", id=node_id, task_id=task_id, now=now)
@@ -453,12 +522,28 @@ class SQLStore(Store):
             ):
                 self._refuse(tx, task_id, node_id, epoch)
             if retry and row["attempts"] < row["max_attempts"]:
-                task = self._requeue(tx, row, now, kind="task_failed", error=error, counts=False,
-                                     attempt=row["attempts"], error_text=error)  # fmt: skip
+                task = self._requeue(
+                    tx,
+                    row,
+                    now,
+                    kind="task_failed",
+                    error=error,
+                    counts=False,
+                    attempt=row["attempts"],
+                    error_text=error,
+                )
             else:
                 task = task_from_row(tx.one("task_fail_final", id=task_id, error=error, now=now))
-                self._event(tx, now, "task_failed", node_id, task_id, outcome="failed",
-                            attempt=row["attempts"], error_text=error)  # fmt: skip
+                self._event(
+                    tx,
+                    now,
+                    "task_failed",
+                    node_id,
+                    task_id,
+                    outcome="failed",
+                    attempt=row["attempts"],
+                    error_text=error,
+                )
             tx.run("node_done_with", id=node_id, task_id=task_id, now=now)
             return task
 
@@ -490,8 +575,15 @@ class SQLStore(Store):
             tx.run("meta_put", key="work_distribution", value=_dumps(wd))
             tx.run("meta_put", key="cluster_metadata", value=_dumps(md))
             if (wd_old.get("workload_status"), wd_old.get("spawn_recommendation")) != (status, rec):
-                self._event(tx, now, "assessment", status=status, recommendation=rec,
-                            pending=counts.pending, active=counts.active_count)  # fmt: skip
+                self._event(
+                    tx,
+                    now,
+                    "assessment",
+                    status=status,
+                    recommendation=rec,
+                    pending=counts.pending,
+                    active=counts.active_count,
+                )
             return Assessment(
                 status=status,
                 recommendation=rec,
@@ -509,8 +601,8 @@ class SQLStore(Store):
     def snapshot(self, now: float, node_id: str | None = None, limit: int = 50) -> State:
         with self._read() as tx:
             s = self._settings_in(tx)
-            working = tx.all("tasks_by_status", status="in_progress", limit=limit)
-            pending = tx.all("tasks_by_status", status="pending", limit=limit)
+            working = tx.all("tasks_in_progress", limit=limit)
+            pending = tx.all("tasks_pending", limit=limit)
             counts = tx.one("assess_counts")
             nodes = [node_from_row(r) for r in tx.all("nodes_live")]
             last = tx.one("events_last")
@@ -561,18 +653,32 @@ class SQLStore(Store):
             return event_from_row(tx.one("events_last_full"))
 
     # --- alerts and the heartbeat metrics series -----------------------------------
-    def record_alert(self, node_id: str | None, message: str, data: dict[str, Any],
-                     now: float) -> Event:  # fmt: skip
+    def record_alert(
+        self, node_id: str | None, message: str, data: dict[str, Any], now: float
+    ) -> Event:
         with self._write() as tx:
-            row = tx.one("event_insert_returning", ts=now, kind="alert", node_id=node_id,
-                         task_id=None, data=_dumps({**data, "message": message}))  # fmt: skip
+            row = tx.one(
+                "event_insert_returning",
+                ts=now,
+                kind="alert",
+                node_id=node_id,
+                task_id=None,
+                data=_dumps({**data, "message": message}),
+            )
             return event_from_row(row)
 
-    def record_sample(self, node_id: str, sample: dict[str, Any], keep: int | None,
-                      now: float) -> Event:  # fmt: skip
+    def record_sample(
+        self, node_id: str, sample: dict[str, Any], keep: int | None, now: float
+    ) -> Event:
         with self._write() as tx:
-            row = tx.one("event_insert_returning", ts=now, kind="heartbeat_sample",
-                         node_id=node_id, task_id=None, data=_dumps(sample))  # fmt: skip
+            row = tx.one(
+                "event_insert_returning",
+                ts=now,
+                kind="heartbeat_sample",
+                node_id=node_id,
+                task_id=None,
+                data=_dumps(sample),
+            )
             if keep is not None:
                 tx.run("samples_prune", node_id=node_id, keep=keep)
             return event_from_row(row)
@@ -603,10 +709,23 @@ class SQLStore(Store):
                     node["last_activity"], node["last_heartbeat"] or 0.0, node["registered_at"]
                 )
                 tx.run("node_terminate", now=now, incarnation=node["incarnation"])
-                self._release_all(tx, node, now, kind="lease_recovered", counts=True,
-                                  reason="dead", stale_seconds=round(silent, 3))  # fmt: skip
-                self._event(tx, now, "node_dead", node["id"], role=node["role"],
-                            silent_seconds=round(silent, 3))  # fmt: skip
+                self._release_all(
+                    tx,
+                    node,
+                    now,
+                    kind="lease_recovered",
+                    counts=True,
+                    reason="dead",
+                    stale_seconds=round(silent, 3),
+                )
+                self._event(
+                    tx,
+                    now,
+                    "node_dead",
+                    node["id"],
+                    role=node["role"],
+                    silent_seconds=round(silent, 3),
+                )
                 if node["role"] == MANAGER_ROLE:
                     self._manager_lost(tx, node, silent, now)
             return self._events_after(tx, start)
@@ -619,9 +738,17 @@ class SQLStore(Store):
             "Start a new bootstrap manager session; it resumes from the cluster state."
         )
         key = scoring.sort_key("high", now)
-        row = tx.one("task_insert", title=title, description=description, priority="high",
-                     role=MANAGER_ROLE, roles=MANAGER_ROLE, max_attempts=s.max_attempts,
-                     sort_key=key, now=now)  # fmt: skip
+        row = tx.one(
+            "task_insert",
+            title=title,
+            description=description,
+            priority="high",
+            role=MANAGER_ROLE,
+            roles=MANAGER_ROLE,
+            max_attempts=s.max_attempts,
+            sort_key=key,
+            now=now,
+        )
         self._enqueue(tx, row["id"], key, now, MANAGER_ROLE)
         md = self._meta(tx, "cluster_metadata")
         md.update(ask_user=True, ask_user_reason=title, manager_id=None)
@@ -634,10 +761,17 @@ class SQLStore(Store):
             s = self._settings_in(tx)
             for node in tx.all("nodes_idle_expired", cutoff=now - s.idle_limit, limit=_BATCH):
                 tx.run("node_terminate", now=now, incarnation=node["incarnation"])
-                self._release_all(tx, node, now, kind="lease_released", counts=False,
-                                  reason="retired")  # fmt: skip
-                self._event(tx, now, "node_retired", node["id"], reason="idle",
-                            idle_seconds=round(now - node["idle_since"], 3))  # fmt: skip
+                self._release_all(
+                    tx, node, now, kind="lease_released", counts=False, reason="retired"
+                )
+                self._event(
+                    tx,
+                    now,
+                    "node_retired",
+                    node["id"],
+                    reason="idle",
+                    idle_seconds=round(now - node["idle_since"], 3),
+                )
             return self._events_after(tx, start)
 
     def _events_after(self, tx: Tx, start: Any) -> list[Event]:
@@ -648,4 +782,3 @@ class SQLStore(Store):
         with self._write() as tx:
             s = self._settings_in(tx)
             return tx.run("events_prune", cutoff=now - s.event_retention_seconds)
-

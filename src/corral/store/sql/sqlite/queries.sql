@@ -66,7 +66,7 @@ WHERE id = :id AND status <> 'terminated';
 -- name: node_working
 UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
                  last_activity = :now, dead_at = :now + live_window
-WHERE incarnation = :incarnation;
+WHERE id = :id AND status <> 'terminated';
 
 -- name: node_heartbeat
 UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
@@ -111,15 +111,21 @@ RETURNING *;
 -- name: task_get
 SELECT * FROM tasks WHERE id = :id;
 
+-- name: tasks_pending
+SELECT * FROM tasks WHERE status = 'pending' ORDER BY sort_key, created_at, id LIMIT :limit;
+
+-- name: tasks_in_progress
+SELECT * FROM tasks WHERE status = 'in_progress' ORDER BY id LIMIT :limit;
+
 -- name: tasks_by_status
-SELECT * FROM tasks WHERE status = :status ORDER BY id LIMIT :limit;
+SELECT * FROM tasks WHERE status = :status ORDER BY id DESC LIMIT :limit;
 
 -- name: tasks_by_status_holder
 SELECT * FROM tasks WHERE status = :status AND assigned_to = :assigned_to
-ORDER BY id LIMIT :limit;
+ORDER BY id DESC LIMIT :limit;
 
 -- name: tasks_all
-SELECT * FROM tasks ORDER BY id LIMIT :limit;
+SELECT * FROM tasks ORDER BY id DESC LIMIT :limit;
 
 -- name: tasks_pending_all
 SELECT * FROM tasks WHERE status = 'pending';
@@ -129,27 +135,28 @@ INSERT INTO ready (role, sort_key, created_at, task_id)
 VALUES (:role, :sort_key, :created_at, :task_id);
 
 -- name: ready_remove
-DELETE FROM ready WHERE task_id = :task_id;
+DELETE FROM ready
+WHERE role = :role AND sort_key = :sort_key AND created_at = :created_at AND task_id = :task_id;
 
--- name: ready_remove_roles
-DELETE FROM ready WHERE role <> '*';
+-- name: ready_clear
+DELETE FROM ready;
 
--- name: claim_pick
-SELECT task_id FROM (
-    SELECT task_id, sort_key - :bonus AS k, created_at FROM (
-        SELECT task_id, sort_key, created_at FROM ready WHERE role = :role
-        ORDER BY sort_key, created_at, task_id LIMIT 1)
-    UNION ALL
-    SELECT task_id, sort_key AS k, created_at FROM (
-        SELECT task_id, sort_key, created_at FROM ready WHERE role = '*'
-        ORDER BY sort_key, created_at, task_id LIMIT 1)
-)
-ORDER BY k, created_at, task_id LIMIT 1;
-
--- name: task_take
+-- name: claim_take
+-- The better of two index heads: the best task matching :role (its score carries the
+-- role bonus, :bonus seconds of sort key) and the best pending task of any role.
 UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                  attempts = attempts + 1, claimed_at = :now, updated_at = :now
-WHERE id = :task_id AND status = 'pending'
+WHERE status = 'pending' AND id = (
+    SELECT task_id FROM (
+        SELECT task_id, sort_key - :bonus AS k, created_at FROM (
+            SELECT task_id, sort_key, created_at FROM ready WHERE role = :role
+            ORDER BY sort_key, created_at, task_id LIMIT 1)
+        UNION ALL
+        SELECT task_id, sort_key AS k, created_at FROM (
+            SELECT id AS task_id, sort_key, created_at FROM tasks WHERE status = 'pending'
+            ORDER BY sort_key, created_at, id LIMIT 1)
+    )
+    ORDER BY k, created_at, task_id LIMIT 1)
 RETURNING *;
 
 -- name: task_complete
@@ -196,7 +203,9 @@ SELECT * FROM events WHERE seq > :since ORDER BY seq LIMIT :limit;
 SELECT seq, ts FROM events ORDER BY seq DESC LIMIT 1;
 
 -- name: events_prune
-DELETE FROM events WHERE ts < :cutoff;
+DELETE FROM events
+WHERE seq < (SELECT coalesce((SELECT seq FROM events WHERE ts >= :cutoff ORDER BY seq LIMIT 1),
+                             (SELECT max(seq) FROM events)));
 
 -- name: last_heartbeat_any
 SELECT max(last_heartbeat) AS t FROM nodes WHERE status <> 'terminated';

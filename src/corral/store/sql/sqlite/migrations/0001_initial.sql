@@ -9,6 +9,7 @@ CREATE TABLE meta (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 
+-- One row per incarnation: a terminated id registering again gets a new row.
 CREATE TABLE nodes (
     incarnation        INTEGER PRIMARY KEY AUTOINCREMENT,
     id                 TEXT NOT NULL,
@@ -21,7 +22,7 @@ CREATE TABLE nodes (
     last_activity      REAL NOT NULL,
     last_heartbeat     REAL,
     heartbeat_interval REAL,
-    live_window             REAL NOT NULL,
+    live_window        REAL NOT NULL,
     dead_at            REAL NOT NULL,
     health             TEXT,
     heartbeat          TEXT NOT NULL DEFAULT '{}',
@@ -33,12 +34,10 @@ CREATE TABLE nodes (
 );
 CREATE UNIQUE INDEX nodes_live_id ON nodes (id) WHERE status <> 'terminated';
 CREATE INDEX nodes_by_id ON nodes (id, incarnation);
-CREATE INDEX nodes_dead_at ON nodes (dead_at) WHERE status <> 'terminated';
-CREATE INDEX nodes_idle_since ON nodes (idle_since)
-    WHERE status = 'idle' AND role <> 'bootstrap_manager';
 
+-- Task ids are never reused (tasks are never deleted).
 CREATE TABLE tasks (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            INTEGER PRIMARY KEY,
     title         TEXT NOT NULL,
     description   TEXT NOT NULL DEFAULT '',
     priority      TEXT NOT NULL,
@@ -57,26 +56,26 @@ CREATE TABLE tasks (
     result        TEXT,
     error         TEXT
 );
-CREATE INDEX tasks_status ON tasks (status, id);
-CREATE INDEX tasks_holder ON tasks (assigned_to) WHERE status = 'in_progress';
+-- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus.
+CREATE INDEX tasks_ready ON tasks (sort_key, created_at, id) WHERE status = 'pending';
+CREATE INDEX tasks_holder ON tasks (assigned_to, id) WHERE status = 'in_progress';
 
--- The claim index: one row per pending task under role '*', and one more under each
--- role the task matches. The best task for a role is the better of two index heads.
+-- The role heads: one row per pending task and role it matches, in the same order.
+-- The best task for a role is the better of this head (+ bonus) and tasks_ready's.
 CREATE TABLE ready (
     role       TEXT NOT NULL,
     sort_key   REAL NOT NULL,
     created_at REAL NOT NULL,
-    task_id    INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    task_id    INTEGER NOT NULL,
     PRIMARY KEY (role, sort_key, created_at, task_id)
 ) WITHOUT ROWID;
-CREATE INDEX ready_task ON ready (task_id);
 
+-- seq is the cursor; pruning always keeps the newest event, so seq never goes back.
 CREATE TABLE events (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq     INTEGER PRIMARY KEY,
     ts      REAL NOT NULL,
     kind    TEXT NOT NULL,
     node_id TEXT,
     task_id INTEGER,
     data    TEXT NOT NULL DEFAULT '{}'
 );
-CREATE INDEX events_ts ON events (ts);
