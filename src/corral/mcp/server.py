@@ -1,0 +1,271 @@
+"""corral's MCP server: anti-idle.md's tools and two protocol prompts over a client.
+
+Thin on purpose: each tool parses its arguments, makes one call on the client (a
+``corral.Cluster`` or anything with its methods) and renders the answer as text. A
+refusal is an answer that starts with ``ERROR:`` (never a protocol error), and
+nothing is changed by it.
+
+Every tool that names an agent counts as that agent's heartbeat: the operations that
+change a node already push its deadline out; the views (``read_state``,
+``assess_workload``, ``add_task``) take an optional ``agent_id`` and touch it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
+from pydantic import Field, ValidationError
+
+from corral.errors import CorralError
+from corral.mcp import text
+from corral.mcp.prompts import manager_protocol, worker_protocol
+
+__all__ = ["INSTRUCTIONS", "build_server"]
+
+log = logging.getLogger("corral.mcp")
+
+INSTRUCTIONS = (
+    "corral coordinates a fleet of agents: a task board with leases, a capped set of "
+    "nodes, and a workload assessment. Follow the worker_protocol prompt (workers) or "
+    "the manager_protocol prompt (the bootstrap manager). Every call that names your "
+    "agent_id counts as your heartbeat. Answers starting with ERROR: changed nothing "
+    "and say what to do next."
+)
+
+AgentId = Annotated[str, Field(description="Your node id, e.g. Node-X9J2.")]
+OptAgentId = Annotated[
+    str | None, Field(description="Your node id; the call then counts as your heartbeat.")
+]
+TaskId = Annotated[int | str, Field(description="The task number (3 or task-3).")]
+Epoch = Annotated[
+    int | None, Field(description="The lease epoch of your claim (optional fencing check).")
+]
+
+
+def _text(answer: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=answer)])
+
+
+def _error(answer: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=answer)], is_error=True)
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        out.append(f"{where}: {err['msg']}")
+    return sorted(set(out))
+
+
+class _CorralMCP(MCPServer[Any]):
+    """MCPServer whose argument-validation failures and crashes are ``ERROR:`` answers."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return _error(text.invalid_arguments_text(name, _problems(exc.__cause__)))
+            if self._tool_manager.get_tool(name) is None:
+                return _error(f"ERROR: unknown tool {name!r}. List the tools and call one of them.")
+            log.error("tool %s crashed", name, exc_info=exc.__cause__ or exc)
+            return _error(
+                f"ERROR: {name} failed inside corral (logged on the server). "
+                "Check with read_state whether it took effect before you retry."
+            )
+
+
+def build_server(
+    client: Any, *, name: str = "corral", log_level: str = "WARNING"
+) -> MCPServer[Any]:
+    """An ``MCPServer`` with corral's tools and prompts over ``client``.
+
+    ``client`` is a ``corral.Cluster`` or any client with its methods (the remote
+    HTTP client too); its ``touch`` is used when it has one.
+    """
+    mcp = _CorralMCP(name, instructions=INSTRUCTIONS, log_level=log_level)  # type: ignore[arg-type]
+
+    def tool(description: str) -> Callable[[Callable[..., str]], Callable[..., Any]]:
+        def register(fn: Callable[..., str]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def run(**kwargs: Any) -> CallToolResult:
+                try:
+                    return _text(fn(**kwargs))
+                except CorralError as exc:
+                    return _error(text.error_text(exc))
+
+            mcp.add_tool(run, name=fn.__name__, description=description, structured_output=False)
+            return fn
+
+        return register
+
+    def touch(agent_id: str | None) -> None:
+        if agent_id is not None:
+            fn = getattr(client, "touch", None)
+            if fn is not None:
+                fn(agent_id)
+
+    # --- nodes ------------------------------------------------------------------------
+    @tool(
+        "Join the cluster as agent_id with a role (bootstrap_manager, architect, developer). "
+        "strength (high/medium/low) is derived from model_name when omitted. Refused at "
+        "capacity; a bootstrap manager is always accepted."
+    )
+    def register_node(
+        agent_id: AgentId,
+        role: Annotated[str, Field(description="bootstrap_manager, architect or developer.")],
+        model_name: Annotated[str, Field(description="Your model, e.g. claude-sonnet-4-5.")],
+        strength: Annotated[str | None, Field(description="high, medium or low.")] = None,
+        heartbeat_interval: Annotated[
+            float | None, Field(description="Seconds between your heartbeats (optional).")
+        ] = None,
+    ) -> str:
+        return client.register_node(agent_id, role, model_name, strength, heartbeat_interval).text
+
+    @tool(
+        "Set your status: working, idle, waiting or terminated (terminated is final and "
+        "returns your tasks to the queue)."
+    )
+    def set_agent_status(
+        agent_id: AgentId,
+        status: Annotated[str, Field(description="working, idle, waiting or terminated.")],
+        current_task_id: Annotated[
+            int | str | None, Field(description="The task you work on, if any.")
+        ] = None,
+    ) -> str:
+        return text.status_text(client.set_agent_status(agent_id, status, current_task_id))
+
+    @tool("Proof of life; also renews the leases of the tasks you hold.")
+    def heartbeat(
+        agent_id: AgentId,
+        health_status: Annotated[
+            str | None, Field(description="healthy, degraded or unhealthy.")
+        ] = None,
+        current_tasks: Annotated[
+            list[int | str] | None, Field(description="Ids of the tasks you work on.")
+        ] = None,
+        capacity_available: Annotated[
+            int | None, Field(description="How many more tasks you could take.")
+        ] = None,
+        metrics: Annotated[
+            dict[str, Any] | None, Field(description="e.g. cpu_usage, memory_usage (0-100).")
+        ] = None,
+    ) -> str:
+        payload = {
+            k: v
+            for k, v in (
+                ("health_status", health_status),
+                ("current_tasks", current_tasks),
+                ("capacity_available", capacity_available),
+                ("metrics", metrics),
+            )
+            if v is not None
+        }
+        return text.heartbeat_text(client.heartbeat(agent_id, **payload))
+
+    # --- tasks ------------------------------------------------------------------------
+    @tool(
+        "Claim the best pending task for your role (priority, role match, age) and mark "
+        "you working on it."
+    )
+    def claim_best_task(
+        agent_id: AgentId,
+        role: Annotated[str, Field(description="The role to claim for, usually yours.")],
+    ) -> str:
+        return text.claimed_text(client.claim_best_task(agent_id, role))
+
+    @tool("Finish a task you hold, with an optional result summary.")
+    def complete_task(
+        agent_id: AgentId,
+        task_id: TaskId,
+        result: Annotated[str | None, Field(description="What you did, briefly.")] = None,
+        epoch: Epoch = None,
+    ) -> str:
+        return text.completed_text(client.complete_task(task_id, agent_id, epoch, result))
+
+    @tool("Give up a task you hold: back to pending while attempts remain (unless retry is false).")
+    def fail_task(
+        agent_id: AgentId,
+        task_id: TaskId,
+        error: Annotated[str, Field(description="Why the task failed.")] = "",
+        retry: Annotated[bool, Field(description="Return it to the queue.")] = True,
+        epoch: Epoch = None,
+    ) -> str:
+        return text.failed_text(client.fail_task(task_id, agent_id, epoch, error, retry=retry))
+
+    @tool(
+        "Put a task on the board. Keywords in title and description (design, plan / "
+        "implement, code, test) give roles a match bonus; role adds one."
+    )
+    def add_task(
+        title: Annotated[str, Field(description="One line, e.g. Implement user authentication.")],
+        description: Annotated[str, Field(description="Details for whoever claims it.")] = "",
+        priority: Annotated[str, Field(description="high, medium or low.")] = "medium",
+        role: Annotated[str | None, Field(description="A role to favour.")] = None,
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        return text.added_text(client.add_task(title, description, priority, role))
+
+    # --- views ------------------------------------------------------------------------
+    @tool(
+        "Assess the workload: active/idle agents, pending and in-progress tasks, status and "
+        "spawn recommendation (recorded for read_state)."
+    )
+    def assess_workload(agent_id: OptAgentId = None) -> str:
+        touch(agent_id)
+        return client.assess_workload().text
+
+    @tool("The board, the active nodes, cluster metadata and work distribution.")
+    def read_state(agent_id: OptAgentId = None) -> str:
+        touch(agent_id)
+        return client.read_state(agent_id).text
+
+    @tool("Events since your last catch_up (broadcasts, tasks, claims), then the state.")
+    def catch_up(agent_id: AgentId) -> str:
+        limit = 50
+        c = client.catch_up(agent_id, limit=limit)
+        return text.catch_up_text(agent_id, c, client.read_state(agent_id).text, limit=limit)
+
+    @tool("Send a message every node sees on its next catch_up.")
+    def broadcast(
+        message: Annotated[str, Field(description="The message.")],
+        agent_id: OptAgentId = None,
+    ) -> str:
+        return text.broadcast_text(client.broadcast(message, agent_id))
+
+    # --- prompts ----------------------------------------------------------------------
+    @mcp.prompt(
+        name="worker_protocol",
+        description="The worker's loop: register, catch up, claim, heartbeat, finish, and "
+        "terminate itself when idle (anti-idle.md STEP 1.5).",
+    )
+    def worker(agent_id: str = "", role: str = "developer", model_name: str = "") -> str:
+        return worker_protocol(
+            client.settings(), agent_id or _new_id(), role, model_name or "<your model name>"
+        )
+
+    @mcp.prompt(
+        name="manager_protocol",
+        description="The bootstrap manager's loop: assess every 20-30 s, ask the user to "
+        "spawn nodes, let idle ones retire, never exceed max_agents, never terminate itself.",
+    )
+    def manager(agent_id: str = "", model_name: str = "") -> str:
+        return manager_protocol(
+            client.settings(), agent_id or _new_id("BM-"), model_name or "<your model name>"
+        )
+
+    _ = (worker, manager)
+    return mcp
+
+
+def _new_id(prefix: str = "") -> str:
+    return f"Node-{prefix}{secrets.token_hex(2).upper()}"

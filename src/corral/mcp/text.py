@@ -1,0 +1,133 @@
+"""The MCP tools' text answers that ``corral.render`` does not already give. Pure.
+
+Every answer is one line (a claim with a description adds it below the line); an
+error answer starts with ``ERROR:`` and ends with what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.errors import (
+    CapacityError,
+    CorralError,
+    InvalidInputError,
+    LeaseError,
+    NotFoundError,
+    StoreUnavailableError,
+)
+from corral.model import CatchUp, Event, Node, Task
+
+__all__ = [
+    "added_text",
+    "broadcast_text",
+    "catch_up_text",
+    "claimed_text",
+    "completed_text",
+    "error_text",
+    "event_line",
+    "failed_text",
+    "heartbeat_text",
+    "invalid_arguments_text",
+    "status_text",
+]
+
+_MAX_VALUE = 80
+
+
+def error_text(exc: CorralError) -> str:
+    """``ERROR: <what happened>. <what to do next>``; capacity keeps anti-idle.md's words."""
+    if isinstance(exc, CapacityError):
+        return exc.message  # "ERROR: Cluster at capacity (4 nodes). Registration rejected."
+    message = exc.message.rstrip(".")
+    if isinstance(exc, InvalidInputError):
+        hint = "Fix that argument and call again."
+    elif isinstance(exc, NotFoundError):
+        if exc.field == "node_id":
+            hint = "Call register_node first (a terminated node registers again to rejoin)."
+        else:
+            hint = "Call read_state to see the tasks that exist."
+    elif isinstance(exc, LeaseError):
+        hint = "You no longer hold that task: call claim_best_task for new work."
+    elif isinstance(exc, StoreUnavailableError):
+        hint = "Nothing was changed; retry in a few seconds."
+    else:
+        hint = "Nothing was changed."
+    return f"ERROR: {message}. {hint}"
+
+
+def invalid_arguments_text(tool: str, problems: list[str]) -> str:
+    """Arguments that do not fit the tool's input schema (wrong type, missing)."""
+    listed = "; ".join(problems) or "arguments do not match the input schema"
+    return f"ERROR: {tool}: {listed}. Check the tool's arguments and call again."
+
+
+def claimed_text(task: Task | None) -> str:
+    """anti-idle.md's ``Claimed task 3: Implement user authentication``; the
+    description, when the task has one, follows below that line."""
+    if task is None:
+        return "No pending tasks to claim."
+    line = f"Claimed task {task.id}: {task.title}"
+    return f"{line}\n\n{task.description}" if task.description.strip() else line
+
+
+def status_text(node: Node) -> str:
+    task = f" on task {node.current_task_id}" if node.current_task_id is not None else ""
+    return f"Node {node.id} is now {node.status}{task}"
+
+
+def completed_text(task: Task) -> str:
+    return f"Completed task {task.id}: {task.title}"
+
+
+def failed_text(task: Task) -> str:
+    if task.status == "pending":
+        return (
+            f"Task {task.id} returned to pending (attempt {task.attempts} of "
+            f"{task.max_attempts}): {task.title}"
+        )
+    return f"Task {task.id} failed: {task.title}"
+
+
+def added_text(task: Task) -> str:
+    roles = f", roles: {', '.join(task.roles)}" if task.roles else ""
+    return f"Added task {task.id}: {task.title} (priority: {task.priority}{roles})"
+
+
+def heartbeat_text(node: Node) -> str:
+    health = f" ({node.health})" if node.health else ""
+    return f"Heartbeat recorded for {node.id}{health}"
+
+
+def broadcast_text(event: Event) -> str:
+    return f"Broadcast {event.seq} sent: {event.data.get('message', '')}"
+
+
+def _value(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
+
+
+def event_line(e: Event) -> str:
+    """One event: ``#12 task_claimed Node-X9J2 task-3 epoch=1``."""
+    parts = [f"#{e.seq}", e.kind]
+    if e.node_id:
+        parts.append(e.node_id)
+    if e.task_id is not None:
+        parts.append(f"task-{e.task_id}")
+    line = " ".join(parts)
+    if e.kind == "broadcast":
+        return f"{line}: {_value(e.data.get('message', ''))}"
+    extra = " ".join(f"{k}={_value(v)}" for k, v in e.data.items() if v is not None)
+    return f"{line} {extra}" if extra else line
+
+
+def catch_up_text(node_id: str, c: CatchUp, state_text: str, *, limit: int) -> str:
+    """The events since the node's cursor, then the state block."""
+    n = len(c.events)
+    head = f"📨 Catch-up for {node_id}: {n} new event{'s' if n != 1 else ''} (cursor {c.cursor})"
+    lines = [head, *(event_line(e) for e in c.events)]
+    if n >= limit:
+        lines.append("… more events wait: call catch_up again.")
+    return "\n".join([*lines, "", state_text])
