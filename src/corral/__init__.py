@@ -39,3 +39,14 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+_LAZY = {"HeartbeatMonitor": "corral.heartbeat", "Worker": "corral.worker"}
+
+
+def __getattr__(name: str) -> object:
+    # The worker SDK (and psutil) load on first use: ``import corral`` stays light.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'corral' has no attribute {name!r}")

@@ -1,0 +1,385 @@
+"""The worker SDK: what a process imports to be a good citizen of a corral cluster.
+
+    worker = corral.Worker("W1", "developer")
+    worker.run(lambda task: do(task.description))     # the whole loop below
+
+or, one task at a time::
+
+    with worker.claim(wait=10) as task:
+        if task is not None:
+            task.result = do(task.description)         # completed on exit
+
+A ``Worker`` registers (role, heartbeat interval), heartbeats from a
+``HeartbeatMonitor`` (which also keeps its leases alive), claims the best task for
+its role, completes it with its lease epoch (a late completion after the lease was
+lost is refused: fencing), and follows anti-idle.md STEP 1.5 when there is no work:
+catch up, mark idle, keep trying to claim for ``idle_timeout_seconds``, then mark
+terminated, broadcast and exit. A ``bootstrap_manager`` never retires itself.
+SIGTERM (and SIGINT): one last heartbeat with ``status: "shutting-down"``, the held
+tasks straight back to pending (no attempt is burned beyond the claim's), exit 0.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from types import FrameType
+from typing import Any
+
+from corral.defaults import MANAGER_ROLE
+from corral.destinations import ClusterDestination, Destination, RetryPolicy
+from corral.errors import InvalidInputError, LeaseError, NotFoundError
+from corral.health import HealthThresholds
+from corral.heartbeat import HeartbeatMonitor
+from corral.model import Task
+
+__all__ = ["EXIT_LOST", "EXIT_OK", "Claimed", "TaskFailed", "Worker"]
+
+log = logging.getLogger("corral.worker")
+
+EXIT_OK = 0  # retired for lack of work, shut down by a signal, or max_tasks reached
+EXIT_LOST = 1  # the cluster terminated this node (it went silent past its window)
+
+_MAX_WAIT_CHUNK = 1.0  # longest single blocking claim, so a signal is acted on promptly
+_ERROR_TAIL = 4000
+
+
+class TaskFailed(Exception):
+    """Raise from a handler to fail the task with exactly this message."""
+
+
+class _Shutdown(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT; unwinds the handler."""
+
+
+class Claimed:
+    """A claimed task: every ``Task`` attribute, plus a settable ``result`` that is
+    stored when the ``with`` block ends without an exception."""
+
+    __slots__ = ("result", "task")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.result: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)
+
+    def __repr__(self) -> str:
+        return f"Claimed({self.task!r})"
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, TaskFailed):
+        text = str(exc)
+    else:
+        text = "".join(traceback.format_exception(exc)).strip()
+    return text[-_ERROR_TAIL:] or type(exc).__name__
+
+
+class Worker:
+    """A worker node. ``url`` defaults like ``corral.connect`` (``$CORRAL_URL``, else
+    ``.corral/corral.db``); pass ``cluster`` to reuse an open client instead.
+
+    ``idle_timeout_seconds`` defaults to the cluster's setting; ``destinations`` are
+    heartbeat destinations in addition to the cluster's; ``handle_signals`` installs
+    the SIGTERM/SIGINT shutdown (main thread only).
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        role: str,
+        *,
+        url: str | None = None,
+        cluster: Any = None,
+        model: str | None = None,
+        strength: str | None = None,
+        heartbeat_interval: float = 5.0,
+        capacity: int = 1,
+        idle_timeout_seconds: float | None = None,
+        poll_interval: float = 0.5,
+        destinations: Iterable[Destination] = (),
+        retry: RetryPolicy | None = None,
+        thresholds: HealthThresholds | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        self.agent_id = agent_id
+        self.role = role
+        self.model = model
+        self.strength = strength
+        self.heartbeat_interval = float(heartbeat_interval)
+        self.poll_interval = poll_interval
+        self.handle_signals = handle_signals
+        self._owns_cluster = cluster is None
+        if cluster is None:
+            from corral.client import connect
+
+            cluster = connect(url)
+        self.cluster = cluster
+        self.idle_timeout_seconds = (
+            float(idle_timeout_seconds)
+            if idle_timeout_seconds is not None
+            else float(cluster.settings().idle_timeout_seconds)
+        )
+        self.monitor = HeartbeatMonitor(
+            agent_id,
+            cluster,
+            heartbeat_interval=heartbeat_interval,
+            capacity=capacity,
+            destinations=[ClusterDestination(cluster), *destinations],
+            retry=retry,
+            thresholds=thresholds,
+        )
+        self.completed = 0
+        self.failed = 0
+        self.refused = 0
+        self.exit_reason: str | None = None
+        self._registered = False
+        self._closed = False
+        self._critical = 0
+        self._shutdown_requested = False
+        self._old_handlers: dict[int, Any] = {}
+        try:
+            params = inspect.signature(cluster.claim_best_task).parameters
+            self._claim_waits = "wait" in params
+        except (TypeError, ValueError):
+            self._claim_waits = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def register(self) -> Worker:
+        """Join the cluster and start heartbeating (idempotent)."""
+        if not self._registered:
+            self._install_signals()
+            self._call(self.cluster.register_node, self.agent_id, self.role, self.model,
+                       self.strength, self.heartbeat_interval)  # fmt: skip
+            self._registered = True
+            self.monitor.start()
+            log.info("worker %s registered as %s", self.agent_id, self.role,
+                     extra={"action": "worker_registered"})  # fmt: skip
+        return self
+
+    def close(self, *, terminate: bool = True) -> None:
+        """Stop heartbeating; with ``terminate``, mark the node terminated (its leases
+        go back to the queue at once). Closes the client if the worker opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        self.monitor.stop()
+        if terminate and self._registered and self.monitor.node_lost is None:
+            with suppress(NotFoundError):
+                self.cluster.set_agent_status(self.agent_id, "terminated")
+        self._restore_signals()
+        if self._owns_cluster:
+            self.cluster.close()
+
+    def __enter__(self) -> Worker:
+        return self.register()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- signals: SIGTERM / SIGINT -> graceful shutdown -------------------------------------
+    def _install_signals(self) -> None:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers.clear()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._shutdown_requested:
+            return
+        self._shutdown_requested = True
+        log.info("worker %s got signal %d: shutting down", self.agent_id, signum,
+                 extra={"action": "worker_signal"})  # fmt: skip
+        if self._critical == 0:  # else _call raises once the store call is over
+            raise _Shutdown
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A store call the signal must not interrupt halfway."""
+        self._critical += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._critical -= 1
+            if self._shutdown_requested and self._critical == 0 and self._old_handlers:
+                raise _Shutdown
+
+    def shutdown(self) -> None:
+        """What SIGTERM does: a last heartbeat with ``status: "shutting-down"``, then
+        terminated, so every held task is pending again at once."""
+        self._shutdown_requested = True
+        held = self.monitor.current_tasks
+        if self.monitor.node_lost is None:
+            self.monitor.stop(final={"status": "shutting-down"})
+            with suppress(NotFoundError):
+                self.cluster.set_agent_status(self.agent_id, "terminated")
+        self.exit_reason = "shutdown"
+        log.info("worker %s shut down; released tasks %s", self.agent_id, held or "none",
+                 extra={"action": "worker_shutdown"})  # fmt: skip
+        self.close(terminate=False)
+
+    # --- claiming ---------------------------------------------------------------------------
+    def _claim(self, wait: float | None) -> Task | None:
+        """Claim now, or keep trying for ``wait`` seconds (the cluster's blocking claim
+        when it has one, else polling with a short backoff)."""
+        if self.monitor.node_lost is not None:
+            raise self.monitor.node_lost
+        deadline = time.monotonic() + (wait or 0.0)
+        delay = 0.02
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._claim_waits and remaining > 0:
+                chunk = min(remaining, _MAX_WAIT_CHUNK)
+                task = self._call(self.cluster.claim_best_task, self.agent_id, self.role,
+                                  wait=chunk)  # fmt: skip
+            else:
+                task = self._call(self.cluster.claim_best_task, self.agent_id, self.role)
+            if task is not None:
+                return task
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if not self._claim_waits:
+                time.sleep(min(delay, remaining))
+                delay = min(delay * 2, self.poll_interval)
+
+    @contextmanager
+    def claim(self, wait: float | None = None) -> Iterator[Claimed | None]:
+        """Claim the best task (waiting up to ``wait`` seconds); yields None when there
+        is none. Completes it with ``result`` when the block ends; an exception fails
+        it with the error (and is not re-raised: the failure is recorded)."""
+        self.register()
+        task = self._claim(wait)
+        if task is None:
+            yield None
+            return
+        with self._hold(task) as held:
+            yield held
+
+    def _complete(self, task: Task, result: Any) -> None:
+        try:
+            self._call(self.cluster.complete_task, task.id, self.agent_id, task.epoch, result)
+        except InvalidInputError as exc:
+            self._fail(task, TaskFailed(f"unusable result: {exc}"))
+            return
+        except (LeaseError, NotFoundError) as exc:
+            self.refused += 1
+            log.warning("completion of task %s refused (lease lost): %s", task.id, exc,
+                        extra={"action": "completion_refused", "task_id": task.id})  # fmt: skip
+            return
+        self.completed += 1
+        self.monitor.record_task_completion()
+        log.info("completed task %s", task.id, extra={"action": "task_completed"})
+
+    def _fail(self, task: Task, exc: BaseException) -> None:
+        error = _error_text(exc)
+        try:
+            self._call(self.cluster.fail_task, task.id, self.agent_id, task.epoch, error, True)
+        except (LeaseError, NotFoundError) as refused:
+            self.refused += 1
+            log.warning("failure of task %s refused (lease lost): %s", task.id, refused,
+                        extra={"action": "failure_refused", "task_id": task.id})  # fmt: skip
+            return
+        self.failed += 1
+        self.monitor.record_task_failure()
+        log.warning("task %s failed: %s", task.id, error.splitlines()[-1] if error else "",
+                    extra={"action": "task_failed"})  # fmt: skip
+
+    # --- the loop -----------------------------------------------------------------------------
+    def catch_up(self) -> int:
+        """Read the events since this node's cursor (STEP 1's catch_up); their count."""
+        return len(self._call(self.cluster.catch_up, self.agent_id).events)
+
+    def run(self, handler: Callable[[Task], Any], *, max_tasks: int | None = None) -> int:
+        """Claim and handle tasks until retired for lack of work, shut down by a
+        signal, ``max_tasks`` handled, or terminated by the cluster. Returns the exit
+        code: ``EXIT_OK`` (0) or ``EXIT_LOST`` (1)."""
+        handled = 0
+        try:
+            self.register()
+            while max_tasks is None or handled < max_tasks:
+                task = self._claim(None) or self._idle()
+                if task is None:
+                    return EXIT_OK
+                with self._hold(task) as held:
+                    held.result = handler(task)
+                handled += 1
+                self.catch_up()
+            self.exit_reason = "max_tasks"
+            self.close()
+            return EXIT_OK
+        except _Shutdown:
+            self.shutdown()
+            return EXIT_OK
+        except NotFoundError as exc:
+            self.exit_reason = "lost"
+            log.warning("worker %s was terminated by the cluster: %s", self.agent_id, exc,
+                        extra={"action": "worker_lost"})  # fmt: skip
+            self.close(terminate=False)
+            return EXIT_LOST
+        finally:
+            if not self._closed and self.exit_reason is None:
+                self.close()
+
+    @contextmanager
+    def _hold(self, task: Task) -> Iterator[Claimed]:
+        held = Claimed(task)
+        self.monitor.add_task(task.id)
+        log.info("claimed task %s (epoch %s): %s", task.id, task.epoch, task.title,
+                 extra={"action": "task_claimed"})  # fmt: skip
+        try:
+            yield held
+        except Exception as exc:
+            self._fail(task, exc)
+        else:
+            self._complete(task, held.result)
+        self.monitor.remove_task(task.id)
+
+    def _idle(self) -> Task | None:
+        """anti-idle.md STEP 1.5. Returns a task if one arrives, else None once the
+        node is terminated (never for a bootstrap manager, which waits forever)."""
+        self.catch_up()
+        task = self._claim(None)
+        if task is not None:
+            return task
+        self._call(self.cluster.set_agent_status, self.agent_id, "idle")
+        if self.role == MANAGER_ROLE:
+            log.info("manager %s idle; managers never retire", self.agent_id,
+                     extra={"action": "worker_idle"})  # fmt: skip
+            while True:
+                task = self._claim(self.poll_interval)
+                if task is not None:
+                    return task
+        log.info("worker %s idle; retiring in %.1fs unless a task arrives", self.agent_id,
+                 self.idle_timeout_seconds, extra={"action": "worker_idle"})  # fmt: skip
+        deadline = time.monotonic() + self.idle_timeout_seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            task = self._claim(min(remaining, self.poll_interval))
+            if task is not None:
+                log.info("idle retirement cancelled: claimed task %s", task.id,
+                         extra={"action": "idle_cancelled"})  # fmt: skip
+                return task
+        self.catch_up()  # the re-check
+        task = self._claim(None)
+        if task is not None:
+            return task
+        self._call(self.cluster.set_agent_status, self.agent_id, "terminated")
+        self._call(self.cluster.broadcast,
+                   f"Node {self.agent_id} terminating due to lack of work")  # fmt: skip
+        self.exit_reason = "idle"
+        log.info("worker %s terminated due to lack of work", self.agent_id,
+                 extra={"action": "worker_retired"})  # fmt: skip
+        self.close(terminate=False)
+        return None
