@@ -24,6 +24,7 @@ __all__ = [
     "CorralError",
     "Event",
     "FakeClock",
+    "HeartbeatMonitor",
     "InvalidInputError",
     "LeaseError",
     "Monitor",
@@ -35,6 +36,7 @@ __all__ = [
     "StoreUnavailableError",
     "SystemClock",
     "Task",
+    "Worker",
     "connect",
 ]
 
