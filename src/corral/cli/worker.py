@@ -1,0 +1,198 @@
+"""``corral worker``: any program as a worker.
+
+    corral worker --id W1 --role developer -- ./handle-task.sh
+
+runs the command once per claimed task, with the task as JSON on stdin and in
+``$CORRAL_TASK`` (plus ``$CORRAL_TASK_ID``, ``$CORRAL_TASK_EPOCH``,
+``$CORRAL_NODE_ID``). Exit 0 completes the task (stdout is the result: JSON if it
+parses, else ``{"stdout": …}``); any other exit fails it with the stderr tail. The
+worker heartbeats, goes idle and retires like any ``corral.Worker``; SIGTERM stops
+the command (SIGTERM to its process group, SIGKILL after 5 s) and returns the task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+import click
+
+__all__ = ["register"]
+
+_TAIL = 4000
+_KILL_GRACE = 5.0
+
+
+def _result(stdout: bytes) -> Any:
+    text = stdout.decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"stdout": text[-_TAIL:]}
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the command's process group, SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(_KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def command_handler(command: tuple[str, ...], node_id: str, *, timeout: float | None = None) -> Any:
+    """A ``Worker.run`` handler that runs ``command`` once per task."""
+    from corral.worker import TaskFailed
+
+    def handle(task: Any) -> Any:
+        task_json = json.dumps(task.to_dict(), ensure_ascii=False)
+        env = {
+            **os.environ,
+            "CORRAL_TASK": task_json,
+            "CORRAL_TASK_ID": str(task.id),
+            "CORRAL_TASK_EPOCH": str(task.epoch),
+            "CORRAL_NODE_ID": node_id,
+        }
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise TaskFailed(f"cannot run {command[0]}: {exc}") from None
+        try:
+            out, err = proc.communicate(task_json.encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise TaskFailed(f"{command[0]} timed out after {timeout}s") from None
+        except BaseException:  # a shutdown signal: stop the command, then unwind
+            _stop(proc)
+            raise
+        if proc.returncode == 0:
+            return _result(out)
+        tail = err.decode("utf-8", "replace").strip()[-_TAIL:]
+        raise TaskFailed(f"{command[0]} exited with {proc.returncode}: {tail}".strip())
+
+    return handle
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.option("--id", "node_id", required=True, help="This worker's node id.")
+@click.option("--role", required=True, help="The role to register as and claim for.")
+@click.option("--model", default=None, help="Model name (sets the node's strength).")
+@click.option("--heartbeat-interval", type=float, default=5.0, show_default=True,
+              help="Seconds between heartbeats.")  # fmt: skip
+@click.option("--idle-timeout", type=float, default=None,
+              help="Seconds to keep trying to claim when idle before retiring "
+                   "(default: the cluster's idle_timeout_seconds).")  # fmt: skip
+@click.option("--task-timeout", type=float, default=None,
+              help="Fail a task whose command runs longer than this (seconds).")  # fmt: skip
+@click.option("--max-tasks", type=int, default=None, help="Exit after this many tasks.")
+@click.option("--webhook", "webhooks", multiple=True, metavar="URL",
+              help="Also POST each heartbeat's JSON here (repeatable).")  # fmt: skip
+@click.option("--metrics-keep", type=int, default=None, metavar="N",
+              help="Keep a heartbeat metrics series in the store (newest N points).")  # fmt: skip
+@click.option("--github-repo", default=None, metavar="OWNER/NAME",
+              help="Comment each heartbeat on a GitHub issue ($GITHUB_TOKEN).")  # fmt: skip
+@click.option("--github-issue", type=int, default=None, metavar="N",
+              help="The issue number for --github-repo.")  # fmt: skip
+@click.option("--retry-attempts", type=int, default=3, show_default=True,
+              help="Attempts per heartbeat destination.")  # fmt: skip
+@click.option("--retry-delay", type=float, default=5.0, show_default=True,
+              help="Seconds between attempts.")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="Log warnings only.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    node_id: str,
+    role: str,
+    model: str | None,
+    heartbeat_interval: float,
+    idle_timeout: float | None,
+    task_timeout: float | None,
+    max_tasks: int | None,
+    webhooks: tuple[str, ...],
+    metrics_keep: int | None,
+    github_repo: str | None,
+    github_issue: int | None,
+    retry_attempts: int,
+    retry_delay: float,
+    quiet: bool,
+    command: tuple[str, ...],
+) -> int:
+    """Run COMMAND once per claimed task (put it after --).
+
+    The task is JSON on stdin and in $CORRAL_TASK; exit 0 completes it (stdout is
+    the result), any other exit fails it with the stderr tail. Exit codes: 0 retired
+    or shut down, 1 terminated by the cluster, 2 bad arguments.
+    """
+    from corral.destinations import (
+        Destination,
+        GitHubDestination,
+        MetricsDestination,
+        RetryPolicy,
+        WebhookDestination,
+    )
+    from corral.worker import Worker
+
+    if heartbeat_interval <= 0 or retry_attempts < 1 or retry_delay < 0:
+        raise click.UsageError("intervals must be positive and --retry-attempts at least 1")
+    if (github_repo is None) != (github_issue is None):
+        raise click.UsageError("--github-repo and --github-issue go together")
+    if metrics_keep is not None and metrics_keep < 1:
+        raise click.UsageError("--metrics-keep must be at least 1")
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format=f"corral-worker {node_id}: %(message)s",
+        stream=sys.stderr,
+    )
+    from corral.client import connect
+
+    root = ctx.find_root()
+    cluster = connect(root.obj.get("url") if isinstance(root.obj, dict) else None)
+    extra: list[Destination] = []
+    try:
+        extra += [WebhookDestination(url) for url in webhooks]
+        if github_repo is not None and github_issue is not None:
+            extra.append(GitHubDestination(github_repo, github_issue))
+    except ValueError as exc:
+        cluster.close()
+        raise click.UsageError(str(exc)) from None
+    if metrics_keep is not None:
+        extra.append(MetricsDestination(cluster, keep=metrics_keep))
+    w = Worker(
+        node_id,
+        role,
+        cluster=cluster,
+        model=model,
+        heartbeat_interval=heartbeat_interval,
+        idle_timeout_seconds=idle_timeout,
+        destinations=extra,
+        retry=RetryPolicy(retry_attempts=retry_attempts, retry_delay=retry_delay),
+    )
+    try:
+        return w.run(command_handler(command, node_id, timeout=task_timeout),
+                     max_tasks=max_tasks)  # fmt: skip
+    finally:
+        cluster.close()
+
+
+def register(group: click.Group) -> None:
+    group.add_command(worker)
