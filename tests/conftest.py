@@ -19,6 +19,8 @@ import corral
 from corral.clock import FakeClock
 
 BACKENDS = ["sqlite"]
+# Backends whose client is a ``Cluster`` over a store (the monitor runs on these).
+EMBEDDED = [b for b in BACKENDS if b != "http"]
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -36,6 +38,17 @@ def db_url(tmp_path: Path) -> str:
 @pytest.fixture(params=BACKENDS)
 def cluster(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
     """A fresh, empty cluster on each backend, on the fake clock."""
+    backend = importlib.import_module(f"tests.backends.{request.param}")
+    client = backend.make(request, tmp_path, clock)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture(params=EMBEDDED)
+def embedded(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
+    """A fresh cluster on each embedded backend (a ``Cluster`` with a ``.store``)."""
     backend = importlib.import_module(f"tests.backends.{request.param}")
     client = backend.make(request, tmp_path, clock)
     try:

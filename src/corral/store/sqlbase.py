@@ -385,6 +385,10 @@ class SQLStore(Store):
                 self._event(tx, now, "node_health", node_id, old=old["health"], new=health)
             return node_from_row(row)
 
+    def touch(self, node_id: str, now: float) -> bool:
+        with self._write() as tx:
+            return tx.run("node_touch", id=node_id, now=now) > 0
+
     # --- tasks ----------------------------------------------------------------------
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         with self._write() as tx:
@@ -647,7 +651,10 @@ class SQLStore(Store):
     def broadcast(self, node_id: str | None, message: str, now: float) -> Event:
         with self._write() as tx:
             if node_id is not None:
-                self._live(tx, node_id)
+                # The sender need only exist: anti-idle.md's worker broadcasts its
+                # farewell right after marking itself terminated.
+                if tx.one("node_latest", id=node_id) is None:
+                    raise NotFoundError(f"unknown node {node_id}", field="node_id")
                 tx.run("node_touch", id=node_id, now=now)
             self._event(tx, now, "broadcast", node_id, message=message)
             return event_from_row(tx.one("events_last_full"))

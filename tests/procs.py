@@ -1,0 +1,49 @@
+"""Code that runs in child processes (importable by the spawn start method)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import corral
+
+
+def register_when_released(url: str, node_id: str, barrier: Any, out: Any) -> None:
+    """Register ``node_id`` as soon as every racer is at the barrier."""
+    client = corral.connect(url)
+    barrier.wait(timeout=30)
+    try:
+        client.register_node(node_id, "developer")
+        out.put((node_id, "ok"))
+    except corral.CapacityError:
+        out.put((node_id, "capacity"))
+    except Exception as exc:  # reported to the test, which fails on it
+        out.put((node_id, f"error: {exc!r}"))
+    finally:
+        client.close()
+
+
+def race_server(url_queue: Any, node_id: str, barrier: Any, out: Any) -> None:
+    """Race once per URL received; stop on None."""
+    while (url := url_queue.get()) is not None:
+        register_when_released(url, node_id, barrier, out)
+
+
+def claim_until_empty(url: str, node_id: str, barrier: Any, out: Any) -> None:
+    """Claim and complete until the board is empty; report the task ids done."""
+    client = corral.connect(url)
+    client.register_node(node_id, "developer", heartbeat_interval=60)
+    barrier.wait(timeout=60)
+    done = []
+    errors = []
+    while True:
+        try:
+            task = client.claim_best_task(node_id, "developer")
+            if task is None:
+                break
+            client.complete_task(task.id, node_id, task.epoch, result={"by": node_id})
+            done.append(task.id)
+        except corral.CorralError as exc:
+            errors.append(repr(exc))
+            break
+    client.close()
+    out.put((node_id, done, errors))

@@ -1,0 +1,105 @@
+"""The store claims in exactly the pure scoring function's order (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import corral
+from corral.clock import FakeClock
+from corral.scoring import Candidate, best_order, matched_roles, score
+
+T0 = 1_700_000_000.0
+
+WORDS = ["design", "plan", "implement", "code", "tests", "latest", "docs", "review", "api"]
+
+boards = st.lists(
+    st.tuples(
+        st.sampled_from(["high", "medium", "low"]),
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
+        st.integers(min_value=0, max_value=7200),  # created, seconds after T0
+        st.sampled_from([None, None, None, "architect", "developer"]),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def claim_sequence(url: str, board, role: str) -> tuple[list[int], list[Candidate], float]:
+    """Add ``board`` at its creation times, then claim everything as ``role``."""
+    clock = FakeClock(T0)
+    with corral.connect(url, clock=clock) as c:
+        cands = []
+        for prio, title, created, explicit in sorted(board, key=lambda b: b[2]):
+            clock.set(T0 + created)
+            t = c.add_task(title, priority=prio, role=explicit)
+            cands.append(Candidate(t.id, prio, t.created_at, t.roles))
+        now = T0 + 7200 + 60
+        clock.set(now)
+        c.register_node("N", role)
+        claimed = []
+        while (t := c.claim_best_task("N", role)) is not None:
+            claimed.append(t.id)
+        return claimed, cands, now
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(board=boards, role=st.sampled_from(["architect", "developer"]))
+def test_sqlite_claim_order_equals_scoring(board, role):
+    """On random boards, SQLite's claim order is ``best_order``'s."""
+    with tempfile.TemporaryDirectory() as d:
+        claimed, cands, now = claim_sequence(f"sqlite:///{Path(d) / 'c.db'}", board, role)
+    assert claimed == best_order(cands, role, now)
+
+
+def test_keyword_matching_is_on_word_prefixes():
+    kw = {"architect": ["design", "architect", "plan"], "developer": ["implement", "code", "test"]}
+    assert matched_roles("Write tests for login", kw) == ("developer",)
+    assert matched_roles("PLANNING the Implementation", kw) == ("architect", "developer")
+    assert matched_roles("the latest release", kw) == ()
+    assert matched_roles("redesign", kw) == ()
+    assert matched_roles("Docs", kw, explicit="architect") == ("architect",)
+
+
+def test_score_is_the_documents():
+    """high 30, medium 20, low 10, +15 for a role match, +1 per minute of age."""
+    assert score("high", False, 0.0, 0.0) == 30
+    assert score("medium", True, 0.0, 0.0) == 35
+    assert score("low", False, 0.0, 90.0) == 11.5
+
+
+def test_ties_go_to_the_older_task(cluster, clock):
+    cluster.register_node("N", "developer")
+    first = cluster.add_task("docs one", priority="medium")
+    clock.advance(1)
+    cluster.add_task("docs two", priority="medium")
+    assert cluster.claim_best_task("N", "developer").id == first.id
+
+
+def test_age_overtakes_priority(cluster, clock):
+    """A low task 21 minutes older beats a fresh high one (10 + 21 > 30)."""
+    cluster.register_node("N", "developer")
+    old = cluster.add_task("docs old", priority="low")
+    clock.advance(21 * 60)
+    cluster.add_task("docs new", priority="high")
+    assert cluster.claim_best_task("N", "developer").id == old.id
+
+
+def test_role_bonus_beats_priority_gap(cluster, clock):
+    """A medium task matching the role (35) beats a high one that does not (30)."""
+    cluster.register_node("N", "architect")
+    cluster.add_task("Write docs", priority="high")
+    match = cluster.add_task("Design the schema", priority="medium")
+    assert cluster.claim_best_task("N", "architect").id == match.id
+
+
+def test_changing_role_keywords_reindexes_pending_tasks(cluster):
+    cluster.register_node("N", "developer")
+    cluster.add_task("Write docs", priority="high")
+    docs = cluster.add_task("Polish docs", priority="medium")
+    cluster.configure(role_keywords={"developer": ["polish"], "architect": ["design"]})
+    assert cluster.get_task(docs.id).roles == ("developer",)
+    assert cluster.claim_best_task("N", "developer").id == docs.id

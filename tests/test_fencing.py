@@ -1,0 +1,102 @@
+"""Lease epochs: a worker that lost its lease cannot overwrite the new holder's work."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral import LeaseError, Monitor, NotFoundError
+
+
+def _snapshot(cluster):
+    return [t.to_dict() for t in cluster.list_tasks()], len(cluster.events(limit=10_000))
+
+
+def test_stale_epoch_is_refused_and_changes_nothing(cluster):
+    """After a re-claim, completing with the old epoch is refused."""
+    cluster.register_node("A", "developer")
+    cluster.register_node("B", "developer")
+    cluster.add_task("Implement login")
+    first = cluster.claim_best_task("A", "developer")
+    cluster.fail_task(first.id, "A", first.epoch, error="flaky")
+    second = cluster.claim_best_task("B", "developer")
+    assert (second.id, second.epoch) == (first.id, first.epoch + 1)
+
+    before = _snapshot(cluster)
+    with pytest.raises(LeaseError):
+        cluster.complete_task(first.id, "A", first.epoch, result="late")
+    with pytest.raises(LeaseError):
+        cluster.complete_task(first.id, "B", first.epoch, result="wrong epoch")
+    assert _snapshot(cluster) == before
+
+    done = cluster.complete_task(second.id, "B", second.epoch, result="B's work")
+    assert (done.status, done.result, done.assigned_to) == ("done", "B's work", "B")
+
+
+def test_completion_after_lease_recovery_is_refused(embedded, clock):
+    """A node presumed dead comes back: its completion is refused, the task is redone
+    by another node and keeps that node's result."""
+    embedded.register_node("A", "developer", heartbeat_interval=5)
+    embedded.add_task("Implement search")
+    task = embedded.claim_best_task("A", "developer")
+    embedded.register_node("B", "developer", heartbeat_interval=5)
+    clock.advance(10)
+    embedded.heartbeat("B")
+    clock.advance(5)
+    events = Monitor(embedded).tick(clock.now()).events
+    assert [e.kind for e in events if e.node_id == "A"] == ["lease_recovered", "node_dead"]
+
+    before = _snapshot(embedded)
+    with pytest.raises(LeaseError):
+        embedded.complete_task(task.id, "A", task.epoch, result="A's late work")
+    with pytest.raises(LeaseError):
+        embedded.fail_task(task.id, "A", task.epoch, error="late")
+    assert _snapshot(embedded) == before
+    with pytest.raises(NotFoundError, match="terminated"):
+        embedded.heartbeat("A")
+
+    retry = embedded.claim_best_task("B", "developer")
+    assert (retry.id, retry.epoch, retry.attempts) == (task.id, task.epoch + 1, 2)
+    done = embedded.complete_task(retry.id, "B", retry.epoch, result="B's work")
+    assert done.result == "B's work"
+
+
+def test_completion_by_a_node_that_never_held_it_is_refused(cluster):
+    cluster.register_node("A", "developer")
+    cluster.register_node("B", "developer")
+    cluster.add_task("Implement export")
+    task = cluster.claim_best_task("A", "developer")
+    with pytest.raises(LeaseError, match="held by A"):
+        cluster.complete_task(task.id, "B")
+    pending = cluster.add_task("Write docs")
+    with pytest.raises(LeaseError, match="pending"):
+        cluster.complete_task(pending.id, "A")
+
+
+def test_attempts_are_counted_and_max_attempts_respected(cluster):
+    """A task failed with retry goes back to pending until it has used max_attempts."""
+    cluster.register_node("A", "developer")
+    task = cluster.add_task("Implement flaky thing", max_attempts=2)
+    t1 = cluster.claim_best_task("A", "developer")
+    assert cluster.fail_task(t1.id, "A", t1.epoch, error="boom").status == "pending"
+    t2 = cluster.claim_best_task("A", "developer")
+    assert t2.attempts == 2
+    final = cluster.fail_task(t2.id, "A", t2.epoch, error="boom again")
+    assert (final.id, final.status, final.error) == (task.id, "failed", "boom again")
+    assert cluster.claim_best_task("A", "developer") is None
+
+
+def test_fail_without_retry_is_final(cluster):
+    cluster.register_node("A", "developer")
+    cluster.add_task("Implement once")
+    t = cluster.claim_best_task("A", "developer")
+    assert cluster.fail_task(t.id, "A", t.epoch, error="no", retry=False).status == "failed"
+
+
+def test_terminating_returns_leases_without_burning_attempts(cluster):
+    """A node that terminates itself gives its tasks back at once."""
+    cluster.register_node("A", "developer")
+    cluster.add_task("Implement a", max_attempts=1)
+    t = cluster.claim_best_task("A", "developer")
+    cluster.set_agent_status("A", "terminated")
+    back = cluster.get_task(t.id)
+    assert (back.status, back.assigned_to) == ("pending", None)
