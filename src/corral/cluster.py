@@ -151,6 +151,12 @@ class Cluster:
                 health = health_status(metrics)
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
 
+    def touch(self, node_id: str) -> bool:
+        """Count any call by ``node_id`` as its heartbeat (the MCP tools do): push its
+        death deadline out, keeping its heartbeat payload. False when the node is
+        unknown or terminated."""
+        return self.store.touch(check_id(node_id), self.clock.now())
+
     # --- tasks --------------------------------------------------------------------
     def _task_spec(
         self,

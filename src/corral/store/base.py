@@ -86,6 +86,12 @@ class Store(ABC):
     ) -> Node:
         """One guarded update of a live node's heartbeat; renews its leases."""
 
+    @abstractmethod
+    def touch(self, node_id: str, now: float) -> bool:
+        """Count a call by a live node as proof of life: one guarded UPDATE of its last
+        activity and death deadline (its heartbeat payload is kept). False when the
+        node is unknown or terminated; nothing is written then."""
+
     # --- tasks ----------------------------------------------------------------
     @abstractmethod
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
