@@ -1,0 +1,85 @@
+"""The bench scripts run: each one, with ``--quick``, as a real subprocess.
+
+Only that they work and write their JSON; the numbers are never asserted here
+(performance is measured in ``bench/``, not in tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+MACHINE_KEYS = {"cores", "usable_cores", "python", "sqlite", "loadavg", "git_commit"}
+
+
+def run_quick(script: str, out: Path, *extra: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), "--quick", "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=out.parent,
+    )
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(out.read_text())
+
+
+def test_latency_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """sqlite_latency.py --quick exits 0 and writes percentiles for every board size
+    and the claim p99 ratio of the largest board to the smallest; a cache dir is reused."""
+    data = run_quick(
+        "sqlite_latency.py", tmp_path / "latency.json", "--cache-dir", str(tmp_path / "cache")
+    )
+    assert data["bench"] == "sqlite_latency"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    params = data["params"]
+    assert params["checkpoint"] == ["auto", "between"]
+    assert sorted((r["pending"], r["checkpoint"]) for r in data["results"]) == sorted(
+        (size, mode) for size in params["sizes"] for mode in params["checkpoint"]
+    )
+    for r in data["results"]:
+        assert r["pending_at_end"] == r["pending"]  # the board kept its size
+        for op in ("claim_us", "complete_us"):
+            assert r[op]["n"] == params["samples"]
+            assert 0 < r[op]["p50"] <= r[op]["p99"] <= r[op]["max"]
+    assert [q["checkpoint"] for q in data["ratios"]] == params["checkpoint"]
+    for q in data["ratios"]:
+        assert q["claim_p99_largest_over_smallest"] > 0
+        assert (q["smallest"], q["largest"]) == (min(params["sizes"]), max(params["sizes"]))
+        assert q["met"] == (q["claim_p99_largest_over_smallest"] <= q["target"])
+    # --cache-dir keeps the loaded boards, and a second run uses them instead of loading.
+    assert len(list((tmp_path / "cache").glob("board-*.db"))) == len(params["sizes"])
+    again = run_quick(
+        "sqlite_latency.py", tmp_path / "again.json", "--cache-dir", str(tmp_path / "cache")
+    )
+    assert [r["load_seconds"] for r in again["results"]] == [None] * len(again["results"])
+
+
+def test_throughput_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """sqlite_throughput.py --quick exits 0 (every job done exactly once, by every
+    system) and writes a rate per system and process count, the ratios and the
+    locked-error run."""
+    data = run_quick("sqlite_throughput.py", tmp_path / "throughput.json", "--dir", str(tmp_path))
+    assert data["bench"] == "sqlite_throughput"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    params = data["params"]
+    cells = {(r["system"], r["synchronous"], r["procs"]) for r in data["runs"]}
+    assert cells == {
+        (s, y, p) for s in params["systems"] for y in params["synchronous"] for p in params["procs"]
+    }
+    assert set(params["systems"]) == {"corral", "bare", "huey"}
+    for r in data["runs"]:
+        assert r["errors"] == []
+        assert r["jobs"] == params["jobs"]
+        assert r["jobs_per_s"] > 0
+    for row in data["summary"]:
+        assert row["corral_vs_bare"] > 0 and row["corral_vs_huey"] > 0
+    assert {r["system"] for r in data["locked"]} == set(params["systems"])
+    assert all(r["procs"] == params["locked_procs"] for r in data["locked"])
+    assert {"corral_vs_bare_min", "corral_vs_huey_min", "corral_locked_errors"} <= set(
+        data["targets"]
+    )
