@@ -1,0 +1,74 @@
+"""Counts for ``/metrics`` and ``/v1/stats``, read in one transaction at scrape time.
+
+Served by every SQL store (``SQLStore``) through named queries ``stats_nodes``,
+``stats_tasks`` and ``stats_event_count`` (plus the shared ``nodes_live``,
+``events_last``, ``meta_get`` and ``settings_all``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from corral.config import settings_from_rows
+from corral.store.base import Store
+
+__all__ = ["ClusterStats", "read_stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStats:
+    nodes: dict[str, dict[str, int]] = field(default_factory=dict)  # status -> role -> n
+    tasks: dict[str, int] = field(default_factory=dict)  # status -> n
+    claims: int = 0  # every claim ever made (the sum of tasks' attempts)
+    completions: int = 0  # tasks done
+    lease_recoveries: int = 0  # lease_recovered events still in the event log
+    last_event: int = 0
+    max_agents: int = 0
+    assessment: dict[str, Any] = field(default_factory=dict)
+    # per live node: id, role, status, last_seen, inbox (events after its cursor)
+    live_nodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_stats(store: Store) -> ClusterStats:
+    read = getattr(store, "_read", None)
+    if read is None:
+        raise NotImplementedError(f"{type(store).__name__} has no statistics")
+    with read() as tx:
+        node_rows = tx.all("stats_nodes")
+        task_rows = tx.all("stats_tasks")
+        recovered = tx.one("stats_event_count", kind="lease_recovered")["n"]
+        last = tx.one("events_last")
+        live = tx.all("nodes_live")
+        wd = tx.one("meta_get", key="work_distribution")
+        settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
+    nodes: dict[str, dict[str, int]] = {}
+    for r in node_rows:
+        nodes.setdefault(r["status"], {})[r["role"]] = int(r["n"])
+    last_seq = int(last["seq"]) if last else 0
+    return ClusterStats(
+        nodes=nodes,
+        tasks={r["status"]: int(r["n"]) for r in task_rows},
+        claims=int(sum(int(r["attempts"]) for r in task_rows)),
+        completions=int(next((r["n"] for r in task_rows if r["status"] == "done"), 0)),
+        lease_recoveries=int(recovered),
+        last_event=last_seq,
+        max_agents=settings.max_agents,
+        assessment=json.loads(wd["value"]) if wd else {},
+        live_nodes=[
+            {
+                "id": r["id"],
+                "role": r["role"],
+                "status": r["status"],
+                "last_seen": max(
+                    r["last_activity"], r["last_heartbeat"] or 0.0, r["registered_at"]
+                ),
+                "inbox": max(0, last_seq - int(r["cursor"])),
+            }
+            for r in live
+        ],
+    )
