@@ -333,3 +333,9 @@ class Cluster:
         """The newest ``limit`` points of ``node_id``'s heartbeat metrics, oldest first."""
         limit = int(check_positive(limit, "limit", integer=True))
         return self.store.samples(check_id(node_id), min(limit, 10_000))
+
+    def stats(self) -> Any:
+        """Counts for dashboards and ``/metrics`` (``corral.store.stats.ClusterStats``)."""
+        from corral.store.stats import read_stats
+
+        return read_stats(self.store)

@@ -253,3 +253,16 @@ SELECT * FROM (
     ORDER BY seq DESC LIMIT :limit
 ) AS s
 ORDER BY seq;
+
+-- Statistics for /metrics and /v1/stats (corral.store.stats).
+
+-- name: stats_nodes
+SELECT status, role, count(*) AS n FROM nodes n
+WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
+GROUP BY status, role;
+
+-- name: stats_tasks
+SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks GROUP BY status;
+
+-- name: stats_event_count
+SELECT count(*) AS n FROM events WHERE kind = :kind;
