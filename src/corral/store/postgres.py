@@ -1,0 +1,407 @@
+"""The shared store: PostgreSQL through psycopg 3 and a psycopg-pool pool.
+
+Any number of coordinators, monitors and workers on different hosts open the same
+database. Transactions run at READ COMMITTED with row locks where the shared SQL
+needs them (``*_for_update``, ``lock_registry``); the hot operations (claim,
+complete, bulk add) are single statements. Driver errors become
+``StoreUnavailableError`` here, at the boundary: a lost connection, a restart, a
+statement or pool timeout is a clear retryable error, never a hang.
+
+Extra URL parameters (removed before connecting): ``pool_size``, ``statement_timeout``
+and ``connect_timeout`` (seconds). Keyword arguments of the same names override them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from corral import scoring
+from corral.errors import InvalidInputError, StoreUnavailableError
+from corral.model import Task
+from corral.store.base import TaskSpec
+from corral.store.queries import load_queries, migrations
+from corral.store.signal import WAKE_QUERIES, ReadySignal
+from corral.store.sqlbase import SQLStore, _dumps, task_from_row
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("corral.store.postgres")
+
+_QUERIES = load_queries("postgres", pyformat=True)
+_CHANNEL = "corral_ready"
+# Advisory lock keys ("corral" + a number); lock_registry in queries.sql uses ...01.
+_MIGRATE_KEY = 7165071367756054530
+_LEADER_KEY = 7165071367756054531
+_OPTIONS = ("pool_size", "statement_timeout", "connect_timeout")
+
+
+class _Tx:
+    __slots__ = ("_conn", "wake")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self.wake = False  # a task may become pending: NOTIFY before commit
+
+    def one(self, name: str, **params: Any) -> Any:
+        self.wake = self.wake or name in WAKE_QUERIES
+        cur = self._conn.execute(_QUERIES[name], params)
+        return cur.fetchone() if cur.description else None
+
+    def all(self, name: str, **params: Any) -> list[Any]:
+        return self._conn.execute(_QUERIES[name], params).fetchall()
+
+    def run(self, name: str, **params: Any) -> int:
+        self.wake = self.wake or name in WAKE_QUERIES
+        return self._conn.execute(_QUERIES[name], params).rowcount
+
+
+def _unavailable(
+    exc: BaseException, what: str = "PostgreSQL store unavailable"
+) -> StoreUnavailableError:
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreUnavailableError(
+        f"{what}: {detail}; retry the call (a write in flight may or may not have been applied)"
+    )
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query)
+    ours = {k: v for k, v in query if k in _OPTIONS}
+    rest = [(k, v) for k, v in query if k not in _OPTIONS]
+    scheme = "postgresql"
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment)), ours
+
+
+def _seconds(value: Any, field: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds > 0:
+        raise InvalidInputError(f"{field} must be a positive number of seconds", field=field)
+    return seconds
+
+
+class PostgresStore(SQLStore):
+    """A pool of connections per store (safe to share between threads). Open a new
+    store in each process (never share one across ``fork``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int | str | None = None,
+        statement_timeout: float | str | None = None,
+        connect_timeout: float | str | None = None,
+    ) -> None:
+        super().__init__()
+        conninfo, opts = _split_url(url)
+        size = int(pool_size if pool_size is not None else opts.get("pool_size", 5))
+        if size < 1:
+            raise InvalidInputError("pool_size must be at least 1", field="pool_size")
+        self._statement_timeout = _seconds(
+            statement_timeout or opts.get("statement_timeout", 30), "statement_timeout"
+        )
+        self._connect_timeout = _seconds(
+            connect_timeout or opts.get("connect_timeout", 5), "connect_timeout"
+        )
+        self._conninfo = conninfo
+        self._conn_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(self._connect_timeout)),
+            "options": f"-c statement_timeout={int(self._statement_timeout * 1000)}"
+            f" -c idle_in_transaction_session_timeout={int(self._statement_timeout * 2000)}",
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+        }
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=size,
+            kwargs={**self._conn_kwargs, "row_factory": dict_row},
+            timeout=self._connect_timeout,
+            name="corral",
+            open=False,
+        )
+        self._ready = ReadySignal()
+        self._closed = False
+        self._listen_lock = threading.Lock()
+        self._listener: threading.Thread | None = None
+        self._listening = threading.Event()
+        self._lead_lock = threading.Lock()
+        self._lead_conn: psycopg.Connection[Any] | None = None
+        self._leading = False
+        try:
+            self._pool.open(wait=True, timeout=self._connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise _unavailable(exc, f"cannot reach PostgreSQL at {_safe(conninfo)}") from exc
+        try:
+            self._migrate()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    # --- connections ------------------------------------------------------------------
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self._pool.connection(timeout=self._connect_timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise _unavailable(exc, "no PostgreSQL connection available") from exc
+        except psycopg.OperationalError as exc:
+            self._pool.check()  # drop the other connections the outage broke
+            raise _unavailable(exc) from exc
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[_Tx]:
+        with self._connection() as conn:
+            conn.execute(begin)
+            tx = _Tx(conn)
+            try:
+                yield tx
+                if tx.wake:
+                    conn.execute(f"NOTIFY {_CHANNEL}")
+            except BaseException:
+                if not conn.broken:
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _write(self) -> Any:
+        return self._transaction("BEGIN")
+
+    def _read(self) -> Any:
+        return self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def _migrate(self) -> None:
+        with self._connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", [_MIGRATE_KEY])
+            try:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS corral_migrations (version integer PRIMARY KEY,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                done = {r["version"] for r in conn.execute("SELECT version FROM corral_migrations")}
+                for version, sql in migrations("postgres"):
+                    if version in done:
+                        continue
+                    with conn.transaction():
+                        conn.execute(sql)
+                        conn.execute(
+                            "INSERT INTO corral_migrations (version) VALUES (%s)", [version]
+                        )
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", [_MIGRATE_KEY])
+
+    def _statement(self, name: str, **params: Any) -> Any:
+        """One statement in its own transaction (autocommit): one round trip."""
+        with self._connection() as conn:
+            return conn.execute(_QUERIES[name], params).fetchone()
+
+    # --- hot operations -----------------------------------------------------------------
+    def _cached_settings(self, refresh: bool = False) -> tuple[Any, Any]:
+        if refresh or self._settings_cache is None:
+            self._settings_cache = None
+            self.settings()
+        assert self._settings_cache is not None
+        return self._settings_cache
+
+    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+        refresh = False
+        while True:
+            version, settings = self._cached_settings(refresh)
+            if role not in settings.roles:
+                if not refresh:
+                    refresh = True
+                    continue
+                raise InvalidInputError(
+                    f"role must be one of {', '.join(settings.roles)}; got {role!r:.40}",
+                    field="role",
+                )
+            row = self._statement(
+                "claim_full",
+                node_id=node_id,
+                role=role,
+                now=now,
+                bonus=scoring.ROLE_BONUS_SECONDS,
+                settings_version=version,
+            )
+            if not row["live"]:
+                with self._read() as tx:
+                    self._live(tx, node_id)  # raises NotFoundError
+            if row["fresh"]:
+                return None if row["id"] is None else task_from_row(row)
+            refresh = True  # the settings changed under us: re-check the role, retry
+
+    def complete(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+    ) -> Task:
+        row = self._statement(
+            "complete_full",
+            id=task_id,
+            node_id=node_id,
+            epoch=epoch,
+            result=None if result is None else _dumps(result),
+            now=now,
+        )
+        if row is None:
+            with self._read() as tx:
+                self._refuse(tx, task_id, node_id, epoch)  # raises
+        return task_from_row(row)
+
+    def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
+        if not specs:
+            return []
+        with self._write() as tx:
+            s = self._settings_in(tx)
+            ids = sorted(r["id"] for r in tx.all("task_ids_next", n=len(specs)))
+            roles = [
+                " ".join(
+                    scoring.matched_roles(f"{sp.title}\n{sp.description}", s.role_keywords, sp.role)
+                )
+                for sp in specs
+            ]
+            keys = [scoring.sort_key(sp.priority, now) for sp in specs]
+            rows = tx.all(
+                "tasks_insert_many",
+                ids=ids,
+                titles=[sp.title for sp in specs],
+                descriptions=[sp.description for sp in specs],
+                priorities=[sp.priority for sp in specs],
+                explicit_roles=[sp.role for sp in specs],
+                roles=roles,
+                max_attempts=[sp.max_attempts or s.max_attempts for sp in specs],
+                sort_keys=keys,
+                now=now,
+            )
+            heads = [
+                (r, k, i) for i, k, rs in zip(ids, keys, roles, strict=True) for r in rs.split()
+            ]
+            if heads:
+                tx.run(
+                    "ready_insert_many",
+                    roles=[h[0] for h in heads],
+                    sort_keys=[h[1] for h in heads],
+                    created_ats=[now] * len(heads),
+                    task_ids=[h[2] for h in heads],
+                )
+            tx.run(
+                "events_insert_many",
+                now=now,
+                kind="task_added",
+                task_ids=ids,
+                datas=[
+                    _dumps({"priority": sp.priority, "roles": rs.split()})
+                    for sp, rs in zip(specs, roles, strict=True)
+                ],
+            )
+            tx.wake = True
+        return [task_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
+
+    # --- waiting claims (LISTEN/NOTIFY) ---------------------------------------------
+    def ready_token(self) -> int:
+        self._ensure_listener()
+        return self._ready.token()
+
+    def wait_ready(self, token: Any, timeout: float) -> None:
+        self._ready.wait(token, timeout)
+
+    def _ensure_listener(self) -> None:
+        with self._listen_lock:
+            if self._listener is None or not self._listener.is_alive():
+                self._listener = threading.Thread(
+                    target=self._listen, name="corral-pg-listen", daemon=True
+                )
+                self._listener.start()
+        if not self._listening.wait(self._connect_timeout):
+            raise StoreUnavailableError(
+                "PostgreSQL store unavailable: cannot LISTEN for new tasks; retry the call"
+            )
+
+    def _listen(self) -> None:
+        backoff = 0.1
+        while not self._closed:
+            try:
+                with psycopg.connect(self._conninfo, **self._conn_kwargs) as conn:
+                    conn.execute(f"LISTEN {_CHANNEL}")
+                    self._listening.set()
+                    self._ready.bump()  # tasks may have come while we were not listening
+                    backoff = 0.1
+                    while not self._closed:
+                        for _ in conn.notifies(timeout=1.0):
+                            self._ready.bump()
+            except psycopg.Error as exc:
+                self._listening.clear()
+                if self._closed:
+                    return
+                log.warning("LISTEN connection lost (%s); reconnecting", exc,
+                            extra={"action": "listen_retry"})  # fmt: skip
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    # --- leader election ----------------------------------------------------------------
+    def try_lead(self, holder: str) -> bool:
+        """The monitor leader holds a session advisory lock on a dedicated connection.
+        When its process dies or its connection drops, the server releases the lock and
+        the next ``try_lead`` of another monitor takes it."""
+        with self._lead_lock:
+            try:
+                conn = self._lead_conn
+                if conn is None or conn.closed:
+                    self._leading = False
+                    conn = self._lead_conn = psycopg.connect(
+                        self._conninfo,
+                        **{**self._conn_kwargs, "application_name": f"corral monitor {holder}"},
+                    )
+                if self._leading:
+                    conn.execute("SELECT 1")  # the session lives, so the lock is held
+                else:
+                    row = conn.execute("SELECT pg_try_advisory_lock(%s)", [_LEADER_KEY]).fetchone()
+                    self._leading = bool(row and row[0])
+                    if self._leading:
+                        extra = {"action": "monitor_elected", "monitor": holder}
+                        log.info("%s leads the monitors", holder, extra=extra)
+                return self._leading
+            except psycopg.Error as exc:
+                was = self._leading
+                self._drop_lead()
+                if was:
+                    extra = {"action": "monitor_lost_lead", "monitor": holder}
+                    log.warning("%s lost the monitor lead: %s", holder, exc, extra=extra)
+                raise _unavailable(exc) from exc
+
+    def _drop_lead(self) -> None:
+        self._leading = False
+        conn, self._lead_conn = self._lead_conn, None
+        if conn is not None:
+            with suppress(psycopg.Error):
+                conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lead_lock:
+            self._drop_lead()
+        self._pool.close()
+
+
+def _safe(conninfo: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(conninfo)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

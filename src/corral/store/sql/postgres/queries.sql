@@ -1,0 +1,372 @@
+-- Named queries for the PostgreSQL adapter. Parameters are :name (the loader turns
+-- them into %(name)s). Append new queries at the end; every name store/sqlbase.py
+-- uses must exist here too (tests/test_postgres_store.py checks).
+
+-- name: settings_all
+SELECT key, value FROM settings;
+
+-- name: settings_put
+INSERT INTO settings (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: meta_get
+SELECT value FROM meta WHERE key = :key;
+
+-- name: meta_put
+INSERT INTO meta (key, value) VALUES (:key, :value)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: node_live
+SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: node_latest
+SELECT * FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
+
+-- name: nodes_live
+SELECT * FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
+
+-- name: nodes_all_latest
+SELECT * FROM nodes n
+WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
+ORDER BY registered_at, incarnation;
+
+-- name: nodes_count_live
+SELECT count(*) AS n FROM nodes WHERE status <> 'terminated';
+
+-- name: node_insert
+INSERT INTO nodes (id, role, model, strength, status, idle_since, last_activity,
+                   heartbeat_interval, live_window, dead_at, host, pid, cursor, registered_at)
+VALUES (:id, :role, :model, :strength, :status, :idle_since, :now, :heartbeat_interval,
+        :live_window, :dead_at, :host, :pid, :cursor, :now)
+RETURNING *;
+
+-- name: node_reregister
+UPDATE nodes SET role = :role, model = :model, strength = :strength,
+                 heartbeat_interval = :heartbeat_interval, live_window = :live_window,
+                 dead_at = :dead_at, last_activity = :now,
+                 host = coalesce(:host, host), pid = coalesce(:pid, pid)
+WHERE incarnation = :incarnation
+RETURNING *;
+
+-- name: node_update_status
+UPDATE nodes SET status = :status, current_task_id = :current_task_id,
+                 idle_since = :idle_since, last_activity = :now,
+                 dead_at = :now + live_window, terminated_at = :terminated_at
+WHERE incarnation = :incarnation
+RETURNING *;
+
+-- name: node_touch
+UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';
+
+-- name: node_done_with
+UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NULL
+                                        ELSE current_task_id END,
+                 last_activity = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';
+
+-- name: node_working
+UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
+                 last_activity = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';
+
+-- name: node_heartbeat
+UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
+                 dead_at = :now + live_window
+WHERE incarnation = :incarnation
+RETURNING *;
+
+-- name: node_set_cursor
+UPDATE nodes SET cursor = :cursor, last_activity = :now, dead_at = :now + live_window
+WHERE incarnation = :incarnation;
+
+-- name: node_set_window
+UPDATE nodes SET live_window = :live_window, dead_at = :dead_at WHERE incarnation = :incarnation;
+
+-- name: node_terminate
+UPDATE nodes SET status = 'terminated', current_task_id = NULL, idle_since = NULL,
+                 terminated_at = :now
+WHERE incarnation = :incarnation;
+
+-- name: nodes_dead
+-- Locked: a heartbeat racing the reaper waits, and the reaper re-checks dead_at.
+SELECT * FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
+ORDER BY dead_at LIMIT :limit
+FOR UPDATE;
+
+-- name: nodes_idle_expired
+SELECT * FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
+  AND idle_since <= :cutoff
+ORDER BY idle_since LIMIT :limit
+FOR UPDATE;
+
+-- name: next_dead_at
+SELECT min(dead_at) AS t FROM nodes WHERE status <> 'terminated';
+
+-- name: next_idle_since
+SELECT min(idle_since) AS t FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager';
+
+-- name: task_insert
+INSERT INTO tasks (title, description, priority, role, roles, status, max_attempts,
+                   sort_key, created_at, updated_at)
+VALUES (:title, :description, :priority, :role, :roles, 'pending', :max_attempts,
+        :sort_key, :now, :now)
+RETURNING *;
+
+-- name: task_get
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: tasks_pending
+SELECT * FROM tasks WHERE status = 'pending' ORDER BY sort_key, created_at, id LIMIT :limit;
+
+-- name: tasks_in_progress
+SELECT * FROM tasks WHERE status = 'in_progress' ORDER BY id LIMIT :limit;
+
+-- name: tasks_by_status
+SELECT * FROM tasks WHERE status = :status ORDER BY id DESC LIMIT :limit;
+
+-- name: tasks_by_status_holder
+SELECT * FROM tasks WHERE status = :status AND assigned_to = :assigned_to
+ORDER BY id DESC LIMIT :limit;
+
+-- name: tasks_all
+SELECT * FROM tasks ORDER BY id DESC LIMIT :limit;
+
+-- name: tasks_pending_all
+SELECT * FROM tasks WHERE status = 'pending';
+
+-- name: ready_insert
+INSERT INTO ready (role, sort_key, created_at, task_id)
+VALUES (:role, :sort_key, :created_at, :task_id);
+
+-- name: ready_remove
+DELETE FROM ready
+WHERE role = :role AND sort_key = :sort_key AND created_at = :created_at AND task_id = :task_id;
+
+-- name: ready_clear
+DELETE FROM ready;
+
+-- name: claim_take
+-- The better of two index heads, each taken with SKIP LOCKED: the best task matching
+-- :role (its score carries the role bonus, :bonus seconds of sort key) and the best
+-- pending task of any role. (PostgresStore.claim uses claim_full instead.)
+WITH a AS (
+    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
+    ORDER BY sort_key, created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), r AS (
+    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
+    FROM ready JOIN tasks t ON t.id = ready.task_id
+    WHERE ready.role = :role AND t.status = 'pending'
+    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), pick AS (
+    SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) c
+    ORDER BY k, created_at, id LIMIT 1
+)
+UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                 attempts = attempts + 1, claimed_at = :now, updated_at = :now
+FROM pick WHERE tasks.id = pick.id
+RETURNING tasks.*;
+
+-- name: task_complete
+UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                 updated_at = :now
+WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
+  AND (:epoch::bigint IS NULL OR epoch = :epoch)
+RETURNING *;
+
+-- name: task_fail_final
+UPDATE tasks SET status = 'failed', error = :error, finished_at = :now, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_requeue
+UPDATE tasks SET status = 'pending', assigned_to = NULL, error = :error, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_set_roles
+UPDATE tasks SET roles = :roles WHERE id = :id;
+
+-- name: assess_counts
+SELECT
+    (SELECT count(*) FROM tasks WHERE status = 'pending') AS pending,
+    (SELECT count(*) FROM tasks WHERE status = 'in_progress') AS in_progress,
+    (SELECT count(*) FROM nodes WHERE status <> 'terminated') AS active_count,
+    (SELECT count(*) FROM nodes WHERE status = 'working' AND role <> 'bootstrap_manager')
+        AS working,
+    (SELECT count(*) FROM nodes WHERE status = 'idle') AS idle,
+    (SELECT count(*) FROM tasks WHERE status = 'pending' AND roles = 'architect')
+        AS architect_only,
+    (SELECT id FROM nodes WHERE status <> 'terminated' AND role = 'bootstrap_manager'
+        ORDER BY registered_at LIMIT 1) AS manager_id;
+
+-- name: event_insert
+INSERT INTO events (ts, kind, node_id, task_id, data)
+VALUES (:ts, :kind, :node_id, :task_id, :data);
+
+-- name: events_since
+SELECT * FROM events WHERE seq > :since ORDER BY seq LIMIT :limit;
+
+-- name: events_last
+SELECT seq, ts FROM events ORDER BY seq DESC LIMIT 1;
+
+-- name: events_prune
+DELETE FROM events
+WHERE seq < (SELECT coalesce((SELECT seq FROM events WHERE ts >= :cutoff ORDER BY seq LIMIT 1),
+                             (SELECT max(seq) FROM events)));
+
+-- name: last_heartbeat_any
+SELECT max(last_heartbeat) AS t FROM nodes WHERE status <> 'terminated';
+
+-- Row locks. lock_registry serializes registrations across hosts (capacity).
+
+-- name: lock_registry
+SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(7165071367756054529)) AS l;
+
+-- name: node_live_for_update
+SELECT * FROM nodes WHERE id = :id AND status <> 'terminated'
+FOR UPDATE;
+
+-- name: nodes_live_for_update
+SELECT * FROM nodes WHERE status <> 'terminated'
+FOR UPDATE;
+
+-- name: task_get_for_update
+SELECT * FROM tasks WHERE id = :id
+FOR UPDATE;
+
+-- name: tasks_held_by_for_update
+SELECT * FROM tasks WHERE assigned_to = :node_id AND status = 'in_progress' ORDER BY id
+FOR UPDATE;
+
+-- name: tasks_by_holder
+SELECT * FROM tasks WHERE assigned_to = :assigned_to ORDER BY id LIMIT :limit;
+
+-- name: events_last_full
+SELECT * FROM events ORDER BY seq DESC LIMIT 1;
+
+-- Alerts and the heartbeat metrics series (worker SDK): rows of the events table.
+
+-- name: event_insert_returning
+INSERT INTO events (ts, kind, node_id, task_id, data)
+VALUES (:ts, :kind, :node_id, :task_id, :data)
+RETURNING *;
+
+-- name: samples_prune
+DELETE FROM events
+WHERE kind = 'heartbeat_sample' AND node_id = :node_id
+  AND seq <= (SELECT seq FROM events WHERE kind = 'heartbeat_sample' AND node_id = :node_id
+              ORDER BY seq DESC LIMIT 1 OFFSET :keep);
+
+-- name: samples_latest
+SELECT * FROM (
+    SELECT * FROM events WHERE kind = 'heartbeat_sample' AND node_id = :node_id
+    ORDER BY seq DESC LIMIT :limit
+) AS s
+ORDER BY seq;
+
+-- PostgreSQL's own operations (PostgresStore overrides). -------------------------
+
+-- name: claim_full
+-- The whole claim in one statement (one round trip): lock the live node, take the
+-- better of the two index heads with SKIP LOCKED, drop its role heads, mark the node
+-- working (or just touch it), record the event. Nothing is taken when the cached
+-- settings (:settings_version, the roles the caller checked) are out of date.
+WITH n AS MATERIALIZED (
+    SELECT incarnation FROM nodes WHERE id = :node_id AND status <> 'terminated'
+    FOR UPDATE
+), ok AS MATERIALIZED (
+    SELECT incarnation FROM n
+    WHERE (SELECT value FROM meta WHERE key = 'settings_version')
+          IS NOT DISTINCT FROM :settings_version::text
+), a AS (
+    SELECT id, sort_key AS k, created_at FROM tasks
+    WHERE status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    ORDER BY sort_key, created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), r AS (
+    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
+    FROM ready JOIN tasks t ON t.id = ready.task_id
+    WHERE ready.role = :role AND t.status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), pick AS (
+    SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+    ORDER BY k, created_at, id LIMIT 1
+), take AS (
+    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+    FROM pick WHERE tasks.id = pick.id
+    RETURNING tasks.*
+), deq AS (
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
+), nd AS (
+    UPDATE nodes
+    SET status = CASE WHEN take.id IS NULL THEN nodes.status ELSE 'working' END,
+        current_task_id = coalesce(take.id, nodes.current_task_id),
+        idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
+        last_activity = :now, dead_at = :now + nodes.live_window
+    FROM ok LEFT JOIN take ON true
+    WHERE nodes.incarnation = ok.incarnation
+), ev AS (
+    INSERT INTO events (ts, kind, node_id, task_id, data)
+    SELECT :now, 'task_claimed', :node_id, take.id,
+           json_build_object('epoch', take.epoch, 'role', :role::text,
+                             'attempt', take.attempts)::text
+    FROM take
+)
+SELECT (SELECT count(*) FROM n) AS live, (SELECT count(*) FROM ok) AS fresh, take.*
+FROM (SELECT 1) AS one LEFT JOIN take ON true;
+
+-- name: complete_full
+-- The whole complete in one statement: finish the held task (at :epoch if given),
+-- release the node from it, record the event. No row: the caller explains why.
+WITH t AS (
+    UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                     updated_at = :now
+    WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
+      AND (:epoch::bigint IS NULL OR epoch = :epoch)
+    RETURNING *
+), nd AS (
+    UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :id THEN NULL
+                                            ELSE current_task_id END,
+                     last_activity = :now, dead_at = :now + live_window
+    WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM t)
+), ev AS (
+    INSERT INTO events (ts, kind, node_id, task_id, data)
+    SELECT :now, 'task_completed', :node_id, t.id, json_build_object('epoch', t.epoch)::text
+    FROM t
+)
+SELECT * FROM t;
+
+-- name: task_ids_next
+SELECT nextval(pg_get_serial_sequence('tasks', 'id')) AS id FROM generate_series(1, :n);
+
+-- name: tasks_insert_many
+INSERT INTO tasks (id, title, description, priority, role, roles, status, max_attempts,
+                   sort_key, created_at, updated_at)
+SELECT id, title, description, priority, role, roles, 'pending', max_attempts, sort_key,
+       :now, :now
+FROM unnest(:ids::bigint[], :titles::text[], :descriptions::text[], :priorities::text[],
+            :explicit_roles::text[], :roles::text[], :max_attempts::integer[],
+            :sort_keys::double precision[])
+     AS u(id, title, description, priority, role, roles, max_attempts, sort_key)
+RETURNING *;
+
+-- name: ready_insert_many
+INSERT INTO ready (role, sort_key, created_at, task_id)
+SELECT * FROM unnest(:roles::text[], :sort_keys::double precision[],
+                     :created_ats::double precision[], :task_ids::bigint[]);
+
+-- name: events_insert_many
+INSERT INTO events (ts, kind, node_id, task_id, data)
+SELECT :now, :kind, NULL, task_id, data
+FROM unnest(:task_ids::bigint[], :datas::text[]) WITH ORDINALITY AS u(task_id, data, ord)
+ORDER BY ord;
+
+-- Append new queries below this line.
