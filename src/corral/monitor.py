@@ -73,15 +73,16 @@ class Monitor:
         events: list[Event] = []
         assessed = None
         due = store.deadlines()
-        if due.dead_at is not None and due.dead_at <= now:
-            events += store.reap_dead(now)
-        if due.idle_retire_at is not None and due.idle_retire_at <= now:
-            events += store.retire_idle(now)
-        if due.assess_at <= now:
-            assessed = store.assess(now)
-        if now - self._last_prune >= _PRUNE_EVERY:
-            store.prune_events(now)
-            self._last_prune = now
+        with store.acting_as(self.name):  # its events say which monitor acted
+            if due.dead_at is not None and due.dead_at <= now:
+                events += store.reap_dead(now)
+            if due.idle_retire_at is not None and due.idle_retire_at <= now:
+                events += store.retire_idle(now)
+            if due.assess_at <= now:
+                assessed = store.assess(now)
+            if now - self._last_prune >= _PRUNE_EVERY:
+                store.prune_events(now)
+                self._last_prune = now
         for event in events:
             _log_event(event)
         if events or assessed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,6 +187,11 @@ class Store(ABC):
         idempotent and double-checked, so by default every monitor may; a shared
         backend elects one leader."""
         return True
+
+    def acting_as(self, monitor: str) -> AbstractContextManager[None]:
+        """Tag the events this thread writes with ``monitor`` while inside (the
+        monitor's duties), so the event log says which monitor acted."""
+        return nullcontext()
 
     # --- waiting claims -----------------------------------------------------------
     def ready_token(self) -> Any:

@@ -10,8 +10,10 @@ every other writer.
 from __future__ import annotations
 
 import json
+import threading
 from abc import abstractmethod
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from corral import assessment, lifecycle, scoring
@@ -105,6 +107,15 @@ class SQLStore(Store):
 
     def __init__(self) -> None:
         self._settings_cache: tuple[Any, Settings] | None = None
+        self._actor = threading.local()  # the monitor whose duties this thread runs
+
+    @contextmanager
+    def acting_as(self, monitor: str) -> Iterator[None]:
+        self._actor.name = monitor
+        try:
+            yield
+        finally:
+            self._actor.name = None
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[Tx]:
@@ -134,6 +145,9 @@ class SQLStore(Store):
         task_id: int | None = None,
         **data: Any,
     ) -> None:
+        monitor = getattr(self._actor, "name", None)
+        if monitor is not None:
+            data["monitor"] = monitor
         tx.run(
             "event_insert", ts=now, kind=kind, node_id=node_id, task_id=task_id, data=_dumps(data)
         )
