@@ -16,7 +16,7 @@ def document(pending, in_progress, active_count, active_agents, idle_agents, max
     total_active = active_count
     if pending == 0 and in_progress == 0:
         return "idle", "terminate_idle"
-    elif pending >= 3 and active_count < max_agents:
+    elif pending >= 3 and active_count < max_agents:  # noqa: SIM114 (word for word)
         return "overloaded", "spawn_developer"
     elif pending > 0 and active_agents == 0 and total_active < max_agents:
         return "overloaded", "spawn_developer"
@@ -94,13 +94,20 @@ def test_store_assessment_counts_and_records(cluster):
     cluster.register_node("BM", "bootstrap_manager")
     cluster.register_node("D1", "developer")
     cluster.add_tasks(
-        [{"title": "Design the API"}, {"title": "Plan the rollout"}, {"title": "Architect storage"},
-         {"title": "Implement it"}]
-    )  # fmt: skip
+        [
+            {"title": "Design the API"},
+            {"title": "Plan the rollout"},
+            {"title": "Architect storage"},
+            {"title": "Implement it"},
+        ]
+    )
     a = cluster.assess_workload()
     assert (a.pending_tasks, a.active_count, a.working_count, a.architect_only_pending) == (
-        4, 2, 0, 3,
-    )  # fmt: skip
+        4,
+        2,
+        0,
+        3,
+    )
     assert (a.status, a.recommendation) == ("overloaded", "spawn_architect")
     state = cluster.read_state()
     assert state.work_distribution["spawn_recommendation"] == "spawn_architect"

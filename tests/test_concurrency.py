@@ -53,8 +53,12 @@ def test_eight_processes_claim_each_task_exactly_once(tmp_path):
     url = f"sqlite:///{tmp_path / 'claims.db'}"
     with corral.connect(url) as c:
         c.configure(max_agents=16)
-        c.add_tasks([{"title": f"Implement item {i}", "priority": ("high", "medium", "low")[i % 3]}
-                     for i in range(2000)])  # fmt: skip
+        c.add_tasks(
+            [
+                {"title": f"Implement item {i}", "priority": ("high", "medium", "low")[i % 3]}
+                for i in range(2000)
+            ]
+        )
     barrier = CTX.Barrier(8)
     out = CTX.Queue()
     workers = [

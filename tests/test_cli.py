@@ -1,0 +1,129 @@
+"""The command line: the same operations, exit codes 0/1/2, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from corral.cli import cli
+from corral.cli._common import run_main
+
+
+@pytest.fixture
+def corral_cli(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CORRAL_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = run_main(cli, list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_a_round_trip_through_the_cli(corral_cli):
+    assert corral_cli("init")[0] == 0
+    code, out, _ = corral_cli(
+        "node", "register", "Node-X9J2", "developer", "--model", "claude-sonnet-4-5"
+    )
+    assert (code, out.strip()) == (
+        0,
+        "Node Node-X9J2 registered as developer (high). Active nodes: 1/4",
+    )
+    assert corral_cli("task", "add", "Implement user authentication", "-p", "high")[1].strip() == (
+        "Added task 1: Implement user authentication"
+    )
+    code, out, _ = corral_cli("task", "claim", "Node-X9J2")
+    assert out.strip() == "Claimed task 1: Implement user authentication (epoch 1)"
+    code, out, _ = corral_cli(
+        "task", "complete", "1", "Node-X9J2", "--epoch", "1", "--result", '{"pr": 7}'
+    )
+    assert code == 0
+    code, out, _ = corral_cli("task", "show", "1", "--json")
+    task = json.loads(out)
+    assert (task["status"], task["result"], task["epoch"]) == ("done", {"pr": 7}, 1)
+    code, out, _ = corral_cli("status")
+    assert code == 0 and "📊 Context Bus State" in out and "Node-X9J2" in out
+    code, out, _ = corral_cli("assess")
+    assert "Status: IDLE" in out and "Recommendation: terminate_idle" in out
+    code, out, _ = corral_cli("node", "list", "--json")
+    assert [n["id"] for n in json.loads(out)] == ["Node-X9J2"]
+    assert corral_cli("node", "terminate", "Node-X9J2")[0] == 0
+    assert corral_cli("node", "list")[1].strip() == "(no nodes)"
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["task", "add", "x", "-p", "urgent"], "priority"),
+        (["task", "add", ""], "title"),
+        (["node", "register", "x" * 65, "developer"], "node_id"),
+        (["node", "register", "A", "wizard"], "role"),
+        (["node", "show", "Ghost"], "node_id"),
+        (["task", "show", "abc"], "task_id"),
+        (["task", "list", "--status", "open"], "status"),
+        (["config", "set", "max_agents", "0"], "max_agents"),
+        (["config", "set", "colour", "blue"], "colour"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_field(corral_cli, args, field):
+    corral_cli("init")
+    code, out, err = corral_cli(*args)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith(f"error: {field}:"), err
+
+
+def test_usage_errors_are_one_line_too(corral_cli):
+    code, _, err = corral_cli("task", "complete", "1")
+    assert code == 2 and err.count("\n") == 1 and "NODE_ID" in err
+
+
+def test_refusals_exit_1_with_the_documents_text(corral_cli):
+    corral_cli("config", "set", "max_agents", "1")
+    corral_cli("node", "register", "A", "developer")
+    code, _, err = corral_cli("node", "register", "B", "developer")
+    assert (code, err) == (1, "ERROR: Cluster at capacity (1 nodes). Registration rejected.\n")
+    corral_cli("task", "add", "Implement x")
+    corral_cli("task", "claim", "A")
+    code, _, err = corral_cli("task", "complete", "1", "A", "--epoch", "2")
+    assert code == 1 and "stale" in err
+
+
+def test_config_show_and_set(corral_cli):
+    corral_cli(
+        "config",
+        "set",
+        "idle_timeout_seconds",
+        "45",
+        "role_keywords",
+        '{"developer": ["build"], "tester": ["test"]}',
+    )
+    _, out, _ = corral_cli("config", "show", "--json")
+    settings = json.loads(out)
+    assert settings["idle_timeout_seconds"] == 45
+    assert settings["role_keywords"]["tester"] == ["test"]
+    assert corral_cli("node", "register", "T", "tester")[0] == 0
+
+
+def test_console_script_runs(tmp_path):
+    """The installed ``corral`` entry point works as a real process."""
+    env_url = f"sqlite:///{tmp_path / 'p.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", env_url, "task", "add", "Plan it", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["roles"] == ["architect"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", env_url, "task", "add", "x", "-p", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: priority:")

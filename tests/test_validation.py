@@ -1,0 +1,119 @@
+"""Bad input gets a clear error naming the field, and nothing is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral import InvalidInputError, NotFoundError
+
+
+def world(cluster):
+    """Everything observable: nodes, tasks and the event log."""
+    return (
+        [n.to_dict() for n in cluster.list_nodes()],
+        [t.to_dict() for t in cluster.list_tasks()],
+        [e.to_dict() for e in cluster.events(limit=10_000)],
+    )
+
+
+BAD_IDS = ["", "x" * 65, "bad\nid", "tab\tid", "nul\x00", " padded", 42, None]
+
+
+@pytest.fixture
+def seeded(cluster):
+    cluster.register_node("A", "developer")
+    cluster.add_task("Implement a")
+    return cluster
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_bad_node_ids_are_refused(seeded, bad):
+    before = world(seeded)
+    for call in (
+        lambda: seeded.register_node(bad, "developer"),
+        lambda: seeded.set_agent_status(bad, "idle"),
+        lambda: seeded.claim_best_task(bad, "developer"),
+        lambda: seeded.heartbeat(bad),
+        lambda: seeded.catch_up(bad),
+    ):
+        with pytest.raises(InvalidInputError) as exc:
+            call()
+        assert exc.value.field == "node_id"
+    assert world(seeded) == before
+
+
+def test_sixty_four_characters_is_the_longest_id(seeded):
+    assert seeded.register_node("x" * 64, "architect").id == "x" * 64
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.register_node("B", "wizard"), "role"),
+        (lambda c: c.register_node("B", "developer", strength="huge"), "strength"),
+        (lambda c: c.register_node("B", "developer", heartbeat_interval=-1), "heartbeat_interval"),
+        (lambda c: c.set_agent_status("A", "sleeping"), "status"),
+        (lambda c: c.set_agent_status("A", "working", "task-x"), "current_task_id"),
+        (lambda c: c.add_task("t", priority="urgent"), "priority"),
+        (lambda c: c.add_task(""), "title"),
+        (lambda c: c.add_task("   "), "title"),
+        (lambda c: c.add_task("x" * 501), "title"),
+        (lambda c: c.add_task("t", role="wizard"), "role"),
+        (lambda c: c.add_task("t", max_attempts=0), "max_attempts"),
+        (lambda c: c.add_tasks([{"title": "ok"}, {"title": "t", "priority": "nope"}]), "priority"),
+        (lambda c: c.add_tasks([{"name": "t"}]), "tasks"),
+        (lambda c: c.claim_best_task("A", "wizard"), "role"),
+        (lambda c: c.complete_task("one", "A"), "task_id"),
+        (lambda c: c.complete_task(0, "A"), "task_id"),
+        (lambda c: c.complete_task(1, "A", epoch=0), "epoch"),
+        (lambda c: c.heartbeat("A", health_status="great"), "health_status"),
+        (lambda c: c.heartbeat("A", capacity_available=-1), "capacity_available"),
+        (lambda c: c.heartbeat("A", metrics={"cpu_usage": "hot"}), "metrics.cpu_usage"),
+        (lambda c: c.heartbeat("A", blob="x" * 70_000), "heartbeat"),
+        (lambda c: c.list_tasks(status="open"), "status"),
+        (lambda c: c.list_nodes(status="busy"), "status"),
+        (lambda c: c.catch_up("A", since=-1), "since"),
+        (lambda c: c.broadcast(""), "message"),
+        (lambda c: c.configure(max_agents=0), "max_agents"),
+        (lambda c: c.configure(colour="blue"), "colour"),
+        (lambda c: c.configure(role_keywords={"bootstrap_manager": ["x"]}), "role_keywords"),
+    ],
+)
+def test_bad_values_name_the_field_and_change_nothing(seeded, call, field):
+    before = world(seeded)
+    settings = seeded.settings()
+    with pytest.raises(InvalidInputError) as exc:
+        call(seeded)
+    assert exc.value.field == field
+    assert isinstance(exc.value, ValueError)
+    assert world(seeded) == before
+    assert seeded.settings() == settings
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.set_agent_status("Ghost", "idle"), "node_id"),
+        (lambda c: c.claim_best_task("Ghost", "developer"), "node_id"),
+        (lambda c: c.heartbeat("Ghost"), "node_id"),
+        (lambda c: c.get_node("Ghost"), "node_id"),
+        (lambda c: c.get_task(999), "task_id"),
+        (lambda c: c.complete_task(999, "A"), "task_id"),
+        (lambda c: c.fail_task(999, "A"), "task_id"),
+        (lambda c: c.set_agent_status("A", "working", 999), "current_task_id"),
+        (lambda c: c.broadcast("hi", node_id="Ghost"), "node_id"),
+    ],
+)
+def test_unknown_nodes_and_tasks_are_not_found(seeded, call, field):
+    before = world(seeded)
+    with pytest.raises(NotFoundError) as exc:
+        call(seeded)
+    assert exc.value.field == field
+    assert world(seeded) == before
+
+
+def test_claim_by_unknown_node_takes_no_task(seeded):
+    """The claim's task update rolls back when the node turns out not to exist."""
+    with pytest.raises(NotFoundError):
+        seeded.claim_best_task("Ghost", "developer")
+    assert [t.status for t in seeded.list_tasks()] == ["pending"]
