@@ -115,9 +115,8 @@ def build_server(
 
     # --- nodes ------------------------------------------------------------------------
     @tool(
-        "Join the cluster as agent_id with a role (bootstrap_manager, architect, developer). "
-        "strength (high/medium/low) is derived from model_name when omitted. Refused at "
-        "capacity; a bootstrap manager is always accepted."
+        "Join the cluster as agent_id in a role. strength is derived from model_name when "
+        "omitted. Refused at capacity, except for a bootstrap_manager."
     )
     def register_node(
         agent_id: AgentId,

@@ -104,7 +104,10 @@ def broadcast_text(event: Event) -> str:
 
 
 def _value(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    if isinstance(value, list | tuple):
+        text = ",".join(str(v) for v in value)
+    else:
+        text = value if isinstance(value, str) else repr(value)
     text = " ".join(text.split())
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
 
