@@ -370,3 +370,14 @@ FROM unnest(:task_ids::bigint[], :datas::text[]) WITH ORDINALITY AS u(task_id, d
 ORDER BY ord;
 
 -- Append new queries below this line.
+
+-- name: stats_nodes
+SELECT status, role, count(*) AS n FROM nodes n
+WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
+GROUP BY status, role;
+
+-- name: stats_tasks
+SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks GROUP BY status;
+
+-- name: stats_event_count
+SELECT count(*) AS n FROM events WHERE kind = :kind;

@@ -1,0 +1,234 @@
+"""The PostgreSQL adapter's own guarantees (the shared behaviour runs in every test
+that uses the ``cluster`` fixture)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import statistics
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import corral
+from corral.errors import StoreUnavailableError
+from corral.scoring import best_order
+from corral.store.postgres import PostgresStore
+from corral.store.queries import load_queries, schema
+from tests import procs
+from tests.backends import postgres as pg
+from tests.test_claim_order import boards, claim_sequence
+
+CTX = mp.get_context("spawn")
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> str:
+    return pg.fresh_database(request)
+
+
+def _scratch_database() -> str:
+    name = f"corral_s_{uuid.uuid4().hex[:12]}"
+    pg.admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg._template}"')
+    return name
+
+
+def test_every_sqlite_query_has_a_postgres_twin() -> None:
+    """The shared SQL code finds each named query in both dialects."""
+    missing = set(load_queries("sqlite")) - set(load_queries("postgres"))
+    assert not missing
+
+
+def test_migrations_produce_exactly_the_schema(request: pytest.FixtureRequest) -> None:
+    """A database migrated from nothing has the columns and indexes of schema.sql."""
+    migrated = pg.fresh_database(request)  # cloned from the migrated template
+    name = f"corral_schema_{uuid.uuid4().hex[:10]}"
+    pg.admin(f'CREATE DATABASE "{name}"')
+    request.addfinalizer(lambda: pg.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with psycopg.connect(pg.url_for(name), autocommit=True) as conn:
+        conn.execute(schema("postgres"))
+
+    def shape(url: str) -> tuple[Any, Any]:
+        with psycopg.connect(url) as conn:
+            cols = conn.execute(
+                "SELECT table_name, column_name, data_type, is_nullable, column_default"
+                " FROM information_schema.columns WHERE table_schema = 'public'"
+                " AND table_name <> 'corral_migrations' ORDER BY 1, 2"
+            ).fetchall()
+            idx = conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+                " AND tablename <> 'corral_migrations' ORDER BY 1"
+            ).fetchall()
+        return cols, idx
+
+    assert shape(migrated) == shape(pg.url_for(name))
+
+
+def test_two_stores_opening_at_once_migrate_once(request: pytest.FixtureRequest) -> None:
+    """Coordinators starting together: the advisory lock lets one migrate, the other waits."""
+    name = f"corral_m_{uuid.uuid4().hex[:10]}"
+    pg.admin(f'CREATE DATABASE "{name}"')
+    request.addfinalizer(lambda: pg.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            PostgresStore(pg.url_for(name), pool_size=1).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with psycopg.connect(pg.url_for(name)) as conn:
+        assert conn.execute("SELECT version FROM corral_migrations").fetchall() == [(1,)]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(board=boards, role=st.sampled_from(["architect", "developer"]))
+def test_postgres_claim_order_equals_scoring(board: Any, role: str) -> None:
+    """On random boards, PostgreSQL's claim order is ``best_order``'s (as SQLite's)."""
+    name = _scratch_database()
+    try:
+        claimed, cands, now = claim_sequence(pg.url_for(name), board, role)
+    finally:
+        pg.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert claimed == best_order(cands, role, now)
+
+
+def test_waiting_claim_wakes_within_50ms_p99(pg_url: str) -> None:
+    """An idle worker waiting in claim_best_task takes a task within 50 ms of add_task
+    (p99 over 100 trials), woken by NOTIFY rather than polling."""
+    trials = 100
+    adder = corral.connect(pg_url)
+    waiter = corral.connect(pg_url)
+    waiter.register_node("W", "developer", heartbeat_interval=60)
+    waiter.claim_best_task("W", "developer", wait=0.01)  # start LISTENing
+    ready = threading.Event()
+    got: list[tuple[int, float]] = []
+
+    def wait_loop() -> None:
+        for _ in range(trials):
+            ready.set()
+            task = waiter.claim_best_task("W", "developer", wait=10)
+            got.append((task.id if task else -1, time.perf_counter()))
+            if task is not None:
+                waiter.complete_task(task.id, "W", task.epoch)
+
+    thread = threading.Thread(target=wait_loop)
+    thread.start()
+    latencies = []
+    try:
+        for i in range(trials):
+            assert ready.wait(10)
+            ready.clear()
+            time.sleep(0.01)  # let the claim reach its wait (a claim before it is faster)
+            start = time.perf_counter()
+            task = adder.add_task(f"job {i}")
+            while len(got) <= i:  # the waiter reports within its wait
+                time.sleep(0.0005)
+                assert time.perf_counter() - start < 10
+            assert got[i][0] == task.id
+            latencies.append(got[i][1] - start)
+    finally:
+        thread.join(timeout=20)
+        adder.close()
+        waiter.close()
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    assert p99 < 0.050, f"p99 {p99 * 1000:.1f} ms"
+
+
+def test_unreachable_server_is_a_clear_retryable_error() -> None:
+    """No server at the address: StoreUnavailableError within the connect timeout."""
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as info:
+        corral.connect("postgresql://postgres@127.0.0.1:1/none?connect_timeout=1")
+    assert time.monotonic() - start < 5
+    assert "retry" in str(info.value)
+
+
+def test_a_statement_stuck_on_a_lock_times_out_as_unavailable(pg_url: str) -> None:
+    """A call blocked past statement_timeout gets a retryable error, not a hang."""
+    c = corral.connect(pg_url + "?statement_timeout=0.5")
+    c.register_node("N", "developer")
+    with psycopg.connect(pg_url) as other:
+        other.execute("SELECT * FROM nodes WHERE id = 'N' FOR UPDATE")
+        start = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            c.heartbeat("N")
+        assert time.monotonic() - start < 3
+    assert c.heartbeat("N").id == "N"  # the pool recovered
+    c.close()
+
+
+def test_a_dropped_connection_is_unavailable_then_recovers(pg_url: str) -> None:
+    """Server-side termination of the pool's connections: one retryable error, then
+    the next call works on a fresh connection."""
+    c = corral.connect(pg_url, pool_size=1)
+    c.register_node("N", "developer")
+    dbname = pg_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            [dbname],
+        )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert c.heartbeat("N").id == "N"
+            break
+        except StoreUnavailableError as exc:
+            assert "retry" in str(exc)
+            assert time.monotonic() < deadline
+    c.close()
+
+
+def test_one_leader_and_handover_when_its_connection_drops(pg_url: str) -> None:
+    """One store leads; when the leader's session ends the other takes over at once."""
+    a = PostgresStore(pg_url, pool_size=1)
+    b = PostgresStore(pg_url, pool_size=1)
+    try:
+        assert a.try_lead("A") is True
+        assert b.try_lead("B") is False
+        assert a.try_lead("A") is True
+        with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'corral monitor A'"
+            )
+        assert b.try_lead("B") is True
+        with pytest.raises(StoreUnavailableError):
+            a.try_lead("A")  # A learns it lost the lead
+        assert a.try_lead("A") is False
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+def test_capacity_holds_across_processes(pg_url: str) -> None:
+    """Eight processes register at the same instant with room for four: four succeed."""
+    with corral.connect(pg_url) as c:
+        c.configure(max_agents=4)
+    barrier = CTX.Barrier(8)
+    out = CTX.Queue()
+    racers = [
+        CTX.Process(target=procs.register_when_released, args=(pg_url, f"R{i}", barrier, out))
+        for i in range(8)
+    ]
+    for p in racers:
+        p.start()
+    results = dict(out.get(timeout=60) for _ in racers)
+    for p in racers:
+        p.join(timeout=30)
+    assert sorted(results.values()) == ["capacity"] * 4 + ["ok"] * 4, results
+    with corral.connect(pg_url) as c:
+        assert len(c.list_nodes(status="working")) + len(c.list_nodes(status="idle")) == 4
