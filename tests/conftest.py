@@ -18,7 +18,7 @@ import pytest
 import corral
 from corral.clock import FakeClock
 
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = ["sqlite", "postgres", "http"]
 # Backends whose client is a ``Cluster`` over a store (the monitor runs on these).
 EMBEDDED = [b for b in BACKENDS if b != "http"]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import socket
 import threading
@@ -134,6 +135,7 @@ class HttpClient:
         *,
         query: dict[str, Any] | None = None,
         raw: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """One API call; returns the decoded JSON (or text when ``raw``)."""
         target = self._prefix + path
@@ -152,6 +154,9 @@ class HttpClient:
         for attempt in (0, 1):
             conn, reused = self._conn()
             try:
+                conn.timeout = timeout or self.timeout
+                if conn.sock is not None:
+                    conn.sock.settimeout(conn.timeout)
                 conn.request(method, target, body=data, headers=headers)
                 resp = conn.getresponse()
                 payload = resp.read()
@@ -279,8 +284,14 @@ class HttpClient:
         query = {"status": status, "assigned_to": assigned_to, "limit": limit}
         return [_task(d) for d in self.request("GET", "/v1/tasks", query=query)]
 
-    def claim_best_task(self, node_id: str, role: str) -> Task | None:
-        d = self.request("POST", f"/v1/nodes/{_node_path(node_id)}/claim", {"role": role})
+    def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
+        if isinstance(wait, float) and not math.isfinite(wait):
+            raise InvalidInputError("wait must be a finite number of seconds", field="wait")
+        path = f"/v1/nodes/{_node_path(node_id)}/claim"
+        timeout = None
+        if isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0:
+            timeout = self.timeout + wait
+        d = self.request("POST", path, {"role": role, "wait": wait}, timeout=timeout)
         return None if d["task"] is None else _task(d["task"])
 
     def complete_task(
@@ -331,6 +342,24 @@ class HttpClient:
         return _event(
             self.request("POST", "/v1/broadcast", {"message": message, "node_id": node_id})
         )
+
+    def touch(self, node_id: str) -> bool:
+        return bool(self.request("POST", f"/v1/nodes/{_node_path(node_id)}/touch")["touched"])
+
+    def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
+        body = {"message": message, "node_id": node_id, "data": data}
+        return _event(self.request("POST", "/v1/alerts", body))
+
+    def record_metrics(
+        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
+    ) -> Event:
+        path = f"/v1/nodes/{_node_path(node_id)}/metrics"
+        return _event(self.request("POST", path, {"sample": sample, "keep": keep}))
+
+    def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
+        limit = int(check_positive(limit, "limit", integer=True))
+        path = f"/v1/nodes/{_node_path(node_id)}/metrics"
+        return [_event(e) for e in self.request("GET", path, query={"limit": limit})]
 
     def stats(self) -> Any:
         from corral.store.stats import ClusterStats

@@ -72,6 +72,8 @@ class ServerState:
         self.metrics_auth = metrics_auth
         self.sse_poll = sse_poll
         self.limiter = anyio.CapacityLimiter(threads)
+        # Claims that wait for a task hold a thread for up to MAX_CLAIM_WAIT: their own pool.
+        self.wait_limiter = anyio.CapacityLimiter(256)
         self.metrics = Metrics(cluster)
         self._changed: anyio.Event | None = None
 
@@ -99,8 +101,9 @@ class ServerState:
             self._changed.set()
             self._changed = None
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+    async def run(self, fn: Callable[..., Any], *args: Any, waits: bool = False) -> Any:
+        limiter = self.wait_limiter if waits else self.limiter
+        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 async def _parse_body(request: Request, op: Op) -> Any:
@@ -151,7 +154,7 @@ def _endpoint(op: Op, st: ServerState) -> Callable[[Request], Any]:
                 query,
                 await _parse_body(request, op),
             )
-            result = await st.run(op.handler, call)
+            result = await st.run(op.handler, call, waits=bool(getattr(call.body, "wait", 0)))
             if op.writes:
                 st.notify()
             if text:

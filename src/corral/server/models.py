@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AddTaskIn",
     "AddTasksIn",
+    "AlertIn",
     "AssessmentOut",
     "BroadcastIn",
     "CatchUpIn",
@@ -34,12 +35,15 @@ __all__ = [
     "NodeOut",
     "RegisterIn",
     "RegisteredOut",
+    "SampleIn",
+    "SeriesQuery",
     "SettingsOut",
     "StateOut",
     "StateQuery",
     "StatsOut",
     "StatusIn",
     "TaskOut",
+    "TouchOut",
 ]
 
 NodeStatus = Literal["working", "idle", "waiting", "terminated"]
@@ -99,11 +103,35 @@ class AddTaskIn(_In):
 
 
 class AddTasksIn(_In):
-    tasks: list[AddTaskIn]
+    # Items are checked by the service, which names the bad field of the bad item.
+    tasks: list[dict[str, Any]] = Field(
+        description="Items with add_task's fields: title, description, priority, role, "
+        "max_attempts. One bad item refuses the batch."
+    )
 
 
 class ClaimIn(_In):
     role: str | None = Field(None, description="Claim as this role (default: the node's).")
+    wait: float = Field(0, description="Seconds to wait for a task when none is pending.")
+
+
+class AlertIn(_In):
+    message: str
+    node_id: NodeId | None = Field(None, description="The node it concerns (a node token: itself).")
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class SampleIn(_In):
+    sample: dict[str, Any]
+    keep: int | None = Field(None, description="Keep only the newest this many samples.")
+
+
+class SeriesQuery(_Query):
+    limit: int = 100
+
+
+class TouchOut(_Out):
+    touched: bool
 
 
 class CompleteIn(_In):

@@ -143,7 +143,7 @@ def claim(c: Call) -> Any:
     role = c.body.role if c.body is not None and c.body.role is not None else None
     if role is None:
         role = c.cluster.get_node(node_id).role
-    task = c.cluster.claim_best_task(node_id, role)
+    task = c.cluster.claim_best_task(node_id, role, wait=c.body.wait if c.body else 0)
     return {"task": None if task is None else task.to_dict(), "text": claim_text(task)}
 
 
@@ -162,8 +162,7 @@ def add_task(c: Call) -> Any:
 
 
 def add_tasks(c: Call) -> Any:
-    items = [t.model_dump(exclude_unset=True) for t in c.body.tasks]
-    return [t.to_dict() for t in c.cluster.add_tasks(items)]
+    return [t.to_dict() for t in c.cluster.add_tasks(c.body.tasks)]
 
 
 def list_tasks(c: Call) -> Any:
@@ -218,6 +217,29 @@ def broadcast(c: Call) -> Any:
     node_id = b.node_id if b.node_id is not None else c.principal.node_id
     c.act_as(node_id)
     return c.cluster.broadcast(b.message, node_id).to_dict()
+
+
+def touch(c: Call) -> Any:
+    node_id = c.path["node_id"]
+    c.act_as(node_id)
+    return {"touched": c.cluster.touch(node_id)}
+
+
+def alert(c: Call) -> Any:
+    b = c.body
+    node_id = b.node_id if b.node_id is not None else c.principal.node_id
+    c.act_as(node_id)
+    return c.cluster.alert(b.message, node_id, **b.data).to_dict()
+
+
+def record_metrics(c: Call) -> Any:
+    node_id = c.path["node_id"]
+    c.act_as(node_id)
+    return c.cluster.record_metrics(node_id, c.body.sample, keep=c.body.keep).to_dict()
+
+
+def metrics_series(c: Call) -> Any:
+    return [e.to_dict() for e in c.cluster.metrics_series(c.path["node_id"], c.query.limit)]
 
 
 def stats(c: Call) -> Any:
@@ -309,6 +331,42 @@ OPS: tuple[Op, ...] = (
         "Events since the node's cursor; moves the cursor.",
         m.CatchUpOut,
         body=m.CatchUpIn,
+    ),
+    Op(
+        "touch",
+        "POST",
+        f"{_N}/touch",
+        touch,
+        "Count a call as the node's heartbeat (touched false when not live).",
+        m.TouchOut,
+    ),
+    Op(
+        "record_metrics",
+        "POST",
+        f"{_N}/metrics",
+        record_metrics,
+        "Append a point to the node's heartbeat metrics series.",
+        m.EventOut,
+        body=m.SampleIn,
+    ),
+    Op(
+        "metrics_series",
+        "GET",
+        f"{_N}/metrics",
+        metrics_series,
+        "The node's newest heartbeat metrics, oldest first.",
+        None,
+        query=m.SeriesQuery,
+        writes=False,
+    ),
+    Op(
+        "alert",
+        "POST",
+        "/v1/alerts",
+        alert,
+        "Record an alert event (e.g. a heartbeat destination failing).",
+        m.EventOut,
+        body=m.AlertIn,
     ),
     Op("get_node", "GET", _N, get_node, "One node.", m.NodeOut, writes=False),
     Op(
@@ -425,4 +483,5 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "add_tasks": m.TaskOut,
     "list_tasks": m.TaskOut,
     "events": m.EventOut,
+    "metrics_series": m.EventOut,
 }

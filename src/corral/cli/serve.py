@@ -1,0 +1,75 @@
+"""``corral serve``: the HTTP API, events, metrics and MCP over one cluster."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from corral.cli._common import client
+
+__all__ = ["register"]
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=7070, show_default=True, type=int, help="Port to bind.")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File holding the operator token (default: $CORRAL_TOKEN, else .corral/token, "
+    "created mode 0600 if missing).",
+)
+@click.option(
+    "--metrics-auth/--no-metrics-auth",
+    default=True,
+    show_default=True,
+    help="Require the bearer token on /metrics.",
+)
+@click.option("--no-monitor", is_flag=True, help="Do not run the monitor in this process.")
+@click.option("--log-level", default="info", show_default=True, help="uvicorn log level.")
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    token_file: Path | None,
+    metrics_auth: bool,
+    no_monitor: bool,
+    log_level: str,
+) -> None:
+    """Serve the cluster over HTTP: /v1 JSON API, /v1/events (SSE), /metrics, /mcp."""
+    try:
+        import uvicorn
+
+        from corral.server import create_app, load_token
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the server is not installed ({exc}); pip install 'corral[server]'"
+        ) from None
+    if token_file is not None and not token_file.is_file():
+        raise click.BadParameter(f"{token_file} does not exist", param_hint="--token-file")
+    try:
+        token = load_token(token_file)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot read the token: {exc}") from None
+    cluster = client(ctx)
+    if not hasattr(cluster, "store"):
+        raise click.UsageError("corral serve needs a sqlite:// or postgresql:// --url")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    app = create_app(cluster, token=token, metrics_auth=metrics_auth, monitor=not no_monitor)
+    click.echo(f"corral serving {cluster.url} on http://{host}:{port}", err=True)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(serve)
