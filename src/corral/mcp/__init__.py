@@ -7,7 +7,7 @@ at ``/mcp``).
 
 from __future__ import annotations
 
-from corral.mcp.http import McpHttpApp, build_http_app
+from corral.mcp.http import build_http_app
 from corral.mcp.server import build_server
 
-__all__ = ["McpHttpApp", "build_http_app", "build_server"]
+__all__ = ["build_http_app", "build_server"]
