@@ -229,7 +229,7 @@ class Cluster:
 
         ``wait`` (seconds, at most ``MAX_CLAIM_WAIT``): when nothing is pending, block
         until a task is added (woken by the store, no polling) or the time is up."""
-        role = self._role(role)
+        role = check_text(role, "role", max_len=defaults.MAX_ID_LENGTH, allow_empty=False)
         node_id = check_id(node_id)
         if isinstance(wait, bool) or not isinstance(wait, int | float) or not (
             0 <= wait <= defaults.MAX_CLAIM_WAIT
