@@ -226,7 +226,8 @@ def test_streamable_http_survives_a_server_restart(
 # --- through corral serve ---------------------------------------------------------------------
 def test_corral_serve_mounts_mcp_and_survives_a_restart(tmp_path: Path) -> None:
     """``corral serve`` answers MCP at ``/mcp`` behind its bearer token; refuses a
-    client without it; and the same client keeps working after serve is restarted."""
+    client without it; the same client keeps working after serve is restarted; and
+    ``corral --url http://… mcp`` (stdio over the HTTP client) works against it."""
     url = f"sqlite:///{tmp_path / 'corral.db'}"
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-operator-token\n")
@@ -261,6 +262,16 @@ def test_corral_serve_mounts_mcp_and_survives_a_restart(tmp_path: Path) -> None:
                 await anyio.to_thread.run_sync(server.restart)
                 await round_trip(call, "Node-D4", 2, "Write tests")
             await authed.aclose()
+
+            # corral mcp on another machine: stdio in front, the HTTP client behind it.
+            remote = StdioServerParameters(
+                command=corral_exe,
+                args=["--url", f"http://127.0.0.1:{port}", "mcp"],
+                env={"CORRAL_TOKEN": "s3cret-operator-token"},
+                cwd=tmp_path,
+            )
+            async with Client(remote, mode="legacy") as client:
+                await round_trip(_caller(client), "Node-D4", 3, "Document the API")
 
         anyio.run(main)
     finally:
