@@ -229,13 +229,21 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
         "strength must be one of",
     ),
     ("set_agent_status", {"agent_id": "N1", "status": "asleep"}, "status must be one of"),
-    ("set_agent_status", {"agent_id": "ghost", "status": "idle"}, "register_node first"),
+    (
+        "set_agent_status",
+        {"agent_id": "ghost", "status": "idle"},
+        "Call register_node with this agent_id.",
+    ),
     (
         "set_agent_status",
         {"agent_id": "N1", "status": "working", "current_task_id": 99},
         "unknown task 99",
     ),
-    ("claim_best_task", {"agent_id": "ghost", "role": "developer"}, "register_node first"),
+    (
+        "claim_best_task",
+        {"agent_id": "ghost", "role": "developer"},
+        "Call register_node with this agent_id.",
+    ),
     ("claim_best_task", {"agent_id": "N1", "role": ""}, "role"),
     ("complete_task", {"agent_id": "N1", "task_id": 1}, "claim_best_task"),
     ("complete_task", {"agent_id": "N1", "task_id": "abc"}, "task number"),

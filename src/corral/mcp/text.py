@@ -44,7 +44,7 @@ def error_text(exc: CorralError) -> str:
         hint = "Fix that argument and call again."
     elif isinstance(exc, NotFoundError):
         if exc.field == "node_id":
-            hint = "Call register_node first (a terminated node registers again to rejoin)."
+            hint = "Call register_node with this agent_id."
         else:
             hint = "Call read_state to see the tasks that exist."
     elif isinstance(exc, LeaseError):
