@@ -83,15 +83,18 @@ class _CorralMCP(MCPServer[Any]):
             )
 
 
-def build_server(
-    client: Any, *, name: str = "corral", log_level: str = "WARNING"
-) -> MCPServer[Any]:
+def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
     """An ``MCPServer`` with corral's tools and prompts over ``client``.
 
     ``client`` is a ``corral.Cluster`` or any client with its methods (the remote
     HTTP client too); its ``touch`` is used when it has one.
     """
-    mcp = _CorralMCP(name, instructions=INSTRUCTIONS, log_level=log_level)  # type: ignore[arg-type]
+    # The SDK configures the root logger when none is set up; a library must not (the
+    # CLI and the server render logs), so whatever it added is taken back.
+    root, handlers, level = logging.getLogger(), list(logging.root.handlers), logging.root.level
+    mcp = _CorralMCP(name, instructions=INSTRUCTIONS)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
     def tool(description: str) -> Callable[[Callable[..., str]], Callable[..., Any]]:
         def register(fn: Callable[..., str]) -> Callable[..., Any]:
