@@ -163,9 +163,10 @@ def test_task_arriving_during_the_grace_period_cancels_termination(cli):
     wait_for(lambda: _status(c, "W1") == "idle", what="W1 idle")
     task = c.add_task("implement it")
     done = wait_for(lambda: (t := c.get_task(task.id)).status == "done" and t, what="done")
+    log = cli["log"]
     assert done.assigned_to == "W1" and done.result == {"ok": 1}
-    assert proc.poll() is None  # still alive: termination was cancelled
-    assert proc.wait(15) == 0  # and it retires after a fresh grace period
+    assert proc.poll() is None, log.read_text()  # still alive: termination was cancelled
+    assert proc.wait(15) == 0, log.read_text()  # and it retires after a fresh grace period
     kinds = [k for k in _kinds(c, "W1") if k.startswith(("node_status", "task_", "broadcast"))]
     assert kinds == ["node_status:idle", "task_claimed:", "task_completed:", "node_status:idle",
                      "node_status:terminated", "broadcast:"]  # fmt: skip
