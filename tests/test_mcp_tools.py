@@ -184,6 +184,9 @@ def test_every_call_by_a_node_counts_as_its_heartbeat(
         ("claim_best_task", {"role": "developer"}),
         ("set_agent_status", {"status": "working", "current_task_id": 1}),
         ("complete_task", {"task_id": 1}),
+        ("add_task", {"title": "Implement more"}),
+        ("claim_best_task", {"role": "developer"}),
+        ("fail_task", {"task_id": 2, "error": "no", "retry": False}),
         ("set_agent_status", {"status": "idle"}),
     ]
 
