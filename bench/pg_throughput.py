@@ -1,0 +1,197 @@
+"""Claim + complete throughput on PostgreSQL with 1, 4 and 16 processes.
+
+Three systems side by side in the same run, each in its own fresh database loaded
+with the same number of no-op jobs, on the same server (``synchronous_commit`` as
+configured, normally on):
+
+- ``bare``: the floor — ``UPDATE … WHERE id = (SELECT … ORDER BY priority, id LIMIT 1
+  FOR UPDATE SKIP LOCKED) RETURNING id`` to claim, ``UPDATE … SET status = 'done'``
+  to complete, each one autocommit statement;
+- ``corral``: ``corral.connect("postgresql://…")``, its own node per process,
+  ``claim_best_task`` + ``complete_task`` (node update and events included);
+- ``procrastinate``: procrastinate 3.x workers (``run_worker(wait=False)``,
+  concurrency 1 per process) on a no-op task.
+
+    python bench/pg_throughput.py            # the full run
+    python bench/pg_throughput.py --quick    # a smoke run
+Server: ``$CORRAL_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``,
+used only to create and drop the bench databases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from _common import RESULTS_DIR, machine_info, table, write_json
+
+ADMIN = os.environ.get("CORRAL_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
+SYSTEMS = ("bare", "corral", "procrastinate")
+CTX = mp.get_context("spawn")
+
+
+def _url(db: str) -> str:
+    p = urlsplit(ADMIN)
+    return urlunsplit((p.scheme, p.netloc, f"/{db}", p.query, ""))
+
+
+def _admin(sql: str) -> None:
+    with psycopg.connect(ADMIN, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+# --- loading --------------------------------------------------------------------------
+def _load(system: str, url: str, jobs: int) -> None:
+    if system == "bare":
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE jobs (id bigserial PRIMARY KEY, priority int NOT NULL,"
+                " status text NOT NULL DEFAULT 'todo', worker text)"
+            )
+            conn.execute("CREATE INDEX jobs_todo ON jobs (priority, id) WHERE status = 'todo'")
+            conn.execute(
+                "INSERT INTO jobs (priority) SELECT i %% 3 FROM generate_series(1, %s) i", [jobs]
+            )
+            conn.execute("ANALYZE jobs")
+    elif system == "corral":
+        import corral
+
+        with corral.connect(url) as c:
+            c.configure(max_agents=1000)
+            for start in range(0, jobs, 10_000):
+                c.add_tasks(
+                    [
+                        {"title": f"job {i}", "priority": ("high", "medium", "low")[i % 3]}
+                        for i in range(start, min(jobs, start + 10_000))
+                    ]
+                )
+    else:
+        app, noop = _procrastinate_app(url)
+        with app.open():
+            app.schema_manager.apply_schema()
+            for start in range(0, jobs, 5000):
+                noop.batch_defer(*[{} for _ in range(start, min(jobs, start + 5000))])
+
+
+def _procrastinate_app(url: str) -> tuple[Any, Any]:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+    @app.task(name="noop", queue="bench")
+    def noop() -> None:
+        return None
+
+    return app, noop
+
+
+# --- workers --------------------------------------------------------------------------
+def _work(system: str, url: str, name: str, barrier: Any, out: Any) -> None:
+    count = 0
+    if system == "bare":
+        with psycopg.connect(url, autocommit=True) as conn:
+            barrier.wait()
+            start = time.perf_counter()
+            while True:
+                row = conn.execute(
+                    "UPDATE jobs SET status = 'doing', worker = %s WHERE id = (SELECT id FROM jobs"
+                    " WHERE status = 'todo' ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                    " RETURNING id",
+                    [name],
+                ).fetchone()
+                if row is None:
+                    break
+                conn.execute("UPDATE jobs SET status = 'done' WHERE id = %s", [row[0]])
+                count += 1
+    elif system == "corral":
+        import corral
+
+        c = corral.connect(url, pool_size=1)
+        c.register_node(name, "developer", heartbeat_interval=600)
+        barrier.wait()
+        start = time.perf_counter()
+        while (task := c.claim_best_task(name, "developer")) is not None:
+            c.complete_task(task.id, name, task.epoch)
+            count += 1
+        c.close()
+    else:
+        app, _ = _procrastinate_app(url)
+        with app.open():
+            barrier.wait()
+            start = time.perf_counter()
+            app.run_worker(
+                queues=["bench"],
+                wait=False,
+                concurrency=1,
+                install_signal_handlers=False,
+                listen_notify=False,
+            )
+    out.put((count, start, time.perf_counter()))
+
+
+def run(system: str, procs: int, jobs: int) -> dict[str, Any]:
+    db = f"corral_bench_{system}_{uuid.uuid4().hex[:8]}"
+    _admin(f'CREATE DATABASE "{db}"')
+    try:
+        url = _url(db)
+        _load(system, url, jobs)
+        barrier = CTX.Barrier(procs)
+        out = CTX.Queue()
+        ps = [
+            CTX.Process(target=_work, args=(system, url, f"w{i}", barrier, out))
+            for i in range(procs)
+        ]
+        for p in ps:
+            p.start()
+        results = [out.get(timeout=900) for _ in ps]
+        for p in ps:
+            p.join(timeout=60)
+        elapsed = max(r[2] for r in results) - min(r[1] for r in results)
+        return {"system": system, "procs": procs, "jobs": jobs, "seconds": elapsed,
+                "jobs_per_s": jobs / elapsed}  # fmt: skip
+    finally:
+        _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--jobs", type=int, default=None)
+    args = parser.parse_args()
+    jobs = args.jobs or (300 if args.quick else 6000)
+    procs_list = (1, 4) if args.quick else (1, 4, 16)
+    rows = []
+    for procs in procs_list:
+        for system in SYSTEMS:
+            # procrastinate is ~10x slower: fewer jobs keep the run short, same rate.
+            n = jobs if system != "procrastinate" else max(200, jobs // 4)
+            r = run(system, procs, n)
+            rows.append(r)
+            print(f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s", flush=True)
+    by = {(r["system"], r["procs"]): r["jobs_per_s"] for r in rows}
+    summary = []
+    for procs in procs_list:
+        c, b, p = by["corral", procs], by["bare", procs], by["procrastinate", procs]
+        summary.append([procs, f"{b:.0f}", f"{c:.0f}", f"{p:.0f}",
+                        f"{c / b:.0%}", f"{c / p:.1f}x"])  # fmt: skip
+    print(table(["procs", "bare/s", "corral/s", "procrastinate/s", "corral/bare",
+                 "corral/procr."], summary))  # fmt: skip
+    with psycopg.connect(ADMIN) as conn:
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+        version = conn.execute("SHOW server_version").fetchone()[0]
+    write_json(
+        RESULTS_DIR / "pg_throughput.json",
+        {"machine": machine_info(), "postgres": version, "synchronous_commit": sync,
+         "runs": rows},
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
