@@ -10,6 +10,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +92,21 @@ def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> An
     switch.target = create_app(embedded, token=TOKEN, monitor=False, mcp=False)
     request.addfinalizer(embedded.close)
     return corral.connect(f"http://127.0.0.1:{port}", token=TOKEN)
+
+
+@contextmanager
+def serving(tmp_path: Path, *, clock: Any = None, **options: Any) -> Iterator[tuple[str, Any]]:
+    """A dedicated server for one test: ``(base_url, embedded_cluster)``. ``options``
+    go to ``create_app`` (monitor and MCP are off unless asked for)."""
+    from corral.server import create_app
+
+    embedded = corral.connect(f"sqlite:///{tmp_path / 'served.db'}", clock=clock)
+    options = {"token": TOKEN, "monitor": False, "mcp": False, "sse_poll": 0.05, **options}
+    port = free_port()
+    server, thread = start_uvicorn(create_app(embedded, **options), port,
+                                   timeout_graceful_shutdown=1)  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}", embedded
+    finally:
+        stop_uvicorn(server, thread)
+        embedded.close()

@@ -187,19 +187,20 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class _McpGate:
-    """Bearer auth in front of the MCP app (operator token)."""
+    """Bearer auth (operator token) in front of the MCP app; 404 when there is none."""
 
-    def __init__(self, app: ASGIApp, st: ServerState) -> None:
+    def __init__(self, app: ASGIApp | None, st: ServerState) -> None:
         self.app = app
         self.st = st
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            try:
-                self.st.authenticate(scope, "operator")
-            except ApiError as exc:
-                await error_response(exc)(scope, receive, send)
-                return
+        try:
+            self.st.authenticate(scope, "operator")
+            if self.app is None:
+                raise ApiError(404, "not_found", "the MCP server is not available here")
+        except ApiError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -218,14 +219,14 @@ def load_mcp_app(cluster: Any) -> ASGIApp | None:
 
 
 class _Dispatch:
-    """Send ``/mcp`` (unchanged scope) to the MCP app, everything else to the API."""
+    """Send ``/mcp`` (scope unchanged) through the gate, everything else to the API."""
 
-    def __init__(self, api: Starlette, mcp: ASGIApp | None) -> None:
+    def __init__(self, api: Starlette, mcp: _McpGate) -> None:
         self.api = api
         self.mcp = mcp
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.mcp is not None and scope["type"] == "http":
+        if scope["type"] == "http":
             path = scope["path"]
             if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
                 await self.mcp(scope, receive, send)
@@ -297,8 +298,7 @@ def create_app(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
     )
     api.state.corral = st
-    gated = None if mcp_app is None else _McpGate(mcp_app, st)
-    dispatch = _Dispatch(api, gated)
+    dispatch = _Dispatch(api, _McpGate(mcp_app, st))
     dispatch.state = st  # type: ignore[attr-defined]
     return dispatch
 

@@ -1,0 +1,92 @@
+"""Error envelopes: 400/401/403/404/409/422 with {"error": {code, message, field}},
+nothing changed, never a 5xx for client input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import corral
+from tests.backends.http import TOKEN, serving
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[httpx.Client, Any]]:
+    with serving(tmp_path) as (url, embedded):
+        embedded.configure(max_agents=1)
+        embedded.register_node("w1", "developer")
+        embedded.add_task("implement it")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=url, headers=headers) as h:
+            yield h, embedded
+
+
+def world(c: Any) -> Any:
+    return ([n.to_dict() for n in c.list_nodes()], [t.to_dict() for t in c.list_tasks()],
+            [e.seq for e in c.events(0, 10_000)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "code", "field"),
+    [
+        ("POST", "/v1/tasks", b"{not json", 400, "bad_request", None),
+        ("POST", "/v1/nodes", {"node_id": "w2", "role": "developer"}, 409, "capacity", None),
+        ("POST", "/v1/tasks/1/complete", {"node_id": "w1"}, 409, "lease", "task_id"),
+        ("GET", "/v1/nodes/ghost", None, 404, "not_found", "node_id"),
+        ("GET", "/v1/tasks/99", None, 404, "not_found", "task_id"),
+        ("GET", "/v1/nope", None, 404, "not_found", None),
+        ("POST", "/v1/nodes", {"node_id": "w2", "role": "wizard"}, 422, "invalid_input", "role"),
+        ("POST", "/v1/nodes", {"node_id": 7, "role": "developer"}, 422, "invalid_input",
+         "node_id"),
+        ("POST", "/v1/tasks", {"title": "t", "colour": "red"}, 422, "invalid_input", "colour"),
+        ("POST", "/v1/tasks", [1, 2], 422, "invalid_input", None),
+        ("GET", "/v1/tasks?limit=lots", None, 422, "invalid_input", "limit"),
+        ("GET", "/v1/tasks/abc", None, 422, "invalid_input", "task_id"),
+        ("POST", "/v1/nodes/w1/heartbeat", {"node_id": "x"}, 422, "invalid_input", "node_id"),
+        ("PATCH", "/v1/settings", {"max_agents": -1}, 422, "invalid_input", "max_agents"),
+        ("DELETE", "/v1/tasks", None, 405, "method_not_allowed", None),
+    ],
+)  # fmt: skip
+def test_error_envelope(api: Any, method: str, path: str, body: Any, status: int, code: str,
+                        field: str | None) -> None:  # fmt: skip
+    h, embedded = api
+    before = world(embedded)
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    r = h.request(method, path, **kwargs)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/json"
+    err = r.json()["error"]
+    assert set(err) == {"code", "message", "field"}
+    assert (err["code"], err["field"]) == (code, field)
+    assert err["message"]
+    assert world(embedded) == before
+
+
+def test_remote_client_raises_the_embedded_exceptions(api: Any) -> None:
+    h, _ = api
+    client = corral.connect(str(h.base_url), token=TOKEN)
+    try:
+        with pytest.raises(corral.CapacityError, match="at capacity"):
+            client.register_node("w2", "developer")
+        with pytest.raises(corral.NotFoundError):
+            client.get_task(99)
+        with pytest.raises(corral.LeaseError):
+            client.fail_task(1, "w1")
+        with pytest.raises(corral.InvalidInputError) as info:
+            client.add_task("")
+        assert info.value.field == "title"
+    finally:
+        client.close()
+
+
+def test_unreachable_server_is_store_unavailable() -> None:
+    from tests.backends.http import free_port
+
+    client = corral.connect(f"http://127.0.0.1:{free_port()}", token=TOKEN)
+    with pytest.raises(corral.StoreUnavailableError):
+        client.settings()
+    client.close()
