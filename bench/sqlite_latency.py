@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -153,6 +154,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "sqlite_latency.json")
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    p.add_argument(
+        "--render", type=Path, default=None, help="only print the tables of an earlier results file"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.samples, args.rounds, args.warmup, args.batch = "200,2000", 60, 2, 10, 500
@@ -167,14 +171,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
     info = machine_info()
     cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="corral-latency-cache-"))
     cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="corral-latency-"))
     fp = _fingerprint()
-    print(f"# SQLite claim+complete latency, one process: sizes {args.sizes}, "
-          f"{args.samples} samples each, synchronous={args.synchronous}, "
-          f"checkpoint modes {args.checkpoint}, SQLite {info['sqlite']}")  # fmt: skip
+    print(
+        f"# SQLite claim+complete latency, one process: sizes {args.sizes}, "
+        f"{args.samples} samples each, synchronous={args.synchronous}, "
+        f"checkpoint modes {args.checkpoint}, SQLite {info['sqlite']}"
+    )
     boards: list[Board] = []
     loads: dict[int, float | None] = {}
     try:
@@ -268,17 +277,35 @@ def render(result: dict[str, Any]) -> str:
     modes = result["params"]["checkpoint"]
     for r in sorted(result["results"], key=lambda r: (modes.index(r["checkpoint"]), r["pending"])):
         c, d, s = r["claim_us"], r["complete_us"], smallest[r["checkpoint"]]
-        rows.append([
-            r["checkpoint"], r["pending"], c["p50"], c["p99"],
-            f"{c['p99'] / s['claim_us']['p99']:.2f}x", c["max"], r["claims_over_1ms"],
-            d["p50"], d["p99"], f"{d['p99'] / s['complete_us']['p99']:.2f}x",
-        ])  # fmt: skip
+        rows.append(
+            [
+                r["checkpoint"],
+                r["pending"],
+                c["p50"],
+                c["p99"],
+                f"{c['p99'] / s['claim_us']['p99']:.2f}x",
+                c["max"],
+                r["claims_over_1ms"],
+                d["p50"],
+                d["p99"],
+                f"{d['p99'] / s['complete_us']['p99']:.2f}x",
+            ]
+        )
     out = table(
-        ["WAL checkpoint", "pending tasks", "claim p50 µs", "claim p99 µs",
-         "claim p99 vs smallest", "claim max µs", "claims > 1 ms", "complete p50 µs",
-         "complete p99 µs", "complete p99 vs smallest"],
+        [
+            "WAL checkpoint",
+            "pending tasks",
+            "claim p50 µs",
+            "claim p99 µs",
+            "claim p99 vs smallest",
+            "claim max µs",
+            "claims > 1 ms",
+            "complete p50 µs",
+            "complete p99 µs",
+            "complete p99 vs smallest",
+        ],
         rows,
-    )  # fmt: skip
+    )
     for q in result["ratios"]:
         out += (
             f"\ntarget ({q['checkpoint']} checkpoints): claim p99 at {q['largest']:,} within "

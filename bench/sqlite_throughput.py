@@ -22,6 +22,7 @@ error that reaches a caller; the target is none.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -334,6 +335,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dir", type=Path, default=None, help="where the database files go")
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "sqlite_throughput.json")
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    p.add_argument(
+        "--render", type=Path, default=None, help="only print the tables of an earlier results file"
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.jobs, args.procs, args.locked_procs = 200, "1,2", 4
@@ -349,6 +353,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
     ctx = mp.get_context(args.start_method)
     info = machine_info()
     workdir = Path(tempfile.mkdtemp(prefix="corral-bench-", dir=args.dir))

@@ -1,0 +1,201 @@
+"""Where a claim + complete spends its time, statement by statement (SQLite, one process).
+
+Wraps the SQLite store's connection so every statement it runs is timed, then runs
+claim + complete pairs on a loaded board. Per operation it prints: the time of each
+named query (and BEGIN / COMMIT), the time the write lock is held (BEGIN IMMEDIATE
+to the end of COMMIT: what other processes wait for), and the Python time around it.
+It reads one private attribute (the store's ``_conn``); it is a diagnosis tool.
+
+    python bench/sqlite_profile.py [--tasks 20000] [--pairs 5000] [--cprofile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import corral
+from _common import RESULTS_DIR, machine_info, table, write_json
+from corral.store.queries import load_queries
+
+ROLE = "developer"
+NODE = "bench-profile"
+
+
+class TimedConnection:
+    """A stand-in for ``sqlite3.Connection`` that times ``execute`` by query name."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._names = {sql: name for name, sql in load_queries("sqlite").items()}
+        self.op = "setup"
+        self.stats: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+        self.held: dict[str, float] = defaultdict(float)
+        self._t_begin: float | None = None
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        name = self._names.get(sql) or sql.split()[0].upper()
+        t0 = time.perf_counter()
+        cur = self._conn.execute(sql, params)
+        rows = cur.fetchall() if cur.description is not None else None
+        t1 = time.perf_counter()
+        s = self.stats[(self.op, name)]
+        s[0] += 1
+        s[1] += t1 - t0
+        if name == "BEGIN" and sql.strip().upper() == "BEGIN IMMEDIATE":
+            self._t_begin = t0
+        elif name in ("COMMIT", "ROLLBACK") and self._t_begin is not None:
+            self.held[self.op] += t1 - self._t_begin
+            self._t_begin = None
+        return _Result(cur, rows)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._conn, attr)
+
+
+class _Result:
+    """The executed cursor, with its rows already fetched (inside the timing)."""
+
+    def __init__(self, cur: Any, rows: list[Any] | None) -> None:
+        self._cur = cur
+        self._rows = rows or []
+        self.rowcount = cur.rowcount
+
+    def fetchall(self) -> list[Any]:
+        return self._rows
+
+    def fetchone(self) -> Any:
+        return self._rows[0] if self._rows else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", type=int, default=20_000, help="pending tasks on the board")
+    p.add_argument("--pairs", type=int, default=5000, help="claim+complete pairs measured")
+    p.add_argument("--synchronous", default="NORMAL")
+    p.add_argument("--cprofile", action="store_true", help="also print cProfile's top 25")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / "sqlite_profile.json")
+    args = p.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="corral-profile-") as d:
+        c = corral.connect(f"sqlite:///{Path(d) / 'p.db'}", synchronous=args.synchronous)
+        c.configure(max_agents=1000)
+        for first in range(0, args.tasks, 10_000):
+            c.add_tasks(
+                [
+                    {
+                        "title": f"implement part {i}" if i % 3 == 0 else f"job {i}",
+                        "priority": ("high", "medium", "low")[i % 3],
+                    }
+                    for i in range(first, min(args.tasks, first + 10_000))
+                ]
+            )
+        c.register_node(NODE, ROLE)
+
+        def pairs(n: int, timed: TimedConnection | None = None) -> None:
+            for _ in range(n):
+                if timed:
+                    timed.op = "claim"
+                task = c.claim_best_task(NODE, ROLE)
+                if timed:
+                    timed.op = "complete"
+                c.complete_task(task.id, NODE, task.epoch)
+
+        pairs(300)
+        t0 = time.perf_counter()
+        pairs(args.pairs)
+        plain_us = (time.perf_counter() - t0) / args.pairs * 1e6
+        t0 = time.perf_counter()
+        for _ in range(args.pairs):
+            task = c.claim_best_task(NODE, ROLE)
+        claim_only_us = (time.perf_counter() - t0) / args.pairs * 1e6
+        for t in c.list_tasks(status="in_progress", limit=10_000):
+            c.complete_task(t.id, NODE, t.epoch)
+
+        if args.cprofile:
+            prof = cProfile.Profile()
+            prof.enable()
+            pairs(args.pairs)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+        store: Any = c.store
+        timed = TimedConnection(store._conn)
+        store._conn = timed
+        t_op: dict[str, float] = defaultdict(float)
+        for _ in range(args.pairs):
+            timed.op = "claim"
+            t0 = time.perf_counter()
+            task = c.claim_best_task(NODE, ROLE)
+            t1 = time.perf_counter()
+            timed.op = "complete"
+            c.complete_task(task.id, NODE, task.epoch)
+            t2 = time.perf_counter()
+            t_op["claim"] += t1 - t0
+            t_op["complete"] += t2 - t1
+        store._conn = timed._conn
+        c.close()
+
+    n = args.pairs
+    rows = []
+    ops: dict[str, Any] = {}
+    for op in ("claim", "complete"):
+        stmts = {name: s for (o, name), s in timed.stats.items() if o == op}
+        in_sql = sum(s[1] for s in stmts.values())
+        for name, (count, secs) in sorted(stmts.items(), key=lambda kv: -kv[1][1]):
+            rows.append([op, name, count / n, secs / n * 1e6, f"{secs / t_op[op]:.0%}"])
+        ops[op] = {
+            "total_us": t_op[op] / n * 1e6,
+            "lock_held_us": timed.held[op] / n * 1e6,
+            "sql_us": in_sql / n * 1e6,
+            "python_us": (t_op[op] - in_sql) / n * 1e6,
+            "statements": {
+                name: {"per_op": s[0] / n, "us": s[1] / n * 1e6} for name, s in stmts.items()
+            },
+        }
+        rows.append(
+            [
+                op,
+                "(python, outside statements)",
+                "",
+                ops[op]["python_us"],
+                f"{(t_op[op] - in_sql) / t_op[op]:.0%}",
+            ]
+        )
+    print(f"# claim + complete, {args.tasks:,} pending, {n} pairs, synchronous={args.synchronous}")
+    print(f"unwrapped: {plain_us:.0f} µs per claim+complete pair, {claim_only_us:.0f} µs per claim")
+    print(table(["operation", "statement", "per op", "µs per op", "share"], rows))
+    print()
+    print(
+        table(
+            ["operation", "total µs", "write lock held µs", "in SQLite µs", "Python µs"],
+            [
+                [op, v["total_us"], v["lock_held_us"], v["sql_us"], v["python_us"]]
+                for op, v in ops.items()
+            ],
+        )
+    )
+    write_json(
+        args.out,
+        {
+            "bench": "sqlite_profile",
+            "machine": machine_info(),
+            "params": {"tasks": args.tasks, "pairs": n, "synchronous": args.synchronous},
+            "unwrapped_pair_us": plain_us,
+            "unwrapped_claim_us": claim_only_us,
+            "ops": ops,
+        },
+    )
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
