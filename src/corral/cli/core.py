@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,14 @@ def _node_detail(n: Node) -> str:
 @click.command()
 @click.pass_context
 def init(ctx: click.Context) -> None:
-    """Create the cluster's store (and .corral/) if it does not exist."""
+    """Create the cluster's store (and .corral/) if it does not exist, and the
+    server's bearer token (.corral/token, mode 0600) unless $CORRAL_TOKEN is set."""
     c = client(ctx)
     click.echo(f"cluster ready at {c.url}")
+    if not os.environ.get("CORRAL_TOKEN"):
+        from corral.server.auth import ensure_token_file
+
+        click.echo(f"token in {ensure_token_file()}")
 
 
 @click.command()

@@ -1,0 +1,88 @@
+"""``corral serve`` as a real process: token file created 0600 at first serve, the
+remote client works against it, SIGTERM stops it cleanly; ``corral init`` creates
+the token too."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+import corral
+from corral.cli import main
+from tests.backends.http import free_port
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline: float = 20.0) -> None:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        assert proc.poll() is None, "corral serve exited"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("corral serve did not become healthy")
+
+
+def test_serve_process_creates_token_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path, env=env, stderr=log,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc)
+        token_file = tmp_path / ".corral" / "token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert httpx.get(f"{url}/v1/nodes").status_code == 401
+        client = corral.connect(url, token=token_file.read_text().strip())
+        reg = client.register_node("w1", "developer")
+        assert reg.active_nodes == 1
+        assert client.read_state().nodes[0].id == "w1"
+        client.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+    # uvicorn re-raises the signal after its graceful shutdown: -SIGTERM is a clean exit
+    text = (tmp_path / "serve.log").read_text()
+    assert code in (0, -signal.SIGTERM), text
+    assert "monitor stopped" in text
+
+
+def test_serve_refuses_a_missing_token_file(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
+    r = subprocess.run(
+        [sys.executable, "-m", "corral", "serve", "--token-file", str(tmp_path / "nope")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr
+
+
+def test_init_creates_the_token(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    monkeypatch.delenv("CORRAL_URL", raising=False)
+    try:
+        main(["init"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    token = tmp_path / ".corral" / "token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert len(token.read_text().strip()) >= 32
