@@ -21,8 +21,6 @@ import logging
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -139,6 +137,9 @@ class ClusterDestination:
 def _post_json(
     url: str, body: Any, headers: Mapping[str, str], timeout: float
 ) -> tuple[int, bytes]:
+    import urllib.error  # imported on first use: most workers never post
+    import urllib.request
+
     data = json.dumps(body, separators=(",", ":")).encode()
     req = urllib.request.Request(url, data=data, method="POST")
     req.add_header("Content-Type", "application/json")

@@ -21,20 +21,22 @@ cadence drift, and a missed slot is skipped rather than sent in a burst.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from corral.clock import Clock, SystemClock
 from corral.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
 from corral.health import DEFAULT_THRESHOLDS, HealthThresholds, health_status
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["HeartbeatMonitor", "next_beat"]
 
@@ -217,12 +219,16 @@ class HeartbeatMonitor:
     async def start_async(self) -> None:
         """The asyncio variant of ``start``: beats from a task of the running loop
         (each beat hops to a thread once, the store being synchronous)."""
+        import asyncio  # only asyncio users pay for it
+
         if self._thread is not None or self._atask is not None:
             return
         self._started_at = self._mono()
         self._atask = asyncio.get_running_loop().create_task(self._aloop())
 
     async def stop_async(self, *, final: Mapping[str, Any] | None = None) -> None:
+        import asyncio
+
         task, self._atask = self._atask, None
         if task is not None:
             task.cancel()
@@ -231,6 +237,8 @@ class HeartbeatMonitor:
         await asyncio.to_thread(self.stop, final=final)
 
     async def _aloop(self) -> None:
+        import asyncio
+
         due = self._mono()
         while True:
             try:
