@@ -124,6 +124,11 @@ def _noop() -> None:
     return None
 
 
+# huey names a task after its function's module, which is "__mp_main__" in a spawned
+# child but "__main__" in the parent: fix the name so both agree.
+_noop.__module__ = "corral_bench"
+
+
 def _load_huey(path: Path, jobs: int, sync: str) -> None:
     # Loading is not measured: enqueue without syncing, in one transaction.
     h = _Huey(path, "OFF")
