@@ -77,24 +77,28 @@ class _Result:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tasks", type=int, default=20_000, help="pending tasks on the board")
+    p.add_argument("--tasks", type=int, default=20_000, help="pending tasks (at least)")
     p.add_argument("--pairs", type=int, default=5000, help="claim+complete pairs measured")
     p.add_argument("--synchronous", default="NORMAL")
     p.add_argument("--cprofile", action="store_true", help="also print cProfile's top 25")
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "sqlite_profile.json")
+    p.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
     args = p.parse_args(argv)
+    if args.quick:
+        args.tasks, args.pairs = 500, 100
 
     with tempfile.TemporaryDirectory(prefix="corral-profile-") as d:
         c = corral.connect(f"sqlite:///{Path(d) / 'p.db'}", synchronous=args.synchronous)
         c.configure(max_agents=1000)
-        for first in range(0, args.tasks, 10_000):
+        total = args.tasks + 4 * args.pairs + 300  # the board never drops below --tasks
+        for first in range(0, total, 10_000):
             c.add_tasks(
                 [
                     {
                         "title": f"implement part {i}" if i % 3 == 0 else f"job {i}",
                         "priority": ("high", "medium", "low")[i % 3],
                     }
-                    for i in range(first, min(args.tasks, first + 10_000))
+                    for i in range(first, min(total, first + 10_000))
                 ]
             )
         c.register_node(NODE, ROLE)
@@ -187,7 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         {
             "bench": "sqlite_profile",
             "machine": machine_info(),
-            "params": {"tasks": args.tasks, "pairs": n, "synchronous": args.synchronous},
+            "params": {
+                "tasks": args.tasks,
+                "pairs": n,
+                "synchronous": args.synchronous,
+                "quick": args.quick,
+            },
             "unwrapped_pair_us": plain_us,
             "unwrapped_claim_us": claim_only_us,
             "ops": ops,

@@ -83,3 +83,16 @@ def test_throughput_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert {"corral_vs_bare_min", "corral_vs_huey_min", "corral_locked_errors"} <= set(
         data["targets"]
     )
+
+
+def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """sqlite_profile.py --quick exits 0 and writes, per operation, the time of each
+    statement, the write-lock hold time and the Python time around the statements."""
+    data = run_quick("sqlite_profile.py", tmp_path / "profile.json")
+    assert data["bench"] == "sqlite_profile"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    for op in ("claim", "complete"):
+        v = data["ops"][op]
+        assert {"BEGIN", "COMMIT"} <= set(v["statements"])
+        assert 0 < v["sql_us"] <= v["total_us"]
+        assert 0 < v["lock_held_us"] <= v["total_us"]
