@@ -670,8 +670,9 @@ class SQLStore(Store):
                 if tx.one("node_latest", id=node_id) is None:
                     raise NotFoundError(f"unknown node {node_id}", field="node_id")
                 tx.run("node_touch", id=node_id, now=now)
-            self._event(tx, now, "broadcast", node_id, message=message)
-            return event_from_row(tx.one("events_last_full"))
+            row = tx.one("event_insert_returning", ts=now, kind="broadcast", node_id=node_id,
+                         task_id=None, data=_dumps({"message": message}))
+            return event_from_row(row)
 
     # --- alerts and the heartbeat metrics series -----------------------------------
     def record_alert(
