@@ -7,11 +7,13 @@ worker thread where the handler calls the (synchronous) service once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -65,15 +67,17 @@ class ServerState:
         *,
         metrics_auth: bool = True,
         sse_poll: float = 0.5,
-        threads: int = 16,
+        threads: int = 4,
     ) -> None:
         self.cluster = cluster
         self.tokens = tokens
         self.metrics_auth = metrics_auth
         self.sse_poll = sse_poll
-        self.limiter = anyio.CapacityLimiter(threads)
-        # Claims that wait for a task hold a thread for up to MAX_CLAIM_WAIT: their own pool.
-        self.wait_limiter = anyio.CapacityLimiter(256)
+        # One hop per operation onto a small pool (the SQLite store serializes its
+        # transactions anyway; more threads only contend). Claims that wait for a task
+        # hold a thread for up to MAX_CLAIM_WAIT: they get their own, larger pool.
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
+        self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)
         self._changed: anyio.Event | None = None
 
@@ -102,8 +106,12 @@ class ServerState:
             self._changed = None
 
     async def run(self, fn: Callable[..., Any], *args: Any, waits: bool = False) -> Any:
-        limiter = self.wait_limiter if waits else self.limiter
-        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.wait_pool if waits else self.pool, fn, *args)
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.wait_pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def _parse_body(request: Request, op: Op) -> Any:
@@ -242,7 +250,7 @@ def create_app(
     monitor: bool = True,
     mcp: bool = True,
     sse_poll: float = 0.5,
-    threads: int = 16,
+    threads: int = 4,
 ) -> ASGIApp:
     """The app over ``cluster`` (a ``corral.Cluster``). ``token`` is the operator
     token; ``monitor`` runs ``corral.Monitor`` in a thread while the app lives."""
@@ -293,6 +301,7 @@ def create_app(
             if mon is not None and thread is not None:
                 mon.stop()
                 await anyio.to_thread.run_sync(_join, thread)
+            st.shutdown()
 
     api = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}

@@ -107,9 +107,14 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
         self.content_type = CONTENT_TYPE_LATEST
+        self._children: dict[tuple[str, str, int], Any] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.latency.labels(method, route, str(status)).observe(seconds)
+        key = (method, route, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.latency.labels(method, route, str(status))
+        child.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
