@@ -66,15 +66,26 @@ CALLS = [
 ]
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
-                                     {"Authorization": f"Basic {TOKEN}"},
-                                     {"Authorization": "Bearer node.dzI.0000"}],
-                         ids=["none", "wrong", "not-bearer", "forged-node"])  # fmt: skip
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"Authorization": "Bearer node.dzI.0000"},
+    ],
+    ids=["none", "wrong", "not-bearer", "forged-node"],
+)
 def test_without_a_valid_token_everything_is_refused(served: Any, headers: Any, h: Any) -> None:
     url, embedded, _ = served
     before = world(embedded)
-    for method, path, body in [*CALLS, ("GET", "/v1/nodes", None), ("GET", "/v1/state", None),
-                               ("GET", "/metrics", None), ("POST", "/mcp", {})]:  # fmt: skip
+    for method, path, body in [
+        *CALLS,
+        ("GET", "/v1/nodes", None),
+        ("GET", "/v1/state", None),
+        ("GET", "/metrics", None),
+        ("POST", "/mcp", {}),
+    ]:
         r = h.request(method, url + path, json=body, headers=headers)
         assert r.status_code == 401, (path, r.text)
         assert r.json()["error"]["code"] == "unauthorized"
@@ -137,8 +148,9 @@ def test_metrics_auth_is_configurable(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/v1/nodes").status_code == 401
 
 
-def test_token_file_is_created_with_mode_0600(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_token_file_is_created_with_mode_0600(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CORRAL_TOKEN", raising=False)
     token = load_token()
@@ -148,3 +160,25 @@ def test_token_file_is_created_with_mode_0600(tmp_path: Path,
     assert load_token() == token  # read again, not recreated
     monkeypatch.setenv("CORRAL_TOKEN", "from-env")
     assert load_token() == "from-env"
+
+
+def test_mcp_is_mounted_behind_the_operator_token(tmp_path: Path) -> None:
+    """/mcp answers MCP with the operator token, 401 without, 403 with a node token."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    with serving(tmp_path, mcp=True) as (url, _), httpx.Client(base_url=url) as h:
+        ok = h.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200 and ok.json()["result"]["capabilities"]["tools"] is not None
+        assert h.post("/mcp", json=init, headers=accept).status_code == 401
+        node = Tokens(TOKEN).node_token("w1")
+        r = h.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {node}"})
+        assert r.status_code == 403

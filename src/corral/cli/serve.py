@@ -59,7 +59,9 @@ def serve(
     if not hasattr(cluster, "store"):
         raise click.UsageError("corral serve needs a sqlite:// or postgresql:// --url")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = create_app(cluster, token=token, metrics_auth=metrics_auth, monitor=not no_monitor)
+    app = create_app(
+        cluster, token=token, metrics_auth=metrics_auth, monitor=not no_monitor, host=host
+    )
     click.echo(f"corral serving {cluster.url} on http://{host}:{port}", err=True)
     uvicorn.run(
         app,

@@ -212,18 +212,15 @@ class _McpGate:
         await self.app(scope, receive, send)
 
 
-def load_mcp_app(cluster: Any) -> ASGIApp | None:
+def load_mcp_app(cluster: Any, host: str = "127.0.0.1") -> ASGIApp | None:
     """The MCP server's streamable-HTTP app (``corral.mcp``), or None when it is not
     installed. The one place the MCP server is mounted."""
     try:
         import corral.mcp as mcp_module
     except ImportError:
         return None
-    for name in ("build_http_app", "http_app", "create_http_app"):
-        factory = getattr(mcp_module, name, None)
-        if callable(factory):
-            return factory(cluster)
-    return None
+    factory = getattr(mcp_module, "build_http_app", None)
+    return None if factory is None else factory(cluster, host=host)
 
 
 class _Dispatch:
@@ -251,13 +248,15 @@ def create_app(
     mcp: bool = True,
     sse_poll: float = 0.5,
     threads: int = 4,
+    host: str = "127.0.0.1",
 ) -> ASGIApp:
     """The app over ``cluster`` (a ``corral.Cluster``). ``token`` is the operator
-    token; ``monitor`` runs ``corral.Monitor`` in a thread while the app lives."""
+    token; ``monitor`` runs ``corral.Monitor`` in a thread while the app lives; ``host``
+    is the address uvicorn binds (the MCP app checks Host headers on loopback)."""
     st = ServerState(
         cluster, Tokens(token), metrics_auth=metrics_auth, sse_poll=sse_poll, threads=threads
     )
-    mcp_app = load_mcp_app(cluster) if mcp else None
+    mcp_app = load_mcp_app(cluster, host) if mcp else None
     openapi = _dumps(build_openapi(OPS, version=corral.__version__))
 
     async def openapi_json(request: Request) -> Response:
