@@ -41,7 +41,7 @@ class TimedConnection:
         self._t_begin: float | None = None
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        name = self._names.get(sql) or sql.split()[0].upper()
+        name = self._names.get(sql) or " ".join(sql.split())[:48]
         t0 = time.perf_counter()
         cur = self._conn.execute(sql, params)
         rows = cur.fetchall() if cur.description is not None else None
@@ -49,7 +49,7 @@ class TimedConnection:
         s = self.stats[(self.op, name)]
         s[0] += 1
         s[1] += t1 - t0
-        if name == "BEGIN" and sql.strip().upper() == "BEGIN IMMEDIATE":
+        if name == "BEGIN IMMEDIATE":
             self._t_begin = t0
         elif name in ("COMMIT", "ROLLBACK") and self._t_begin is not None:
             self.held[self.op] += t1 - self._t_begin

@@ -93,6 +93,6 @@ def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert set(data["machine"]) >= MACHINE_KEYS
     for op in ("claim", "complete"):
         v = data["ops"][op]
-        assert {"BEGIN", "COMMIT"} <= set(v["statements"])
+        assert {"BEGIN IMMEDIATE", "COMMIT"} <= set(v["statements"])
         assert 0 < v["sql_us"] <= v["total_us"]
         assert 0 < v["lock_held_us"] <= v["total_us"]
