@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from _common import RESULTS_DIR, machine_info, table, write_json
+from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
 
 SYSTEMS = ("bare", "corral", "huey")
 ROLE = "developer"
@@ -153,12 +153,18 @@ def _is_locked(exc: BaseException) -> bool:
 def _worker(
     system: str, path: str, sync: str, wid: int, barrier: Any, out: Any
 ) -> None:  # pragma: no cover - runs in a child process
-    report: dict[str, Any] = {"wid": wid, "jobs": 0, "locked": 0, "error": None}
+    report: dict[str, Any] = {"wid": wid, "jobs": 0, "locked": 0, "error": None, "steps_us": []}
     try:
         step, close = _setup(system, Path(path), sync, wid, report)
         barrier.wait(timeout=120)
         report["t0"] = time.monotonic()
+        clock = time.perf_counter
+        steps = report["steps_us"]
+        t = clock()
         while step():
+            now = clock()
+            steps.append((now - t) * 1e6)
+            t = now
             report["jobs"] += 1
         report["t1"] = time.monotonic()
         close()
@@ -294,6 +300,7 @@ def run_once(
         errors.append(wrong)
     if done != jobs and not errors:
         errors.append(f"workers reported {done} jobs, expected {jobs}")
+    steps = [x for r in reports for x in r["steps_us"]]
     seconds = (max(r["t1"] for r in reports) - min(r["t0"] for r in reports)) if reports else 0.0
     shutil.rmtree(rundir, ignore_errors=True)
     return {
@@ -304,6 +311,9 @@ def run_once(
         "seconds": seconds,
         "jobs_per_s": done / seconds if seconds > 0 else 0.0,
         "locked_errors": sum(r["locked"] for r in reports),
+        # One job (claim + complete) as a worker saw it: waiting for the lock included.
+        "job_us": {k: v for k, v in percentiles(steps).items() if k in ("p50", "p99", "max")},
+        "jobs_over_10ms": sum(x > 10_000 for x in steps),
         "errors": errors,
     }
 
@@ -421,7 +431,8 @@ def _progress(r: dict[str, Any], note: str) -> None:
     rate = f"{r['jobs_per_s']:>9,.0f} jobs/s"
     line = f"  {r['synchronous']:6} {r['procs']:2} procs {r['system']:6} {rate}"
     errors = f"  ERRORS {r['errors'][:1]}" if r["errors"] else ""
-    print(f"{line}  {note}{errors}", flush=True)
+    p99 = r["job_us"].get("p99", 0.0) / 1000
+    print(f"{line}  job p99 {p99:.2f} ms  {note}{errors}", flush=True)
 
 
 def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -498,6 +509,8 @@ def render(result: dict[str, Any]) -> str:
                 "processes",
                 "synchronous",
                 "jobs/s",
+                "job p99 ms",
+                "jobs > 10 ms",
                 "'database is locked' at caller",
                 "other errors",
             ],
@@ -507,6 +520,8 @@ def render(result: dict[str, Any]) -> str:
                     r["procs"],
                     r["synchronous"],
                     r["jobs_per_s"],
+                    r["job_us"].get("p99", 0.0) / 1000,
+                    r.get("jobs_over_10ms"),
                     r["locked_errors"],
                     len(r["errors"]),
                 ]
