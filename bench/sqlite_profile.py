@@ -4,6 +4,8 @@ Wraps the SQLite store's connection so every statement it runs is timed, then ru
 claim + complete pairs on a loaded board. Per operation it prints: the time of each
 named query (and BEGIN / COMMIT), the time the write lock is held (BEGIN IMMEDIATE
 to the end of COMMIT: what other processes wait for), and the Python time around it.
+It also counts the pages each commit writes to the WAL, for corral and for the bare
+loop of ``sqlite_throughput.py``: a COMMIT costs about in proportion to them.
 It reads one private attribute (the store's ``_conn``); it is a diagnosis tool.
 
     python bench/sqlite_profile.py [--tasks 20000] [--pairs 5000] [--cprofile]
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import sqlite3
 import sys
 import tempfile
 import time
@@ -24,6 +27,7 @@ from typing import Any
 import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral.store.queries import load_queries
+from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare
 
 ROLE = "developer"
 NODE = "bench-profile"
@@ -73,6 +77,55 @@ class _Result:
 
     def fetchone(self) -> Any:
         return self._rows[0] if self._rows else None
+
+
+def corral_ops(c: Any) -> tuple[Any, Any]:
+    def claim() -> Any:
+        return c.claim_best_task(NODE, ROLE)
+
+    def complete(task: Any) -> None:
+        c.complete_task(task.id, NODE, task.epoch)
+
+    return claim, complete
+
+
+def bare_ops(conn: sqlite3.Connection) -> tuple[Any, Any]:
+    def tx(sql: str, *params: Any) -> Any:
+        conn.execute("BEGIN IMMEDIATE")
+        row = conn.execute(sql, params).fetchone()
+        conn.execute("COMMIT")
+        return row
+
+    def claim() -> Any:
+        return tx(_BARE_CLAIM, "h")
+
+    def complete(row: Any) -> None:
+        tx(_BARE_COMPLETE, row[0], "h", row[1])
+
+    return claim, complete
+
+
+def wal_frames(conn: Any, path: Path, k: int, ops: tuple[Any, Any]) -> dict[str, float]:
+    """Pages written to the WAL per claim commit and per complete commit (the WAL's
+    frame count over ``k`` of each, automatic checkpoints off meanwhile)."""
+    claim, complete = ops
+    probe = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    try:
+
+        def frames_after(fn: Any) -> int:
+            probe.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            fn()
+            return probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+
+        held: list[Any] = []
+        f_claim = frames_after(lambda: held.extend(claim() for _ in range(k)))
+        f_complete = frames_after(lambda: [complete(x) for x in held])
+        f_pair = frames_after(lambda: [complete(claim()) for _ in range(k)])
+    finally:
+        conn.execute("PRAGMA wal_autocheckpoint=1000")
+        probe.close()
+    return {"claim": f_claim / k, "complete": f_complete / k, "pair": f_pair / k}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,7 +198,13 @@ def main(argv: list[str] | None = None) -> int:
             t_op["claim"] += t1 - t0
             t_op["complete"] += t2 - t1
         store._conn = timed._conn
+        k = min(args.pairs, 100)
+        frames = {"corral": wal_frames(store._conn, Path(d) / "p.db", k, corral_ops(c))}
         c.close()
+        _load_bare(Path(d) / "bare.db", 2 * k, args.synchronous)
+        bare = sqlite3.connect(Path(d) / "bare.db", isolation_level=None)
+        frames["bare"] = wal_frames(bare, Path(d) / "bare.db", k, bare_ops(bare))
+        bare.close()
 
     n = args.pairs
     rows = []
@@ -200,7 +259,15 @@ def main(argv: list[str] | None = None) -> int:
             "unwrapped_pair_us": plain_us,
             "unwrapped_claim_us": claim_only_us,
             "ops": ops,
+            "wal_frames": frames,
         },
+    )
+    print()
+    print(
+        table(
+            ["pages written to the WAL", "per claim", "per complete", "per claim + complete"],
+            [[name, f["claim"], f["complete"], f["pair"]] for name, f in frames.items()],
+        )
     )
     print(f"\nwrote {args.out}")
     return 0

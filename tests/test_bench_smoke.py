@@ -87,7 +87,8 @@ def test_throughput_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
 
 def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     """sqlite_profile.py --quick exits 0 and writes, per operation, the time of each
-    statement, the write-lock hold time and the Python time around the statements."""
+    statement, the write-lock hold time, the Python time around the statements and the
+    pages each commit writes to the WAL."""
     data = run_quick("sqlite_profile.py", tmp_path / "profile.json")
     assert data["bench"] == "sqlite_profile"
     assert set(data["machine"]) >= MACHINE_KEYS
@@ -96,3 +97,6 @@ def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         assert {"BEGIN IMMEDIATE", "COMMIT"} <= set(v["statements"])
         assert 0 < v["sql_us"] <= v["total_us"]
         assert 0 < v["lock_held_us"] <= v["total_us"]
+    # A bare claim writes at least the row and its index, a bare complete the row.
+    assert data["wal_frames"]["bare"]["claim"] >= 2 and data["wal_frames"]["bare"]["complete"] >= 1
+    assert data["wal_frames"]["corral"]["pair"] > 0
