@@ -87,7 +87,9 @@ class Cluster:
             id=check_id(node_id),
             role=self._role(role),
             model=None if model is None else check_text(model, "model", max_len=200),
-            strength=None if strength is None else check_choice(strength, defaults.STRENGTHS, "strength"),
+            strength=None
+            if strength is None
+            else check_choice(strength, defaults.STRENGTHS, "strength"),
             heartbeat_interval=None
             if heartbeat_interval is None
             else float(check_positive(heartbeat_interval, "heartbeat_interval")),
@@ -133,7 +135,9 @@ class Cluster:
         if tasks is not None and (
             not isinstance(tasks, list) or not all(isinstance(t, str | int) for t in tasks)
         ):
-            raise InvalidInputError("current_tasks must be a list of task ids", field="current_tasks")
+            raise InvalidInputError(
+                "current_tasks must be a list of task ids", field="current_tasks"
+            )
         cap = payload.get("capacity_available")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise InvalidInputError(
@@ -145,8 +149,12 @@ class Cluster:
                 raise InvalidInputError("metrics must be an object", field="metrics")
             for key in ("cpu_usage", "memory_usage"):
                 value = metrics.get(key)
-                if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                    raise InvalidInputError(f"metrics.{key} must be a number", field=f"metrics.{key}")
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    raise InvalidInputError(
+                        f"metrics.{key} must be a number", field=f"metrics.{key}"
+                    )
             if health is None:
                 health = health_status(metrics)
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
@@ -201,7 +209,9 @@ class Cluster:
                 raise InvalidInputError(f"tasks[{i}] must be an object", field="tasks")
             unknown = set(item) - {"title", "description", "priority", "role", "max_attempts"}
             if unknown:
-                raise InvalidInputError(f"tasks[{i}] has unknown keys {sorted(unknown)}", field="tasks")
+                raise InvalidInputError(
+                    f"tasks[{i}] has unknown keys {sorted(unknown)}", field="tasks"
+                )
             if "title" not in item:
                 raise InvalidInputError(f"tasks[{i}] has no title", field="tasks")
             specs.append(self._task_spec(**item))
@@ -221,7 +231,9 @@ class Cluster:
         if assigned_to is not None:
             check_id(assigned_to, "assigned_to")
         limit = int(check_positive(limit, "limit", integer=True))
-        return self.store.list_tasks(status=status, assigned_to=assigned_to, limit=min(limit, 10_000))
+        return self.store.list_tasks(
+            status=status, assigned_to=assigned_to, limit=min(limit, 10_000)
+        )
 
     def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
         """Take the best pending task for ``role`` (anti-idle.md "Scoring Algorithm");
@@ -231,8 +243,10 @@ class Cluster:
         until a task is added (woken by the store, no polling) or the time is up."""
         role = check_text(role, "role", max_len=defaults.MAX_ID_LENGTH, allow_empty=False)
         node_id = check_id(node_id)
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or not (
-            0 <= wait <= defaults.MAX_CLAIM_WAIT
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not (0 <= wait <= defaults.MAX_CLAIM_WAIT)
         ):
             raise InvalidInputError(
                 f"wait must be a number of seconds from 0 to {defaults.MAX_CLAIM_WAIT:g}",
@@ -290,7 +304,9 @@ class Cluster:
 
     def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
-        if since is not None and (isinstance(since, bool) or not isinstance(since, int) or since < 0):
+        if since is not None and (
+            isinstance(since, bool) or not isinstance(since, int) or since < 0
+        ):
             raise InvalidInputError("since must be a non-negative event number", field="since")
         limit = int(check_positive(limit, "limit", integer=True))
         return self.store.catch_up(check_id(node_id), since, min(limit, 10_000), self.clock.now())
@@ -318,8 +334,9 @@ class Cluster:
             self.clock.now(),
         )
 
-    def record_metrics(self, node_id: str, sample: dict[str, Any], *,
-                       keep: int | None = None) -> Event:  # fmt: skip
+    def record_metrics(
+        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
+    ) -> Event:
         """Append one point of ``node_id``'s heartbeat metrics series (a
         ``heartbeat_sample`` event); with ``keep``, only the newest ``keep`` stay."""
         if not isinstance(sample, dict):

@@ -15,6 +15,7 @@ __all__ = [
     "liveness_window",
     "next_idle_since",
     "registration_allowed",
+    "stamp_due",
 ]
 
 
@@ -29,6 +30,18 @@ def initial_status(role: str) -> str:
     """A new node is idle until it claims work (so one that never does is retired
     like any idle node); a bootstrap manager starts working: it coordinates."""
     return "working" if role == MANAGER_ROLE else "idle"
+
+
+STAMP_FRACTION = 0.1
+
+
+def stamp_due(dead_at: float, window: float, now: float) -> bool:
+    """Whether a call by a node should re-stamp its activity (and death deadline).
+
+    Heartbeats always stamp. Claims and completions stamp only once a tenth of the
+    window has passed since the last stamp, so a busy node writes its row rarely and
+    a silent one is still dead within 90-100% of its window after its last call."""
+    return dead_at - now < window * (1 - STAMP_FRACTION)
 
 
 def liveness_window(heartbeat_interval: float | None, settings: Settings) -> float:

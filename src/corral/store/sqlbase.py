@@ -45,14 +45,22 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def node_from_row(row: Any) -> Node:
+def node_from_row(row: Any, held: int | None = None) -> Node:
+    """A node; its current task is the one it named, else the newest it holds
+    (``held``, or the row's ``held_task_id`` column when the query computed it)."""
+    current = row["current_task_id"]
+    if current is None:
+        current = held
+    # sqlite3.Row's ``in`` looks at values, so ask its keys.
+    if current is None and "held_task_id" in row.keys():  # noqa: SIM118
+        current = row["held_task_id"]
     return Node(
         id=row["id"],
         role=row["role"],
         status=row["status"],
         model=row["model"],
         strength=row["strength"],
-        current_task_id=row["current_task_id"],
+        current_task_id=current,
         idle_since=row["idle_since"],
         last_activity=row["last_activity"],
         last_heartbeat=row["last_heartbeat"],
@@ -151,6 +159,14 @@ class SQLStore(Store):
         tx.run(
             "event_insert", ts=now, kind=kind, node_id=node_id, task_id=task_id, data=_dumps(data)
         )
+
+    def _node(self, tx: Tx, row: Any) -> Node:
+        """``node_from_row`` with the held task looked up for a working node."""
+        held = None
+        if row["current_task_id"] is None and row["status"] == "working":
+            found = tx.one("node_held_task", id=row["id"])
+            held = found["t"] if found else None
+        return node_from_row(row, held)
 
     def _live(self, tx: Tx, node_id: str, query: str = "node_live") -> Any:
         row = tx.one(query, id=node_id)
@@ -334,7 +350,7 @@ class SQLStore(Store):
                 if md.get("ask_user"):
                     md.update(ask_user=False, ask_user_reason=None, manager_id=spec.id)
                     tx.run("meta_put", key="cluster_metadata", value=_dumps(md))
-            node = node_from_row(row)
+            node = self._node(tx, row)
             return Registered(
                 **{f: getattr(node, f) for f in node.__dataclass_fields__},
                 active_nodes=live,
@@ -381,7 +397,7 @@ class SQLStore(Store):
                 self._release_all(
                     tx, old, now, kind="lease_released", counts=False, reason="terminated"
                 )
-            return node_from_row(row)
+            return self._node(tx, row)
 
     def heartbeat(
         self, node_id: str, payload: dict[str, Any], health: str | None, now: float
@@ -397,7 +413,7 @@ class SQLStore(Store):
             )
             if health is not None and health != old["health"]:
                 self._event(tx, now, "node_health", node_id, old=old["health"], new=health)
-            return node_from_row(row)
+            return self._node(tx, row)
 
     def touch(self, node_id: str, now: float) -> bool:
         with self._write() as tx:
@@ -469,15 +485,17 @@ class SQLStore(Store):
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         with self._write() as tx:
             self._check_role(tx, role)
+            node = self._live(tx, node_id)
+            due = lifecycle.stamp_due(node["dead_at"], node["live_window"], now)
             row = tx.one(
                 "claim_take", role=role, node_id=node_id, now=now, bonus=scoring.ROLE_BONUS_SECONDS
             )
             if row is None:
-                if not tx.run("node_touch", id=node_id, now=now):
-                    self._live(tx, node_id)  # raises NotFoundError
+                if due:
+                    tx.run("node_touch", id=node_id, now=now)
                 return None
-            if not tx.run("node_working", id=node_id, task_id=row["id"], now=now):
-                self._live(tx, node_id)  # raises NotFoundError; the take rolls back
+            if due or node["status"] != "working" or node["current_task_id"] is not None:
+                tx.run("node_claim_stamp", now=now, incarnation=node["incarnation"])
             self._dequeue(tx, row)
             self._event(
                 tx,
@@ -489,7 +507,7 @@ class SQLStore(Store):
                 role=role,
                 attempt=row["attempts"],
             )
-            return task_from_row(row)
+        return task_from_row(row)
 
     def _refuse(self, tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
         row = tx.one("task_get", id=task_id)
@@ -523,7 +541,13 @@ class SQLStore(Store):
             )
             if row is None:
                 self._refuse(tx, task_id, node_id, epoch)
-            tx.run("node_done_with", id=node_id, task_id=task_id, now=now)
+            tx.run(
+                "node_done_with",
+                id=node_id,
+                task_id=task_id,
+                now=now,
+                stamp=1 - lifecycle.STAMP_FRACTION,
+            )
             self._event(tx, now, "task_completed", node_id, task_id, epoch=row["epoch"])
             return task_from_row(row)
 
@@ -562,7 +586,13 @@ class SQLStore(Store):
                     attempt=row["attempts"],
                     error_text=error,
                 )
-            tx.run("node_done_with", id=node_id, task_id=task_id, now=now)
+            tx.run(
+                "node_done_with",
+                id=node_id,
+                task_id=task_id,
+                now=now,
+                stamp=1 - lifecycle.STAMP_FRACTION,
+            )
             return task
 
     # --- cluster views --------------------------------------------------------------
@@ -670,8 +700,14 @@ class SQLStore(Store):
                 if tx.one("node_latest", id=node_id) is None:
                     raise NotFoundError(f"unknown node {node_id}", field="node_id")
                 tx.run("node_touch", id=node_id, now=now)
-            row = tx.one("event_insert_returning", ts=now, kind="broadcast", node_id=node_id,
-                         task_id=None, data=_dumps({"message": message}))
+            row = tx.one(
+                "event_insert_returning",
+                ts=now,
+                kind="broadcast",
+                node_id=node_id,
+                task_id=None,
+                data=_dumps({"message": message}),
+            )
             return event_from_row(row)
 
     # --- alerts and the heartbeat metrics series -----------------------------------

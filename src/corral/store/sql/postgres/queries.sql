@@ -20,14 +20,20 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
 
 -- name: node_latest
-SELECT * FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
+SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
+        ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
+FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
 
 -- name: nodes_live
-SELECT * FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
+SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
+        ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
+FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
 
 -- name: nodes_all_latest
-SELECT * FROM nodes n
-WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
+SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
+        ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
+FROM nodes
+WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = nodes.id)
 ORDER BY registered_at, incarnation;
 
 -- name: nodes_count_live
@@ -69,6 +75,15 @@ WHERE id = :id AND status <> 'terminated';
 UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
                  last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
+
+-- name: node_claim_stamp
+UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
+                 last_activity = :now, dead_at = :now + live_window
+WHERE incarnation = :incarnation;
+
+-- name: node_held_task
+SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
+ORDER BY claimed_at DESC, id DESC LIMIT 1;
 
 -- name: node_heartbeat
 UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,

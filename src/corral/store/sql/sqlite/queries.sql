@@ -18,14 +18,20 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
 
 -- name: node_latest
-SELECT * FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
+SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
+        ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
+FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
 
 -- name: nodes_live
-SELECT * FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
+SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
+        ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
+FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
 
 -- name: nodes_all_latest
-SELECT * FROM nodes n
-WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
+SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
+        ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
+FROM nodes
+WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = nodes.id)
 ORDER BY registered_at, incarnation;
 
 -- name: nodes_count_live
@@ -58,15 +64,22 @@ UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
+-- Writes only when there is something to change: the node named this task as its
+-- current one, or its activity stamp is due (lifecycle.stamp_due, encoded here).
 UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NULL
                                         ELSE current_task_id END,
                  last_activity = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated';
+WHERE id = :id AND status <> 'terminated'
+  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp);
 
--- name: node_working
-UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
+-- name: node_claim_stamp
+UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
                  last_activity = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated';
+WHERE incarnation = :incarnation;
+
+-- name: node_held_task
+SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
+ORDER BY claimed_at DESC, id DESC LIMIT 1;
 
 -- name: node_heartbeat
 UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,

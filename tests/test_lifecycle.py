@@ -1,0 +1,66 @@
+"""Node lifecycle rules, and the SQL that encodes them for speed."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral import Monitor
+from corral.lifecycle import STAMP_FRACTION, next_idle_since, stamp_due
+from corral.store.queries import load_queries
+
+times = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@given(dead_at=times, window=st.floats(min_value=0.01, max_value=1e4), now=times)
+def test_sql_stamp_condition_equals_stamp_due(dead_at, window, now):
+    """node_done_with's WHERE computes exactly lifecycle.stamp_due."""
+    sql = load_queries("sqlite")["node_done_with"]
+    condition = sql.split("AND (current_task_id = :task_id OR ")[1].rstrip(")")
+    conn = sqlite3.connect(":memory:")
+    got = conn.execute(
+        f"SELECT {condition.replace('live_window', ':w').replace('dead_at', ':d')}",
+        {"w": window, "d": dead_at, "now": now, "stamp": 1 - STAMP_FRACTION},
+    ).fetchone()[0]
+    assert bool(got) == stamp_due(dead_at, window, now)
+
+
+def test_idle_since_rule():
+    assert next_idle_since("working", None, "idle", 5.0) == 5.0
+    assert next_idle_since("idle", 3.0, "idle", 5.0) == 3.0
+    assert next_idle_since("idle", 3.0, "working", 5.0) is None
+    assert next_idle_since("waiting", None, "idle", 7.0) == 7.0
+
+
+def test_claims_and_completions_keep_a_silent_node_alive(embedded, clock):
+    """A node that never heartbeats but keeps claiming and completing is not dead:
+    its calls re-stamp it whenever a tenth of its window has passed."""
+    embedded.register_node("W", "developer", heartbeat_interval=1)  # window 3 s
+    monitor = Monitor(embedded)
+    for i in range(40):
+        embedded.add_task(f"Implement step {i}")
+        task = embedded.claim_best_task("W", "developer")
+        clock.advance(0.5)
+        embedded.complete_task(task.id, "W", task.epoch)
+        assert [e.kind for e in monitor.tick(clock.now()).events] == []
+    assert embedded.get_node("W").status == "working"
+    clock.advance(3)
+    assert [e.kind for e in monitor.tick(clock.now()).events] == ["node_dead"]
+
+
+def test_current_task_is_the_newest_held(embedded, clock):
+    embedded.register_node("W", "developer")
+    a = embedded.add_task("Implement a", priority="high")
+    b = embedded.add_task("Implement b", priority="low")
+    embedded.claim_best_task("W", "developer")
+    clock.advance(1)
+    embedded.claim_best_task("W", "developer")
+    assert embedded.get_node("W").current_task_id == b.id
+    embedded.complete_task(b.id, "W")
+    assert embedded.get_node("W").current_task_id == a.id
+    embedded.complete_task(a.id, "W")
+    assert embedded.get_node("W").current_task_id is None
+    named = embedded.set_agent_status("W", "working", a.id)
+    assert named.current_task_id == a.id
