@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral import LeaseError, Monitor, NotFoundError
+from corral import InvalidInputError, LeaseError, Monitor, NotFoundError
 
 
 def _snapshot(cluster):
@@ -100,3 +100,31 @@ def test_terminating_returns_leases_without_burning_attempts(cluster):
     cluster.set_agent_status("A", "terminated")
     back = cluster.get_task(t.id)
     assert (back.status, back.assigned_to) == ("pending", None)
+
+
+def test_complete_and_claim_is_complete_then_claim(embedded):
+    """The worker's step: the same checks and events as the two calls, one commit."""
+    embedded.register_node("A", "developer")
+    first = embedded.add_task("Implement one", priority="high")
+    second = embedded.add_task("Implement two", priority="low")
+    t = embedded.claim_best_task("A", "developer")
+    done, nxt = embedded.complete_and_claim(t.id, "A", "developer", epoch=t.epoch, result=1)
+    assert (done.id, done.status, done.result) == (first.id, "done", 1)
+    assert (nxt.id, nxt.status, nxt.assigned_to) == (second.id, "in_progress", "A")
+    kinds = [e.kind for e in embedded.events()][-2:]
+    assert kinds == ["task_completed", "task_claimed"]
+    done, nxt = embedded.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
+    assert done.status == "done" and nxt is None
+
+
+def test_complete_and_claim_refusals_change_nothing(embedded):
+    embedded.register_node("A", "developer")
+    embedded.add_task("Implement one")
+    embedded.add_task("Implement two")
+    t = embedded.claim_best_task("A", "developer")
+    before = _snapshot(embedded)
+    with pytest.raises(LeaseError):
+        embedded.complete_and_claim(t.id, "A", "developer", epoch=t.epoch + 1)
+    with pytest.raises(InvalidInputError):
+        embedded.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
+    assert _snapshot(embedded) == before

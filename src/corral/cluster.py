@@ -273,6 +273,29 @@ class Cluster:
             check_task_id(task_id), check_id(node_id), self._epoch(epoch), result, self.clock.now()
         )
 
+    def complete_and_claim(
+        self,
+        task_id: int | str,
+        node_id: str,
+        role: str,
+        epoch: int | None = None,
+        result: Any = None,
+    ) -> tuple[Task, Task | None]:
+        """``complete_task`` then ``claim_best_task(node_id, role)``, with the same
+        checks and events, in one transaction where the backend allows (a worker's
+        loop: one commit per task instead of two)."""
+        if result is not None:
+            check_payload(result, "result")
+        role = check_text(role, "role", max_len=defaults.MAX_ID_LENGTH, allow_empty=False)
+        return self.store.complete_and_claim(
+            check_task_id(task_id),
+            check_id(node_id),
+            self._epoch(epoch),
+            result,
+            role,
+            self.clock.now(),
+        )
+
     def fail_task(
         self,
         task_id: int | str,

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from corral.errors import InvalidInputError
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 
 __all__ = ["Deadlines", "NodeSpec", "Store", "TaskSpec"]
@@ -121,6 +122,20 @@ class Store(ABC):
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
     ) -> Task:
         """Finish a task the node holds (at ``epoch`` if given); ``LeaseError`` otherwise."""
+
+    def complete_and_claim(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+    ) -> tuple[Task, Task | None]:
+        """Complete a held task and claim the next best one for ``role``: exactly
+        ``complete`` then ``claim`` (same checks, same events). A backend may do both in
+        one transaction; this default does two."""
+        roles = self.settings().roles
+        if role not in roles:  # refuse before the completion: bad input changes nothing
+            raise InvalidInputError(
+                f"role must be one of {', '.join(roles)}; got {role!r:.40}", field="role"
+            )
+        done = self.complete(task_id, node_id, epoch, result, now)
+        return done, self.claim(node_id, role, now)
 
     @abstractmethod
     def fail(

@@ -19,9 +19,10 @@ from typing import Any
 
 from corral.defaults import BUSY_TIMEOUT_SECONDS, SQLITE_WAIT_RECHECK
 from corral.errors import InvalidInputError, StoreUnavailableError
+from corral.model import Task
 from corral.store.queries import load_queries, migrations
 from corral.store.signal import WAKE_QUERIES, signal_for
-from corral.store.sqlbase import SQLStore
+from corral.store.sqlbase import SQLStore, task_from_row
 
 __all__ = ["SQLiteStore"]
 
@@ -77,30 +78,48 @@ class SQLiteStore(SQLStore):
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
         try:
+            # SQLite's busy handler is off (timeout=0): waits are ours (``_retrying``).
             self._conn = sqlite3.connect(
-                str(path), timeout=busy_timeout, isolation_level=None, check_same_thread=False
+                str(path), timeout=0, isolation_level=None, check_same_thread=False
             )
             self._conn.row_factory = sqlite3.Row
-            self._retry_locked(lambda: self._conn.execute("PRAGMA journal_mode=WAL"))
+            self._retrying("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={sync}")
             self._conn.execute("PRAGMA foreign_keys=ON")
-            self._busy_pragma = f"PRAGMA busy_timeout={int(busy_timeout * 1000)}"
-            self._conn.execute(self._busy_pragma)
             self._migrate()
         except sqlite3.Error as exc:
             raise _unavailable(exc) from exc
 
-    def _retry_locked(self, fn: Any) -> Any:
+    def _retrying(self, sql: str) -> None:
+        """Run ``sql``, waiting out a busy database in short sleeps.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10 ... ms between tries, far longer
+        than corral's transactions hold the write lock (about 0.1 ms), so under
+        contention writers would mostly sleep. corral waits itself: 50 us doubling to
+        2 ms, with jitter, up to the busy timeout; then ``StoreUnavailableError``."""
+        conn = self._conn
+        try:
+            conn.execute(sql)
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise _unavailable(exc) from exc
         deadline = time.monotonic() + self._busy_timeout
+        pause = 0.00005
         while True:
+            time.sleep(pause * (0.5 + random.random()))
             try:
-                return fn()
+                conn.execute(sql)
+                return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise _unavailable(exc) from exc
+                if time.monotonic() > deadline:
+                    raise _unavailable(exc) from exc
+            pause = min(pause * 2, 0.002)
 
     def _migrate(self) -> None:
+        self._retrying("PRAGMA user_version")
         current = self._conn.execute("PRAGMA user_version").fetchone()[0]
         pending = [(v, sql) for v, sql in migrations("sqlite") if v > current]
         if not pending:
@@ -115,42 +134,10 @@ class SQLiteStore(SQLStore):
                     self._conn.execute(statement)
                 self._conn.execute(f"PRAGMA user_version={version}")
 
-    def _begin_immediate(self) -> None:
-        """Take the write lock, waiting for it in short sleeps.
-
-        SQLite's own busy handler sleeps 1, 2, 5, 10 ... ms between tries, far longer
-        than corral's transactions hold the lock (about 0.1 ms), so under contention
-        writers would mostly sleep. The busy timeout is off for this one statement
-        and the wait is ours: 50 us doubling to 2 ms, with jitter, up to the timeout."""
-        conn = self._conn
-        conn.execute("PRAGMA busy_timeout=0")
-        try:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise _unavailable(exc) from exc
-            deadline = time.monotonic() + self._busy_timeout
-            pause = 0.00005
-            while True:
-                time.sleep(pause * (0.5 + random.random()))
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) and "busy" not in str(exc):
-                        raise _unavailable(exc) from exc
-                    if time.monotonic() > deadline:
-                        raise _unavailable(exc) from exc
-                pause = min(pause * 2, 0.002)
-        finally:
-            conn.execute(self._busy_pragma)
-
     @contextmanager
     def _write(self) -> Iterator[_Tx]:
         with self._lock:
-            self._begin_immediate()
+            self._retrying("BEGIN IMMEDIATE")
             tx = _Tx(self._conn)
             try:
                 yield tx
@@ -170,9 +157,22 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self._conn.execute("BEGIN")
             try:
+                # Take the read snapshot now, where a busy database can be waited out.
+                self._retrying("SELECT 1 FROM meta LIMIT 1")
                 yield _Tx(self._conn)
             finally:
                 self._conn.execute("COMMIT")
+
+    def complete_and_claim(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+    ) -> tuple[Task, Task | None]:
+        """One transaction: a worker's finish-then-next costs one commit, not two. (The
+        write lock makes the shared claim statement exact here; on PostgreSQL the
+        default two-step version is used.)"""
+        with self._write() as tx:
+            done = self._complete_in(tx, task_id, node_id, epoch, result, now)
+            nxt = self._claim_in(tx, node_id, role, now)
+        return task_from_row(done), None if nxt is None else task_from_row(nxt)
 
     def ready_token(self) -> int:
         return self._ready.token()

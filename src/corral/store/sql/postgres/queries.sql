@@ -76,6 +76,10 @@ UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NU
                  last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
 
+-- name: node_claim_state
+SELECT incarnation, status, current_task_id, dead_at, live_window
+FROM nodes WHERE id = :id AND status <> 'terminated';
+
 -- name: node_claim_stamp
 UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
                  last_activity = :now, dead_at = :now + live_window

@@ -72,6 +72,10 @@ UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NUL
 WHERE id = :id AND status <> 'terminated'
   AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp);
 
+-- name: node_claim_state
+SELECT incarnation, status, current_task_id, dead_at, live_window
+FROM nodes WHERE id = :id AND status <> 'terminated';
+
 -- name: node_claim_stamp
 UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
                  last_activity = :now, dead_at = :now + live_window
