@@ -24,10 +24,15 @@ from corral.store.queries import load_queries, migrations
 from corral.store.signal import WAKE_QUERIES, signal_for
 from corral.store.sqlbase import SQLStore, task_from_row
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "WouldBlock"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _QUERIES = load_queries("sqlite")
+
+
+class WouldBlock(Exception):
+    """Raised in ``SQLiteStore.nowait()`` when a transaction would have to wait for
+    another thread or process; that transaction has done nothing."""
 
 
 class _Tx:
@@ -75,6 +80,7 @@ class SQLiteStore(SQLStore):
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._nowait = threading.local()
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
         try:
@@ -104,6 +110,8 @@ class SQLiteStore(SQLStore):
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise _unavailable(exc) from exc
+            if getattr(self._nowait, "on", False):
+                raise WouldBlock("another process holds the database") from None
         deadline = time.monotonic() + self._busy_timeout
         pause = 0.00005
         while True:
@@ -117,6 +125,25 @@ class SQLiteStore(SQLStore):
                 if time.monotonic() > deadline:
                     raise _unavailable(exc) from exc
             pause = min(pause * 2, 0.002)
+
+    @contextmanager
+    def nowait(self) -> Iterator[None]:
+        """Transactions started in this block, on this thread, never wait: when
+        another thread holds the store or the database is busy, they raise
+        ``WouldBlock`` before doing anything. An event loop runs short operations
+        inline this way and hops to a thread only on contention (corral serve)."""
+        self._nowait.on = True
+        try:
+            yield
+        finally:
+            self._nowait.on = False
+
+    def _acquire(self) -> None:
+        if getattr(self._nowait, "on", False):
+            if not self._lock.acquire(blocking=False):
+                raise WouldBlock("the store is busy in another thread")
+        else:
+            self._lock.acquire()
 
     def _migrate(self) -> None:
         self._retrying("PRAGMA user_version")
@@ -136,7 +163,8 @@ class SQLiteStore(SQLStore):
 
     @contextmanager
     def _write(self) -> Iterator[_Tx]:
-        with self._lock:
+        self._acquire()
+        try:
             self._retrying("BEGIN IMMEDIATE")
             tx = _Tx(self._conn)
             try:
@@ -149,12 +177,15 @@ class SQLiteStore(SQLStore):
             except sqlite3.Error as exc:
                 self._conn.execute("ROLLBACK")
                 raise _unavailable(exc) from exc
+        finally:
+            self._lock.release()
         if tx.wake:
             self._ready.bump()
 
     @contextmanager
     def _read(self) -> Iterator[_Tx]:
-        with self._lock:
+        self._acquire()
+        try:
             self._conn.execute("BEGIN")
             try:
                 # Take the read snapshot now, where a busy database can be waited out.
@@ -162,6 +193,8 @@ class SQLiteStore(SQLStore):
                 yield _Tx(self._conn)
             finally:
                 self._conn.execute("COMMIT")
+        finally:
+            self._lock.release()
 
     def complete_and_claim(
         self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
