@@ -100,3 +100,5 @@ def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     # A bare claim writes at least the row and its index, a bare complete the row.
     assert data["wal_frames"]["bare"]["claim"] >= 2 and data["wal_frames"]["bare"]["complete"] >= 1
     assert data["wal_frames"]["corral"]["pair"] > 0
+    for system in ("corral", "bare"):
+        assert data["unwrapped"][system]["wall_us"] > 0 and data["unwrapped"][system]["cpu_us"] > 0
