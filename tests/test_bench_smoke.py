@@ -71,18 +71,23 @@ def test_throughput_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert cells == {
         (s, y, p) for s in params["systems"] for y in params["synchronous"] for p in params["procs"]
     }
-    assert set(params["systems"]) == {"corral", "bare", "huey"}
+    assert set(params["systems"]) == {"corral", "corral_cc", "bare", "huey"}
     for r in data["runs"]:
         assert r["errors"] == []
         assert r["jobs"] == params["jobs"]
         assert r["jobs_per_s"] > 0
     for row in data["summary"]:
         assert row["corral_vs_bare"] > 0 and row["corral_vs_huey"] > 0
+        assert row["corral_cc_vs_bare"] > 0 and row["corral_cc_vs_huey"] > 0
     assert {r["system"] for r in data["locked"]} == set(params["systems"])
     assert all(r["procs"] == params["locked_procs"] for r in data["locked"])
-    assert {"corral_vs_bare_min", "corral_vs_huey_min", "corral_locked_errors"} <= set(
-        data["targets"]
-    )
+    assert {
+        "corral_vs_bare_min",
+        "corral_vs_huey_min",
+        "corral_locked_errors",
+        "corral_cc_vs_bare_min",
+        "corral_cc_locked_errors",
+    } <= set(data["targets"])
 
 
 def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
