@@ -106,3 +106,18 @@ def test_terminated_id_registers_as_new_incarnation(cluster):
     assert second.incarnation > first.incarnation
     assert (second.status, second.role) == ("idle", "architect")
     assert cluster.get_node("A").incarnation == second.incarnation
+
+
+def test_catch_up_skips_heartbeat_samples_but_moves_past_them(cluster):
+    """Agents catch up on news; the metrics series stays out of their way."""
+    cluster.register_node("A", "developer")
+    start = cluster.catch_up("A").cursor
+    for i in range(5):
+        cluster.record_metrics("A", {"cpu_usage": float(i)})
+    cluster.add_task("Implement x")
+    for i in range(3):
+        cluster.record_metrics("A", {"cpu_usage": float(i)})
+    got = cluster.catch_up("A", limit=2)
+    assert [e.kind for e in got.events] == ["task_added"]
+    assert got.cursor > start
+    assert cluster.catch_up("A").events == []
