@@ -1,25 +1,22 @@
 """The ASGI app of ``corral serve``: JSON API under ``/v1``, ``/openapi.json``,
 ``/healthz``, server-sent events, ``/metrics``, and the MCP server at ``/mcp``.
 
-Each request parses its input with the pydantic models, then makes one hop to a
-worker thread where the handler calls the (synchronous) service once.
+The API's request path is ``corral.server.dispatch`` (plain ASGI); Starlette routes
+what that path's cache does not know yet and serves the few other endpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
 import anyio.to_thread
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,24 +26,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import corral
 from corral.errors import CorralError
-from corral.server import events as sse
 from corral.server.auth import Principal, Tokens
-from corral.server.errors import ApiError, envelope, from_exception, from_validation
+from corral.server.dispatch import MAX_BODY_BYTES, ApiRouter, OpEndpoint, dumps, send_error
+from corral.server.errors import ApiError, envelope, from_exception
 from corral.server.metrics import Metrics
 from corral.server.openapi import build_openapi
-from corral.server.routes import OPS, Call, Op
+from corral.server.routes import OPS
 
 __all__ = ["MAX_BODY_BYTES", "ServerState", "create_app"]
 
 log = logging.getLogger("corral.server")
 
-MAX_BODY_BYTES = 32 * 1024 * 1024
 MCP_PATH = "/mcp"
 _JSON = "application/json"
 
 
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+class _NeverRaised(Exception):
+    pass
 
 
 def error_response(exc: ApiError) -> Response:
@@ -56,9 +52,16 @@ def error_response(exc: ApiError) -> Response:
     )
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
 class ServerState:
     """What the app's handlers share: the service, the tokens, the wake-up for
-    event streams, the metrics."""
+    event streams, the metrics, the worker threads."""
 
     def __init__(
         self,
@@ -68,24 +71,35 @@ class ServerState:
         metrics_auth: bool = True,
         sse_poll: float = 0.5,
         threads: int = 4,
+        inline: bool = True,
     ) -> None:
         self.cluster = cluster
         self.tokens = tokens
         self.metrics_auth = metrics_auth
         self.sse_poll = sse_poll
-        # One hop per operation onto a small pool (the SQLite store serializes its
-        # transactions anyway; more threads only contend). Claims that wait for a task
-        # hold a thread for up to MAX_CLAIM_WAIT: they get their own, larger pool.
+        # Short operations run on the event loop when the store can promise not to
+        # wait (SQLite's ``nowait``); the rest hop once per operation onto a small
+        # pool (the SQLite store serializes its transactions anyway; more threads only
+        # contend). Claims that wait for a task hold a thread for up to MAX_CLAIM_WAIT:
+        # they get their own, larger pool.
+        self.nowait: Callable[[], AbstractContextManager[Any]] | None = None
+        self.would_block: type[Exception] = _NeverRaised
+        store = getattr(cluster, "store", None)
+        if inline and callable(getattr(store, "nowait", None)):
+            from corral.store.sqlite import WouldBlock
+
+            self.nowait = store.nowait  # type: ignore[union-attr]
+            self.would_block = WouldBlock
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
         self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)
         self._changed: anyio.Event | None = None
 
-    def authenticate(self, request: Request | Scope, scope: str) -> Principal:
+    def authenticate(self, header: str | None, scope: str) -> Principal:
+        """The caller named by an ``Authorization`` header value, allowed ``scope``
+        ("public", "any" or "operator"); 401/403 otherwise."""
         if scope == "public":
             return Principal(None)
-        headers = request.headers if isinstance(request, Request) else Request(request).headers
-        header = headers.get("authorization")
         principal = self.tokens.from_header(header)
         if principal is None:
             what = "a valid bearer token" if header else "a bearer token (Authorization: Bearer …)"
@@ -114,75 +128,6 @@ class ServerState:
         self.wait_pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def _parse_body(request: Request, op: Op) -> Any:
-    if op.body is None:
-        return None
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        raise ApiError(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ApiError(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
-    try:
-        return op.body.model_validate_json(raw if raw.strip() else b"{}")
-    except ValidationError as exc:
-        raise from_validation(exc, "body") from None
-
-
-def _parse_query(request: Request, op: Op) -> Any:
-    if op.query is None:
-        if request.query_params:
-            raise ApiError(
-                422,
-                "invalid_input",
-                f"unknown query parameter {next(iter(request.query_params))!r}",
-            )
-        return None
-    try:
-        return op.query.model_validate(dict(request.query_params))
-    except ValidationError as exc:
-        raise from_validation(exc, "query") from None
-
-
-def _endpoint(op: Op, st: ServerState) -> Callable[[Request], Any]:
-    text = op.name == "read_state_text"
-
-    async def endpoint(request: Request) -> Response:
-        t0 = time.perf_counter()
-        try:
-            principal = st.authenticate(request, op.scope)
-            query = _parse_query(request, op)
-            if op.name == "events" and sse.wants_stream(request):
-                return sse.stream(request, st, query)
-            call = Call(
-                st.cluster,
-                principal,
-                st.tokens,
-                request.path_params,
-                query,
-                await _parse_body(request, op),
-            )
-            result = await st.run(op.handler, call, waits=bool(getattr(call.body, "wait", 0)))
-            if op.writes:
-                st.notify()
-            if text:
-                response = Response(result, op.status, media_type="text/plain; charset=utf-8")
-            else:
-                response = Response(_dumps(result), op.status, media_type=_JSON)
-        except ApiError as exc:
-            response = error_response(exc)
-        except CorralError as exc:
-            response = error_response(from_exception(exc))
-        except Exception:
-            log.exception("unexpected error in %s", op.name, extra={"action": "server_error"})
-            response = error_response(ApiError(500, "internal", "internal error; see the log"))
-        st.metrics.observe(op.method, op.path, response.status_code, time.perf_counter() - t0)
-        return response
-
-    endpoint.__name__ = op.name
-    return endpoint
-
-
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
@@ -203,11 +148,11 @@ class _McpGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            self.st.authenticate(scope, "operator")
+            self.st.authenticate(_header(scope, b"authorization"), "operator")
             if self.app is None:
                 raise ApiError(404, "not_found", "the MCP server is not available here")
         except ApiError as exc:
-            await error_response(exc)(scope, receive, send)
+            await send_error(send, exc)
             return
         await self.app(scope, receive, send)
 
@@ -226,7 +171,7 @@ def load_mcp_app(cluster: Any, host: str = "127.0.0.1") -> ASGIApp | None:
 class _Dispatch:
     """Send ``/mcp`` (scope unchanged) through the gate, everything else to the API."""
 
-    def __init__(self, api: Starlette, mcp: _McpGate) -> None:
+    def __init__(self, api: ASGIApp, mcp: _McpGate) -> None:
         self.api = api
         self.mcp = mcp
 
@@ -249,15 +194,22 @@ def create_app(
     sse_poll: float = 0.5,
     threads: int = 4,
     host: str = "127.0.0.1",
+    inline: bool = True,
 ) -> ASGIApp:
     """The app over ``cluster`` (a ``corral.Cluster``). ``token`` is the operator
     token; ``monitor`` runs ``corral.Monitor`` in a thread while the app lives; ``host``
-    is the address uvicorn binds (the MCP app checks Host headers on loopback)."""
+    is the address uvicorn binds (the MCP app checks Host headers on loopback);
+    ``inline=False`` hops to a thread for every operation (for comparison)."""
     st = ServerState(
-        cluster, Tokens(token), metrics_auth=metrics_auth, sse_poll=sse_poll, threads=threads
+        cluster,
+        Tokens(token),
+        metrics_auth=metrics_auth,
+        sse_poll=sse_poll,
+        threads=threads,
+        inline=inline,
     )
     mcp_app = load_mcp_app(cluster, host) if mcp else None
-    openapi = _dumps(build_openapi(OPS, version=corral.__version__))
+    openapi = dumps(build_openapi(OPS, version=corral.__version__))
 
     async def openapi_json(request: Request) -> Response:
         return Response(openapi, media_type=_JSON)
@@ -267,11 +219,12 @@ def create_app(
             await st.run(cluster.settings)
         except CorralError as exc:
             return error_response(from_exception(exc))
-        return Response(_dumps({"status": "ok", "version": corral.__version__}), media_type=_JSON)
+        return Response(dumps({"status": "ok", "version": corral.__version__}), media_type=_JSON)
 
     async def metrics(request: Request) -> Response:
         try:
-            st.authenticate(request, "any" if st.metrics_auth else "public")
+            header = request.headers.get("authorization")
+            st.authenticate(header, "any" if st.metrics_auth else "public")
         except ApiError as exc:
             return error_response(exc)
         body = await st.run(st.metrics.render)
@@ -281,7 +234,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *(Route(op.path, _endpoint(op, st), methods=[op.method], name=op.name) for op in OPS),
+        *(Route(op.path, OpEndpoint(op, st), methods=[op.method], name=op.name) for op in OPS),
     ]
 
     @asynccontextmanager
@@ -306,7 +259,7 @@ def create_app(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
     )
     api.state.corral = st
-    dispatch = _Dispatch(api, _McpGate(mcp_app, st))
+    dispatch = _Dispatch(ApiRouter(api, api.routes, st), _McpGate(mcp_app, st))
     dispatch.state = st  # type: ignore[attr-defined]
     return dispatch
 

@@ -97,14 +97,23 @@ class Principal:
         return self.node_id is None or self.node_id == node_id
 
 
+_VERIFIED_CACHE_SIZE = 4096
+
+
 class Tokens:
-    """Checks bearer tokens against the operator secret; issues node tokens."""
+    """Checks bearer tokens against the operator secret; issues node tokens.
+
+    Node tokens that passed the HMAC check are remembered (up to 4096, then the
+    memory starts over), so a node's repeated calls cost one dict lookup. Only valid
+    tokens are kept: a wrong token is always checked in full, and a lookup can only
+    find a token that was presented before and verified."""
 
     def __init__(self, operator_token: str) -> None:
         if not operator_token:
             raise ValueError("the operator token must not be empty")
         self._operator = operator_token.encode()
         self._key = hashlib.sha256(b"corral-node-token\0" + self._operator).digest()
+        self._verified: dict[str, Principal] = {}
 
     def _mac(self, node_id: str) -> str:
         return hmac.new(self._key, node_id.encode(), hashlib.sha256).hexdigest()
@@ -117,13 +126,19 @@ class Tokens:
     def check(self, token: str) -> Principal | None:
         """The principal a token names, or None when it is not valid."""
         if token.startswith(_NODE_PREFIX):
+            known = self._verified.get(token)
+            if known is not None:
+                return known
             encoded, _, mac = token[len(_NODE_PREFIX) :].rpartition(".")
             try:
                 node_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
             except (binascii.Error, UnicodeDecodeError, ValueError):
                 return None
             if node_id and hmac.compare_digest(mac.encode(), self._mac(node_id).encode()):
-                return Principal(node_id)
+                if len(self._verified) >= _VERIFIED_CACHE_SIZE:
+                    self._verified.clear()
+                principal = self._verified[token] = Principal(node_id)
+                return principal
             return None
         if hmac.compare_digest(token.encode(), self._operator):
             return Principal(None)

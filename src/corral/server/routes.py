@@ -1,8 +1,10 @@
 """One handler per operation of the service, and the table that routes to them.
 
-A handler is a plain function run in a worker thread (one hop per operation): it
-checks that the caller may act as the node it names, calls ``Cluster`` once, and
-returns JSON-ready data. The table drives the app, the auth and the OpenAPI document.
+A handler is a plain synchronous function: it checks that the caller may act as the
+node it names, calls ``Cluster`` once, and returns JSON-ready data. Short ones run on
+the event loop, the others in a worker thread (one hop per operation; see
+``corral.server.dispatch``). The table drives the app, the auth and the OpenAPI
+document.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class Op:
     scope: str = "any"  # "public", "any" (operator or node token) or "operator"
     writes: bool = True
     tag: str = "cluster"
+    # One bounded transaction (a single row or a node's own rows), preceded at most
+    # by reads: may run on the event loop under the store's ``nowait`` and be re-run
+    # on a thread when that raises ``WouldBlock`` (corral.server.dispatch).
+    short: bool = False
 
 
 class ConfigureIn(BaseModel):
@@ -258,6 +264,7 @@ OPS: tuple[Op, ...] = (
         "The cluster's settings.",
         m.SettingsOut,
         writes=False,
+        short=True,
     ),
     Op(
         "configure",
@@ -277,6 +284,7 @@ OPS: tuple[Op, ...] = (
         "Register a node (refused at capacity); returns its own token.",
         m.RegisteredOut,
         body=m.RegisterIn,
+        short=True,
     ),
     Op(
         "list_nodes",
@@ -296,6 +304,7 @@ OPS: tuple[Op, ...] = (
         "Proof of life; renews leases.",
         m.NodeOut,
         body=m.HeartbeatIn,
+        short=True,
     ),
     Op(
         "set_agent_status",
@@ -305,6 +314,7 @@ OPS: tuple[Op, ...] = (
         "Set working / idle / waiting / terminated.",
         m.NodeOut,
         body=m.StatusIn,
+        short=True,
     ),
     Op(
         "terminate_node",
@@ -313,6 +323,7 @@ OPS: tuple[Op, ...] = (
         terminate_node,
         "Terminate the node; its tasks go back to the queue.",
         m.NodeOut,
+        short=True,
     ),
     Op(
         "claim_best_task",
@@ -322,6 +333,7 @@ OPS: tuple[Op, ...] = (
         "Claim the best pending task for the node's role (task null when none).",
         m.ClaimOut,
         body=m.ClaimIn,
+        short=True,
     ),
     Op(
         "catch_up",
@@ -339,6 +351,7 @@ OPS: tuple[Op, ...] = (
         touch,
         "Count a call as the node's heartbeat (touched false when not live).",
         m.TouchOut,
+        short=True,
     ),
     Op(
         "record_metrics",
@@ -348,6 +361,7 @@ OPS: tuple[Op, ...] = (
         "Append a point to the node's heartbeat metrics series.",
         m.EventOut,
         body=m.SampleIn,
+        short=True,
     ),
     Op(
         "metrics_series",
@@ -367,8 +381,9 @@ OPS: tuple[Op, ...] = (
         "Record an alert event (e.g. a heartbeat destination failing).",
         m.EventOut,
         body=m.AlertIn,
+        short=True,
     ),
-    Op("get_node", "GET", _N, get_node, "One node.", m.NodeOut, writes=False),
+    Op("get_node", "GET", _N, get_node, "One node.", m.NodeOut, writes=False, short=True),
     Op(
         "add_task",
         "POST",
@@ -378,6 +393,7 @@ OPS: tuple[Op, ...] = (
         m.TaskOut,
         body=m.AddTaskIn,
         status=201,
+        short=True,
     ),
     Op(
         "add_tasks",
@@ -407,6 +423,7 @@ OPS: tuple[Op, ...] = (
         "Finish a held task (at its lease epoch).",
         m.TaskOut,
         body=m.CompleteIn,
+        short=True,
     ),
     Op(
         "fail_task",
@@ -416,8 +433,9 @@ OPS: tuple[Op, ...] = (
         "Give a held task up (requeued while attempts remain).",
         m.TaskOut,
         body=m.FailIn,
+        short=True,
     ),
-    Op("get_task", "GET", _T, get_task, "One task.", m.TaskOut, writes=False),
+    Op("get_task", "GET", _T, get_task, "One task.", m.TaskOut, writes=False, short=True),
     Op(
         "assess_workload",
         "POST",
@@ -465,6 +483,7 @@ OPS: tuple[Op, ...] = (
         "A message every node sees on its next catch-up.",
         m.EventOut,
         body=m.BroadcastIn,
+        short=True,
     ),
     Op(
         "stats",

@@ -1,0 +1,213 @@
+"""The JSON API's request path as plain ASGI: route, auth, parse, call, answer.
+
+Per request, on the event loop:
+
+- **route**: a ``(method, path)`` cache in front of Starlette's own route matching,
+  so the rules stay Starlette's (the first full match wins; misses, 404s, 405s and
+  redirects go through the Starlette app unchanged) and a node's repeated
+  ``POST /v1/nodes/N/heartbeat`` costs one dict lookup;
+- **auth** from the raw ``Authorization`` header (``Tokens`` caches verified tokens);
+- **parse**: pydantic validates the body straight from bytes, the query string with
+  the op's query model; any problem is a 4xx envelope before the service is called;
+- **call**: operations marked ``short`` (one bounded transaction) run inline under
+  the SQLite store's ``nowait()``: when another thread or process holds the store
+  they raise ``WouldBlock`` before doing anything and the call hops to a worker
+  thread instead. Every other operation (PostgreSQL, scans, batches, waiting
+  claims) hops to a thread once. The hop costs more than the transaction on a
+  loaded 2-core machine (docs/performance.md);
+- **answer**: JSON bytes from one shared encoder, sent as two ASGI messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from corral.errors import CorralError
+from corral.server import events as sse
+from corral.server.errors import ApiError, envelope, from_exception, from_validation
+from corral.server.routes import Call, Op
+
+if TYPE_CHECKING:
+    from corral.server.app import ServerState
+
+__all__ = ["MAX_BODY_BYTES", "ApiRouter", "OpEndpoint", "dumps", "send_error"]
+
+log = logging.getLogger("corral.server")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+_ROUTE_CACHE_SIZE = 4096
+_JSON = b"application/json"
+_TEXT = b"text/plain; charset=utf-8"
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+class _Disconnected(Exception):
+    """The client went away before its request body arrived."""
+
+
+def dumps(value: Any) -> bytes:
+    return _ENCODER.encode(value).encode()
+
+
+async def _send(send: Send, status: int, body: bytes, ctype: bytes, extra: Any = ()) -> None:
+    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", ctype), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Send, exc: ApiError) -> None:
+    extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else ()
+    await _send(send, exc.status, envelope(exc.code, exc.message, exc.field), _JSON, extra)
+
+
+async def _read_body(receive: Receive, length: bytes | None) -> bytes:
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise ApiError(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise ApiError(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _query(op: Op, raw: bytes) -> Any:
+    params = QueryParams(raw) if raw else None
+    if op.query is None:
+        if params:
+            raise ApiError(422, "invalid_input", f"unknown query parameter {next(iter(params))!r}")
+        return None
+    try:
+        return op.query.model_validate(dict(params) if params else {})
+    except ValidationError as exc:
+        raise from_validation(exc, "query") from None
+
+
+async def handle(
+    st: ServerState, op: Op, path_params: dict[str, Any], scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Answer one request for ``op`` (its route already matched)."""
+    t0 = time.perf_counter()
+    auth = length = accept = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            auth = auth if auth is not None else value
+        elif name == b"content-length":
+            length = length if length is not None else value
+        elif name == b"accept":
+            accept = accept if accept is not None else value
+    try:
+        principal = st.authenticate(None if auth is None else auth.decode("latin-1"), op.scope)
+        query = _query(op, scope.get("query_string", b""))
+        if op.name == "events" and accept is not None and b"text/event-stream" in accept:
+            response = sse.stream(Request(scope, receive), st, query)
+            st.metrics.observe(op.method, op.path, 200, time.perf_counter() - t0)
+            await response(scope, receive, send)
+            return
+        body = None
+        if op.body is not None:
+            raw = await _read_body(receive, length)
+            try:
+                body = op.body.model_validate_json(raw if raw.strip() else b"{}")
+            except ValidationError as exc:
+                raise from_validation(exc, "body") from None
+        call = Call(st.cluster, principal, st.tokens, path_params, query, body)
+        waits = bool(getattr(body, "wait", 0))
+        if op.short and not waits and st.nowait is not None:
+            try:
+                with st.nowait():
+                    result = op.handler(call)
+            except st.would_block:
+                result = await st.run(op.handler, call)
+        else:
+            result = await st.run(op.handler, call, waits=waits)
+        if op.writes:
+            st.notify()
+        status = op.status
+        if op.name == "read_state_text":
+            await _send(send, status, result.encode(), _TEXT)
+        else:
+            await _send(send, status, dumps(result), _JSON)
+    except _Disconnected:
+        return
+    except ApiError as exc:
+        status = exc.status
+        await send_error(send, exc)
+    except CorralError as exc:
+        err = from_exception(exc)
+        status = err.status
+        await send_error(send, err)
+    except Exception:
+        log.exception("unexpected error in %s", op.name, extra={"action": "server_error"})
+        status = 500
+        await send_error(send, ApiError(500, "internal", "internal error; see the log"))
+    st.metrics.observe(op.method, op.path, status, time.perf_counter() - t0)
+
+
+class OpEndpoint:
+    """The ASGI endpoint Starlette routes ``op`` to (path params in the scope)."""
+
+    def __init__(self, op: Op, st: ServerState) -> None:
+        self.op = op
+        self.st = st
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await handle(self.st, self.op, scope.get("path_params", {}), scope, receive, send)
+
+
+class ApiRouter:
+    """Cached ``(method, path) -> op`` in front of the Starlette app ``fallback``,
+    whose routes (in order) decide every match the cache does not hold yet."""
+
+    def __init__(self, fallback: ASGIApp, routes: list[Any], st: ServerState) -> None:
+        self.fallback = fallback
+        self.routes = routes
+        self.st = st
+        self._cache: dict[tuple[str, str], tuple[Op, dict[str, Any]] | None] = {}
+
+    def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
+        for route in self.routes:
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                endpoint = route.endpoint if isinstance(route, Route) else None
+                if isinstance(endpoint, OpEndpoint):
+                    return endpoint.op, child.get("path_params", {})
+                return None
+            if match is Match.PARTIAL:
+                return None  # 405 or a later full match: Starlette's rules decide
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("root_path"):
+            await self.fallback(scope, receive, send)
+            return
+        key = (scope["method"], scope["path"])
+        try:
+            hit = self._cache[key]
+        except KeyError:
+            hit = self._match(scope)
+            if len(self._cache) >= _ROUTE_CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = hit
+        if hit is None:
+            await self.fallback(scope, receive, send)
+            return
+        op, params = hit
+        await handle(self.st, op, dict(params), scope, receive, send)
