@@ -73,3 +73,19 @@ def worker(url: str, node_id: str, heartbeat_interval: float, stop: Any, out: An
             break
     client.close()
     out.put((node_id, done, errors, outages))
+
+
+def event_writer(url: str, node_id: str, rounds: int, barrier: Any, out: Any) -> None:
+    """Write events as fast as a worker does: add, claim, complete, broadcast (four
+    event-writing transactions per round, each with its own commit)."""
+    client = corral.connect(url, pool_size=1)
+    client.register_node(node_id, "developer", heartbeat_interval=600)
+    barrier.wait()
+    for i in range(rounds):
+        client.add_task(f"{node_id} job {i}")
+        task = client.claim_best_task(node_id, "developer")
+        if task is not None:
+            client.complete_task(task.id, node_id, task.epoch)
+        client.broadcast(f"{node_id} round {i}", node_id=node_id)
+    client.close()
+    out.put(node_id)

@@ -27,11 +27,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from corral import scoring
 from corral.errors import InvalidInputError, StoreUnavailableError
-from corral.model import Task
+from corral.model import Event, Task
 from corral.store.base import TaskSpec
 from corral.store.queries import load_queries, migrations
 from corral.store.signal import WAKE_QUERIES, ReadySignal
-from corral.store.sqlbase import SQLStore, _dumps, task_from_row
+from corral.store.sqlbase import SQLStore, _dumps, event_from_row, task_from_row
 
 __all__ = ["PostgresStore"]
 
@@ -313,6 +313,10 @@ class PostgresStore(SQLStore):
             )
             tx.wake = True
         return [task_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
+
+    def _events_after(self, tx: Any, start: Any) -> list[Event]:
+        """The events this transaction wrote (the monitor's duties report them)."""
+        return [event_from_row(r) for r in tx.all("events_mine")]
 
     # --- waiting claims (LISTEN/NOTIFY) ---------------------------------------------
     def ready_token(self) -> int:

@@ -226,10 +226,49 @@ INSERT INTO events (ts, kind, node_id, task_id, data)
 VALUES (:ts, :kind, :node_id, :task_id, :data);
 
 -- name: events_since
-SELECT * FROM events WHERE seq > :since ORDER BY seq LIMIT :limit;
+-- Only events below the horizon: seqs follow transaction ids (corral_event_seqs), and
+-- every transaction of this database older than the oldest one still in flight in
+-- this snapshot has finished, so no event below it can appear later. (In-flight
+-- transactions of other databases are left out: they never write here; one the
+-- activity list cannot place counts as ours.) A transaction sees its own events.
+WITH snap AS MATERIALIZED (
+    SELECT pg_current_snapshot() AS s
+), elsewhere AS MATERIALIZED (
+    SELECT a.backend_xid::text::bigint AS x FROM pg_stat_get_activity(NULL) AS a
+    WHERE a.backend_xid IS NOT NULL
+      AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+), horizon AS MATERIALIZED (
+    SELECT least(pg_snapshot_xmax(s)::text::bigint,
+                 pg_current_xact_id_if_assigned()::text::bigint,
+                 (SELECT min(x::text::bigint) FROM pg_snapshot_xip(s) AS x
+                  WHERE x::text::bigint % 4294967296 NOT IN (SELECT x FROM elsewhere))
+           ) << 20 AS seq
+    FROM snap
+)
+SELECT * FROM events
+WHERE seq > :since
+  AND (seq < (SELECT seq FROM horizon)
+       OR seq >> 20 = pg_current_xact_id_if_assigned()::text::bigint)
+ORDER BY seq LIMIT :limit;
 
 -- name: events_last
-SELECT seq, ts FROM events ORDER BY seq DESC LIMIT 1;
+-- The newest event below the horizon (events_since): a cursor starting here misses
+-- nothing committed later.
+WITH snap AS MATERIALIZED (
+    SELECT pg_current_snapshot() AS s
+), elsewhere AS MATERIALIZED (
+    SELECT a.backend_xid::text::bigint AS x FROM pg_stat_get_activity(NULL) AS a
+    WHERE a.backend_xid IS NOT NULL
+      AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+), horizon AS MATERIALIZED (
+    SELECT least(pg_snapshot_xmax(s)::text::bigint,
+                 pg_current_xact_id_if_assigned()::text::bigint,
+                 (SELECT min(x::text::bigint) FROM pg_snapshot_xip(s) AS x
+                  WHERE x::text::bigint % 4294967296 NOT IN (SELECT x FROM elsewhere))
+           ) << 20 AS seq
+    FROM snap
+)
+SELECT seq, ts FROM events WHERE seq < (SELECT seq FROM horizon) ORDER BY seq DESC LIMIT 1;
 
 -- name: events_prune
 DELETE FROM events
@@ -383,10 +422,13 @@ SELECT * FROM unnest(:roles::text[], :sort_keys::double precision[],
                      :created_ats::double precision[], :task_ids::bigint[]);
 
 -- name: events_insert_many
-INSERT INTO events (ts, kind, node_id, task_id, data)
-SELECT :now, :kind, NULL, task_id, data
-FROM unnest(:task_ids::bigint[], :datas::text[]) WITH ORDINALITY AS u(task_id, data, ord)
-ORDER BY ord;
+-- One block of seqs for the batch, in the order given.
+WITH b AS MATERIALIZED (
+    SELECT corral_event_seqs(cardinality(:task_ids::bigint[])) AS base
+)
+INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+SELECT b.base + u.ord - 1, :now, :kind, NULL, u.task_id, u.data
+FROM b, unnest(:task_ids::bigint[], :datas::text[]) WITH ORDINALITY AS u(task_id, data, ord);
 
 -- Append new queries below this line.
 
@@ -400,3 +442,10 @@ SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks 
 
 -- name: stats_event_count
 SELECT count(*) AS n FROM events WHERE kind = :kind;
+
+-- name: events_mine
+-- The events this transaction wrote (its seq block), in order.
+SELECT * FROM events
+WHERE seq >= pg_current_xact_id_if_assigned()::text::bigint << 20
+  AND seq < (pg_current_xact_id_if_assigned()::text::bigint + 1) << 20
+ORDER BY seq;

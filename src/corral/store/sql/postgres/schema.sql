@@ -73,9 +73,25 @@ CREATE TABLE ready (
     PRIMARY KEY (role, sort_key, created_at, task_id)
 );
 
--- seq is the cursor; pruning always keeps the newest event, so seq never goes back.
+-- The event number of a transaction's events: (its transaction id << 20) + n.
+CREATE FUNCTION corral_event_seqs(n integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    used bigint := coalesce(nullif(current_setting('corral.event_n', true), ''), '0')::bigint;
+BEGIN
+    IF used + n > 1048576 THEN
+        RAISE EXCEPTION 'corral: more than 1048576 events in one transaction';
+    END IF;
+    PERFORM set_config('corral.event_n', (used + n)::text, true);
+    RETURN (pg_current_xact_id()::text::bigint << 20) + used;
+END
+$$;
+
+-- seq is the cursor: it follows transaction ids, and readers only return events of
+-- transactions older than any still in flight (events_since), so a cursor never
+-- passes an event that commits later. Pruning keeps the newest event.
 CREATE TABLE events (
-    seq     bigserial PRIMARY KEY,
+    seq     bigint PRIMARY KEY DEFAULT corral_event_seqs(1),
     ts      double precision NOT NULL,
     kind    text NOT NULL,
     node_id text,
