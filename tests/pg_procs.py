@@ -89,3 +89,17 @@ def event_writer(url: str, node_id: str, rounds: int, barrier: Any, out: Any) ->
         client.broadcast(f"{node_id} round {i}", node_id=node_id)
     client.close()
     out.put(node_id)
+
+
+def configure_many(url: str, key: str, times: int, barrier: Any, out: Any) -> None:
+    """Change setting ``key`` ``times`` times, as fast as possible, from the barrier on."""
+    client = corral.connect(url, pool_size=1)
+    barrier.wait(timeout=60)
+    errors = []
+    for i in range(times):
+        try:
+            client.configure(**{key: 10 + i})
+        except Exception as exc:  # reported to the test, which fails on it
+            errors.append(repr(exc))
+    client.close()
+    out.put((key, errors))

@@ -20,7 +20,7 @@ from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
 from corral.store.postgres import PostgresStore
 from corral.store.queries import load_queries, migrations, schema
-from tests import procs
+from tests import pg_procs, procs
 from tests.backends import postgres as pg
 from tests.test_claim_order import boards, claim_sequence
 
@@ -233,3 +233,31 @@ def test_capacity_holds_across_processes(pg_url: str) -> None:
     assert sorted(results.values()) == ["capacity"] * 4 + ["ok"] * 4, results
     with corral.connect(pg_url) as c:
         assert len(c.list_nodes(status="working")) + len(c.list_nodes(status="idle")) == 4
+
+
+@pytest.mark.slow
+def test_concurrent_settings_changes_get_distinct_versions(pg_url: str) -> None:
+    """Two processes change two different settings 40 times each at once: every
+    change is its own version (the counter ends at 80, one settings_changed event
+    each) — two changes sharing a version would let a cached role check pass on stale
+    roles. (Different keys: the same key's row lock would serialize them anyway.)"""
+    times = 40
+    barrier = CTX.Barrier(2)
+    out = CTX.Queue()
+    racers = [
+        CTX.Process(target=pg_procs.configure_many, args=(pg_url, n, times, barrier, out))
+        for n in ("max_agents", "max_attempts")
+    ]
+    for p in racers:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in racers)
+    for p in racers:
+        p.join(timeout=30)
+    assert results == {"max_agents": [], "max_attempts": []}
+    with psycopg.connect(pg_url) as conn:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'settings_version'").fetchone()
+        changes = conn.execute(
+            "SELECT count(*) FROM events WHERE kind = 'settings_changed'"
+        ).fetchone()
+    assert changes == (2 * times,)
+    assert version == (str(2 * times),)

@@ -255,6 +255,9 @@ class SQLStore(Store):
     def update_settings(self, changes: dict[str, Any], now: float) -> Settings:
         changes = check_changes(changes)
         with self._write() as tx:
+            # One change at a time (each gets its own settings_version), and none
+            # while a registration checks max_agents.
+            tx.one("lock_registry")
             old = self._settings_in(tx)
             for key, value in changes.items():
                 tx.run("settings_put", key=key, value=_dumps(value))
