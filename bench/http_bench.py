@@ -5,10 +5,17 @@
   the bottleneck), p50/p99 per request;
 - the floor: a minimal Starlette app whose one route updates one SQLite row, under
   the same uvicorn settings (uvloop + httptools, no access log), same load client;
-- the embedded client (``Cluster`` over SQLite) doing the same operations, and the
-  single-connection HTTP latency next to it.
+- corral twice: as shipped (short operations on the event loop under the store's
+  ``nowait``) and with ``inline=False`` (one thread hop per operation), to show
+  what the hop costs;
+- one caller, sequential: the embedded client (``Cluster`` over SQLite), the remote
+  client (``HttpClient``) against corral, and the same client against the floor
+  (what one HTTP round trip costs at best here).
 
-Each server runs in its own process. Run: ``python bench/http_bench.py [--seconds 5]``.
+Each server runs in its own process, on its own fresh database. Everything runs
+``--repeat`` times, interleaved; the tables show medians over the rounds (ratios
+are taken within a round, then the median). Run:
+``python bench/http_bench.py [--seconds 4] [--repeat 3]``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import asyncio
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,7 +70,9 @@ def serve(kind: str, port: int, db: str) -> None:
     else:
         from corral.server import create_app
 
-        app = create_app(corral.connect(f"sqlite:///{db}"), token=TOKEN, monitor=False, mcp=False)
+        cluster = corral.connect(f"sqlite:///{db}")
+        inline = kind == "corral"
+        app = create_app(cluster, token=TOKEN, monitor=False, mcp=False, inline=inline)
     uvicorn.run(app, host="127.0.0.1", port=port, **UVICORN)
 
 
@@ -196,28 +206,109 @@ def seed(db: str, tasks: int) -> None:
     c.close()
 
 
-def embedded_latency(db: str, n: int) -> dict[str, Any]:
-    c = corral.connect(f"sqlite:///{db}")
-    hb, cc = [], []
+def _timed(n: int, fn: Any) -> dict[str, Any]:
+    lat = []
     for _ in range(n):
         t0 = time.perf_counter()
-        c.heartbeat("n0", health_status="healthy")
-        hb.append(time.perf_counter() - t0)
-    for _ in range(n):
-        t0 = time.perf_counter()
+        fn()
+        lat.append(time.perf_counter() - t0)
+    return percentiles(lat)
+
+
+def client_latency(c: Any, n: int) -> dict[str, Any]:
+    """heartbeat and claim+complete, one caller, sequential (embedded or remote)."""
+
+    def claim_complete() -> None:
         t = c.claim_best_task("n0", "developer")
         assert t is not None
         c.complete_task(t.id, "n0", t.epoch)
-        cc.append(time.perf_counter() - t0)
-    c.close()
-    return {"heartbeat": percentiles(hb), "claim_complete": percentiles(cc)}
+
+    return {
+        "heartbeat": _timed(n, lambda: c.heartbeat("n0", health_status="healthy")),
+        "claim_complete": _timed(n, claim_complete),
+    }
+
+
+def embedded_latency(db: str, n: int) -> dict[str, Any]:
+    c = corral.connect(f"sqlite:///{db}")
+    try:
+        return client_latency(c, n)
+    finally:
+        c.close()
+
+
+def run_corral(kind: str, db: str, seconds: float, n: int) -> dict[str, Any]:
+    srv = Server(kind, db)
+    try:
+        admin = corral.connect(f"http://127.0.0.1:{srv.port}", token=TOKEN)
+        tokens: list[str | None] = []
+        for i in range(CONNECTIONS):
+            admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
+            tokens.append(admin.node_tokens[f"n{i}"])
+        out = {
+            "heartbeat": load(srv.port, tokens, seconds, heartbeat_op),
+            "claim_complete": load(srv.port, tokens, seconds, claim_complete_op),
+        }
+        w0 = admin.for_node("n0")
+        out["single"] = client_latency(w0, n)
+        w0.close()
+        admin.close()
+        return out
+    finally:
+        srv.stop()
+
+
+def run_floor(db: str, seconds: float, n: int) -> dict[str, Any]:
+    from corral.remote import HttpClient
+
+    srv = Server("floor", db)
+    try:
+        out = load(srv.port, [None] * CONNECTIONS, seconds, floor_op)
+        with HttpClient(f"http://127.0.0.1:{srv.port}", token=None) as c:
+            out["single"] = {"request": _timed(n, lambda: c.request("POST", "/hb", {}))}
+        return out
+    finally:
+        srv.stop()
+
+
+def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"floor": run_floor(str(tmp / f"floor{r}.db"), args.seconds, args.n)}
+    for kind in ("corral", "corral-hop"):
+        db = str(tmp / f"{kind}{r}.db")
+        seed(db, args.tasks)
+        out[kind] = run_corral(kind, db, args.seconds, args.n)
+    out["embedded"] = embedded_latency(str(tmp / f"corral{r}.db"), args.n)
+    f, c, h, e = out["floor"], out["corral"], out["corral-hop"], out["embedded"]
+    single = c["single"]
+    out["ratios"] = {
+        "heartbeat_vs_floor_rate": c["heartbeat"]["ops_per_s"] / f["ops_per_s"],
+        "hop_heartbeat_vs_floor_rate": h["heartbeat"]["ops_per_s"] / f["ops_per_s"],
+        "heartbeat_http_vs_embedded_p50": single["heartbeat"]["p50"] / e["heartbeat"]["p50"],
+        "claim_complete_http_vs_embedded_p50": single["claim_complete"]["p50"]
+        / e["claim_complete"]["p50"],
+        "floor_request_vs_embedded_heartbeat_p50": f["single"]["request"]["p50"]
+        / e["heartbeat"]["p50"],
+    }
+    return out
+
+
+def _median(rounds: list[dict[str, Any]], *path: str) -> float:
+    values = []
+    for r in rounds:
+        v: Any = r
+        for key in path:
+            v = v[key]
+        values.append(v)
+    return float(statistics.median(values))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--tasks", type=int, default=60_000)
-    ap.add_argument("--serve", choices=["floor", "corral"])
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--n", type=int, default=2000, help="sequential calls per latency sample")
+    ap.add_argument("--tasks", type=int, default=30_000)
+    ap.add_argument("--serve", choices=["floor", "corral", "corral-hop"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--db")
     args = ap.parse_args()
@@ -225,102 +316,77 @@ def main() -> None:
         serve(args.serve, args.port, args.db)
         return
     tmp = Path(tempfile.mkdtemp(prefix="corral-http-bench-"))
+    rounds = []
+    for r in range(args.repeat):
+        rounds.append(one_round(tmp, r, args))
+        rr = rounds[-1]["ratios"]
+        print(
+            f"round {r + 1}/{args.repeat}: heartbeat/floor {rr['heartbeat_vs_floor_rate']:.2f}, "
+            f"HTTP/embedded heartbeat {rr['heartbeat_http_vs_embedded_p50']:.1f}x, "
+            f"claim+complete {rr['claim_complete_http_vs_embedded_p50']:.1f}x",
+            flush=True,
+        )
+
+    def med(*path: str) -> float:
+        return _median(rounds, *path)
+
+    loads = [
+        ("floor: Starlette + 1 SQLite row UPDATE", ("floor",)),
+        ("corral heartbeat (node token, validated)", ("corral", "heartbeat")),
+        ("corral claim + complete (2 requests)", ("corral", "claim_complete")),
+        ("corral heartbeat, thread hop per op", ("corral-hop", "heartbeat")),
+        ("corral claim + complete, thread hop per op", ("corral-hop", "claim_complete")),
+    ]
+    summary: dict[str, Any] = {
+        "load": {
+            "/".join(p): {k: med(*p, k) for k in ("ops_per_s", "p50_ms", "p99_ms")}
+            for _, p in loads
+        },
+        "single": {},
+        "ratios": {k: med("ratios", k) for k in rounds[0]["ratios"]},
+    }
+    singles = [
+        ("heartbeat", "embedded", ("embedded", "heartbeat")),
+        ("heartbeat", "HTTP corral", ("corral", "single", "heartbeat")),
+        ("heartbeat", "HTTP corral, hop", ("corral-hop", "single", "heartbeat")),
+        ("claim + complete", "embedded", ("embedded", "claim_complete")),
+        ("claim + complete", "HTTP corral", ("corral", "single", "claim_complete")),
+        ("claim + complete", "HTTP corral, hop", ("corral-hop", "single", "claim_complete")),
+        ("floor request", "HTTP floor", ("floor", "single", "request")),
+    ]
+    for op, who, p in singles:
+        summary["single"][f"{op} / {who}"] = {k: med(*p, k) * 1e3 for k in ("p50", "p99")}
     results: dict[str, Any] = {
         "machine": machine_info(),
         "connections": CONNECTIONS,
         "seconds": args.seconds,
+        "repeat": args.repeat,
         "uvicorn": UVICORN,
+        "median": summary,
+        "rounds": rounds,
     }
-    floor = Server("floor", str(tmp / "floor.db"))
-    try:
-        results["floor"] = load(floor.port, [None] * CONNECTIONS, args.seconds, floor_op)
-    finally:
-        floor.stop()
-    db = str(tmp / "corral.db")
-    seed(db, args.tasks)
-    srv = Server("corral", db)
-    try:
-        admin = corral.connect(f"http://127.0.0.1:{srv.port}", token=TOKEN)
-        tokens: list[str | None] = []
-        for i in range(CONNECTIONS):
-            admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
-            tokens.append(admin.node_tokens[f"n{i}"])
-        results["heartbeat"] = load(srv.port, tokens, args.seconds, heartbeat_op)
-        results["claim_complete"] = load(srv.port, tokens, args.seconds, claim_complete_op)
-        # single-connection latency over HTTP (the remote client), next to embedded
-        w0 = admin.for_node("n0")
-        hb, cc = [], []
-        for _ in range(2000):
-            t0 = time.perf_counter()
-            w0.heartbeat("n0", health_status="healthy")
-            hb.append(time.perf_counter() - t0)
-        for _ in range(2000):
-            t0 = time.perf_counter()
-            t = w0.claim_best_task("n0", "developer")
-            assert t is not None
-            w0.complete_task(t.id, "n0", t.epoch)
-            cc.append(time.perf_counter() - t0)
-        results["http_single"] = {"heartbeat": percentiles(hb), "claim_complete": percentiles(cc)}
-        w0.close()
-        admin.close()
-    finally:
-        srv.stop()
-    results["embedded"] = embedded_latency(db, 2000)
-
-    f, hbr, ccr = results["floor"], results["heartbeat"], results["claim_complete"]
-    emb, one = results["embedded"], results["http_single"]
-    results["ratios"] = {
-        "heartbeat_vs_floor_rate": hbr["ops_per_s"] / f["ops_per_s"],
-        "heartbeat_http_vs_embedded_p50": one["heartbeat"]["p50"] / emb["heartbeat"]["p50"],
-        "claim_complete_http_vs_embedded_p50": one["claim_complete"]["p50"]
-        / emb["claim_complete"]["p50"],
-    }
-    print(f"HTTP, {CONNECTIONS} connections, {args.seconds:g}s each (uvloop + httptools)\n")
+    print(f"\nHTTP, {CONNECTIONS} connections, {args.seconds:g}s each (uvloop + httptools), "
+          f"median of {args.repeat} rounds\n")  # fmt: skip
+    rows = []
+    for label, p in loads:
+        d = summary["load"]["/".join(p)]
+        rows.append([label, d["ops_per_s"], d["p50_ms"], d["p99_ms"]])
+    print(table(["workload", "ops/s", "p50 ms", "p99 ms"], rows))
+    print("\nOne caller, sequential (ms)\n")
+    rows = [[op, who, d["p50"], d["p99"]] for (op, who, _), d in
+            zip(singles, summary["single"].values(), strict=True)]  # fmt: skip
+    print(table(["operation", "client", "p50", "p99"], rows))
+    r = summary["ratios"]
     print(
-        table(
-            ["workload", "ops/s", "p50 ms", "p99 ms"],
-            [
-                [
-                    "floor: Starlette + 1 SQLite row UPDATE",
-                    f["ops_per_s"],
-                    f["p50_ms"],
-                    f["p99_ms"],
-                ],
-                [
-                    "corral heartbeat (node token, validated)",
-                    hbr["ops_per_s"],
-                    hbr["p50_ms"],
-                    hbr["p99_ms"],
-                ],
-                [
-                    "corral claim + complete (2 requests)",
-                    ccr["ops_per_s"],
-                    ccr["p50_ms"],
-                    ccr["p99_ms"],
-                ],
-            ],
-        )
+        f"\nheartbeat rate / floor rate: {r['heartbeat_vs_floor_rate']:.2f} (target >= 0.50; "
+        f"with a thread hop per op {r['hop_heartbeat_vs_floor_rate']:.2f})"
     )
-    print("\nOne caller, sequential: HTTP client vs embedded client (ms)\n")
-    heads = ["operation", "embedded p50", "embedded p99", "HTTP p50", "HTTP p99", "ratio p50"]
     print(
-        table(
-            heads,
-            [
-                [
-                    op,
-                    emb[op]["p50"] * 1e3,
-                    emb[op]["p99"] * 1e3,
-                    one[op]["p50"] * 1e3,
-                    one[op]["p99"] * 1e3,
-                    one[op]["p50"] / emb[op]["p50"],
-                ]
-                for op in ("heartbeat", "claim_complete")
-            ],
-        )
+        f"HTTP / embedded p50: heartbeat {r['heartbeat_http_vs_embedded_p50']:.1f}x, "
+        f"claim + complete {r['claim_complete_http_vs_embedded_p50']:.1f}x (target <= 3x); "
+        "one floor request / embedded heartbeat "
+        f"{r['floor_request_vs_embedded_heartbeat_p50']:.1f}x"
     )
-    r = results["ratios"]
-    print(f"\nheartbeat rate / floor rate: {r['heartbeat_vs_floor_rate']:.2f} (target >= 0.50)")
     write_json(RESULTS_DIR / "http_bench.json", results)
     print(f"wrote {RESULTS_DIR / 'http_bench.json'}")
 

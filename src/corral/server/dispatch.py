@@ -129,7 +129,7 @@ async def handle(
             except ValidationError as exc:
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
-        waits = bool(getattr(body, "wait", 0))
+        waits = op.name == "claim_best_task" and bool(body.wait)
         if op.short and not waits and st.nowait is not None:
             try:
                 with st.nowait():
