@@ -2,7 +2,7 @@
 
 For each board size (1k, 100k, 1M pending tasks by default) an SQLite file is loaded
 once with ``Cluster.add_tasks`` in batches and cached (``--cache-dir`` keeps the
-files between runs; they are keyed by corral's schema, so a schema change reloads).
+files between runs; they are keyed by corral's source, so a code change reloads).
 Each measurement works on a copy. One node claims and completes, one operation at a
 time; before each sample one task is added (not timed), so the board keeps its size.
 The boards are measured in interleaved rounds, so background load on a shared machine
@@ -39,13 +39,12 @@ _PRIORITIES = ("high", "medium", "low")
 
 
 def _fingerprint() -> str:
-    """Changes whenever corral's SQLite schema or migrations change."""
-    root = Path(corral.__file__).resolve().parent / "store" / "sql" / "sqlite"
+    """Changes whenever corral's code or SQL changes (what a board holds depends on both)."""
+    root = Path(corral.__file__).resolve().parent
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*.sql")):
-        if f.name != "queries.sql":
-            h.update(f.relative_to(root).as_posix().encode())
-            h.update(f.read_bytes())
+    for f in sorted([*root.rglob("*.py"), *root.rglob("*.sql")]):
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:12]
 
 
