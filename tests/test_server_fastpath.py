@@ -1,0 +1,212 @@
+"""The fast request path: short operations on the event loop never wait for the
+store (they hop to a thread when it is busy), and the remote client's own HTTP/1.1
+transport reads what servers send (lengths, chunks, closed keep-alive connections)."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import corral
+from corral.errors import StoreUnavailableError
+from corral.remote import HttpClient
+from corral.store.sqlite import WouldBlock
+from tests.backends.http import TOKEN, serving
+
+
+def _wait_for(cond: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Any]:
+    c = corral.connect(f"sqlite:///{tmp_path / 'c.db'}")
+    c.register_node("w1", "developer")
+    yield c
+    c.close()
+
+
+def test_nowait_refuses_while_another_connection_holds_the_write_lock(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """Under ``nowait`` a write that would wait for another process raises
+    WouldBlock and changes nothing; without it, it goes through."""
+    before = cluster.get_node("w1").to_dict()
+    other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(WouldBlock), cluster.store.nowait():
+            cluster.heartbeat("w1", health_status="degraded")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert cluster.get_node("w1").to_dict() == before
+    assert cluster.heartbeat("w1", health_status="degraded").health == "degraded"
+
+
+def test_nowait_refuses_while_another_thread_holds_the_store(cluster: Any) -> None:
+    """Under ``nowait`` a call finding the store's lock taken by another thread
+    raises WouldBlock at once instead of waiting for it."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with cluster.store._lock:  # what any running transaction of that thread holds
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        held.wait(10)
+        t0 = time.monotonic()
+        with pytest.raises(WouldBlock), cluster.store.nowait():
+            cluster.get_node("w1")
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        release.set()
+        t.join(10)
+    assert cluster.get_node("w1").id == "w1"
+
+
+def test_a_short_operation_waits_off_the_loop_when_the_database_is_locked(
+    tmp_path: Path,
+) -> None:
+    """A heartbeat that meets another process's write lock hops to a thread: the
+    event loop keeps answering meanwhile, and the heartbeat lands once the lock goes."""
+    with serving(tmp_path) as (url, embedded):
+        embedded.register_node("w1", "developer")
+        client = corral.connect(url, token=TOKEN)
+        other = sqlite3.connect(tmp_path / "served.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        out: dict[str, Any] = {}
+        worker = threading.Thread(
+            target=lambda: out.setdefault("node", client.heartbeat("w1", health_status="degraded"))
+        )
+        try:
+            worker.start()
+            time.sleep(0.2)  # give the heartbeat time to reach the lock (it cannot pass it)
+            assert worker.is_alive()
+            t0 = time.monotonic()
+            r = httpx.get(f"{url}/openapi.json", timeout=5)
+            assert r.status_code == 200
+            assert time.monotonic() - t0 < 1.0
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        worker.join(10)
+        assert out["node"].health == "degraded"
+        assert embedded.get_node("w1").health == "degraded"
+        client.close()
+
+
+# --- the remote client's transport ------------------------------------------------------
+class ScriptedServer:
+    """Answers each request (read up to its body) with the next scripted bytes;
+    ``close_after`` closes the connection after that response."""
+
+    def __init__(self, responses: list[tuple[bytes, bool]]) -> None:
+        self.responses = list(responses)
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while self.responses:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                buf = b""
+                while self.responses:
+                    while b"\r\n\r\n" not in buf:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    if b"\r\n\r\n" not in buf:
+                        break
+                    head, _, buf = buf.partition(b"\r\n\r\n")
+                    length = 0
+                    for line in head.split(b"\r\n"):
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                    while len(buf) < length:
+                        buf += conn.recv(65536)
+                    buf = buf[length:]
+                    response, close = self.responses.pop(0)
+                    conn.sendall(response)
+                    if close:
+                        break
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+def test_client_reads_chunked_and_length_bodies_on_one_connection() -> None:
+    """Content-Length and chunked bodies (with a trailer) on one keep-alive
+    connection, and a 100 Continue before the real answer, all decode."""
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'4\r\n{"a"\r\n3;x=1\r\n:[1\r\n2\r\n]}\r\n0\r\nX-T: 1\r\n\r\n'
+    )
+    server = ScriptedServer(
+        [(_ok(b'{"n":1}'), False), (chunked, False),
+         (b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(b"[]"), False)]
+    )  # fmt: skip
+    try:
+        with HttpClient(f"http://127.0.0.1:{server.port}", token="t") as c:
+            assert c.request("GET", "/x") == {"n": 1}
+            assert c.request("POST", "/y", {"k": "v"}) == {"a": [1]}
+            assert c.request("GET", "/z") == []
+        assert server.connections == 1
+    finally:
+        server.close()
+
+
+def test_client_reconnects_after_the_server_closes_an_idle_connection() -> None:
+    """A keep-alive connection the server closed is replaced transparently; a
+    ``Connection: close`` answer is honoured."""
+    server = ScriptedServer(
+        [(_ok(b"1"), True), (_ok(b"2", b"Connection: close\r\n"), False), (_ok(b"3"), False)]
+    )
+    try:
+        with HttpClient(f"http://127.0.0.1:{server.port}", token="t") as c:
+            assert c.request("GET", "/a") == 1
+            _wait_for(lambda: server.connections == 1)
+            time.sleep(0.05)  # the server has closed its end
+            assert c.request("GET", "/b") == 2
+            assert c.request("GET", "/c") == 3
+        assert server.connections == 3
+    finally:
+        server.close()
+
+
+def test_client_reports_a_server_that_is_not_there() -> None:
+    """No server: StoreUnavailableError naming the URL, not a raw socket error."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with (
+        HttpClient(f"http://127.0.0.1:{port}", token="t") as c,
+        pytest.raises(StoreUnavailableError, match="is corral serve running"),
+    ):
+        c.settings()
