@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 import corral
-from corral.errors import StoreUnavailableError
+from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.remote import HttpClient
 from corral.store.sqlite import WouldBlock
 from tests.backends.http import TOKEN, serving
@@ -30,7 +30,7 @@ def _wait_for(cond: Any, timeout: float = 10.0) -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Any]:
+def local(tmp_path: Path) -> Iterator[Any]:
     c = corral.connect(f"sqlite:///{tmp_path / 'c.db'}")
     c.register_node("w1", "developer")
     yield c
@@ -38,30 +38,30 @@ def cluster(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_nowait_refuses_while_another_connection_holds_the_write_lock(
-    cluster: Any, tmp_path: Path
+    local: Any, tmp_path: Path
 ) -> None:
     """Under ``nowait`` a write that would wait for another process raises
     WouldBlock and changes nothing; without it, it goes through."""
-    before = cluster.get_node("w1").to_dict()
+    before = local.get_node("w1").to_dict()
     other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(WouldBlock), cluster.store.nowait():
-            cluster.heartbeat("w1", health_status="degraded")
+        with pytest.raises(WouldBlock), local.store.nowait():
+            local.heartbeat("w1", health_status="degraded")
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert cluster.get_node("w1").to_dict() == before
-    assert cluster.heartbeat("w1", health_status="degraded").health == "degraded"
+    assert local.get_node("w1").to_dict() == before
+    assert local.heartbeat("w1", health_status="degraded").health == "degraded"
 
 
-def test_nowait_refuses_while_another_thread_holds_the_store(cluster: Any) -> None:
+def test_nowait_refuses_while_another_thread_holds_the_store(local: Any) -> None:
     """Under ``nowait`` a call finding the store's lock taken by another thread
     raises WouldBlock at once instead of waiting for it."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with cluster.store._lock:  # what any running transaction of that thread holds
+        with local.store._lock:  # what any running transaction of that thread holds
             held.set()
             release.wait(10)
 
@@ -70,13 +70,13 @@ def test_nowait_refuses_while_another_thread_holds_the_store(cluster: Any) -> No
     try:
         held.wait(10)
         t0 = time.monotonic()
-        with pytest.raises(WouldBlock), cluster.store.nowait():
-            cluster.get_node("w1")
+        with pytest.raises(WouldBlock), local.store.nowait():
+            local.get_node("w1")
         assert time.monotonic() - t0 < 1.0
     finally:
         release.set()
         t.join(10)
-    assert cluster.get_node("w1").id == "w1"
+    assert local.get_node("w1").id == "w1"
 
 
 def test_a_short_operation_waits_off_the_loop_when_the_database_is_locked(
@@ -108,6 +108,28 @@ def test_a_short_operation_waits_off_the_loop_when_the_database_is_locked(
         assert out["node"].health == "degraded"
         assert embedded.get_node("w1").health == "degraded"
         client.close()
+
+
+def test_complete_and_claim_on_every_backend(cluster: Any) -> None:
+    """complete_and_claim (one request over HTTP) finishes the held task and claims
+    the next; a stale epoch or an unknown role refuses and changes nothing."""
+    cluster.register_node("A", "developer")
+    first = cluster.add_task("Implement one", priority="high")
+    second = cluster.add_task("Implement two", priority="low")
+    t = cluster.claim_best_task("A", "developer")
+    before = ([x.to_dict() for x in cluster.list_tasks()], [e.seq for e in cluster.events()])
+    with pytest.raises(LeaseError):
+        cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch + 1)
+    with pytest.raises(InvalidInputError):
+        cluster.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
+    assert ([x.to_dict() for x in cluster.list_tasks()], [e.seq for e in cluster.events()]) == (
+        before
+    )
+    done, nxt = cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch, result=1)
+    assert (done.id, done.status, done.result) == (first.id, "done", 1)
+    assert nxt is not None and (nxt.id, nxt.assigned_to) == (second.id, "A")
+    done, nxt = cluster.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
+    assert done.status == "done" and nxt is None
 
 
 # --- the remote client's transport ------------------------------------------------------

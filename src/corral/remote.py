@@ -416,6 +416,19 @@ class HttpClient:
         body = {"node_id": node_id, "epoch": epoch, "result": result}
         return _task(self.request("POST", f"/v1/tasks/{check_task_id(task_id)}/complete", body))
 
+    def complete_and_claim(
+        self,
+        task_id: int | str,
+        node_id: str,
+        role: str,
+        epoch: int | None = None,
+        result: Any = None,
+    ) -> tuple[Task, Task | None]:
+        body = {"node_id": node_id, "role": role, "epoch": epoch, "result": result}
+        path = f"/v1/tasks/{check_task_id(task_id)}/complete-and-claim"
+        d = self.request("POST", path, body)
+        return _task(d["done"]), None if d["next"] is None else _task(d["next"])
+
     def fail_task(
         self,
         task_id: int | str,

@@ -23,6 +23,8 @@ __all__ = [
     "CatchUpOut",
     "ClaimIn",
     "ClaimOut",
+    "CompleteAndClaimIn",
+    "CompleteAndClaimOut",
     "CompleteIn",
     "ErrorOut",
     "EventOut",
@@ -140,6 +142,13 @@ class CompleteIn(_In):
     result: Any = None
 
 
+class CompleteAndClaimIn(_In):
+    node_id: NodeId
+    role: str = Field(description="Claim the next task as this role.")
+    epoch: int | None = Field(None, description="The lease epoch the claim returned.")
+    result: Any = None
+
+
 class FailIn(_In):
     node_id: NodeId
     epoch: int | None = None
@@ -233,6 +242,12 @@ class TaskOut(_Out):
 class ClaimOut(_Out):
     task: TaskOut | None
     text: str
+
+
+class CompleteAndClaimOut(_Out):
+    done: TaskOut
+    next: TaskOut | None
+    text: str = Field(description="The claim's one-line answer for the next task.")
 
 
 class EventOut(_Out):

@@ -187,6 +187,19 @@ def complete_task(c: Call) -> Any:
     return c.cluster.complete_task(c.path["task_id"], b.node_id, b.epoch, b.result).to_dict()
 
 
+def complete_and_claim(c: Call) -> Any:
+    b = c.body
+    c.act_as(b.node_id)
+    done, nxt = c.cluster.complete_and_claim(
+        c.path["task_id"], b.node_id, b.role, epoch=b.epoch, result=b.result
+    )
+    return {
+        "done": done.to_dict(),
+        "next": None if nxt is None else nxt.to_dict(),
+        "text": claim_text(nxt),
+    }
+
+
 def fail_task(c: Call) -> Any:
     b = c.body
     c.act_as(b.node_id)
@@ -423,6 +436,16 @@ OPS: tuple[Op, ...] = (
         "Finish a held task (at its lease epoch).",
         m.TaskOut,
         body=m.CompleteIn,
+        short=True,
+    ),
+    Op(
+        "complete_and_claim",
+        "POST",
+        f"{_T}/complete-and-claim",
+        complete_and_claim,
+        "Finish a held task and claim the next one for the role (one transaction on SQLite).",
+        m.CompleteAndClaimOut,
+        body=m.CompleteAndClaimIn,
         short=True,
     ),
     Op(
