@@ -1,0 +1,114 @@
+"""The monitor's duties of ``SQLStore``: deaths, idleness, pruning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral import scoring
+from corral.defaults import MANAGER_ROLE
+from corral.model import Event
+from corral.store.base import Deadlines
+from corral.store.rows import Tx, _dumps, event_from_row
+
+__all__ = ["DutiesMixin"]
+
+_BATCH = 100  # nodes the monitor handles per transaction
+
+
+class DutiesMixin:
+    """Mixed into ``SQLStore``: uses its transactions and helpers."""
+
+    # --- monitor duties -------------------------------------------------------------
+    def deadlines(self) -> Deadlines:
+        with self._read() as tx:
+            s = self._settings_in(tx)
+            dead = tx.one("next_dead_at")["t"]
+            idle = tx.one("next_idle_since")["t"]
+            last = self._meta(tx, "work_distribution").get("last_assessment")
+        return Deadlines(
+            dead_at=dead,
+            idle_retire_at=None if idle is None else idle + s.idle_limit,
+            assess_at=(last or 0.0) + s.workload_assessment_interval,
+        )
+
+    def reap_dead(self, now: float) -> list[Event]:
+        with self._write() as tx:
+            start = tx.one("events_last")
+            for node in tx.all("nodes_dead", now=now, limit=_BATCH):
+                silent = now - max(
+                    node["last_activity"], node["last_heartbeat"] or 0.0, node["registered_at"]
+                )
+                tx.run("node_terminate", now=now, incarnation=node["incarnation"])
+                self._release_all(
+                    tx,
+                    node,
+                    now,
+                    kind="lease_recovered",
+                    counts=True,
+                    reason="dead",
+                    stale_seconds=round(silent, 3),
+                )
+                self._event(
+                    tx,
+                    now,
+                    "node_dead",
+                    node["id"],
+                    role=node["role"],
+                    silent_seconds=round(silent, 3),
+                )
+                if node["role"] == MANAGER_ROLE:
+                    self._manager_lost(tx, node, silent, now)
+            return self._events_after(tx, start)
+
+    def _manager_lost(self, tx: Tx, node: Any, silent: float, now: float) -> None:
+        s = self._settings_in(tx)
+        title = f"Recover bootstrap manager {node['id']} (silent {silent:.0f}s)"
+        description = (
+            f"The bootstrap manager {node['id']} stopped heartbeating and was terminated. "
+            "Start a new bootstrap manager session; it resumes from the cluster state."
+        )
+        key = scoring.sort_key("high", now)
+        row = tx.one(
+            "task_insert",
+            title=title,
+            description=description,
+            priority="high",
+            role=MANAGER_ROLE,
+            roles=MANAGER_ROLE,
+            max_attempts=s.max_attempts,
+            sort_key=key,
+            now=now,
+        )
+        self._enqueue(tx, row["id"], key, now, MANAGER_ROLE)
+        md = self._meta(tx, "cluster_metadata")
+        md.update(ask_user=True, ask_user_reason=title, manager_id=None)
+        tx.run("meta_put", key="cluster_metadata", value=_dumps(md))
+        self._event(tx, now, "manager_lost", node["id"], row["id"], ask_user=True)
+
+    def retire_idle(self, now: float) -> list[Event]:
+        with self._write() as tx:
+            start = tx.one("events_last")
+            s = self._settings_in(tx)
+            for node in tx.all("nodes_idle_expired", cutoff=now - s.idle_limit, limit=_BATCH):
+                tx.run("node_terminate", now=now, incarnation=node["incarnation"])
+                self._release_all(
+                    tx, node, now, kind="lease_released", counts=False, reason="retired"
+                )
+                self._event(
+                    tx,
+                    now,
+                    "node_retired",
+                    node["id"],
+                    reason="idle",
+                    idle_seconds=round(now - node["idle_since"], 3),
+                )
+            return self._events_after(tx, start)
+
+    def _events_after(self, tx: Tx, start: Any) -> list[Event]:
+        since = start["seq"] if start else 0
+        return [event_from_row(r) for r in tx.all("events_since", since=since, limit=10_000)]
+
+    def prune_events(self, now: float) -> int:
+        with self._write() as tx:
+            s = self._settings_in(tx)
+            return tx.run("events_prune", cutoff=now - s.event_retention_seconds)
