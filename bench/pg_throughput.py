@@ -8,7 +8,10 @@ configured, normally on):
   FOR UPDATE SKIP LOCKED) RETURNING id`` to claim, ``UPDATE … SET status = 'done'``
   to complete, each one autocommit statement;
 - ``corral``: ``corral.connect("postgresql://…")``, its own node per process,
-  ``claim_best_task`` + ``complete_task`` (node update and events included);
+  ``claim_best_task`` + ``complete_task`` (node update and events included): two
+  statements and two commits per job, like the bare loop;
+- ``corral_cc``: the same workers finishing with ``complete_and_claim`` (one
+  statement and one commit per job: the completion and the next claim together);
 - ``procrastinate``: procrastinate 3.x workers (``run_worker(wait=False)``,
   concurrency 1 per process) on a no-op task.
 
@@ -33,7 +36,7 @@ import psycopg
 from _common import RESULTS_DIR, machine_info, table, write_json
 
 ADMIN = os.environ.get("CORRAL_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test")
-SYSTEMS = ("bare", "corral", "procrastinate")
+SYSTEMS = ("bare", "corral", "corral_cc", "procrastinate")
 CTX = mp.get_context("spawn")
 
 
@@ -60,7 +63,7 @@ def _load(system: str, url: str, jobs: int) -> None:
                 "INSERT INTO jobs (priority) SELECT i %% 3 FROM generate_series(1, %s) i", [jobs]
             )
             conn.execute("ANALYZE jobs")
-    elif system == "corral":
+    elif system in ("corral", "corral_cc"):
         import corral
 
         with corral.connect(url) as c:
@@ -121,6 +124,18 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any) -> None:
             c.complete_task(task.id, name, task.epoch)
             count += 1
         c.close()
+    elif system == "corral_cc":
+        import corral
+
+        c = corral.connect(url, pool_size=1)
+        c.register_node(name, "developer", heartbeat_interval=600)
+        barrier.wait()
+        start = time.perf_counter()
+        task = c.claim_best_task(name, "developer")
+        while task is not None:
+            _, task = c.complete_and_claim(task.id, name, "developer", task.epoch)
+            count += 1
+        c.close()
     else:
         app, _ = _procrastinate_app(url)
         with app.open():
@@ -179,10 +194,11 @@ def main() -> None:
     summary = []
     for procs in procs_list:
         c, b, p = by["corral", procs], by["bare", procs], by["procrastinate", procs]
-        summary.append([procs, f"{b:.0f}", f"{c:.0f}", f"{p:.0f}",
-                        f"{c / b:.0%}", f"{c / p:.1f}x"])  # fmt: skip
-    print(table(["procs", "bare/s", "corral/s", "procrastinate/s", "corral/bare",
-                 "corral/procr."], summary))  # fmt: skip
+        cc = by["corral_cc", procs]
+        summary.append([procs, f"{b:.0f}", f"{c:.0f}", f"{cc:.0f}", f"{p:.0f}", f"{c / b:.0%}",
+                        f"{c / p:.1f}x", f"{cc / b:.0%}", f"{cc / p:.1f}x"])  # fmt: skip
+    print(table(["procs", "bare/s", "corral/s", "corral_cc/s", "procrastinate/s", "corral/bare",
+                 "corral/procr.", "cc/bare", "cc/procr."], summary))  # fmt: skip
     with psycopg.connect(ADMIN) as conn:
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
         version = conn.execute("SHOW server_version").fetchone()[0]

@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from corral import scoring
+from corral import lifecycle, scoring
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Event, Task
 from corral.store.base import TaskSpec
@@ -43,6 +43,7 @@ _CHANNEL = "corral_ready"
 _MIGRATE_KEY = 7165071367756054530
 _LEADER_KEY = 7165071367756054531
 _OPTIONS = ("pool_size", "statement_timeout", "connect_timeout")
+_STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
 
 
 class _Tx:
@@ -222,25 +223,29 @@ class PostgresStore(SQLStore):
         assert self._settings_cache is not None
         return self._settings_cache
 
+    def _settings_for(self, role: str, refresh: bool = False) -> Any:
+        """The cached settings version, once ``role`` is known (re-read if it is not)."""
+        version, settings = self._cached_settings(refresh)
+        if role not in settings.roles and not refresh:
+            version, settings = self._cached_settings(True)
+        if role not in settings.roles:
+            raise InvalidInputError(
+                f"role must be one of {', '.join(settings.roles)}; got {role!r:.40}",
+                field="role",
+            )
+        return version
+
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         refresh = False
         while True:
-            version, settings = self._cached_settings(refresh)
-            if role not in settings.roles:
-                if not refresh:
-                    refresh = True
-                    continue
-                raise InvalidInputError(
-                    f"role must be one of {', '.join(settings.roles)}; got {role!r:.40}",
-                    field="role",
-                )
             row = self._statement(
                 "claim_full",
                 node_id=node_id,
                 role=role,
                 now=now,
                 bonus=scoring.ROLE_BONUS_SECONDS,
-                settings_version=version,
+                settings_version=self._settings_for(role, refresh),
+                stamp=_STAMP,
             )
             if not row["live"]:
                 with self._read() as tx:
@@ -259,11 +264,43 @@ class PostgresStore(SQLStore):
             epoch=epoch,
             result=None if result is None else _dumps(result),
             now=now,
+            stamp=_STAMP,
         )
         if row is None:
             with self._read() as tx:
                 self._refuse(tx, task_id, node_id, epoch)  # raises
         return task_from_row(row)
+
+    def complete_and_claim(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+    ) -> tuple[Task, Task | None]:
+        """One statement, one commit: a worker's finish-then-next costs one round trip."""
+        version = self._settings_for(role)  # bad input changes nothing
+        with self._connection() as conn:
+            rows = conn.execute(
+                _QUERIES["complete_claim_full"],
+                {
+                    "id": task_id,
+                    "node_id": node_id,
+                    "epoch": epoch,
+                    "result": None if result is None else _dumps(result),
+                    "role": role,
+                    "now": now,
+                    "bonus": scoring.ROLE_BONUS_SECONDS,
+                    "settings_version": version,
+                    "stamp": _STAMP,
+                },
+            ).fetchall()
+        if not rows:
+            with self._read() as tx:
+                self._refuse(tx, task_id, node_id, epoch)  # raises
+        parts = {r["part"]: r for r in rows}
+        done = task_from_row(parts["done"])
+        if "next" in parts:
+            return done, task_from_row(parts["next"])
+        if parts["done"]["fresh"]:
+            return done, None
+        return done, self.claim(node_id, role, now)  # the settings changed: claim anew
 
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         if not specs:

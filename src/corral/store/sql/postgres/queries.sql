@@ -66,10 +66,13 @@ UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
+-- Writes only when there is something to change: the node named this task as its
+-- current one, or its activity stamp is due (lifecycle.stamp_due, encoded here).
 UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NULL
                                         ELSE current_task_id END,
                  last_activity = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated';
+WHERE id = :id AND status <> 'terminated'
+  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp);
 
 -- name: node_working
 UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
@@ -271,6 +274,7 @@ WITH snap AS MATERIALIZED (
 SELECT seq, ts FROM events WHERE seq < (SELECT seq FROM horizon) ORDER BY seq DESC LIMIT 1;
 
 -- name: events_prune
+-- The first event at or after :cutoff in seq order (walks the events to delete).
 DELETE FROM events
 WHERE seq < (SELECT coalesce((SELECT seq FROM events WHERE ts >= :cutoff ORDER BY seq LIMIT 1),
                              (SELECT max(seq) FROM events)));
@@ -328,10 +332,13 @@ ORDER BY seq;
 -- PostgreSQL's own operations (PostgresStore overrides). -------------------------
 
 -- name: claim_full
--- The whole claim in one statement (one round trip): lock the live node, take the
--- better of the two index heads with SKIP LOCKED, drop its role heads, mark the node
--- working (or just touch it), record the event. Nothing is taken when the cached
--- settings (:settings_version, the roles the caller checked) are out of date.
+-- The whole claim in one statement (one round trip): lock the live node (so a
+-- reaper terminating it waits, and the claim then sees it terminated), take the
+-- better of the two index heads with SKIP LOCKED, drop its role heads, record the
+-- event. The node row is written only as SQLStore.claim does: when its activity stamp
+-- is due (lifecycle.stamp_due, :stamp) or, on a claim, when it was not plainly
+-- working. Nothing is taken when the cached settings (:settings_version, the roles
+-- the caller checked) are out of date.
 WITH n AS MATERIALIZED (
     SELECT incarnation FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
@@ -366,11 +373,14 @@ WITH n AS MATERIALIZED (
 ), nd AS (
     UPDATE nodes
     SET status = CASE WHEN take.id IS NULL THEN nodes.status ELSE 'working' END,
-        current_task_id = coalesce(take.id, nodes.current_task_id),
+        current_task_id = CASE WHEN take.id IS NULL THEN nodes.current_task_id END,
         idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
         last_activity = :now, dead_at = :now + nodes.live_window
     FROM ok LEFT JOIN take ON true
     WHERE nodes.incarnation = ok.incarnation
+      AND (nodes.dead_at - :now < nodes.live_window * :stamp
+           OR (take.id IS NOT NULL
+               AND (nodes.status <> 'working' OR nodes.current_task_id IS NOT NULL)))
 ), ev AS (
     INSERT INTO events (ts, kind, node_id, task_id, data)
     SELECT :now, 'task_claimed', :node_id, take.id,
@@ -383,7 +393,8 @@ FROM (SELECT 1) AS one LEFT JOIN take ON true;
 
 -- name: complete_full
 -- The whole complete in one statement: finish the held task (at :epoch if given),
--- release the node from it, record the event. No row: the caller explains why.
+-- release the node from it (node_done_with's rule), record the event. No row: the
+-- caller explains why.
 WITH t AS (
     UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                      updated_at = :now
@@ -395,6 +406,7 @@ WITH t AS (
                                             ELSE current_task_id END,
                      last_activity = :now, dead_at = :now + live_window
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM t)
+      AND (current_task_id = :id OR dead_at - :now < live_window * :stamp)
 ), ev AS (
     INSERT INTO events (ts, kind, node_id, task_id, data)
     SELECT :now, 'task_completed', :node_id, t.id, json_build_object('epoch', t.epoch)::text
@@ -449,3 +461,76 @@ SELECT * FROM events
 WHERE seq >= pg_current_xact_id_if_assigned()::text::bigint << 20
   AND seq < (pg_current_xact_id_if_assigned()::text::bigint + 1) << 20
 ORDER BY seq;
+
+-- name: complete_claim_full
+-- complete_full then claim_full in one statement (one round trip, one commit), for
+-- a worker's finish-then-next: the claim part runs only if the completion did, and
+-- one node update does what the two would (node_done_with's and the claim's rules).
+-- Rows: the finished task ('done'), then the claimed one ('next') if any.
+WITH fin AS (
+    UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                     updated_at = :now
+    WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
+      AND (:epoch::bigint IS NULL OR epoch = :epoch)
+    RETURNING *
+), n AS MATERIALIZED (
+    SELECT incarnation FROM nodes
+    WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM fin)
+    FOR UPDATE
+), ok AS MATERIALIZED (
+    SELECT incarnation FROM n
+    WHERE (SELECT value FROM meta WHERE key = 'settings_version')
+          IS NOT DISTINCT FROM :settings_version::text
+), a AS (
+    SELECT id, sort_key AS k, created_at FROM tasks
+    WHERE status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    ORDER BY sort_key, created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), r AS (
+    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
+    FROM ready JOIN tasks t ON t.id = ready.task_id
+    WHERE ready.role = :role AND t.status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), pick AS (
+    SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+    ORDER BY k, created_at, id LIMIT 1
+), take AS (
+    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+    FROM pick WHERE tasks.id = pick.id
+    RETURNING tasks.*
+), deq AS (
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
+), nd AS (
+    UPDATE nodes
+    SET status = CASE WHEN take.id IS NULL THEN nodes.status ELSE 'working' END,
+        current_task_id = CASE WHEN take.id IS NOT NULL OR nodes.current_task_id = :id
+                               THEN NULL ELSE nodes.current_task_id END,
+        idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
+        last_activity = :now, dead_at = :now + nodes.live_window
+    FROM n LEFT JOIN take ON true
+    WHERE nodes.incarnation = n.incarnation
+      AND (nodes.current_task_id = :id
+           OR nodes.dead_at - :now < nodes.live_window * :stamp
+           OR (take.id IS NOT NULL
+               AND (nodes.status <> 'working' OR nodes.current_task_id IS NOT NULL)))
+), b AS MATERIALIZED (
+    SELECT corral_event_seqs(2) AS base FROM fin
+), ev AS (
+    INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+    SELECT b.base, :now, 'task_completed', :node_id, fin.id,
+           json_build_object('epoch', fin.epoch)::text
+    FROM b, fin
+    UNION ALL
+    SELECT b.base + 1, :now, 'task_claimed', :node_id, take.id,
+           json_build_object('epoch', take.epoch, 'role', :role::text,
+                             'attempt', take.attempts)::text
+    FROM b, take
+)
+SELECT (SELECT count(*) FROM ok) AS fresh, 'done' AS part, fin.* FROM fin
+UNION ALL
+SELECT (SELECT count(*) FROM ok) AS fresh, 'next' AS part, take.* FROM take;

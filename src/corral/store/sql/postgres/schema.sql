@@ -61,7 +61,9 @@ CREATE TABLE tasks (
 -- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus.
 CREATE INDEX tasks_ready ON tasks (sort_key, created_at, id) WHERE status = 'pending';
 CREATE INDEX tasks_holder ON tasks (assigned_to, id) WHERE status = 'in_progress';
-CREATE INDEX tasks_status ON tasks (status, id);
+-- Finished tasks by status (pending and in-progress ones have the two above).
+CREATE INDEX tasks_finished ON tasks (status, id)
+    WHERE status <> 'pending' AND status <> 'in_progress';
 
 -- The role heads: one row per pending task and role it matches, in the same order.
 -- The best task for a role is the better of this head (+ bonus) and tasks_ready's.
@@ -98,4 +100,3 @@ CREATE TABLE events (
     task_id bigint,
     data    text NOT NULL DEFAULT '{}'
 );
-CREATE INDEX events_ts ON events (ts);
