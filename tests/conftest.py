@@ -35,26 +35,27 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'corral.db'}"
 
 
-@pytest.fixture(params=BACKENDS)
-def cluster(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
-    """A fresh, empty cluster on each backend, on the fake clock."""
+def _backend_client(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> Iterator[Any]:
     backend = importlib.import_module(f"tests.backends.{request.param}")
     client = backend.make(request, tmp_path, clock)
     try:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def cluster(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
+    """A fresh, empty cluster on each backend, on the fake clock."""
+    yield from _backend_client(request, tmp_path, clock)
 
 
 @pytest.fixture(params=EMBEDDED)
 def embedded(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
     """A fresh cluster on each embedded backend (a ``Cluster`` with a ``.store``)."""
-    backend = importlib.import_module(f"tests.backends.{request.param}")
-    client = backend.make(request, tmp_path, clock)
-    try:
-        yield client
-    finally:
-        client.close()
+    yield from _backend_client(request, tmp_path, clock)
 
 
 @pytest.fixture

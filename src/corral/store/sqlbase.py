@@ -211,14 +211,7 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
                 )
             )
             tx.run("task_set_roles", id=row["id"], roles=roles)
-            for role in roles.split():
-                tx.run(
-                    "ready_insert",
-                    role=role,
-                    sort_key=row["sort_key"],
-                    created_at=row["created_at"],
-                    task_id=row["id"],
-                )
+            self._enqueue(tx, row["id"], row["sort_key"], row["created_at"], roles)
 
     # --- nodes ----------------------------------------------------------------------
     def register_node(self, spec: NodeSpec, now: float) -> Registered:

@@ -103,27 +103,22 @@ class SQLiteStore(SQLStore):
         than corral's transactions hold the write lock (about 0.1 ms), so under
         contention writers would mostly sleep. corral waits itself: 50 us doubling to
         2 ms, with jitter, up to the busy timeout; then ``StoreUnavailableError``."""
-        conn = self._conn
-        try:
-            conn.execute(sql)
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise _unavailable(exc) from exc
-            if getattr(self._nowait, "on", False):
-                raise WouldBlock("another process holds the database") from None
-        deadline = time.monotonic() + self._busy_timeout
+        deadline = None
         pause = 0.00005
         while True:
-            time.sleep(pause * (0.5 + random.random()))
             try:
-                conn.execute(sql)
+                self._conn.execute(sql)
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise _unavailable(exc) from exc
-                if time.monotonic() > deadline:
+                if getattr(self._nowait, "on", False):
+                    raise WouldBlock("another process holds the database") from None
+                now = time.monotonic()
+                deadline = deadline or now + self._busy_timeout
+                if now > deadline:
                     raise _unavailable(exc) from exc
+            time.sleep(pause * (0.5 + random.random()))
             pause = min(pause * 2, 0.002)
 
     @contextmanager
