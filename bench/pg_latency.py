@@ -2,8 +2,11 @@
 
 Each size gets a fresh database loaded with ``Cluster.add_tasks`` in batches of
 10,000 (a third of the titles match the developer keywords, so both index heads are
-used); then one node claims (timed) and completes (untimed) ``--claims`` tasks. The
-target: p99 at 1M within 2x of p99 at 1k (the claim reads index heads, no sort).
+used), then ``VACUUM ANALYZE`` and one ``CHECKPOINT`` for all. One node per database
+claims (timed), completes and replaces (untimed, so the pending count stays put)
+``--claims`` tasks in ``--rounds`` rounds that interleave the sizes, so a burst of
+load on this shared machine hits every size alike. The target: p99 at 1M within 2x
+of p99 at 1k (the claim reads index heads, no sort).
 
     python bench/pg_latency.py            # 1k, 100k, 1M (loading 1M takes minutes)
     python bench/pg_latency.py --quick    # 1k and 10k
@@ -15,7 +18,6 @@ import argparse
 import os
 import time
 import uuid
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -36,54 +38,69 @@ def _admin(sql: str) -> None:
         conn.execute(sql)
 
 
-def measure(pending: int, claims: int) -> dict[str, Any]:
+def load(pending: int) -> tuple[str, str, float]:
+    """A fresh database with ``pending`` tasks; its name, URL and load time."""
     db = f"corral_lat_{uuid.uuid4().hex[:8]}"
     _admin(f'CREATE DATABASE "{db}"')
-    try:
-        url = _url(db)
-        with corral.connect(url) as c:
-            c.configure(max_agents=100)
-            load_start = time.perf_counter()
-            for start in range(0, pending, 10_000):
-                c.add_tasks(
-                    [
-                        {
-                            "title": f"implement part {i}" if i % 3 == 0 else f"job {i}",
-                            "priority": ("high", "medium", "low")[i % 3],
-                        }
-                        for i in range(start, min(pending, start + 10_000))
-                    ]
-                )
-            load_s = time.perf_counter() - load_start
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE")
-        with corral.connect(url, pool_size=1) as c:
-            c.register_node("N", "developer", heartbeat_interval=600)
-            samples = []
-            for _ in range(claims):
-                t0 = time.perf_counter()
-                task = c.claim_best_task("N", "developer")
-                samples.append(time.perf_counter() - t0)
-                assert task is not None
-                c.complete_task(task.id, "N", task.epoch)
-        stats = percentiles(samples)
-        return {"pending": pending, "claims": claims, "load_seconds": load_s, **stats}
-    finally:
-        _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    url = _url(db)
+    with corral.connect(url) as c:
+        c.configure(max_agents=100)
+        load_start = time.perf_counter()
+        for start in range(0, pending, 10_000):
+            c.add_tasks(
+                [
+                    {
+                        "title": f"implement part {i}" if i % 3 == 0 else f"job {i}",
+                        "priority": ("high", "medium", "low")[i % 3],
+                    }
+                    for i in range(start, min(pending, start + 10_000))
+                ]
+            )
+        load_s = time.perf_counter() - load_start
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    return db, url, load_s
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--claims", type=int, default=2000)
+    parser.add_argument("--claims", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     sizes = (1_000, 10_000) if args.quick else (1_000, 100_000, 1_000_000)
-    rows = []
-    for n in sizes:
-        r = measure(n, min(args.claims, n // 2))
-        rows.append(r)
-        print(f"{n:>9} pending: p50 {r['p50'] * 1e3:.2f} ms, p99 {r['p99'] * 1e3:.2f} ms "
-              f"(loaded in {r['load_seconds']:.1f}s)", flush=True)  # fmt: skip
+    loaded = {}
+    try:
+        for n in sizes:
+            loaded[n] = load(n)
+            print(f"{n:>9} pending loaded in {loaded[n][2]:.1f}s", flush=True)
+        _admin("CHECKPOINT")  # the loads' WAL is written out before the timing starts
+        clients = {}
+        for n, (_, url, _) in loaded.items():
+            clients[n] = corral.connect(url, pool_size=1)
+            clients[n].register_node("N", "developer", heartbeat_interval=600)
+        samples: dict[int, list[float]] = {n: [] for n in sizes}
+        per_round = max(1, args.claims // args.rounds)
+        for _ in range(args.rounds):  # sizes interleaved: the machine's load hits all alike
+            for n in sizes:
+                c = clients[n]
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    task = c.claim_best_task("N", "developer")
+                    samples[n].append(time.perf_counter() - t0)
+                    assert task is not None
+                    c.complete_task(task.id, "N", task.epoch)
+                    c.add_task(f"job {task.id} again", priority=task.priority)  # n stays n
+        for c in clients.values():
+            c.close()
+    finally:
+        for db, _, _ in loaded.values():
+            _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    rows = [
+        {"pending": n, "claims": len(samples[n]), "load_seconds": loaded[n][2],
+         **percentiles(samples[n])}
+        for n in sizes
+    ]  # fmt: skip
     base = rows[0]["p99"]
     print(table(["pending", "p50 ms", "p99 ms", "max ms", "p99 / p99(1k)"],
                 [[r["pending"], f"{r['p50'] * 1e3:.2f}", f"{r['p99'] * 1e3:.2f}",

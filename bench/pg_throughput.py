@@ -15,6 +15,10 @@ configured, normally on):
 - ``procrastinate``: procrastinate 3.x workers (``run_worker(wait=False)``,
   concurrency 1 per process) on a no-op task.
 
+Each (system, processes) pair runs ``--repeat`` times, the systems taking turns, and
+the median counts: a burst of load on this shared machine then hits every system
+alike instead of deciding a ratio.
+
     python bench/pg_throughput.py            # the full run
     python bench/pg_throughput.py --quick    # a smoke run
 Server: ``$CORRAL_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``,
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import statistics
 import time
 import uuid
 from typing import Any
@@ -179,18 +184,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=None)
     args = parser.parse_args()
+    repeat = args.repeat or (1 if args.quick else 3)
     jobs = args.jobs or (300 if args.quick else 6000)
     procs_list = (1, 4) if args.quick else (1, 4, 16)
     rows = []
     for procs in procs_list:
-        for system in SYSTEMS:
-            # procrastinate is ~10x slower: fewer jobs keep the run short, same rate.
-            n = jobs if system != "procrastinate" else max(200, jobs // 4)
-            r = run(system, procs, n)
-            rows.append(r)
-            print(f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s", flush=True)
-    by = {(r["system"], r["procs"]): r["jobs_per_s"] for r in rows}
+        for _ in range(repeat):
+            for system in SYSTEMS:
+                # procrastinate is ~10x slower: fewer jobs keep the run short, same rate.
+                n = jobs if system != "procrastinate" else max(200, jobs // 4)
+                r = run(system, procs, n)
+                rows.append(r)
+                print(f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s", flush=True)
+    by = {
+        (s, p): statistics.median(
+            r["jobs_per_s"] for r in rows if r["system"] == s and r["procs"] == p
+        )
+        for s in SYSTEMS
+        for p in procs_list
+    }
     summary = []
     for procs in procs_list:
         c, b, p = by["corral", procs], by["bare", procs], by["procrastinate", procs]
@@ -205,7 +219,7 @@ def main() -> None:
     write_json(
         RESULTS_DIR / "pg_throughput.json",
         {"machine": machine_info(), "postgres": version, "synchronous_commit": sync,
-         "runs": rows},
+         "median_jobs_per_s": {f"{s} x{p}": v for (s, p), v in by.items()}, "runs": rows},
     )  # fmt: skip
 
 

@@ -261,3 +261,45 @@ def test_concurrent_settings_changes_get_distinct_versions(pg_url: str) -> None:
         ).fetchone()
     assert changes == (2 * times,)
     assert version == (str(2 * times),)
+
+
+def test_complete_and_claim_statement_equals_complete_then_claim(
+    request: pytest.FixtureRequest, tmp_path: Any, clock: Any
+) -> None:
+    """PostgreSQL's one-statement complete_and_claim leaves the node, the tasks and
+    the events exactly as complete_task then claim_best_task do: with the stamp not
+    due, due, and with the node naming its task as current."""
+    c = pg.make(request, tmp_path, clock)
+    for node in ("A", "B"):
+        c.register_node(node, "developer", heartbeat_interval=10)  # window 30 s
+    c.add_tasks([{"title": f"job {i}"} for i in range(10)])
+    held = {n: c.claim_best_task(n, "developer") for n in ("A", "B")}
+
+    def step(advance: float, name_current: bool = False) -> None:
+        clock.advance(advance)
+        if name_current:
+            for n in ("A", "B"):
+                c.set_agent_status(n, "working", held[n].id)
+        a = held["A"]
+        c.complete_task(a.id, "A", a.epoch, result={"n": 1})
+        held["A"] = c.claim_best_task("A", "developer")
+        b = held["B"]
+        _, held["B"] = c.complete_and_claim(b.id, "B", "developer", b.epoch, result={"n": 1})
+
+    for advance, name_current in ((0.5, False), (4.0, False), (0.5, True), (0.1, False)):
+        step(advance, name_current)
+        a, b = c.get_node("A"), c.get_node("B")
+        fields = ("status", "current_task_id", "idle_since", "last_activity", "dead_at")
+        got_a = [getattr(a, f) for f in fields]
+        got_b = [getattr(b, f) for f in fields]
+        got_a[1] = got_a[1] == held["A"].id
+        got_b[1] = got_b[1] == held["B"].id
+        assert got_a == got_b
+    events = c.events(0, 1000)
+    for node in ("A", "B"):
+        mine = [(e.kind, sorted(e.data)) for e in events if e.node_id == node]
+        assert [k for k, _ in mine].count("task_completed") == 4
+        assert mine[-2:] == [("task_completed", ["epoch"]),
+                             ("task_claimed", ["attempt", "epoch", "role"])]  # fmt: skip
+    kinds = {n: [e.kind for e in events if e.node_id == n] for n in ("A", "B")}
+    assert kinds["A"] == kinds["B"]
