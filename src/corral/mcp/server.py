@@ -182,7 +182,9 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
         agent_id: AgentId,
         role: Annotated[str, Field(description="The role to claim for, usually yours.")],
     ) -> str:
-        return text.claimed_text(client.claim_best_task(agent_id, role))
+        task = client.claim_best_task(agent_id, role)
+        touch(agent_id)  # claims stamp lazily; a tool call is a heartbeat
+        return text.claimed_text(task)
 
     @tool("Finish a task you hold, with an optional result summary.")
     def complete_task(
@@ -191,7 +193,9 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
         result: Annotated[str | None, Field(description="What you did, briefly.")] = None,
         epoch: Epoch = None,
     ) -> str:
-        return text.completed_text(client.complete_task(task_id, agent_id, epoch, result))
+        done = client.complete_task(task_id, agent_id, epoch, result)
+        touch(agent_id)
+        return text.completed_text(done)
 
     @tool("Give up a task you hold: back to pending while attempts remain (unless retry is false).")
     def fail_task(
@@ -201,7 +205,9 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
         retry: Annotated[bool, Field(description="Return it to the queue.")] = True,
         epoch: Epoch = None,
     ) -> str:
-        return text.failed_text(client.fail_task(task_id, agent_id, epoch, error, retry=retry))
+        failed = client.fail_task(task_id, agent_id, epoch, error, retry=retry)
+        touch(agent_id)
+        return text.failed_text(failed)
 
     @tool(
         "Put a task on the board. Keywords in title and description (design, plan / "
