@@ -53,8 +53,13 @@ _ERRORS: dict[str, type[CorralError]] = {
 }
 
 
+_FIELDS: dict[type, frozenset[str]] = {}
+
+
 def _build(cls: type, d: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
