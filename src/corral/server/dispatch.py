@@ -55,7 +55,8 @@ class _Disconnected(Exception):
 
 
 def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON of the service's plain data (dicts, lists, str, numbers)."""
+    """Compact UTF-8 JSON of the service's data: plain values and ``corral.model``
+    records (a record is written field for field, exactly as its ``to_dict()``)."""
     return to_json(value)
 
 

@@ -1,7 +1,8 @@
 """One handler per operation of the service, and the table that routes to them.
 
 A handler is a plain synchronous function: it checks that the caller may act as the
-node it names, calls ``Cluster`` once, and returns JSON-ready data. Short ones run on
+node it names, calls ``Cluster`` once, and returns JSON-ready data (plain data or
+``corral.model`` records, which serialize field for field as their ``to_dict()``). Short ones run on
 the event loop, the others in a worker thread (one hop per operation; see
 ``corral.server.dispatch``). The table drives the app, the auth and the OpenAPI
 document.
@@ -119,19 +120,19 @@ def list_nodes(c: Call) -> Any:
 
 
 def get_node(c: Call) -> Any:
-    return c.cluster.get_node(c.path["node_id"]).to_dict()
+    return c.cluster.get_node(c.path["node_id"])
 
 
 def set_status(c: Call) -> Any:
     node_id = c.path["node_id"]
     c.act_as(node_id)
-    return c.cluster.set_agent_status(node_id, c.body.status, c.body.current_task_id).to_dict()
+    return c.cluster.set_agent_status(node_id, c.body.status, c.body.current_task_id)
 
 
 def terminate_node(c: Call) -> Any:
     node_id = c.path["node_id"]
     c.act_as(node_id)
-    return c.cluster.terminate_node(node_id).to_dict()
+    return c.cluster.terminate_node(node_id)
 
 
 def heartbeat(c: Call) -> Any:
@@ -140,7 +141,7 @@ def heartbeat(c: Call) -> Any:
     payload = c.body.model_dump(exclude_unset=True)
     if "node_id" in payload:
         raise ApiError(422, "invalid_input", "the node id goes in the path", "node_id")
-    return c.cluster.heartbeat(node_id, **payload).to_dict()
+    return c.cluster.heartbeat(node_id, **payload)
 
 
 def claim(c: Call) -> Any:
@@ -150,7 +151,7 @@ def claim(c: Call) -> Any:
     if role is None:
         role = c.cluster.get_node(node_id).role
     task = c.cluster.claim_best_task(node_id, role, wait=c.body.wait if c.body else 0)
-    return {"task": None if task is None else task.to_dict(), "text": claim_text(task)}
+    return {"task": task, "text": claim_text(task)}
 
 
 def catch_up(c: Call) -> Any:
@@ -164,7 +165,7 @@ def add_task(c: Call) -> Any:
     b = c.body
     return c.cluster.add_task(
         b.title, b.description, b.priority, b.role, max_attempts=b.max_attempts
-    ).to_dict()
+    )
 
 
 def add_tasks(c: Call) -> Any:
@@ -178,13 +179,13 @@ def list_tasks(c: Call) -> Any:
 
 
 def get_task(c: Call) -> Any:
-    return c.cluster.get_task(c.path["task_id"]).to_dict()
+    return c.cluster.get_task(c.path["task_id"])
 
 
 def complete_task(c: Call) -> Any:
     b = c.body
     c.act_as(b.node_id)
-    return c.cluster.complete_task(c.path["task_id"], b.node_id, b.epoch, b.result).to_dict()
+    return c.cluster.complete_task(c.path["task_id"], b.node_id, b.epoch, b.result)
 
 
 def complete_and_claim(c: Call) -> Any:
@@ -193,18 +194,13 @@ def complete_and_claim(c: Call) -> Any:
     done, nxt = c.cluster.complete_and_claim(
         c.path["task_id"], b.node_id, b.role, epoch=b.epoch, result=b.result
     )
-    return {
-        "done": done.to_dict(),
-        "next": None if nxt is None else nxt.to_dict(),
-        "text": claim_text(nxt),
-    }
+    return {"done": done, "next": nxt, "text": claim_text(nxt)}
 
 
 def fail_task(c: Call) -> Any:
     b = c.body
     c.act_as(b.node_id)
-    task = c.cluster.fail_task(c.path["task_id"], b.node_id, b.epoch, b.error, retry=b.retry)
-    return task.to_dict()
+    return c.cluster.fail_task(c.path["task_id"], b.node_id, b.epoch, b.error, retry=b.retry)
 
 
 def assess(c: Call) -> Any:
