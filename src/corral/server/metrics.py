@@ -1,21 +1,33 @@
 """Prometheus metrics: a collector that reads the store at scrape time, plus the
 server's own request latency histogram. One registry per app (never the global one).
+
+The latency histogram is kept by hand (a list of bucket counts per label set, one
+``bisect`` per request, no lock: only the event loop observes) and exposed by a
+collector at scrape time; prometheus-client's ``Histogram`` cost 4x as much per
+request on the hot path.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
 
-__all__ = ["ClusterCollector", "Metrics"]
+__all__ = ["LATENCY_BUCKETS", "ClusterCollector", "LatencyCollector", "Metrics"]
 
 _ASSESSMENT_STATUSES = ("idle", "overloaded", "balanced", "underutilized")
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class ClusterCollector(Collector):
@@ -95,26 +107,57 @@ class ClusterCollector(Collector):
         yield inbox
 
 
+class _Series:
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one: above every bound
+        self.total = 0.0
+
+
+class LatencyCollector(Collector):
+    """``corral_http_request_duration_seconds`` by method, route and status."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, str, int], _Series] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "corral_http_request_duration_seconds",
+            "HTTP API request latency by route and status.",
+            labels=["method", "route", "status"],
+        )
+        for (method, route, status), series in list(self.series.items()):
+            counts, total = list(series.counts), series.total
+            buckets, seen = [], 0
+            for bound, n in zip(LATENCY_BUCKETS, counts, strict=False):
+                seen += n
+                buckets.append((_bound(bound), float(seen)))
+            buckets.append(("+Inf", float(seen + counts[-1])))
+            family.add_metric([method, route, str(status)], buckets, total)
+        yield family
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
 class Metrics:
     def __init__(self, cluster: Any) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(cluster))
-        self.latency = Histogram(
-            "corral_http_request_duration_seconds",
-            "HTTP API request latency by route and status.",
-            ["method", "route", "status"],
-            registry=self.registry,
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-        )
+        self.latency = LatencyCollector()
+        self.registry.register(self.latency)
         self.content_type = CONTENT_TYPE_LATEST
-        self._children: dict[tuple[str, str, int], Any] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one request (called on the event loop only)."""
         key = (method, route, status)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = self.latency.labels(method, route, str(status))
-        child.observe(seconds)
+        series = self.latency.series.get(key)
+        if series is None:
+            series = self.latency.series[key] = _Series()
+        series.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        series.total += seconds
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
