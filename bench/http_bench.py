@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -97,6 +98,19 @@ class Server:
                 if time.monotonic() > end or self.proc.poll() is not None:
                     raise RuntimeError(f"{kind} server did not start") from None
                 time.sleep(0.05)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process has used so far (Linux /proc)."""
+        stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+    def load(self, tokens: list[str | None], seconds: float, op: Any) -> dict[str, Any]:
+        """``load`` against this server, plus its CPU time per request: less noisy
+        than the rate on a shared machine, and what the server itself costs."""
+        before = self.cpu_seconds()
+        out = load(self.port, tokens, seconds, op)
+        out["server_cpu_us_per_op"] = (self.cpu_seconds() - before) / out["n"] * 1e6
+        return out
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -216,17 +230,29 @@ def _timed(n: int, fn: Any) -> dict[str, Any]:
 
 
 def client_latency(c: Any, n: int) -> dict[str, Any]:
-    """heartbeat and claim+complete, one caller, sequential (embedded or remote)."""
+    """heartbeat, claim + complete, and complete_and_claim (a worker's step in one
+    call), one caller, sequential (embedded or remote)."""
 
     def claim_complete() -> None:
         t = c.claim_best_task("n0", "developer")
         assert t is not None
         c.complete_task(t.id, "n0", t.epoch)
 
-    return {
+    held = [c.claim_best_task("n0", "developer")]
+
+    def complete_and_claim() -> None:
+        t = held[0]
+        _, held[0] = c.complete_and_claim(t.id, "n0", "developer", epoch=t.epoch)
+        assert held[0] is not None
+
+    out = {
         "heartbeat": _timed(n, lambda: c.heartbeat("n0", health_status="healthy")),
         "claim_complete": _timed(n, claim_complete),
+        "complete_and_claim": _timed(n, complete_and_claim),
     }
+    t = held[0]
+    c.complete_task(t.id, "n0", t.epoch)
+    return out
 
 
 def embedded_latency(db: str, n: int) -> dict[str, Any]:
@@ -246,8 +272,8 @@ def run_corral(kind: str, db: str, seconds: float, n: int) -> dict[str, Any]:
             admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
             tokens.append(admin.node_tokens[f"n{i}"])
         out = {
-            "heartbeat": load(srv.port, tokens, seconds, heartbeat_op),
-            "claim_complete": load(srv.port, tokens, seconds, claim_complete_op),
+            "heartbeat": srv.load(tokens, seconds, heartbeat_op),
+            "claim_complete": srv.load(tokens, seconds, claim_complete_op),
         }
         w0 = admin.for_node("n0")
         out["single"] = client_latency(w0, n)
@@ -263,7 +289,7 @@ def run_floor(db: str, seconds: float, n: int) -> dict[str, Any]:
 
     srv = Server("floor", db)
     try:
-        out = load(srv.port, [None] * CONNECTIONS, seconds, floor_op)
+        out = srv.load([None] * CONNECTIONS, seconds, floor_op)
         with HttpClient(f"http://127.0.0.1:{srv.port}", token=None) as c:
             out["single"] = {"request": _timed(n, lambda: c.request("POST", "/hb", {}))}
         return out
@@ -283,9 +309,13 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
     out["ratios"] = {
         "heartbeat_vs_floor_rate": c["heartbeat"]["ops_per_s"] / f["ops_per_s"],
         "hop_heartbeat_vs_floor_rate": h["heartbeat"]["ops_per_s"] / f["ops_per_s"],
+        "floor_vs_heartbeat_server_cpu": f["server_cpu_us_per_op"]
+        / c["heartbeat"]["server_cpu_us_per_op"],
         "heartbeat_http_vs_embedded_p50": single["heartbeat"]["p50"] / e["heartbeat"]["p50"],
         "claim_complete_http_vs_embedded_p50": single["claim_complete"]["p50"]
         / e["claim_complete"]["p50"],
+        "complete_and_claim_http_vs_embedded_p50": single["complete_and_claim"]["p50"]
+        / e["complete_and_claim"]["p50"],
         "floor_request_vs_embedded_heartbeat_p50": f["single"]["request"]["p50"]
         / e["heartbeat"]["p50"],
     }
@@ -339,7 +369,9 @@ def main() -> None:
     ]
     summary: dict[str, Any] = {
         "load": {
-            "/".join(p): {k: med(*p, k) for k in ("ops_per_s", "p50_ms", "p99_ms")}
+            "/".join(p): {
+                k: med(*p, k) for k in ("ops_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_op")
+            }
             for _, p in loads
         },
         "single": {},
@@ -352,6 +384,8 @@ def main() -> None:
         ("claim + complete", "embedded", ("embedded", "claim_complete")),
         ("claim + complete", "HTTP corral", ("corral", "single", "claim_complete")),
         ("claim + complete", "HTTP corral, hop", ("corral-hop", "single", "claim_complete")),
+        ("complete_and_claim", "embedded", ("embedded", "complete_and_claim")),
+        ("complete_and_claim", "HTTP corral", ("corral", "single", "complete_and_claim")),
         ("floor request", "HTTP floor", ("floor", "single", "request")),
     ]
     for op, who, p in singles:
@@ -370,8 +404,8 @@ def main() -> None:
     rows = []
     for label, p in loads:
         d = summary["load"]["/".join(p)]
-        rows.append([label, d["ops_per_s"], d["p50_ms"], d["p99_ms"]])
-    print(table(["workload", "ops/s", "p50 ms", "p99 ms"], rows))
+        rows.append([label, d["ops_per_s"], d["p50_ms"], d["p99_ms"], d["server_cpu_us_per_op"]])
+    print(table(["workload", "ops/s", "p50 ms", "p99 ms", "server CPU µs/op"], rows))
     print("\nOne caller, sequential (ms)\n")
     rows = [[op, who, d["p50"], d["p99"]] for (op, who, _), d in
             zip(singles, summary["single"].values(), strict=True)]  # fmt: skip
@@ -379,11 +413,13 @@ def main() -> None:
     r = summary["ratios"]
     print(
         f"\nheartbeat rate / floor rate: {r['heartbeat_vs_floor_rate']:.2f} (target >= 0.50; "
-        f"with a thread hop per op {r['hop_heartbeat_vs_floor_rate']:.2f})"
+        f"with a thread hop per op {r['hop_heartbeat_vs_floor_rate']:.2f}); "
+        f"server CPU per request, floor / heartbeat: {r['floor_vs_heartbeat_server_cpu']:.2f}"
     )
     print(
         f"HTTP / embedded p50: heartbeat {r['heartbeat_http_vs_embedded_p50']:.1f}x, "
-        f"claim + complete {r['claim_complete_http_vs_embedded_p50']:.1f}x (target <= 3x); "
+        f"claim + complete {r['claim_complete_http_vs_embedded_p50']:.1f}x, "
+        f"complete_and_claim {r['complete_and_claim_http_vs_embedded_p50']:.1f}x (target <= 3x); "
         "one floor request / embedded heartbeat "
         f"{r['floor_request_vs_embedded_heartbeat_p50']:.1f}x"
     )
