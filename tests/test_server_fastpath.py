@@ -18,6 +18,7 @@ import pytest
 import corral
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.remote import HttpClient
+from corral.server.auth import Principal, Tokens
 from corral.store.sqlite import WouldBlock
 from tests.backends.http import TOKEN, serving
 
@@ -130,6 +131,23 @@ def test_complete_and_claim_on_every_backend(cluster: Any) -> None:
     assert nxt is not None and (nxt.id, nxt.assigned_to) == (second.id, "A")
     done, nxt = cluster.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
     assert done.status == "done" and nxt is None
+
+
+def test_remembered_tokens_never_admit_a_wrong_one() -> None:
+    """A verified header is remembered; a tampered token, another node's token
+    under a different key, or an operator token that changed are refused, before
+    and after the valid one was seen."""
+    tokens = Tokens("operator-secret")
+    good = f"Bearer {tokens.node_token('w1')}"
+    bad = good[:-1] + ("0" if good[-1] != "0" else "1")
+    assert tokens.from_header(bad) is None
+    for _ in range(2):
+        principal = tokens.from_header(good)
+        assert principal is not None and principal.node_id == "w1"
+        assert tokens.from_header(bad) is None
+        assert tokens.from_header("Bearer operator-secret") == Principal(None)
+        assert tokens.from_header("Bearer operator-secreT") is None
+    assert Tokens("rotated").from_header(good) is None
 
 
 # --- the remote client's transport ------------------------------------------------------

@@ -168,22 +168,6 @@ def load_mcp_app(cluster: Any, host: str = "127.0.0.1") -> ASGIApp | None:
     return None if factory is None else factory(cluster, host=host)
 
 
-class _Dispatch:
-    """Send ``/mcp`` (scope unchanged) through the gate, everything else to the API."""
-
-    def __init__(self, api: ASGIApp, mcp: _McpGate) -> None:
-        self.api = api
-        self.mcp = mcp
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
-                await self.mcp(scope, receive, send)
-                return
-        await self.api(scope, receive, send)
-
-
 def create_app(
     cluster: Any,
     *,
@@ -259,7 +243,7 @@ def create_app(
         routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error}
     )
     api.state.corral = st
-    dispatch = _Dispatch(ApiRouter(api, api.routes, st), _McpGate(mcp_app, st))
+    dispatch = ApiRouter(api, api.routes, st, mounts={MCP_PATH: _McpGate(mcp_app, st)})
     dispatch.state = st  # type: ignore[attr-defined]
     return dispatch
 

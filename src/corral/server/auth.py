@@ -103,10 +103,11 @@ _VERIFIED_CACHE_SIZE = 4096
 class Tokens:
     """Checks bearer tokens against the operator secret; issues node tokens.
 
-    Node tokens that passed the HMAC check are remembered (up to 4096, then the
-    memory starts over), so a node's repeated calls cost one dict lookup. Only valid
-    tokens are kept: a wrong token is always checked in full, and a lookup can only
-    find a token that was presented before and verified."""
+    ``from_header`` remembers the header values that named a valid principal (up to
+    4096, then the memory starts over), so a caller's repeated requests cost one dict
+    lookup instead of an HMAC. Only valid values are kept: a wrong token is always
+    checked in full, and a lookup finds only a value presented and verified before
+    (dict lookups compare keyed SipHash hashes first, so they leak nothing useful)."""
 
     def __init__(self, operator_token: str) -> None:
         if not operator_token:
@@ -126,19 +127,13 @@ class Tokens:
     def check(self, token: str) -> Principal | None:
         """The principal a token names, or None when it is not valid."""
         if token.startswith(_NODE_PREFIX):
-            known = self._verified.get(token)
-            if known is not None:
-                return known
             encoded, _, mac = token[len(_NODE_PREFIX) :].rpartition(".")
             try:
                 node_id = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
             except (binascii.Error, UnicodeDecodeError, ValueError):
                 return None
             if node_id and hmac.compare_digest(mac.encode(), self._mac(node_id).encode()):
-                if len(self._verified) >= _VERIFIED_CACHE_SIZE:
-                    self._verified.clear()
-                principal = self._verified[token] = Principal(node_id)
-                return principal
+                return Principal(node_id)
             return None
         if hmac.compare_digest(token.encode(), self._operator):
             return Principal(None)
@@ -148,7 +143,15 @@ class Tokens:
         """Parse an ``Authorization: Bearer …`` header value."""
         if not value:
             return None
+        known = self._verified.get(value)
+        if known is not None:
+            return known
         scheme, _, token = value.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        return self.check(token.strip())
+        principal = self.check(token.strip())
+        if principal is not None:
+            if len(self._verified) >= _VERIFIED_CACHE_SIZE:
+                self._verified.clear()
+            self._verified[value] = principal
+        return principal

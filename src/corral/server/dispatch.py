@@ -176,12 +176,22 @@ class OpEndpoint:
 
 class ApiRouter:
     """Cached ``(method, path) -> op`` in front of the Starlette app ``fallback``,
-    whose routes (in order) decide every match the cache does not hold yet."""
+    whose routes (in order) decide every match the cache does not hold yet.
+    ``mounts`` maps a path prefix (``/mcp``) to the app that serves it and what is
+    under it, scope unchanged."""
 
-    def __init__(self, fallback: ASGIApp, routes: list[Any], st: ServerState) -> None:
+    def __init__(
+        self,
+        fallback: ASGIApp,
+        routes: list[Any],
+        st: ServerState,
+        *,
+        mounts: dict[str, ASGIApp] | None = None,
+    ) -> None:
         self.fallback = fallback
         self.routes = routes
         self.st = st
+        self.mounts = dict(mounts or {})
         self._cache: dict[tuple[str, str], tuple[Op, dict[str, Any]] | None] = {}
 
     def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
@@ -197,19 +207,25 @@ class ApiRouter:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("root_path"):
+        if scope["type"] != "http":
             await self.fallback(scope, receive, send)
             return
-        key = (scope["method"], scope["path"])
-        try:
-            hit = self._cache[key]
-        except KeyError:
-            hit = self._match(scope)
-            if len(self._cache) >= _ROUTE_CACHE_SIZE:
-                self._cache.clear()
-            self._cache[key] = hit
-        if hit is None:
-            await self.fallback(scope, receive, send)
-            return
-        op, params = hit
-        await handle(self.st, op, dict(params), scope, receive, send)
+        path = scope["path"]
+        if not scope.get("root_path"):
+            key = (scope["method"], path)
+            try:
+                hit = self._cache[key]
+            except KeyError:
+                hit = self._match(scope)
+                if len(self._cache) >= _ROUTE_CACHE_SIZE:
+                    self._cache.clear()
+                self._cache[key] = hit
+            if hit is not None:
+                op, params = hit
+                await handle(self.st, op, dict(params), scope, receive, send)
+                return
+        for prefix, app in self.mounts.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                await app(scope, receive, send)
+                return
+        await self.fallback(scope, receive, send)
