@@ -127,7 +127,7 @@ async def handle(
         if op.body is not None:
             raw = await _read_body(receive, length)
             try:
-                body = op.body.model_validate_json(raw if raw.strip() else b"{}")
+                body = op.body.model_validate_json(b"{}" if not raw or raw.isspace() else raw)
             except ValidationError as exc:
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
