@@ -195,8 +195,8 @@ class SQLiteStore(SQLStore):
         self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
     ) -> tuple[Task, Task | None]:
         """One transaction: a worker's finish-then-next costs one commit, not two. (The
-        write lock makes the shared claim statement exact here; on PostgreSQL the
-        default two-step version is used.)"""
+        write lock makes the shared claim statement exact here; PostgreSQL has its own
+        single statement.)"""
         with self._write() as tx:
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
