@@ -6,7 +6,8 @@ Per request, on the event loop:
   so the rules stay Starlette's (the first full match wins; misses, 404s, 405s and
   redirects go through the Starlette app unchanged) and a node's repeated
   ``POST /v1/nodes/N/heartbeat`` costs one dict lookup;
-- **auth** from the raw ``Authorization`` header (``Tokens`` caches verified tokens);
+- **auth** from the raw ``Authorization`` header (``Tokens`` remembers the header
+  values it verified, so a node's repeated calls cost no HMAC);
 - **parse**: pydantic validates the body straight from bytes, the query string with
   the op's query model; any problem is a 4xx envelope before the service is called;
 - **call**: operations marked ``short`` (one bounded transaction) run inline under
@@ -15,8 +16,9 @@ Per request, on the event loop:
   thread instead. Every other operation (PostgreSQL, scans, batches, waiting
   claims) hops to a thread once. The hop costs more than the transaction on a
   loaded 2-core machine (docs/performance.md);
-- **answer**: JSON bytes from ``pydantic_core.to_json`` (the same text as
-  ``json.dumps`` for the service's plain data, ~6x faster), as two ASGI messages.
+- **answer**: JSON bytes from ``pydantic_core.to_json`` (the same values as
+  ``json.dumps`` would write, a float's exponent aside: ``1e-7`` for ``1e-07``;
+  ~6x faster), as two ASGI messages.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class _Disconnected(Exception):
 
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON of the service's data: plain values and ``corral.model``
-    records (a record is written field for field, exactly as its ``to_dict()``)."""
+    records (a record is written field for field, as its ``to_dict()``)."""
     return to_json(value)
 
 
