@@ -317,17 +317,23 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
     def heartbeat(
         self, node_id: str, payload: dict[str, Any], health: str | None, now: float
     ) -> Node:
+        encoded = _dumps(payload)
         with self._write() as tx:
-            old = self._live(tx, node_id, "node_live_for_update")
+            # The common beat (live node, same health) is one statement; else read it.
             row = tx.one(
-                "node_heartbeat",
-                payload=_dumps(payload),
-                health=health,
-                now=now,
-                incarnation=old["incarnation"],
+                "node_heartbeat_steady", id=node_id, payload=encoded, health=health, now=now
             )
-            if health is not None and health != old["health"]:
-                self._event(tx, now, "node_health", node_id, old=old["health"], new=health)
+            if row is None:
+                old = self._live(tx, node_id, "node_live_for_update")
+                row = tx.one(
+                    "node_heartbeat",
+                    payload=encoded,
+                    health=health,
+                    now=now,
+                    incarnation=old["incarnation"],
+                )
+                if health is not None and health != old["health"]:
+                    self._event(tx, now, "node_health", node_id, old=old["health"], new=health)
             return self._node(tx, row)
 
     def touch(self, node_id: str, now: float) -> bool:

@@ -92,6 +92,15 @@ WHERE incarnation = :incarnation;
 SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
 ORDER BY claimed_at DESC, id DESC LIMIT 1;
 
+-- name: node_heartbeat_steady
+-- A beat that changes no health, in one guarded statement; no row: the node is not
+-- live or its health changes (then the store reads it and records the change).
+UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
+                 dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated'
+  AND (:health::text IS NULL OR health IS NOT DISTINCT FROM :health::text)
+RETURNING *;
+
 -- name: node_heartbeat
 UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
                  dead_at = :now + live_window
