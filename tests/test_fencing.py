@@ -102,29 +102,29 @@ def test_terminating_returns_leases_without_burning_attempts(cluster):
     assert (back.status, back.assigned_to) == ("pending", None)
 
 
-def test_complete_and_claim_is_complete_then_claim(embedded):
+def test_complete_and_claim_is_complete_then_claim(cluster):
     """The worker's step: the same checks and events as the two calls, one commit."""
-    embedded.register_node("A", "developer")
-    first = embedded.add_task("Implement one", priority="high")
-    second = embedded.add_task("Implement two", priority="low")
-    t = embedded.claim_best_task("A", "developer")
-    done, nxt = embedded.complete_and_claim(t.id, "A", "developer", epoch=t.epoch, result=1)
+    cluster.register_node("A", "developer")
+    first = cluster.add_task("Implement one", priority="high")
+    second = cluster.add_task("Implement two", priority="low")
+    t = cluster.claim_best_task("A", "developer")
+    done, nxt = cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch, result=1)
     assert (done.id, done.status, done.result) == (first.id, "done", 1)
     assert (nxt.id, nxt.status, nxt.assigned_to) == (second.id, "in_progress", "A")
-    kinds = [e.kind for e in embedded.events()][-2:]
+    kinds = [e.kind for e in cluster.events()][-2:]
     assert kinds == ["task_completed", "task_claimed"]
-    done, nxt = embedded.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
+    done, nxt = cluster.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
     assert done.status == "done" and nxt is None
 
 
-def test_complete_and_claim_refusals_change_nothing(embedded):
-    embedded.register_node("A", "developer")
-    embedded.add_task("Implement one")
-    embedded.add_task("Implement two")
-    t = embedded.claim_best_task("A", "developer")
-    before = _snapshot(embedded)
+def test_complete_and_claim_refusals_change_nothing(cluster):
+    cluster.register_node("A", "developer")
+    cluster.add_task("Implement one")
+    cluster.add_task("Implement two")
+    t = cluster.claim_best_task("A", "developer")
+    before = _snapshot(cluster)
     with pytest.raises(LeaseError):
-        embedded.complete_and_claim(t.id, "A", "developer", epoch=t.epoch + 1)
+        cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch + 1)
     with pytest.raises(InvalidInputError):
-        embedded.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
-    assert _snapshot(embedded) == before
+        cluster.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
+    assert _snapshot(cluster) == before
