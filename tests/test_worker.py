@@ -160,7 +160,9 @@ def test_task_arriving_during_the_grace_period_cancels_termination(cli):
     echo = "echo '{\"ok\": 1}'"
     proc = cli["start"]("--id", "W1", "--role", "developer", "--heartbeat-interval", "0.2",
                         "--idle-timeout", "3.0", "--", "sh", "-c", echo)  # fmt: skip
-    wait_for(lambda: _status(c, "W1") == "idle", what="W1 idle")
+    # A new node is already idle when it registers: wait for the worker's own step
+    # into idle (STEP 1.5), so the task really arrives during the grace period.
+    wait_for(lambda: "node_status:idle" in _kinds(c, "W1"), what="W1 went idle")
     task = c.add_task("implement it")
     done = wait_for(lambda: (t := c.get_task(task.id)).status == "done" and t, what="done")
     log = cli["log"]
