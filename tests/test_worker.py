@@ -3,6 +3,7 @@ as a real process (the idle protocol of anti-idle.md STEP 1.5, SIGTERM, bad inpu
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -94,6 +95,27 @@ def test_run_with_handler_then_idle_retirement(sqlite_cluster, worker):
     assert seen == [1, 2] and worker.exit_reason == "idle"
     assert [sqlite_cluster.get_task(i).result for i in (1, 2)] == [{"n": 1}, {"n": 2}]
     assert sqlite_cluster.get_node("W1").status == "terminated"
+
+
+def test_run_finishes_and_takes_the_next_task_in_one_call(sqlite_cluster, worker):
+    """The loop chains: each completion and the next claim are one transaction (their
+    events are adjacent, with one timestamp); the last allowed task is not chained."""
+    sqlite_cluster.add_tasks([{"title": f"implement {i}"} for i in range(4)])
+    assert worker.run(lambda t: t.id, max_tasks=3) == 0
+    events = [e for e in sqlite_cluster.events(limit=1000) if e.kind.startswith("task_")]
+    pairs = [
+        (a, b)
+        for a, b in itertools.pairwise(events)
+        if a.kind == "task_completed" and b.kind == "task_claimed"
+    ]
+    assert len(pairs) == 2
+    assert all(b.seq == a.seq + 1 and b.ts == a.ts for a, b in pairs)
+    assert [t.status for t in sqlite_cluster.list_tasks(limit=10)][::-1] == [
+        "done",
+        "done",
+        "done",
+        "pending",
+    ]
 
 
 # --- `corral worker` as a real process -------------------------------------------------

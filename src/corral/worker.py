@@ -62,11 +62,12 @@ class Claimed:
     """A claimed task: every ``Task`` attribute, plus a settable ``result`` that is
     stored when the ``with`` block ends without an exception."""
 
-    __slots__ = ("result", "task")
+    __slots__ = ("next", "result", "task")
 
     def __init__(self, task: Task) -> None:
         self.task = task
         self.result: Any = None
+        self.next: Task | None = None  # the task claimed with the completion (run's loop)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.task, name)
@@ -268,20 +269,28 @@ class Worker:
         with self._hold(task) as held:
             yield held
 
-    def _complete(self, task: Task, result: Any) -> None:
+    def _complete(self, task: Task, result: Any, *, chain: bool = False) -> Task | None:
+        """Complete ``task``; with ``chain`` (and a client that has it) claim the next
+        one in the same call (one commit per task) and return it."""
+        chained = getattr(self.cluster, "complete_and_claim", None) if chain else None
+        nxt = None
         try:
-            self._call(self.cluster.complete_task, task.id, self.agent_id, task.epoch, result)
+            if chained is not None:
+                _, nxt = self._call(chained, task.id, self.agent_id, self.role, task.epoch, result)
+            else:
+                self._call(self.cluster.complete_task, task.id, self.agent_id, task.epoch, result)
         except InvalidInputError as exc:
             self._fail(task, TaskFailed(f"unusable result: {exc}"))
-            return
+            return None
         except (LeaseError, NotFoundError) as exc:
             self.refused += 1
             log.warning("completion of task %s refused (lease lost): %s", task.id, exc,
                         extra={"action": "completion_refused", "task_id": task.id})  # fmt: skip
-            return
+            return None
         self.completed += 1
         self.monitor.record_task_completion()
         log.info("completed task %s", task.id, extra={"action": "task_completed"})
+        return nxt
 
     def _fail(self, task: Task, exc: BaseException) -> None:
         error = _error_text(exc)
@@ -309,12 +318,16 @@ class Worker:
         handled = 0
         try:
             self.register()
+            task: Task | None = None
             while max_tasks is None or handled < max_tasks:
-                task = self._claim(None) or self._idle()
+                task = task or self._claim(None) or self._idle()
                 if task is None:
                     return EXIT_OK
-                with self._hold(task) as held:
+                # Chain (finish and take the next in one call) unless this is the last.
+                chain = max_tasks is None or handled + 1 < max_tasks
+                with self._hold(task, chain=chain) as held:
                     held.result = handler(task)
+                task = held.next
                 handled += 1
                 self.catch_up()
             self.exit_reason = "max_tasks"
@@ -334,7 +347,10 @@ class Worker:
                 self.close()
 
     @contextmanager
-    def _hold(self, task: Task) -> Iterator[Claimed]:
+    def _hold(self, task: Task, *, chain: bool = False) -> Iterator[Claimed]:
+        """Run the body with ``task`` held; complete it on success (and, with
+        ``chain``, claim the next task in the same call: ``held.next``), fail it with
+        the error otherwise."""
         held = Claimed(task)
         self.monitor.add_task(task.id)
         log.info("claimed task %s (epoch %s): %s", task.id, task.epoch, task.title,
@@ -344,7 +360,7 @@ class Worker:
         except Exception as exc:
             self._fail(task, exc)
         else:
-            self._complete(task, held.result)
+            held.next = self._complete(task, held.result, chain=chain)
         self.monitor.remove_task(task.id)
 
     def _idle(self) -> Task | None:
