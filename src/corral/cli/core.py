@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import signal
-from pathlib import Path
 from typing import Any
 
 import click
@@ -334,4 +333,3 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
 def register(cli: click.Group) -> None:
     for command in (init, status, assess, node, task, config, monitor):
         cli.add_command(command)
-    _ = Path  # keep the import for commands that take paths
