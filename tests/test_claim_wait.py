@@ -9,6 +9,15 @@ from typing import Any
 import pytest
 
 from corral.errors import InvalidInputError
+from corral.store.signal import ReadySignal, signal_for
+from tests.worker_app import wait_for
+
+
+def _signal(cluster: Any, tmp_path: Any) -> ReadySignal:
+    """The wake-up a waiting claim blocks on: the store's, or for the HTTP backend the
+    server's (same process, same SQLite file, one signal per file)."""
+    store = getattr(cluster, "store", None)
+    return store._ready if store is not None else signal_for(tmp_path / "corral.db")
 
 
 def test_wait_returns_a_pending_task_at_once(cluster: Any) -> None:
@@ -21,20 +30,18 @@ def test_wait_returns_a_pending_task_at_once(cluster: Any) -> None:
     assert time.monotonic() - start < 1.0
 
 
-def test_wait_wakes_when_a_task_is_added(cluster: Any) -> None:
+def test_wait_wakes_when_a_task_is_added(cluster: Any, tmp_path: Any) -> None:
     """A claim waiting on an empty board takes the task another thread adds."""
     cluster.register_node("w1", "developer")
     added: list[int] = []
-    started = threading.Event()
+    signal = _signal(cluster, tmp_path)
 
     def add_later() -> None:
-        started.wait(5)
-        time.sleep(0.05)  # let the claim reach its wait
+        wait_for(lambda: signal.waiters > 0, timeout=10, what="the claim waiting")
         added.append(cluster.add_task("implement the thing").id)
 
     thread = threading.Thread(target=add_later)
     thread.start()
-    started.set()
     got = cluster.claim_best_task("w1", "developer", wait=10)
     thread.join()
     assert got is not None and [got.id] == added

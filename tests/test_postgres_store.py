@@ -23,6 +23,7 @@ from corral.store.queries import load_queries, migrations, schema
 from tests import pg_procs, procs
 from tests.backends import postgres as pg
 from tests.test_claim_order import boards, claim_sequence
+from tests.worker_app import wait_for
 
 CTX = mp.get_context("spawn")
 
@@ -131,7 +132,8 @@ def test_waiting_claim_wakes_within_50ms_p99(pg_url: str) -> None:
         for i in range(trials):
             assert ready.wait(10)
             ready.clear()
-            time.sleep(0.01)  # let the claim reach its wait (a claim before it is faster)
+            # the claim must be blocked in its wait (a claim before it is faster)
+            wait_for(lambda: waiter.store._ready.waiters > 0, timeout=10, what="waiting claim")
             start = time.perf_counter()
             task = adder.add_task(f"job {i}")
             while len(got) <= i:  # the waiter reports within its wait

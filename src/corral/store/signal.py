@@ -24,6 +24,13 @@ class ReadySignal:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._count = 0
+        self._waiters = 0
+
+    @property
+    def waiters(self) -> int:
+        """How many claims are blocked in ``wait`` right now (tests wait on it)."""
+        with self._cond:
+            return self._waiters
 
     def token(self) -> int:
         with self._cond:
@@ -38,12 +45,16 @@ class ReadySignal:
         """Block until bumped past ``token`` or ``timeout`` seconds; True if bumped."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._count == token:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
-            return True
+            self._waiters += 1
+            try:
+                while self._count == token:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return True
+            finally:
+                self._waiters -= 1
 
 
 _signals: dict[str, ReadySignal] = {}
