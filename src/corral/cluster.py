@@ -173,12 +173,18 @@ class Cluster:
         priority: Any = "medium",
         role: Any = None,
         max_attempts: Any = None,
+        *,
+        roles: tuple[str, ...] | None = None,
     ) -> TaskSpec:
+        """A validated task; ``roles`` are the known roles when the caller already
+        read them (a batch reads the settings once)."""
+        if role is not None:
+            role = check_choice(role, roles or self.store.settings().roles, "role")
         return TaskSpec(
             title=check_text(title, "title", max_len=defaults.MAX_TITLE, allow_empty=False).strip(),
             description=check_text(description, "description", max_len=defaults.MAX_DESCRIPTION),
             priority=check_choice(priority, defaults.PRIORITIES, "priority"),
-            role=None if role is None else self._role(role),
+            role=role,
             max_attempts=None
             if max_attempts is None
             else int(check_positive(max_attempts, "max_attempts", integer=True)),
@@ -204,6 +210,11 @@ class Cluster:
         if not isinstance(tasks, list) or len(tasks) > 100_000:
             raise InvalidInputError("tasks must be a list of at most 100000 items", field="tasks")
         specs = []
+        roles = (
+            self.store.settings().roles
+            if any(isinstance(item, dict) and item.get("role") is not None for item in tasks)
+            else None
+        )
         for i, item in enumerate(tasks):
             if not isinstance(item, dict):
                 raise InvalidInputError(f"tasks[{i}] must be an object", field="tasks")
@@ -214,7 +225,7 @@ class Cluster:
                 )
             if "title" not in item:
                 raise InvalidInputError(f"tasks[{i}] has no title", field="tasks")
-            specs.append(self._task_spec(**item))
+            specs.append(self._task_spec(**item, roles=roles))
         return self.store.add_tasks(specs, self.clock.now())
 
     def get_task(self, task_id: int | str) -> Task:
