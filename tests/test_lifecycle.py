@@ -64,3 +64,36 @@ def test_current_task_is_the_newest_held(embedded, clock):
     assert embedded.get_node("W").current_task_id is None
     named = embedded.set_agent_status("W", "working", a.id)
     assert named.current_task_id == a.id
+
+
+def test_sqlite_triggers_use_the_stamp_fraction():
+    """The SQLite triggers that re-stamp a claim's and a completion's holder encode
+    lifecycle.stamp_due with the same fraction (SQL cannot import it)."""
+    import re
+
+    from corral.store.queries import schema
+
+    factors = re.findall(r"< live_window \* ([0-9.]+)", schema("sqlite"))
+    assert len(factors) == 2  # task_claimed and task_completed
+    assert {float(f) for f in factors} == {1 - STAMP_FRACTION}
+
+
+def test_claims_and_completions_stamp_only_when_due(embedded, clock):
+    """A busy node's row is re-stamped only once a tenth of its window has passed, or
+    when its state changes (idle -> working); events are recorded every time."""
+    embedded.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
+    for i in range(3):
+        embedded.add_task(f"Implement step {i}")
+    first = embedded.claim_best_task("W", "developer")  # idle -> working: stamped
+    stamped = embedded.get_node("W").dead_at
+    assert stamped == clock.now() + 30
+    clock.advance(30 * STAMP_FRACTION * 0.5)  # not due
+    _, second = embedded.complete_and_claim(first.id, "W", "developer", first.epoch)
+    assert embedded.get_node("W").dead_at == stamped
+    clock.advance(30 * STAMP_FRACTION)  # due
+    embedded.complete_task(second.id, "W", second.epoch)
+    assert embedded.get_node("W").dead_at == clock.now() + 30
+    kinds = [e.kind for e in embedded.events() if e.kind.startswith("task_")]
+    assert kinds.count("task_claimed") == 2 and kinds.count("task_completed") == 2
+    claimed = [e for e in embedded.events() if e.kind == "task_claimed"][-1]
+    assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sqlite3
+import time
 
 import pytest
 
@@ -113,8 +114,9 @@ def test_claim_plans_use_the_indexes(tmp_path):
         )
     )
     assert "SEARCH ready USING PRIMARY KEY (role=?)" in plan
-    assert "SCAN tasks USING INDEX tasks_ready" in plan
-    assert "SCAN tasks " not in plan.replace("SCAN tasks USING INDEX tasks_ready", "")
+    assert "SEARCH tasks USING COVERING INDEX tasks_open (status=? AND assigned_to=?)" in plan
+    assert "SCAN tasks" not in plan
+    assert "SEARCH nodes USING INDEX nodes_live_id (id=?)" in plan  # only a live node claims
 
 
 def test_bad_urls_are_refused():
@@ -122,3 +124,96 @@ def test_bad_urls_are_refused():
         corral.connect("sqlite://relative.db")
     with pytest.raises(InvalidInputError, match="unsupported"):
         corral.connect("mysql://x")
+
+
+def test_task_rows_unpack_in_schema_order(tmp_path):
+    """The SQLite store reads task rows by position: its column list is the table's,
+    and a row read that way equals the one read by name."""
+    from corral.store.rows import task_from_row
+    from corral.store.sqlite import TASK_COLUMNS, _task
+
+    store = SQLiteStore(tmp_path / "cols.db")
+    columns = tuple(r[1] for r in store._conn.execute("PRAGMA table_info(tasks)"))
+    assert columns == TASK_COLUMNS
+    store._conn.execute(
+        "INSERT INTO tasks (title, priority, roles, status, max_attempts, sort_key, created_at,"
+        " updated_at, result) VALUES ('t', 'high', 'developer tester', 'done', 3, 1.5, 2.0,"
+        " 3.0, '{\"ok\": [1, 2]}')"
+    )
+    row = store._conn.execute("SELECT * FROM tasks").fetchone()
+    assert _task(row) == task_from_row(row)
+    assert _task(row).roles == ("developer", "tester") and _task(row).result == {"ok": [1, 2]}
+    store.close()
+
+
+def _hold_writer_lock(path: str, held) -> None:
+    import fcntl
+    import os
+
+    fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held.set()
+    time.sleep(120)  # until the test kills it
+
+
+def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
+    """Another process holding the writer lock: a ``nowait`` write refuses at once and
+    changes nothing, a plain write waits (it does not fail), and when the holder is
+    killed the kernel frees the lock and the waiting write goes through."""
+    import os
+    import signal
+    import threading
+
+    from corral.store.sqlite import WouldBlock
+
+    path = tmp_path / "queue.db"
+    c = corral.connect(f"sqlite:///{path}")
+    held = CTX.Event()
+    holder = CTX.Process(target=_hold_writer_lock, args=(str(path), held))
+    holder.start()
+    try:
+        assert held.wait(30)
+        assert oct(os.stat(f"{path}-lock").st_mode & 0o777) == "0o600"
+        with pytest.raises(WouldBlock), c.store.nowait():
+            c.add_task("Implement while locked")
+        assert c.list_tasks() == []
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (c.add_task("Implement queued"), done.set()))
+        writer.start()
+        assert not done.wait(0.3)  # queued behind the holder, not failed
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+        assert done.wait(30)
+        writer.join(30)
+        assert [t.title for t in c.list_tasks()] == ["Implement queued"]
+    finally:
+        if holder.is_alive():
+            holder.kill()
+        holder.join(30)
+        c.close()
+
+
+def test_checkpoints_run_off_the_commit_path(tmp_path):
+    """No checkpoint thread for a store that has written little; after
+    SQLITE_CHECKPOINT_EVERY commits one starts, copies the WAL into the database file
+    and leaves nothing to checkpoint; closing the store stops it."""
+    from corral.defaults import SQLITE_CHECKPOINT_EVERY, SQLITE_WAL_LIMIT_PAGES
+
+    store_url = f"sqlite:///{tmp_path / 'ckpt.db'}"
+    c = corral.connect(store_url)
+    conn = c.store._conn
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == SQLITE_WAL_LIMIT_PAGES
+    c.register_node("W", "developer")
+    checkpoints = c.store._checkpoints
+    assert checkpoints._thread is None
+    for i in range(SQLITE_CHECKPOINT_EVERY):
+        c.add_task(f"Implement part {i}")
+    deadline = time.monotonic() + 30
+    while checkpoints.runs < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checkpoints.runs >= 1
+    busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and log == done  # everything already copied back
+    thread = checkpoints._thread
+    c.close()
+    assert not thread.is_alive()

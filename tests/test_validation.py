@@ -77,6 +77,7 @@ def test_sixty_four_characters_is_the_longest_id(seeded):
         (lambda c: c.configure(max_agents=0), "max_agents"),
         (lambda c: c.configure(colour="blue"), "colour"),
         (lambda c: c.configure(role_keywords={"bootstrap_manager": ["x"]}), "role_keywords"),
+        (lambda c: c.configure(role_keywords={"data eng": ["etl"]}), "role_keywords"),
     ],
 )
 def test_bad_values_name_the_field_and_change_nothing(seeded, call, field):

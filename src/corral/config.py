@@ -31,6 +31,10 @@ def _check_keywords(value: Any) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for role, words in value.items():
         check_id(role, f"{field} role")
+        if len(role.split()) != 1:  # a task lists the roles it matches space-separated
+            raise InvalidInputError(
+                f"{field} role names cannot contain spaces; got {role!r:.40}", field=field
+            )
         if role == defaults.MANAGER_ROLE:
             raise InvalidInputError(f"{field} cannot define {role}", field=field)
         if isinstance(words, str) or not isinstance(words, list | tuple):

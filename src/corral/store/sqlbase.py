@@ -403,38 +403,6 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
                 rows = tx.all("tasks_all", limit=limit)
         return [task_from_row(r) for r in rows]
 
-    def claim(self, node_id: str, role: str, now: float) -> Task | None:
-        with self._write() as tx:
-            row = self._claim_in(tx, node_id, role, now)
-        return None if row is None else task_from_row(row)
-
-    def _claim_in(self, tx: Tx, node_id: str, role: str, now: float) -> Any:
-        """The claim inside a write transaction; the task's row, or None."""
-        self._check_role(tx, role)
-        node = tx.one("node_claim_state", id=node_id) or self._live(tx, node_id)
-        due = lifecycle.stamp_due(node["dead_at"], node["live_window"], now)
-        row = tx.one(
-            "claim_take", role=role, node_id=node_id, now=now, bonus=scoring.ROLE_BONUS_SECONDS
-        )
-        if row is None:
-            if due:
-                tx.run("node_touch", id=node_id, now=now)
-            return None
-        if due or node["status"] != "working" or node["current_task_id"] is not None:
-            tx.run("node_claim_stamp", now=now, incarnation=node["incarnation"])
-        self._dequeue(tx, row)
-        self._event(
-            tx,
-            now,
-            "task_claimed",
-            node_id,
-            row["id"],
-            epoch=row["epoch"],
-            role=role,
-            attempt=row["attempts"],
-        )
-        return row
-
     def _refuse(self, tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
         row = tx.one("task_get", id=task_id)
         if row is None:
@@ -452,37 +420,6 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
             f"task {task_id} was claimed again (epoch {row['epoch']}); epoch {epoch} is stale",
             field="epoch",
         )
-
-    def complete(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
-    ) -> Task:
-        with self._write() as tx:
-            row = self._complete_in(tx, task_id, node_id, epoch, result, now)
-        return task_from_row(row)
-
-    def _complete_in(
-        self, tx: Tx, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
-    ) -> Any:
-        """The completion inside a write transaction; the task's row (or LeaseError)."""
-        row = tx.one(
-            "task_complete",
-            id=task_id,
-            node_id=node_id,
-            epoch=epoch,
-            result=None if result is None else _dumps(result),
-            now=now,
-        )
-        if row is None:
-            self._refuse(tx, task_id, node_id, epoch)
-        tx.run(
-            "node_done_with",
-            id=node_id,
-            task_id=task_id,
-            now=now,
-            stamp=1 - lifecycle.STAMP_FRACTION,
-        )
-        self._event(tx, now, "task_completed", node_id, task_id, epoch=row["epoch"])
-        return row
 
     def fail(
         self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float

@@ -137,7 +137,8 @@ RETURNING *;
 SELECT * FROM tasks WHERE id = :id;
 
 -- name: tasks_pending
-SELECT * FROM tasks WHERE status = 'pending' ORDER BY sort_key, created_at, id LIMIT :limit;
+SELECT * FROM tasks WHERE status = 'pending' AND assigned_to IS NULL
+ORDER BY sort_key, created_at, id LIMIT :limit;
 
 -- name: tasks_in_progress
 SELECT * FROM tasks WHERE status = 'in_progress' ORDER BY id LIMIT :limit;
@@ -168,7 +169,8 @@ DELETE FROM ready;
 
 -- name: claim_take
 -- The better of two index heads: the best task matching :role (its score carries the
--- role bonus, :bonus seconds of sort key) and the best pending task of any role.
+-- role bonus, :bonus seconds of sort key) and the best pending task of any role; taken
+-- only by a live node. The trigger task_claimed re-stamps the holder when due.
 UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                  attempts = attempts + 1, claimed_at = :now, updated_at = :now
 WHERE status = 'pending' AND id = (
@@ -178,13 +180,16 @@ WHERE status = 'pending' AND id = (
             ORDER BY sort_key, created_at, task_id LIMIT 1)
         UNION ALL
         SELECT task_id, sort_key AS k, created_at FROM (
-            SELECT id AS task_id, sort_key, created_at FROM tasks WHERE status = 'pending'
+            SELECT id AS task_id, sort_key, created_at FROM tasks
+            WHERE status = 'pending' AND assigned_to IS NULL
             ORDER BY sort_key, created_at, id LIMIT 1)
     )
     ORDER BY k, created_at, task_id LIMIT 1)
+  AND EXISTS (SELECT 1 FROM nodes WHERE id = :node_id AND status <> 'terminated')
 RETURNING *;
 
 -- name: task_complete
+-- The trigger task_completed re-stamps the holder when due and records the event.
 UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                  updated_at = :now
 WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id

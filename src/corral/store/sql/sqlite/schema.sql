@@ -56,9 +56,11 @@ CREATE TABLE tasks (
     result        TEXT,
     error         TEXT
 );
--- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus.
-CREATE INDEX tasks_ready ON tasks (sort_key, created_at, id) WHERE status = 'pending';
-CREATE INDEX tasks_holder ON tasks (assigned_to, id) WHERE status = 'in_progress';
+-- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus
+-- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
+-- sorts just before 'pending': with few tasks held, a claim changes one index page.
+CREATE INDEX tasks_open ON tasks (status, assigned_to, sort_key, created_at, id)
+    WHERE status = 'pending' OR status = 'in_progress';
 
 -- The role heads: one row per pending task and role it matches, in the same order.
 -- The best task for a role is the better of this head (+ bonus) and tasks_ready's.
@@ -79,3 +81,31 @@ CREATE TABLE events (
     task_id INTEGER,
     data    TEXT NOT NULL DEFAULT '{}'
 );
+
+-- A claim's and a completion's bookkeeping, in the statement that makes them: the
+-- holder's row is re-stamped only when a tenth of its liveness window has passed since
+-- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, and a completion
+-- records its event (a claim's event names the claimed role, which only the caller
+-- knows, so the store inserts it).
+CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
+WHEN old.status = 'pending' AND new.status = 'in_progress'
+BEGIN
+    UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
+                     last_activity = new.claimed_at, dead_at = new.claimed_at + live_window
+    WHERE id = new.assigned_to AND status <> 'terminated'
+      AND (status <> 'working' OR current_task_id IS NOT NULL
+           OR dead_at - new.claimed_at < live_window * 0.9);
+END;
+
+CREATE TRIGGER task_completed AFTER UPDATE OF status ON tasks
+WHEN old.status = 'in_progress' AND new.status = 'done'
+BEGIN
+    UPDATE nodes SET current_task_id = CASE WHEN current_task_id = new.id THEN NULL
+                                            ELSE current_task_id END,
+                     last_activity = new.finished_at, dead_at = new.finished_at + live_window
+    WHERE id = new.assigned_to AND status <> 'terminated'
+      AND (current_task_id = new.id OR dead_at - new.finished_at < live_window * 0.9);
+    INSERT INTO events (ts, kind, node_id, task_id, data)
+    VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
+            json_object('epoch', new.epoch));
+END;
