@@ -222,6 +222,53 @@ def test_client_reads_chunked_and_length_bodies_on_one_connection() -> None:
         server.close()
 
 
+def test_client_reads_framing_fields_in_any_case_and_only_at_a_line_start() -> None:
+    """Content-Length, Transfer-Encoding and Connection are found whatever their case
+    and spacing; the same words inside another field's value frame nothing."""
+    server = ScriptedServer(
+        [
+            (b'HTTP/1.1 200 OK\r\nX-Note: content-length: 99\r\nCONTENT-LENGTH :  7\r\n\r\n{"n":2}',
+             False),
+            (b"HTTP/1.1 200 OK\r\nX-Note: connection: close\r\nTransfer-Encoding: Chunked\r\n"
+             b"\r\n1\r\n3\r\n0\r\n\r\n", False),
+            (_ok(b"4", b"CONNECTION: Close\r\n"), False),
+            (_ok(b"5"), False),
+        ]
+    )  # fmt: skip
+    try:
+        with HttpClient(f"http://127.0.0.1:{server.port}", token="t") as c:
+            assert c.request("GET", "/a") == {"n": 2}
+            assert c.request("GET", "/b") == 3
+            assert server.connections == 1
+            assert c.request("GET", "/c") == 4
+            assert c.request("GET", "/d") == 5
+        assert server.connections == 2
+    finally:
+        server.close()
+
+
+def test_client_records_ignore_fields_a_newer_server_adds(local: Any) -> None:
+    """Records are built from the fields this client knows; unknown ones are dropped."""
+    from corral.model import Node
+    from corral.remote import _build
+
+    node = local.get_node("w1")
+    assert _build(Node, node.to_dict()) == node
+    assert _build(Node, {**node.to_dict(), "added_later": 1}) == node
+
+
+def test_client_checks_node_ids_it_has_seen_before() -> None:
+    """A node id's checked path is remembered; a bad id is refused every time."""
+    from corral.remote import _node_path
+
+    assert _node_path("w.1") == _node_path("w.1") == "w%2E1"
+    for _ in range(2):
+        with pytest.raises(InvalidInputError):
+            _node_path(" w1")
+        with pytest.raises(InvalidInputError):
+            _node_path(7)
+
+
 def test_client_reconnects_after_the_server_closes_an_idle_connection() -> None:
     """A keep-alive connection the server closed is replaced transparently; a
     ``Connection: close`` answer is honoured."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import threading
 from dataclasses import fields
@@ -57,9 +58,13 @@ _FIELDS: dict[type, frozenset[str]] = {}
 
 
 def _build(cls: type, d: dict[str, Any]) -> Any:
+    """``cls`` from a response object, ignoring fields this client does not know (a
+    newer server may send more)."""
     names = _FIELDS.get(cls)
     if names is None:
         names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
+    if names.issuperset(d):
+        return cls(**d)
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
@@ -73,8 +78,20 @@ def _event(d: dict[str, Any]) -> Event:
     return _build(Event, d)
 
 
+_NODE_PATHS: dict[str, str] = {}
+
+
 def _node_path(node_id: Any) -> str:
-    return quote(check_id(node_id), safe="").replace(".", "%2E")
+    """The node id as one path segment (checked, quoted; remembered once checked)."""
+    if type(node_id) is str:
+        path = _NODE_PATHS.get(node_id)
+        if path is not None:
+            return path
+    path = quote(check_id(node_id), safe="").replace(".", "%2E")
+    if len(_NODE_PATHS) >= 4096:
+        _NODE_PATHS.clear()
+    _NODE_PATHS[node_id] = path
+    return path
 
 
 def _read_token() -> str | None:
@@ -85,6 +102,10 @@ def _read_token() -> str | None:
 
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 _MAX_HEAD = 64 * 1024
+# The response header fields that frame the body or end the connection: (name, value).
+_FRAMING = re.compile(
+    r"(?:\A|\r\n)[ \t]*(content-length|transfer-encoding|connection)[ \t]*:([^\r]*)"
+)
 
 
 class _Closed(Exception):
@@ -147,26 +168,26 @@ class _Connection:
                     if len(self.buf) > _MAX_HEAD:
                         raise _Closed("response headers too large", partial=True)
                     self._fill(False)
-                head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+                head = self.buf[:end].decode("latin-1")
                 del self.buf[: end + 4]
-                parts = head[0].split(" ", 2)
+                line, _, fields = head.partition("\r\n")
+                parts = line.split(" ", 2)
                 if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-                    raise _Closed(f"not an HTTP response: {head[0][:80]!r}", partial=True)
+                    raise _Closed(f"not an HTTP response: {line[:80]!r}", partial=True)
                 status = int(parts[1])
                 if status >= 200:
                     break  # 1xx: an interim response, the real one follows
             length: int | None = None
             chunked = False
             close = parts[0] == "HTTP/1.0"
-            for field in head[1:]:
-                name, _, value = field.partition(":")
-                name = name.strip().lower()
+            # Only these three fields matter here; names are case-insensitive.
+            for name, value in _FRAMING.findall(fields.lower()):
                 if name == "content-length":
                     length = int(value.strip())
                 elif name == "transfer-encoding":
-                    chunked = "chunked" in value.lower()
-                elif name == "connection":
-                    value = value.strip().lower()
+                    chunked = "chunked" in value
+                else:
+                    value = value.strip()
                     close = "close" in value or (close and "keep-alive" not in value)
             if chunked:
                 body = bytearray()
@@ -304,7 +325,7 @@ class HttpClient:
             raise self._error(status, payload)
         if raw:
             return payload.decode()
-        return json.loads(payload)
+        return json.loads(payload.decode())
 
     def _error(self, status: int, payload: bytes) -> CorralError:
         try:
