@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import sqlite3
 import time
 
@@ -20,7 +21,12 @@ def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     rows = conn.execute(
         "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
     ).fetchall()
-    return [(t, n, " ".join(s.split())) for t, n, s in rows]
+
+    # Comments and whitespace aside (ALTER TABLE ... ADD COLUMN rewrites the stored text).
+    def shape(sql: str) -> str:
+        return re.sub(r"\s*([(),])\s*", r"\1", " ".join(re.sub(r"--[^\n]*", "", sql).split()))
+
+    return [(t, n, shape(s)) for t, n, s in rows]
 
 
 def test_migrations_produce_schema_sql(tmp_path):
@@ -217,3 +223,26 @@ def test_checkpoints_run_off_the_commit_path(tmp_path):
     thread = checkpoints._thread
     c.close()
     assert not thread.is_alive()
+
+
+def test_a_claim_drops_every_role_head_of_its_task(tmp_path):
+    """Role heads go with the claim: one by the trigger (one role), several by the
+    store (several roles); none is left once every task is claimed."""
+    c = corral.connect(f"sqlite:///{tmp_path / 'heads.db'}")
+    c.configure(role_keywords={"developer": ["implement"], "architect": ["design", "implement"]})
+    tasks = [c.add_task(t) for t in ("implement and design it", "design x", "implement y", "z")]
+    assert [t.roles for t in tasks] == [
+        ("architect", "developer"),
+        ("architect",),
+        ("architect", "developer"),
+        (),
+    ]
+    heads = c.store._conn.execute("SELECT count(*) FROM ready").fetchone()[0]
+    assert heads == 5
+    c.register_node("A", "developer")
+    claimed = [c.claim_best_task("A", "developer") for _ in tasks]
+    assert sorted(t.id for t in claimed) == [t.id for t in tasks]
+    assert c.store._conn.execute("SELECT count(*) FROM ready").fetchone()[0] == 0
+    roles = [e.data["role"] for e in c.events() if e.kind == "task_claimed"]
+    assert roles == ["developer"] * 4
+    c.close()

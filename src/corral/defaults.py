@@ -97,5 +97,5 @@ BUSY_TIMEOUT_SECONDS = 30.0
 MONITOR_MAX_SLEEP = 0.5
 MAX_CLAIM_WAIT = 3600.0  # longest ``claim_best_task(wait=…)``, seconds
 SQLITE_WAIT_RECHECK = 1.0  # a waiting claim on SQLite re-checks for other processes' tasks
-SQLITE_CHECKPOINT_EVERY = 100  # commits between background WAL checkpoints (per process)
+SQLITE_CHECKPOINT_EVERY = 200  # commits between background WAL checkpoints (per process)
 SQLITE_WAL_LIMIT_PAGES = 10_000  # the commit that fills the WAL this far checkpoints itself

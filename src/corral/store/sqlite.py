@@ -50,6 +50,8 @@ __all__ = ["SQLiteStore", "WouldBlock"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _QUERIES = load_queries("sqlite")
+_CLAIM_TAKE = _QUERIES["claim_take"]
+_TASK_COMPLETE = _QUERIES["task_complete"]
 
 
 class WouldBlock(Exception):
@@ -82,7 +84,7 @@ class _Tx:
 TASK_COLUMNS = (
     "id", "title", "description", "priority", "role", "roles", "status", "assigned_to",
     "epoch", "attempts", "max_attempts", "sort_key", "created_at", "claimed_at",
-    "updated_at", "finished_at", "result", "error",
+    "updated_at", "finished_at", "result", "error", "claimed_role",
 )  # fmt: skip
 
 
@@ -91,7 +93,7 @@ def _task(row: Any) -> Task:
     (
         id_, title, description, priority, role, roles, status, assigned_to, epoch,
         attempts, max_attempts, _sort_key, created_at, claimed_at, updated_at,
-        finished_at, result, error,
+        finished_at, result, error, _claimed_role,
     ) = row  # fmt: skip
     return Task(
         id=id_,
@@ -118,6 +120,12 @@ def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return StoreUnavailableError(f"SQLite store unavailable: {exc}; retry the call")
 
 
+# A writer that finds the lock taken first retries for this long, yielding the CPU
+# between tries, before it sleeps in the kernel: a write transaction takes ~0.1 ms, and
+# waking a sleeping process costs more than that on a busy machine.
+_SPIN_SECONDS = 0.0005
+
+
 class _WriterLock:
     """The queue for SQLite's write lock among corral's processes: an exclusive
     ``flock`` on ``<database>-lock``, taken before ``BEGIN IMMEDIATE`` and released
@@ -125,8 +133,9 @@ class _WriterLock:
 
     Without it, writers that find the database locked can only poll (SQLite has no
     wake-up), and under contention they either sleep past the moment the lock frees
-    or burn the CPU its holder needs. Here a waiter sleeps in the kernel until the
-    lock is released; the kernel releases it too when its holder dies. SQLite's lock
+    or burn the CPU its holder needs. Here a waiter yields for up to half a
+    millisecond, then sleeps in the kernel until the lock is released; the kernel
+    releases it too when its holder dies. SQLite's lock
     stays the authority: a writer that does not take this lock (another program) is
     still waited out by ``_retrying``."""
 
@@ -138,12 +147,20 @@ class _WriterLock:
     def acquire(self, blocking: bool) -> bool:
         if self._fd is None:
             return True
-        if not blocking:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if not blocking:
+                return False
+        spin_until = time.perf_counter() + _SPIN_SECONDS
+        while time.perf_counter() < spin_until:
+            os.sched_yield()
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
             except BlockingIOError:
-                return False
-            return True
+                pass
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         return True
 
@@ -182,7 +199,7 @@ class _Checkpointer:
     def committed(self) -> None:
         """Called after each commit, under the store's lock."""
         self._count += 1
-        if self._count < self._every:
+        if self._count < self._every or self._closed:
             return
         self._count = 0
         if self._thread is None:
@@ -239,7 +256,6 @@ class SQLiteStore(SQLStore):
         if not memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._quoted: dict[str, str] = {}  # role -> its JSON string (claim events)
         self._nowait = threading.local()
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
@@ -332,13 +348,17 @@ class SQLiteStore(SQLStore):
     def _begin(self) -> _Tx:
         """Take the store (threads), the writer lock (processes), then SQLite's write
         lock. Pair with ``_end``."""
-        self._acquire()
+        nowait = getattr(self._nowait, "on", False)
+        if not self._lock.acquire(blocking=not nowait):
+            raise WouldBlock("the store is busy in another thread")
         try:
-            nowait = getattr(self._nowait, "on", False)
             if not self._writer.acquire(blocking=not nowait):
                 raise WouldBlock("another process is writing")
             try:
-                self._retrying("BEGIN IMMEDIATE")
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError:  # another program writes: wait it out
+                    self._retrying("BEGIN IMMEDIATE")
             except BaseException:
                 self._writer.release()
                 raise
@@ -390,48 +410,45 @@ class SQLiteStore(SQLStore):
             self._lock.release()
 
     # --- the hot path: a claim and a completion are one statement each ----------------
-    # Their bookkeeping (the holder's activity stamp, a completion's event, the role
-    # heads) is in the schema's triggers, so the write lock is held for as few round
-    # trips from Python as possible: a claim is BEGIN, UPDATE, INSERT (its event),
-    # COMMIT; a completion BEGIN, UPDATE, COMMIT.
+    # Their bookkeeping (the holder's activity stamp, the event, a claim's role head) is
+    # in the schema's triggers, so the write lock is held for three round trips from
+    # Python, like the bare loop's: BEGIN, UPDATE, COMMIT. (A task matching several
+    # roles adds a DELETE of its role heads.) The statements run on the connection
+    # directly, without ``_Tx``.
     def _claim_in(self, tx: _Tx, node_id: str, role: str, now: float) -> Any:
         """The claim inside a write transaction; the task's row, or None."""
-        row = tx.one(
-            "claim_take", role=role, node_id=node_id, now=now, bonus=scoring.ROLE_BONUS_SECONDS
-        )
-        if row is None:  # nothing pending, or the node is not live (which raises)
+        execute = self._conn.execute
+        rows = execute(
+            _CLAIM_TAKE,
+            {"role": role, "node_id": node_id, "now": now, "bonus": scoring.ROLE_BONUS_SECONDS},
+        ).fetchall()
+        if not rows:  # nothing pending, or the node is not live (which raises)
             node = tx.one("node_claim_state", id=node_id) or self._live(tx, node_id)
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
-        if row["roles"]:
+        row = rows[0]
+        if " " in row[5]:  # roles: a task matching several roles has several role heads
             self._dequeue(tx, row)
-        quoted = self._quoted.get(role) or self._quoted.setdefault(role, dumps(role))
-        tx.run(
-            "event_insert",
-            ts=now,
-            kind="task_claimed",
-            node_id=node_id,
-            task_id=row["id"],
-            data=f'{{"epoch":{row["epoch"]},"role":{quoted},"attempt":{row["attempts"]}}}',
-        )
         return row
 
     def _complete_in(
         self, tx: _Tx, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
     ) -> Any:
         """The completion inside a write transaction; the task's row (or LeaseError)."""
-        row = tx.one(
-            "task_complete",
-            id=task_id,
-            node_id=node_id,
-            epoch=epoch,
-            result=None if result is None else dumps(result),
-            now=now,
-        )
-        if row is None:
+        rows = self._conn.execute(
+            _TASK_COMPLETE,
+            {
+                "id": task_id,
+                "node_id": node_id,
+                "epoch": epoch,
+                "result": None if result is None else dumps(result),
+                "now": now,
+            },
+        ).fetchall()
+        if not rows:
             self._refuse(tx, task_id, node_id, epoch)
-        return row
+        return rows[0]
 
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         tx = self._begin()

@@ -170,9 +170,11 @@ DELETE FROM ready;
 -- name: claim_take
 -- The better of two index heads: the best task matching :role (its score carries the
 -- role bonus, :bonus seconds of sort key) and the best pending task of any role; taken
--- only by a live node. The trigger task_claimed re-stamps the holder when due.
+-- only by a live node. The trigger task_claimed re-stamps the holder when due, records
+-- the event and drops the role head.
 UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                 attempts = attempts + 1, claimed_at = :now, updated_at = :now
+                 attempts = attempts + 1, claimed_at = :now, updated_at = :now,
+                 claimed_role = :role
 WHERE status = 'pending' AND id = (
     SELECT task_id FROM (
         SELECT task_id, sort_key - :bonus AS k, created_at FROM (

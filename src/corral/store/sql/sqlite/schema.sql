@@ -54,7 +54,8 @@ CREATE TABLE tasks (
     updated_at    REAL NOT NULL,
     finished_at   REAL,
     result        TEXT,
-    error         TEXT
+    error         TEXT,
+    claimed_role  TEXT  -- the role its last claim was for (the claim event names it)
 );
 -- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus
 -- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
@@ -84,9 +85,8 @@ CREATE TABLE events (
 
 -- A claim's and a completion's bookkeeping, in the statement that makes them: the
 -- holder's row is re-stamped only when a tenth of its liveness window has passed since
--- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, and a completion
--- records its event (a claim's event names the claimed role, which only the caller
--- knows, so the store inserts it).
+-- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, each records its
+-- event, and a claim drops its role head.
 CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
 WHEN old.status = 'pending' AND new.status = 'in_progress'
 BEGIN
@@ -95,6 +95,14 @@ BEGIN
     WHERE id = new.assigned_to AND status <> 'terminated'
       AND (status <> 'working' OR current_task_id IS NOT NULL
            OR dead_at - new.claimed_at < live_window * 0.9);
+    INSERT INTO events (ts, kind, node_id, task_id, data)
+    VALUES (new.claimed_at, 'task_claimed', new.assigned_to, new.id,
+            json_object('epoch', new.epoch, 'role', new.claimed_role, 'attempt', new.attempts));
+    -- A task matching one role has one role head (a task matching several: the store
+    -- drops them; role names hold no spaces).
+    DELETE FROM ready
+    WHERE old.roles <> '' AND instr(old.roles, ' ') = 0 AND role = old.roles
+      AND sort_key = old.sort_key AND created_at = old.created_at AND task_id = old.id;
 END;
 
 CREATE TRIGGER task_completed AFTER UPDATE OF status ON tasks
