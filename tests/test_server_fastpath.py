@@ -4,6 +4,9 @@ transport reads what servers send (lengths, chunks, closed keep-alive connection
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import socket
 import sqlite3
 import threading
@@ -18,7 +21,9 @@ import pytest
 import corral
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.remote import HttpClient
+from corral.server import create_app
 from corral.server.auth import Principal, Tokens
+from corral.server.dispatch import _HOP, ShortCalls
 from corral.store.sqlite import WouldBlock
 from tests.backends.http import TOKEN, serving
 
@@ -109,6 +114,97 @@ def test_a_short_operation_waits_off_the_loop_when_the_database_is_locked(
         assert out["node"].health == "degraded"
         assert embedded.get_node("w1").health == "degraded"
         client.close()
+
+
+async def _asgi_post(app: Any, path: str, token: str, body: bytes) -> tuple[int, Any]:
+    """One POST straight to the ASGI app; (status, decoded JSON body)."""
+    messages: list[Any] = []
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"authorization", f"Bearer {token}".encode())],
+    }
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Any) -> None:
+        messages.append(message)
+
+    await app(scope, receive, send)
+    return messages[0]["status"], json.loads(messages[1]["body"])
+
+
+def test_short_calls_of_one_loop_turn_run_together_and_answer_each_request(
+    local: Any,
+) -> None:
+    """Requests that arrive together have their short calls run back to back in one
+    batch; each gets its own answer (a refusal or a missing node fails only its own
+    request) and only the valid beats change the store."""
+    local.register_node("w2", "developer")
+    app = create_app(local, token=TOKEN, monitor=False, mcp=False)
+    st = app.state
+    tokens = st.tokens
+    batches: list[int] = []
+    run = st.short_calls._run
+
+    def counting_run() -> None:
+        batches.append(len(st.short_calls._queue))
+        run()
+
+    st.short_calls._run = counting_run
+    requests = [
+        ("/v1/nodes/w1/heartbeat", tokens.node_token("w1"), b'{"health_status":"degraded"}'),
+        ("/v1/nodes/w1/heartbeat", tokens.node_token("w2"), b'{"health_status":"unhealthy"}'),
+        ("/v1/nodes/ghost/heartbeat", TOKEN, b"{}"),
+        ("/v1/nodes/w2/heartbeat", tokens.node_token("w2"), b'{"health_status":"degraded"}'),
+    ]
+
+    async def all_at_once() -> list[tuple[int, Any]]:
+        return await asyncio.gather(*(_asgi_post(app, *r) for r in requests))
+
+    answers = asyncio.run(all_at_once())
+    assert batches == [4]
+    assert [status for status, _ in answers] == [200, 403, 404, 200]
+    assert answers[0][1]["id"] == "w1" and answers[0][1]["health"] == "degraded"
+    assert answers[1][1]["error"]["code"] == "forbidden"
+    assert answers[2][1]["error"]["code"] == "not_found"
+    assert answers[3][1]["id"] == "w2" and answers[3][1]["health"] == "degraded"
+    assert local.get_node("w1").health == "degraded"
+    assert local.get_node("w2").health == "degraded"
+
+
+def test_a_short_call_cancelled_before_its_turn_never_runs() -> None:
+    """A queued call whose request was cancelled is skipped; the others still run."""
+    ran: list[str] = []
+    calls = ShortCalls(contextlib.nullcontext, WouldBlock)
+
+    async def main() -> Any:
+        first = calls.submit(lambda c: ran.append(c) or c, "a")  # type: ignore[arg-type]
+        second = calls.submit(lambda c: ran.append(c) or c, "b")  # type: ignore[arg-type]
+        first.cancel()
+        return await second
+
+    assert asyncio.run(main()) == "b"
+    assert ran == ["b"]
+
+
+def test_a_short_call_that_would_wait_is_handed_back_to_hop() -> None:
+    """A call raising WouldBlock under ``nowait`` answers the hop marker (its request
+    runs it on a worker thread); the next call in the batch still runs inline."""
+    calls = ShortCalls(contextlib.nullcontext, WouldBlock)
+
+    def busy(c: Any) -> Any:
+        raise WouldBlock("busy")
+
+    async def main() -> list[Any]:
+        futures = [calls.submit(busy, "a"), calls.submit(lambda c: c, "b")]  # type: ignore[arg-type]
+        return [await f for f in futures]
+
+    assert asyncio.run(main()) == [_HOP, "b"]
 
 
 def test_complete_and_claim_on_every_backend(cluster: Any) -> None:

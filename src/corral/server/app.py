@@ -27,7 +27,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import corral
 from corral.errors import CorralError
 from corral.server.auth import Principal, Tokens
-from corral.server.dispatch import MAX_BODY_BYTES, ApiRouter, OpEndpoint, dumps, send_error
+from corral.server.dispatch import (
+    MAX_BODY_BYTES,
+    ApiRouter,
+    OpEndpoint,
+    ShortCalls,
+    dumps,
+    send_error,
+)
 from corral.server.errors import ApiError, envelope, from_exception
 from corral.server.metrics import Metrics
 from corral.server.openapi import build_openapi
@@ -84,12 +91,14 @@ class ServerState:
         # they get their own, larger pool.
         self.nowait: Callable[[], AbstractContextManager[Any]] | None = None
         self.would_block: type[Exception] = _NeverRaised
+        self.short_calls: ShortCalls | None = None
         store = getattr(cluster, "store", None)
         if inline and callable(getattr(store, "nowait", None)):
             from corral.store.sqlite import WouldBlock
 
             self.nowait = store.nowait  # type: ignore[union-attr]
             self.would_block = WouldBlock
+            self.short_calls = ShortCalls(self.nowait, WouldBlock)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
         self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)

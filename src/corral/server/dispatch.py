@@ -10,12 +10,16 @@ Per request, on the event loop:
   values it verified, so a node's repeated calls cost no HMAC);
 - **parse**: pydantic validates the body straight from bytes, the query string with
   the op's query model; any problem is a 4xx envelope before the service is called;
-- **call**: operations marked ``short`` (one bounded transaction) run inline under
-  the SQLite store's ``nowait()``: when another thread or process holds the store
-  they raise ``WouldBlock`` before doing anything and the call hops to a worker
-  thread instead. Every other operation (PostgreSQL, scans, batches, waiting
-  claims) hops to a thread once. The hop costs more than the transaction on a
-  loaded 2-core machine (docs/performance.md);
+- **call**: operations marked ``short`` (one bounded transaction) run on the event
+  loop under the SQLite store's ``nowait()``: when another thread or process holds
+  the store they raise ``WouldBlock`` before doing anything and the call hops to a
+  worker thread instead. The short calls whose requests arrived in one turn of the
+  loop run back to back, in arrival order, each in its own transaction, at the start
+  of the next turn (``ShortCalls``): the store's path stays in the CPU's caches
+  from one call to the next instead of being evicted by the HTTP work between them
+  (~25% less server CPU per heartbeat under load here). Every other operation
+  (PostgreSQL, scans, batches, waiting claims) hops to a thread once. The hop costs
+  more than the transaction on a loaded 2-core machine (docs/performance.md);
 - **answer**: JSON bytes from ``pydantic_core.to_json`` (the same values as
   ``json.dumps`` would write, a float's exponent aside: ``1e-7`` for ``1e-07``;
   ~6x faster), as two ASGI messages.
@@ -23,8 +27,10 @@ Per request, on the event loop:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -42,7 +48,7 @@ from corral.server.routes import Call, Op
 if TYPE_CHECKING:
     from corral.server.app import ServerState
 
-__all__ = ["MAX_BODY_BYTES", "ApiRouter", "OpEndpoint", "dumps", "send_error"]
+__all__ = ["MAX_BODY_BYTES", "ApiRouter", "OpEndpoint", "ShortCalls", "dumps", "send_error"]
 
 log = logging.getLogger("corral.server")
 
@@ -54,6 +60,46 @@ _TEXT = b"text/plain; charset=utf-8"
 
 class _Disconnected(Exception):
     """The client went away before its request body arrived."""
+
+
+_HOP = object()  # a short call met a busy store: run it on a worker thread
+
+
+class ShortCalls:
+    """Short calls queued during one turn of the event loop, run back to back (in
+    the order they came) at the start of the next, each under the store's
+    ``nowait()``: a call that would wait answers ``_HOP`` without having done
+    anything, and its request runs it on a worker thread. Each call is its own
+    transaction; only the order of work on the loop changes. Event loop only."""
+
+    def __init__(self, nowait: Callable[[], Any], would_block: type[Exception]) -> None:
+        self._nowait = nowait
+        self._would_block = would_block
+        self._queue: list[tuple[Callable[[Call], Any], Call, asyncio.Future[Any]]] = []
+
+    def submit(self, handler: Callable[[Call], Any], call: Call) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._queue:
+            loop.call_soon(self._run)
+        self._queue.append((handler, call, future))
+        return future
+
+    def _run(self) -> None:
+        queue, self._queue = self._queue, []
+        nowait, would_block = self._nowait, self._would_block
+        for handler, call, future in queue:
+            if future.done():
+                continue  # its request was cancelled before its turn: nothing ran
+            try:
+                with nowait():
+                    result = handler(call)
+            except would_block:
+                future.set_result(_HOP)
+            except Exception as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
 
 def dumps(value: Any) -> bytes:
@@ -134,11 +180,9 @@ async def handle(
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
         waits = op.name == "claim_best_task" and bool(body.wait)
-        if op.short and not waits and st.nowait is not None:
-            try:
-                with st.nowait():
-                    result = op.handler(call)
-            except st.would_block:
+        if op.short and not waits and st.short_calls is not None:
+            result = await st.short_calls.submit(op.handler, call)
+            if result is _HOP:
                 result = await st.run(op.handler, call)
         else:
             result = await st.run(op.handler, call, waits=waits)
