@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import corral
 from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
-from corral.store.postgres import PostgresStore
+from corral.store.postgres import TASK_COLUMNS, PostgresStore
 from corral.store.queries import load_queries, migrations, schema
 from tests import pg_procs, procs
 from tests.backends import postgres as pg
@@ -305,3 +305,42 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
                              ("task_claimed", ["attempt", "epoch", "role"])]  # fmt: skip
     kinds = {n: [e.kind for e in events if e.node_id == n] for n in ("A", "B")}
     assert kinds["A"] == kinds["B"]
+
+
+def test_task_columns_are_the_tasks_table_in_order(pg_url: str) -> None:
+    """The hot statements' rows are read by position: TASK_COLUMNS must be the tasks
+    table's columns in table order (what RETURNING * gives)."""
+    with psycopg.connect(pg_url) as conn:
+        cols = conn.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name = 'tasks' ORDER BY ordinal_position"
+        ).fetchall()
+    assert tuple(c for (c,) in cols) == TASK_COLUMNS
+
+
+def test_hot_statement_events_are_numbered_by_their_transaction(pg_url: str) -> None:
+    """claim, complete and complete_and_claim number their events inline, as
+    corral_event_seqs does: (the writing transaction's id << 20) + its n-th event,
+    the first one 0 — each statement is its own transaction."""
+    c = corral.connect(pg_url)
+    c.register_node("N", "developer")
+    c.add_tasks([{"title": "one"}, {"title": "two"}])
+    first = c.claim_best_task("N", "developer")
+    c.complete_and_claim(first.id, "N", "developer", first.epoch)
+    second = c.list_tasks(status="in_progress")[0]
+    c.complete_task(second.id, "N", second.epoch)
+    c.close()
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute(
+            "SELECT kind, task_id, seq >> 20, seq & 1048575, xmin::text::bigint FROM events"
+            " WHERE kind IN ('task_claimed', 'task_completed') ORDER BY seq"
+        ).fetchall()
+    assert [(k, t, n) for k, t, _, n, _ in rows] == [
+        ("task_claimed", first.id, 0),
+        ("task_completed", first.id, 0),
+        ("task_claimed", second.id, 1),
+        ("task_completed", second.id, 0),
+    ]
+    assert all(xid % 2**32 == xmin for _, _, xid, _, xmin in rows)
+    assert rows[1][2] == rows[2][2]  # complete_and_claim: one transaction
+    assert len({xid for _, _, xid, _, _ in rows}) == 3

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from corral import lifecycle, scoring
@@ -30,6 +30,7 @@ from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Event, Task
 from corral.store.base import TaskSpec
 from corral.store.queries import load_queries, migrations
+from corral.store.rows import loads
 from corral.store.signal import WAKE_QUERIES, ReadySignal
 from corral.store.sqlbase import SQLStore, _dumps, event_from_row, task_from_row
 
@@ -44,6 +45,50 @@ _MIGRATE_KEY = 7165071367756054530
 _LEADER_KEY = 7165071367756054531
 _OPTIONS = ("pool_size", "statement_timeout", "connect_timeout")
 _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
+# The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
+# give the hot statements, read by position (tests/test_postgres_store.py checks).
+TASK_COLUMNS = (
+    "id", "title", "description", "priority", "role", "roles", "status", "assigned_to",
+    "epoch", "attempts", "max_attempts", "sort_key", "created_at", "claimed_at",
+    "updated_at", "finished_at", "result", "error",
+)  # fmt: skip
+
+
+def _task(v: tuple[Any, ...], i: int = 0) -> Task:
+    """The task whose columns (TASK_COLUMNS) start at ``v[i]``."""
+    return Task(
+        id=v[i],
+        title=v[i + 1],
+        description=v[i + 2],
+        priority=v[i + 3],
+        role=v[i + 4],
+        roles=tuple(v[i + 5].split()),
+        status=v[i + 6],
+        assigned_to=v[i + 7],
+        epoch=v[i + 8],
+        attempts=v[i + 9],
+        max_attempts=v[i + 10],
+        created_at=v[i + 12],
+        claimed_at=v[i + 13],
+        updated_at=v[i + 14],
+        finished_at=v[i + 15],
+        result=loads(v[i + 16]),
+        error=v[i + 17],
+    )
+
+
+class _Conn(psycopg.Connection[Any]):
+    """A pooled connection that keeps one tuple cursor for the hot statements: a
+    kept cursor reuses its parameter dumpers and column loaders from one execute to
+    the next, where ``conn.execute`` builds a new cursor and looks them up again."""
+
+    _hot: psycopg.Cursor[tuple[Any, ...]] | None = None
+
+    def hot(self) -> psycopg.Cursor[tuple[Any, ...]]:
+        cur = self._hot
+        if cur is None or cur.closed:
+            cur = self._hot = self.cursor(row_factory=tuple_row)
+        return cur
 
 
 class _Tx:
@@ -128,8 +173,9 @@ class PostgresStore(SQLStore):
             "keepalives_interval": 2,
             "keepalives_count": 3,
         }
-        self._pool = ConnectionPool(
+        self._pool: ConnectionPool[_Conn] = ConnectionPool(
             conninfo,
+            connection_class=_Conn,
             min_size=1,
             max_size=size,
             kwargs={**self._conn_kwargs, "row_factory": dict_row},
@@ -210,10 +256,23 @@ class PostgresStore(SQLStore):
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", [_MIGRATE_KEY])
 
-    def _statement(self, name: str, **params: Any) -> Any:
-        """One statement in its own transaction (autocommit): one round trip."""
-        with self._connection() as conn:
-            return conn.execute(_QUERIES[name], params).fetchone()
+    def _hot(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """A hot statement in its own transaction (autocommit): one round trip, on the
+        connection's kept cursor, rows as tuples. (``_connection``'s errors, without
+        its context managers: the pool's ``connection()`` adds a transaction block
+        that autocommit does not need.)"""
+        try:
+            conn = self._pool.getconn(timeout=self._connect_timeout)
+        except PoolTimeout as exc:
+            raise _unavailable(exc, "no PostgreSQL connection available") from exc
+        try:
+            return conn.hot().execute(_QUERIES[name], params).fetchall()
+        except psycopg.OperationalError as exc:
+            broken = exc
+        finally:
+            self._pool.putconn(conn)
+        self._pool.check()  # drop the other connections the outage broke
+        raise _unavailable(broken) from broken
 
     # --- hot operations -----------------------------------------------------------------
     def _cached_settings(self, refresh: bool = False) -> tuple[Any, Any]:
@@ -238,67 +297,71 @@ class PostgresStore(SQLStore):
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         refresh = False
         while True:
-            row = self._statement(
+            row = self._hot(
                 "claim_full",
-                node_id=node_id,
-                role=role,
-                now=now,
-                bonus=scoring.ROLE_BONUS_SECONDS,
-                settings_version=self._settings_for(role, refresh),
-                stamp=_STAMP,
-            )
-            if not row["live"]:
+                {
+                    "node_id": node_id,
+                    "role": role,
+                    "now": now,
+                    "bonus": scoring.ROLE_BONUS_SECONDS,
+                    "settings_version": self._settings_for(role, refresh),
+                    "stamp": _STAMP,
+                },
+            )[0]
+            fresh = row[0]
+            if fresh is None:  # no live node
                 with self._read() as tx:
                     self._live(tx, node_id)  # raises NotFoundError
-            if row["fresh"]:
-                return None if row["id"] is None else task_from_row(row)
+            if fresh:
+                return None if row[1] is None else _task(row, 1)
             refresh = True  # the settings changed under us: re-check the role, retry
 
     def complete(
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
     ) -> Task:
-        row = self._statement(
+        rows = self._hot(
             "complete_full",
-            id=task_id,
-            node_id=node_id,
-            epoch=epoch,
-            result=None if result is None else _dumps(result),
-            now=now,
-            stamp=_STAMP,
+            {
+                "id": task_id,
+                "node_id": node_id,
+                "epoch": epoch,
+                "result": None if result is None else _dumps(result),
+                "now": now,
+                "stamp": _STAMP,
+            },
         )
-        if row is None:
+        if not rows:
             with self._read() as tx:
                 self._refuse(tx, task_id, node_id, epoch)  # raises
-        return task_from_row(row)
+        return _task(rows[0])
 
     def complete_and_claim(
         self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
     ) -> tuple[Task, Task | None]:
         """One statement, one commit: a worker's finish-then-next costs one round trip."""
         version = self._settings_for(role)  # bad input changes nothing
-        with self._connection() as conn:
-            rows = conn.execute(
-                _QUERIES["complete_claim_full"],
-                {
-                    "id": task_id,
-                    "node_id": node_id,
-                    "epoch": epoch,
-                    "result": None if result is None else _dumps(result),
-                    "role": role,
-                    "now": now,
-                    "bonus": scoring.ROLE_BONUS_SECONDS,
-                    "settings_version": version,
-                    "stamp": _STAMP,
-                },
-            ).fetchall()
+        rows = self._hot(
+            "complete_claim_full",
+            {
+                "id": task_id,
+                "node_id": node_id,
+                "epoch": epoch,
+                "result": None if result is None else _dumps(result),
+                "role": role,
+                "now": now,
+                "bonus": scoring.ROLE_BONUS_SECONDS,
+                "settings_version": version,
+                "stamp": _STAMP,
+            },
+        )
         if not rows:
             with self._read() as tx:
                 self._refuse(tx, task_id, node_id, epoch)  # raises
-        parts = {r["part"]: r for r in rows}
-        done = task_from_row(parts["done"])
+        parts = {r[1]: r for r in rows}  # (fresh, part, task columns...)
+        done = _task(parts["done"], 2)
         if "next" in parts:
-            return done, task_from_row(parts["next"])
-        if parts["done"]["fresh"]:
+            return done, _task(parts["next"], 2)
+        if parts["done"][0]:
             return done, None
         return done, self.claim(node_id, role, now)  # the settings changed: claim anew
 

@@ -347,63 +347,62 @@ ORDER BY seq;
 -- event. The node row is written only as SQLStore.claim does: when its activity stamp
 -- is due (lifecycle.stamp_due, :stamp) or, on a claim, when it was not plainly
 -- working. Nothing is taken when the cached settings (:settings_version, the roles
--- the caller checked) are out of date.
+-- the caller checked) are out of date. One row: fresh is NULL when the node is not
+-- live, false when the settings changed; the task's columns are NULL when nothing
+-- was taken.
+-- Autocommit only: the statement is its own transaction, so its one event is the
+-- transaction's first and its seq is (xid << 20) + 0 (corral_event_seqs' numbering,
+-- without the function call).
 WITH n AS MATERIALIZED (
-    SELECT incarnation FROM nodes WHERE id = :node_id AND status <> 'terminated'
+    SELECT incarnation, status, current_task_id, dead_at, live_window,
+           (SELECT value FROM meta WHERE key = 'settings_version')
+               IS NOT DISTINCT FROM :settings_version::text AS fresh
+    FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
-), ok AS MATERIALIZED (
-    SELECT incarnation FROM n
-    WHERE (SELECT value FROM meta WHERE key = 'settings_version')
-          IS NOT DISTINCT FROM :settings_version::text
 ), a AS (
     SELECT id, sort_key AS k, created_at FROM tasks
-    WHERE status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    WHERE status = 'pending' AND (SELECT fresh FROM n)
     ORDER BY sort_key, created_at, id LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), r AS (
     SELECT t.id, t.sort_key - :bonus AS k, t.created_at
     FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    WHERE ready.role = :role AND t.status = 'pending' AND (SELECT fresh FROM n)
     ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
-), pick AS (
-    SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
-    ORDER BY k, created_at, id LIMIT 1
 ), take AS (
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                      attempts = attempts + 1, claimed_at = :now, updated_at = :now
-    FROM pick WHERE tasks.id = pick.id
-    RETURNING tasks.*
+    WHERE id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+                ORDER BY k, created_at, id LIMIT 1)
+    RETURNING *
 ), deq AS (
-    DELETE FROM ready USING take
-    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
-      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
-      AND ready.task_id = take.id
+    DELETE FROM ready
+    WHERE (role, sort_key, created_at, task_id) IN (
+        SELECT unnest(string_to_array(roles, ' ')), sort_key, created_at, id FROM take)
 ), nd AS (
     UPDATE nodes
-    SET status = CASE WHEN take.id IS NULL THEN nodes.status ELSE 'working' END,
-        current_task_id = CASE WHEN take.id IS NULL THEN nodes.current_task_id END,
+    SET status = CASE WHEN take.id IS NULL THEN n.status ELSE 'working' END,
+        current_task_id = CASE WHEN take.id IS NULL THEN n.current_task_id END,
         idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
-        last_activity = :now, dead_at = :now + nodes.live_window
-    FROM ok LEFT JOIN take ON true
-    WHERE nodes.incarnation = ok.incarnation
-      AND (nodes.dead_at - :now < nodes.live_window * :stamp
+        last_activity = :now, dead_at = :now + n.live_window
+    FROM n LEFT JOIN take ON true
+    WHERE nodes.incarnation = n.incarnation AND n.fresh
+      AND (n.dead_at - :now < n.live_window * :stamp
            OR (take.id IS NOT NULL
-               AND (nodes.status <> 'working' OR nodes.current_task_id IS NOT NULL)))
+               AND (n.status <> 'working' OR n.current_task_id IS NOT NULL)))
 ), ev AS (
-    INSERT INTO events (ts, kind, node_id, task_id, data)
-    SELECT :now, 'task_claimed', :node_id, take.id,
-           json_build_object('epoch', take.epoch, 'role', :role::text,
-                             'attempt', take.attempts)::text
+    INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+    SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
+           json_build_object('epoch', epoch, 'role', :role::text, 'attempt', attempts)::text
     FROM take
 )
-SELECT (SELECT count(*) FROM n) AS live, (SELECT count(*) FROM ok) AS fresh, take.*
-FROM (SELECT 1) AS one LEFT JOIN take ON true;
+SELECT n.fresh, take.* FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN take ON true;
 
 -- name: complete_full
 -- The whole complete in one statement: finish the held task (at :epoch if given),
--- release the node from it (node_done_with's rule), record the event. No row: the
--- caller explains why.
+-- release the node from it (node_done_with's rule), record the event (autocommit
+-- only, its seq numbered as in claim_full). No row: the caller explains why.
 WITH t AS (
     UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                      updated_at = :now
@@ -417,8 +416,9 @@ WITH t AS (
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM t)
       AND (current_task_id = :id OR dead_at - :now < live_window * :stamp)
 ), ev AS (
-    INSERT INTO events (ts, kind, node_id, task_id, data)
-    SELECT :now, 'task_completed', :node_id, t.id, json_build_object('epoch', t.epoch)::text
+    INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+    SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
+           json_build_object('epoch', t.epoch)::text
     FROM t
 )
 SELECT * FROM t;
@@ -475,7 +475,8 @@ ORDER BY seq;
 -- complete_full then claim_full in one statement (one round trip, one commit), for
 -- a worker's finish-then-next: the claim part runs only if the completion did, and
 -- one node update does what the two would (node_done_with's and the claim's rules).
--- Rows: the finished task ('done'), then the claimed one ('next') if any.
+-- Rows: the finished task ('done'), then the claimed one ('next') if any; fresh as
+-- in claim_full. Autocommit only (event seqs as in claim_full).
 WITH fin AS (
     UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                      updated_at = :now
@@ -483,63 +484,58 @@ WITH fin AS (
       AND (:epoch::bigint IS NULL OR epoch = :epoch)
     RETURNING *
 ), n AS MATERIALIZED (
-    SELECT incarnation FROM nodes
+    SELECT incarnation, status, current_task_id, dead_at, live_window,
+           (SELECT value FROM meta WHERE key = 'settings_version')
+               IS NOT DISTINCT FROM :settings_version::text AS fresh
+    FROM nodes
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM fin)
     FOR UPDATE
-), ok AS MATERIALIZED (
-    SELECT incarnation FROM n
-    WHERE (SELECT value FROM meta WHERE key = 'settings_version')
-          IS NOT DISTINCT FROM :settings_version::text
 ), a AS (
     SELECT id, sort_key AS k, created_at FROM tasks
-    WHERE status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    WHERE status = 'pending' AND (SELECT fresh FROM n)
     ORDER BY sort_key, created_at, id LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), r AS (
     SELECT t.id, t.sort_key - :bonus AS k, t.created_at
     FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending' AND EXISTS (SELECT 1 FROM ok)
+    WHERE ready.role = :role AND t.status = 'pending' AND (SELECT fresh FROM n)
     ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
-), pick AS (
-    SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
-    ORDER BY k, created_at, id LIMIT 1
 ), take AS (
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                      attempts = attempts + 1, claimed_at = :now, updated_at = :now
-    FROM pick WHERE tasks.id = pick.id
-    RETURNING tasks.*
+    WHERE id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+                ORDER BY k, created_at, id LIMIT 1)
+    RETURNING *
 ), deq AS (
-    DELETE FROM ready USING take
-    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
-      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
-      AND ready.task_id = take.id
+    DELETE FROM ready
+    WHERE (role, sort_key, created_at, task_id) IN (
+        SELECT unnest(string_to_array(roles, ' ')), sort_key, created_at, id FROM take)
 ), nd AS (
     UPDATE nodes
-    SET status = CASE WHEN take.id IS NULL THEN nodes.status ELSE 'working' END,
-        current_task_id = CASE WHEN take.id IS NOT NULL OR nodes.current_task_id = :id
-                               THEN NULL ELSE nodes.current_task_id END,
+    SET status = CASE WHEN take.id IS NULL THEN n.status ELSE 'working' END,
+        current_task_id = CASE WHEN take.id IS NOT NULL OR n.current_task_id = :id
+                               THEN NULL ELSE n.current_task_id END,
         idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
-        last_activity = :now, dead_at = :now + nodes.live_window
+        last_activity = :now, dead_at = :now + n.live_window
     FROM n LEFT JOIN take ON true
     WHERE nodes.incarnation = n.incarnation
-      AND (nodes.current_task_id = :id
-           OR nodes.dead_at - :now < nodes.live_window * :stamp
+      AND (n.current_task_id = :id
+           OR n.dead_at - :now < n.live_window * :stamp
            OR (take.id IS NOT NULL
-               AND (nodes.status <> 'working' OR nodes.current_task_id IS NOT NULL)))
-), b AS MATERIALIZED (
-    SELECT corral_event_seqs(2) AS base FROM fin
+               AND (n.status <> 'working' OR n.current_task_id IS NOT NULL)))
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
-    SELECT b.base, :now, 'task_completed', :node_id, fin.id,
-           json_build_object('epoch', fin.epoch)::text
-    FROM b, fin
+    SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
+           fin.id, json_build_object('epoch', fin.epoch)::text
+    FROM fin
     UNION ALL
-    SELECT b.base + 1, :now, 'task_claimed', :node_id, take.id,
+    SELECT (pg_current_xact_id()::text::bigint << 20) + 1, :now, 'task_claimed', :node_id,
+           take.id,
            json_build_object('epoch', take.epoch, 'role', :role::text,
                              'attempt', take.attempts)::text
-    FROM b, take
+    FROM take
 )
-SELECT (SELECT count(*) FROM ok) AS fresh, 'done' AS part, fin.* FROM fin
+SELECT (SELECT fresh FROM n) AS fresh, 'done' AS part, fin.* FROM fin
 UNION ALL
-SELECT (SELECT count(*) FROM ok) AS fresh, 'next' AS part, take.* FROM take;
+SELECT (SELECT fresh FROM n) AS fresh, 'next' AS part, take.* FROM take;
