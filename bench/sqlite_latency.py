@@ -8,9 +8,10 @@ time; before each sample one task is added (not timed), so the board keeps its s
 The boards are measured in interleaved rounds, so background load on a shared machine
 hits them alike. The target: claim p99 at the largest size within 2x of the smallest.
 
-Each size is measured twice (``--checkpoint``): with SQLite's automatic WAL
-checkpoints, as shipped (about 1% of commits run a checkpoint, which lands right on
-p99), and with checkpoints taken between samples, untimed (the board-size effect).
+Each size is measured twice (``--checkpoint``): as shipped (``auto``: the store's
+background thread checkpoints the WAL every 200 commits, beside the timed calls), and
+with checkpoints taken between samples by a second connection, untimed (``between``:
+the board-size effect alone).
 
     python bench/sqlite_latency.py             # 1k, 100k, 1M (loading 1M takes ~1 min)
     python bench/sqlite_latency.py --quick     # a smoke run (seconds)
@@ -83,9 +84,8 @@ def load(path: Path, size: int, batch: int, sync: str) -> float:
 class Board:
     """One open cluster at a fixed board size, measured in rounds.
 
-    ``checkpoint`` is ``"auto"`` (as shipped: SQLite checkpoints the WAL inside the
-    commit that crosses 1000 pages, so about one call in a hundred pays for it) or
-    ``"between"`` (a second connection checkpoints every ``CHECKPOINT_EVERY`` steps,
+    ``checkpoint`` is ``"auto"`` (as shipped: the store's background thread
+    checkpoints the WAL while the calls run) or ``"between"`` (a second connection checkpoints every ``CHECKPOINT_EVERY`` steps,
     untimed, so the WAL never reaches the automatic threshold: the board-size effect
     alone)."""
 

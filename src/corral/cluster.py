@@ -252,7 +252,7 @@ class Cluster:
 
         ``wait`` (seconds, at most ``MAX_CLAIM_WAIT``): when nothing is pending, block
         until a task is added (woken by the store, no polling) or the time is up."""
-        role = check_text(role, "role", max_len=defaults.MAX_ID_LENGTH, allow_empty=False)
+        role = check_id(role, "role")
         node_id = check_id(node_id)
         if (
             isinstance(wait, bool)
@@ -297,7 +297,7 @@ class Cluster:
         loop: one commit per task instead of two)."""
         if result is not None:
             check_payload(result, "result")
-        role = check_text(role, "role", max_len=defaults.MAX_ID_LENGTH, allow_empty=False)
+        role = check_id(role, "role")
         return self.store.complete_and_claim(
             check_task_id(task_id),
             check_id(node_id),

@@ -24,8 +24,16 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TASK_ID = re.compile(r"^(?:task-)?(\d{1,18})$")
 
 
+# Ids that passed ``check_id`` (the check depends on the text alone): a fleet uses a
+# few ids over and over, and a claim or a heartbeat should not re-scan them each call.
+_CHECKED_IDS: set[str] = set()
+_CHECKED_IDS_MAX = 4096
+
+
 def check_id(value: Any, field: str = "node_id") -> str:
     """A node id: 1-64 characters, no control characters, no surrounding spaces."""
+    if value.__class__ is str and value in _CHECKED_IDS:
+        return value
     if not isinstance(value, str):
         raise InvalidInputError(f"{field} must be a string", field=field)
     if not value:
@@ -38,6 +46,10 @@ def check_id(value: Any, field: str = "node_id") -> str:
         raise InvalidInputError(f"{field} contains control characters", field=field)
     if value != value.strip():
         raise InvalidInputError(f"{field} has leading or trailing spaces", field=field)
+    if value.__class__ is str:
+        if len(_CHECKED_IDS) >= _CHECKED_IDS_MAX:
+            _CHECKED_IDS.clear()
+        _CHECKED_IDS.add(value)
     return value
 
 
