@@ -360,44 +360,45 @@ WITH n AS MATERIALIZED (
     FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
 ), a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks
-    WHERE status = 'pending' AND (SELECT fresh FROM n)
+    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
     ORDER BY sort_key, created_at, id LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), r AS (
     SELECT t.id, t.sort_key - :bonus AS k, t.created_at
     FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending' AND (SELECT fresh FROM n)
+    WHERE ready.role = :role AND t.status = 'pending'
     ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 ), take AS (
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                      attempts = attempts + 1, claimed_at = :now, updated_at = :now
-    WHERE id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+    WHERE (SELECT fresh FROM n)  -- checked first: a and r run only past it
+      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
                 ORDER BY k, created_at, id LIMIT 1)
     RETURNING *
 ), deq AS (
-    DELETE FROM ready
-    WHERE (role, sort_key, created_at, task_id) IN (
-        SELECT unnest(string_to_array(roles, ' ')), sort_key, created_at, id FROM take)
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
 ), nd AS (
     UPDATE nodes
-    SET status = CASE WHEN take.id IS NULL THEN n.status ELSE 'working' END,
-        current_task_id = CASE WHEN take.id IS NULL THEN n.current_task_id END,
-        idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
-        last_activity = :now, dead_at = :now + n.live_window
-    FROM n LEFT JOIN take ON true
-    WHERE nodes.incarnation = n.incarnation AND n.fresh
-      AND (n.dead_at - :now < n.live_window * :stamp
-           OR (take.id IS NOT NULL
-               AND (n.status <> 'working' OR n.current_task_id IS NOT NULL)))
+    SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
+        current_task_id = CASE WHEN (SELECT id FROM take) IS NULL THEN current_task_id END,
+        idle_since = CASE WHEN (SELECT id FROM take) IS NULL THEN idle_since END,
+        last_activity = :now, dead_at = :now + live_window
+    WHERE incarnation = (
+        SELECT incarnation FROM n
+        WHERE fresh AND (dead_at - :now < live_window * :stamp
+                         OR ((SELECT id FROM take) IS NOT NULL
+                             AND (status <> 'working' OR current_task_id IS NOT NULL))))
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
            json_build_object('epoch', epoch, 'role', :role::text, 'attempt', attempts)::text
     FROM take
 )
-SELECT n.fresh, take.* FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN take ON true;
+SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN take ON true;
 
 -- name: complete_full
 -- The whole complete in one statement: finish the held task (at :epoch if given),
@@ -491,39 +492,40 @@ WITH fin AS (
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM fin)
     FOR UPDATE
 ), a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks
-    WHERE status = 'pending' AND (SELECT fresh FROM n)
+    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
     ORDER BY sort_key, created_at, id LIMIT 1
     FOR UPDATE SKIP LOCKED
 ), r AS (
     SELECT t.id, t.sort_key - :bonus AS k, t.created_at
     FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending' AND (SELECT fresh FROM n)
+    WHERE ready.role = :role AND t.status = 'pending'
     ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
     FOR UPDATE OF t SKIP LOCKED
 ), take AS (
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                      attempts = attempts + 1, claimed_at = :now, updated_at = :now
-    WHERE id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+    WHERE (SELECT fresh FROM n)  -- checked first: a and r run only past it
+      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
                 ORDER BY k, created_at, id LIMIT 1)
     RETURNING *
 ), deq AS (
-    DELETE FROM ready
-    WHERE (role, sort_key, created_at, task_id) IN (
-        SELECT unnest(string_to_array(roles, ' ')), sort_key, created_at, id FROM take)
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
 ), nd AS (
     UPDATE nodes
-    SET status = CASE WHEN take.id IS NULL THEN n.status ELSE 'working' END,
-        current_task_id = CASE WHEN take.id IS NOT NULL OR n.current_task_id = :id
-                               THEN NULL ELSE n.current_task_id END,
-        idle_since = CASE WHEN take.id IS NULL THEN nodes.idle_since END,
-        last_activity = :now, dead_at = :now + n.live_window
-    FROM n LEFT JOIN take ON true
-    WHERE nodes.incarnation = n.incarnation
-      AND (n.current_task_id = :id
-           OR n.dead_at - :now < n.live_window * :stamp
-           OR (take.id IS NOT NULL
-               AND (n.status <> 'working' OR n.current_task_id IS NOT NULL)))
+    SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
+        current_task_id = CASE WHEN (SELECT id FROM take) IS NOT NULL OR current_task_id = :id
+                               THEN NULL ELSE current_task_id END,
+        idle_since = CASE WHEN (SELECT id FROM take) IS NULL THEN idle_since END,
+        last_activity = :now, dead_at = :now + live_window
+    WHERE incarnation = (
+        SELECT incarnation FROM n
+        WHERE current_task_id = :id
+           OR dead_at - :now < live_window * :stamp
+           OR ((SELECT id FROM take) IS NOT NULL
+               AND (status <> 'working' OR current_task_id IS NOT NULL)))
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
