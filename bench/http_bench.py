@@ -7,7 +7,10 @@
   the same uvicorn settings (uvloop + httptools, no access log), same load client;
 - corral twice: as shipped (short operations on the event loop under the store's
   ``nowait``) and with ``inline=False`` (one thread hop per operation), to show
-  what the hop costs;
+  what the hop costs; and once more with the service call stubbed (``heartbeat``
+  answers a fixed node without the store: auth, routing, validation, the handler,
+  the answer and the metrics as usual), to split the server's cost per request
+  into its request path and the store call;
 - one caller, sequential: the embedded client (``Cluster`` over SQLite), the remote
   client (``HttpClient``) against corral, and the same client against the floor
   (what one HTTP round trip costs at best here).
@@ -63,6 +66,25 @@ def floor_app(db: str) -> Any:
     return Starlette(routes=[Route("/hb", hit, methods=["POST"])])
 
 
+class FixedHeartbeat:
+    """The cluster with ``heartbeat`` answered without the store (the node of the
+    first beat, every time): what corral's request path costs around the service
+    call (auth, routing, validation, the handler, the answer, metrics)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = cluster
+        self.store = cluster.store
+        self._node: Any = None
+
+    def heartbeat(self, node_id: str, **payload: Any) -> Any:
+        if self._node is None:
+            self._node = self._cluster.heartbeat(node_id, **payload)
+        return self._node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+
+
 def serve(kind: str, port: int, db: str) -> None:
     import uvicorn
 
@@ -71,8 +93,10 @@ def serve(kind: str, port: int, db: str) -> None:
     else:
         from corral.server import create_app
 
-        cluster = corral.connect(f"sqlite:///{db}")
-        inline = kind == "corral"
+        cluster: Any = corral.connect(f"sqlite:///{db}")
+        if kind == "corral-stub":
+            cluster = FixedHeartbeat(cluster)
+        inline = kind != "corral-hop"
         app = create_app(cluster, token=TOKEN, monitor=False, mcp=False, inline=inline)
     uvicorn.run(app, host="127.0.0.1", port=port, **UVICORN)
 
@@ -256,9 +280,24 @@ def client_latency(c: Any, n: int) -> dict[str, Any]:
 
 
 def embedded_latency(db: str, n: int) -> dict[str, Any]:
+    """``client_latency`` embedded, back to back; and heartbeats that each follow a
+    0.1 ms pause, as a server's calls follow a round trip (this machine's CPU comes
+    back from even a short idle gap with much of the store's path no longer cached)."""
     c = corral.connect(f"sqlite:///{db}")
     try:
-        return client_latency(c, n)
+        out = client_latency(c, n)
+
+        def paused() -> None:
+            time.sleep(0.0001)
+            t0 = time.perf_counter()
+            c.heartbeat("n0", health_status="healthy")
+            lat.append(time.perf_counter() - t0)
+
+        lat: list[float] = []
+        for _ in range(n):
+            paused()
+        out["heartbeat_paused"] = percentiles(lat)
+        return out
     finally:
         c.close()
 
@@ -277,6 +316,27 @@ def run_corral(kind: str, db: str, seconds: float, n: int) -> dict[str, Any]:
         }
         w0 = admin.for_node("n0")
         out["single"] = client_latency(w0, n)
+        w0.close()
+        admin.close()
+        return out
+    finally:
+        srv.stop()
+
+
+def run_stub(db: str, seconds: float, n: int) -> dict[str, Any]:
+    """Heartbeats against corral with the service call answered without the store."""
+    srv = Server("corral-stub", db)
+    try:
+        admin = corral.connect(f"http://127.0.0.1:{srv.port}", token=TOKEN)
+        tokens: list[str | None] = []
+        for i in range(CONNECTIONS):
+            admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
+            tokens.append(admin.node_tokens[f"n{i}"])
+        out = {"heartbeat": srv.load(tokens, seconds, heartbeat_op)}
+        w0 = admin.for_node("n0")
+        out["single"] = {
+            "heartbeat": _timed(n, lambda: w0.heartbeat("n0", health_status="healthy"))
+        }
         w0.close()
         admin.close()
         return out
@@ -303,13 +363,20 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
         db = str(tmp / f"{kind}{r}.db")
         seed(db, args.tasks)
         out[kind] = run_corral(kind, db, args.seconds, args.n)
+    db = str(tmp / f"corral-stub{r}.db")
+    seed(db, 0)
+    out["corral-stub"] = run_stub(db, args.seconds, args.n)
     out["embedded"] = embedded_latency(str(tmp / f"corral{r}.db"), args.n)
     f, c, h, e = out["floor"], out["corral"], out["corral-hop"], out["embedded"]
+    stub = out["corral-stub"]
     single = c["single"]
     out["ratios"] = {
         "heartbeat_vs_floor_rate": c["heartbeat"]["ops_per_s"] / f["ops_per_s"],
         "hop_heartbeat_vs_floor_rate": h["heartbeat"]["ops_per_s"] / f["ops_per_s"],
+        "stub_heartbeat_vs_floor_rate": stub["heartbeat"]["ops_per_s"] / f["ops_per_s"],
         "floor_vs_heartbeat_server_cpu": f["server_cpu_us_per_op"]
+        / c["heartbeat"]["server_cpu_us_per_op"],
+        "stub_vs_heartbeat_server_cpu": stub["heartbeat"]["server_cpu_us_per_op"]
         / c["heartbeat"]["server_cpu_us_per_op"],
         "heartbeat_http_vs_embedded_p50": single["heartbeat"]["p50"] / e["heartbeat"]["p50"],
         "claim_complete_http_vs_embedded_p50": single["claim_complete"]["p50"]
@@ -318,6 +385,12 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
         / e["complete_and_claim"]["p50"],
         "floor_request_vs_embedded_heartbeat_p50": f["single"]["request"]["p50"]
         / e["heartbeat"]["p50"],
+        "heartbeat_http_vs_embedded_paused_p50": single["heartbeat"]["p50"]
+        / e["heartbeat_paused"]["p50"],
+        "heartbeat_http_vs_floor_request_p50": single["heartbeat"]["p50"]
+        / f["single"]["request"]["p50"],
+        "stub_heartbeat_http_vs_floor_request_p50": stub["single"]["heartbeat"]["p50"]
+        / f["single"]["request"]["p50"],
     }
     return out
 
@@ -338,7 +411,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--n", type=int, default=2000, help="sequential calls per latency sample")
     ap.add_argument("--tasks", type=int, default=30_000)
-    ap.add_argument("--serve", choices=["floor", "corral", "corral-hop"])
+    ap.add_argument("--serve", choices=["floor", "corral", "corral-hop", "corral-stub"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--db")
     args = ap.parse_args()
@@ -363,6 +436,7 @@ def main() -> None:
     loads = [
         ("floor: Starlette + 1 SQLite row UPDATE", ("floor",)),
         ("corral heartbeat (node token, validated)", ("corral", "heartbeat")),
+        ("corral heartbeat, service call stubbed", ("corral-stub", "heartbeat")),
         ("corral claim + complete (2 requests)", ("corral", "claim_complete")),
         ("corral heartbeat, thread hop per op", ("corral-hop", "heartbeat")),
         ("corral claim + complete, thread hop per op", ("corral-hop", "claim_complete")),
@@ -379,8 +453,10 @@ def main() -> None:
     }
     singles = [
         ("heartbeat", "embedded", ("embedded", "heartbeat")),
+        ("heartbeat", "embedded, 0.1 ms pause before each", ("embedded", "heartbeat_paused")),
         ("heartbeat", "HTTP corral", ("corral", "single", "heartbeat")),
         ("heartbeat", "HTTP corral, hop", ("corral-hop", "single", "heartbeat")),
+        ("heartbeat", "HTTP corral, stubbed", ("corral-stub", "single", "heartbeat")),
         ("claim + complete", "embedded", ("embedded", "claim_complete")),
         ("claim + complete", "HTTP corral", ("corral", "single", "claim_complete")),
         ("claim + complete", "HTTP corral, hop", ("corral-hop", "single", "claim_complete")),
@@ -413,15 +489,21 @@ def main() -> None:
     r = summary["ratios"]
     print(
         f"\nheartbeat rate / floor rate: {r['heartbeat_vs_floor_rate']:.2f} (target >= 0.50; "
-        f"with a thread hop per op {r['hop_heartbeat_vs_floor_rate']:.2f}); "
-        f"server CPU per request, floor / heartbeat: {r['floor_vs_heartbeat_server_cpu']:.2f}"
+        f"with a thread hop per op {r['hop_heartbeat_vs_floor_rate']:.2f}; "
+        f"service call stubbed {r['stub_heartbeat_vs_floor_rate']:.2f}); "
+        f"server CPU per request, floor / heartbeat: {r['floor_vs_heartbeat_server_cpu']:.2f}, "
+        f"stubbed / heartbeat: {r['stub_vs_heartbeat_server_cpu']:.2f}"
     )
     print(
         f"HTTP / embedded p50: heartbeat {r['heartbeat_http_vs_embedded_p50']:.1f}x, "
         f"claim + complete {r['claim_complete_http_vs_embedded_p50']:.1f}x, "
         f"complete_and_claim {r['complete_and_claim_http_vs_embedded_p50']:.1f}x (target <= 3x); "
         "one floor request / embedded heartbeat "
-        f"{r['floor_request_vs_embedded_heartbeat_p50']:.1f}x"
+        f"{r['floor_request_vs_embedded_heartbeat_p50']:.1f}x; "
+        f"HTTP heartbeat / embedded one after a 0.1 ms pause "
+        f"{r['heartbeat_http_vs_embedded_paused_p50']:.1f}x; "
+        f"HTTP heartbeat / floor request {r['heartbeat_http_vs_floor_request_p50']:.1f}x "
+        f"(stubbed {r['stub_heartbeat_http_vs_floor_request_p50']:.1f}x)"
     )
     write_json(RESULTS_DIR / "http_bench.json", results)
     print(f"wrote {RESULTS_DIR / 'http_bench.json'}")

@@ -151,9 +151,9 @@ def test_short_calls_of_one_loop_turn_run_together_and_answer_each_request(
     batches: list[int] = []
     run = st.short_calls._run
 
-    def counting_run() -> None:
+    def counting_run(loop: Any) -> None:
         batches.append(len(st.short_calls._queue))
-        run()
+        run(loop)
 
     st.short_calls._run = counting_run
     requests = [
@@ -190,6 +190,28 @@ def test_a_short_call_cancelled_before_its_turn_never_runs() -> None:
 
     assert asyncio.run(main()) == "b"
     assert ran == ["b"]
+
+
+def test_short_calls_left_queued_by_a_stopped_loop_do_not_stall_the_next() -> None:
+    """A loop that stops before its turn leaves its calls unrun; the next loop's
+    calls still run (and the stale ones never do)."""
+    ran: list[str] = []
+    calls = ShortCalls(contextlib.nullcontext, WouldBlock)
+    first = asyncio.new_event_loop()
+
+    def queue_and_stop() -> None:
+        calls.submit(lambda c: ran.append(c), "stale")  # type: ignore[arg-type]
+        first.stop()  # the loop ends this turn, before the batch's
+
+    first.call_soon(queue_and_stop)
+    first.run_forever()
+    first.close()
+
+    async def main() -> Any:
+        return await calls.submit(lambda c: ran.append(c) or c, "fresh")  # type: ignore[arg-type]
+
+    assert asyncio.run(main()) == "fresh"
+    assert ran == ["fresh"]
 
 
 def test_a_short_call_that_would_wait_is_handed_back_to_hop() -> None:

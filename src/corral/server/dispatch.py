@@ -76,16 +76,22 @@ class ShortCalls:
         self._nowait = nowait
         self._would_block = would_block
         self._queue: list[tuple[Callable[[Call], Any], Call, asyncio.Future[Any]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, handler: Callable[[Call], Any], call: Call) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        if not self._queue:
-            loop.call_soon(self._run)
+        if not self._queue or loop is not self._loop:
+            # (A queue left by a loop that stopped before its turn never ran: drop it.)
+            self._queue = []
+            self._loop = loop
+            loop.call_soon(self._run, loop)
         self._queue.append((handler, call, future))
         return future
 
-    def _run(self) -> None:
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._loop:
+            return  # scheduled by a loop that has since been replaced
         queue, self._queue = self._queue, []
         nowait, would_block = self._nowait, self._would_block
         for handler, call, future in queue:
