@@ -19,6 +19,10 @@ Each (system, processes) pair runs ``--repeat`` times, the systems taking turns,
 the median counts: a burst of load on this shared machine then hits every system
 alike instead of deciding a ratio.
 
+``--baseline DIR`` adds ``corral_base``: the ``corral`` loop on the corral package
+found in ``DIR/src`` (an older tree, e.g. ``git archive <commit> src | tar -x -C
+DIR``), taking its turn with the others: before/after measured side by side.
+
     python bench/pg_throughput.py            # the full run
     python bench/pg_throughput.py --quick    # a smoke run
 Server: ``$CORRAL_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432/test``,
@@ -31,6 +35,7 @@ import argparse
 import multiprocessing as mp
 import os
 import statistics
+import sys
 import time
 import uuid
 from typing import Any
@@ -101,8 +106,11 @@ def _procrastinate_app(url: str) -> tuple[Any, Any]:
 
 
 # --- workers --------------------------------------------------------------------------
-def _work(system: str, url: str, name: str, barrier: Any, out: Any) -> None:
+def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | None) -> None:
     count = 0
+    if system == "corral_base":  # a fresh spawned process: corral is not imported yet
+        sys.path.insert(0, os.path.join(base or "", "src"))
+        system = "corral"
     if system == "bare":
         with psycopg.connect(url, autocommit=True) as conn:
             barrier.wait()
@@ -121,6 +129,8 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any) -> None:
     elif system == "corral":
         import corral
 
+        if base is not None:
+            assert corral.__file__.startswith(os.path.abspath(base)), corral.__file__
         c = corral.connect(url, pool_size=1)
         c.register_node(name, "developer", heartbeat_interval=600)
         barrier.wait()
@@ -156,16 +166,17 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any) -> None:
     out.put((count, start, time.perf_counter()))
 
 
-def run(system: str, procs: int, jobs: int) -> dict[str, Any]:
+def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str, Any]:
     db = f"corral_bench_{system}_{uuid.uuid4().hex[:8]}"
     _admin(f'CREATE DATABASE "{db}"')
     try:
         url = _url(db)
-        _load(system, url, jobs)
+        _load("corral" if system == "corral_base" else system, url, jobs)
         barrier = CTX.Barrier(procs)
         out = CTX.Queue()
+        mine = base if system == "corral_base" else None
         ps = [
-            CTX.Process(target=_work, args=(system, url, f"w{i}", barrier, out))
+            CTX.Process(target=_work, args=(system, url, f"w{i}", barrier, out, mine))
             for i in range(procs)
         ]
         for p in ps:
@@ -185,24 +196,29 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--procs", type=int, nargs="+", default=None, help="process counts")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="also run corral_base: the corral package in DIR/src")  # fmt: skip
     args = parser.parse_args()
+    base = os.path.abspath(args.baseline) if args.baseline else None
+    systems = SYSTEMS + (("corral_base",) if base else ())
     repeat = args.repeat or (1 if args.quick else 3)
     jobs = args.jobs or (300 if args.quick else 6000)
-    procs_list = (1, 4) if args.quick else (1, 4, 16)
+    procs_list = args.procs or ((1, 4) if args.quick else (1, 4, 16))
     rows = []
     for procs in procs_list:
         for _ in range(repeat):
-            for system in SYSTEMS:
+            for system in systems:
                 # procrastinate is ~10x slower: fewer jobs keep the run short, same rate.
                 n = jobs if system != "procrastinate" else max(200, jobs // 4)
-                r = run(system, procs, n)
+                r = run(system, procs, n, base)
                 rows.append(r)
                 print(f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s", flush=True)
     by = {
         (s, p): statistics.median(
             r["jobs_per_s"] for r in rows if r["system"] == s and r["procs"] == p
         )
-        for s in SYSTEMS
+        for s in systems
         for p in procs_list
     }
     summary = []
@@ -213,12 +229,22 @@ def main() -> None:
                         f"{c / p:.1f}x", f"{cc / b:.0%}", f"{cc / p:.1f}x"])  # fmt: skip
     print(table(["procs", "bare/s", "corral/s", "corral_cc/s", "procrastinate/s", "corral/bare",
                  "corral/procr.", "cc/bare", "cc/procr."], summary))  # fmt: skip
+    if base:
+        print(f"\ncorral_base: {base}")
+        print(table(
+            ["procs", "bare/s", "corral_base/s", "corral/s", "base/bare", "corral/bare",
+             "corral/base", "base/procr.", "corral/procr."],
+            [[p, f"{(b := by['bare', p]):.0f}", f"{(o := by['corral_base', p]):.0f}",
+              f"{(c := by['corral', p]):.0f}", f"{o / b:.0%}", f"{c / b:.0%}", f"{c / o:.2f}x",
+              f"{o / (q := by['procrastinate', p]):.1f}x", f"{c / q:.1f}x"] for p in procs_list],
+        ))  # fmt: skip
     with psycopg.connect(ADMIN) as conn:
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
         version = conn.execute("SHOW server_version").fetchone()[0]
     write_json(
         RESULTS_DIR / "pg_throughput.json",
         {"machine": machine_info(), "postgres": version, "synchronous_commit": sync,
+         "baseline": base, "jobs": jobs, "repeat": repeat,
          "median_jobs_per_s": {f"{s} x{p}": v for (s, p), v in by.items()}, "runs": rows},
     )  # fmt: skip
 
