@@ -93,19 +93,19 @@ class ShortCalls:
         if loop is not self._loop:
             return  # scheduled by a loop that has since been replaced
         queue, self._queue = self._queue, []
-        nowait, would_block = self._nowait, self._would_block
-        for handler, call, future in queue:
-            if future.done():
-                continue  # its request was cancelled before its turn: nothing ran
-            try:
-                with nowait():
+        would_block = self._would_block
+        with self._nowait():
+            for handler, call, future in queue:
+                if future.done():
+                    continue  # its request was cancelled before its turn: nothing ran
+                try:
                     result = handler(call)
-            except would_block:
-                future.set_result(_HOP)
-            except Exception as exc:
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+                except would_block:
+                    future.set_result(_HOP)
+                except Exception as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
 
 
 def dumps(value: Any) -> bytes:
