@@ -344,3 +344,50 @@ def test_hot_statement_events_are_numbered_by_their_transaction(pg_url: str) -> 
     assert all(xid % 2**32 == xmin for _, _, xid, _, xmin in rows)
     assert rows[1][2] == rows[2][2]  # complete_and_claim: one transaction
     assert len({xid for _, _, xid, _, _ in rows}) == 3
+
+
+def test_hot_statements_on_a_dropped_connection_are_unavailable_then_recover(
+    pg_url: str,
+) -> None:
+    """claim and complete run on the pooled connection's kept cursor: when the server
+    ends that connection, the call is a retryable error and the next one works."""
+    c = corral.connect(pg_url, pool_size=1)
+    c.register_node("N", "developer")
+    c.add_tasks([{"title": "one"}, {"title": "two"}])
+    dbname = pg_url.rsplit("/", 1)[1]
+
+    def drop_connections() -> None:
+        """End the store's sessions and wait until they are gone."""
+        with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                [dbname],
+            )
+            wait_for(
+                lambda: (
+                    admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [dbname]
+                    ).fetchone()
+                    == (0,)
+                ),
+                timeout=10,
+            )
+
+    def until_served(call: Any) -> Any:
+        errors = 0
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return call(), errors
+            except StoreUnavailableError as exc:
+                assert "retry" in str(exc)
+                assert time.monotonic() < deadline
+                errors += 1
+
+    drop_connections()
+    task, errors = until_served(lambda: c.claim_best_task("N", "developer"))
+    assert task is not None and errors >= 1
+    drop_connections()
+    done, errors = until_served(lambda: c.complete_task(task.id, "N", task.epoch))
+    assert done.status == "done" and errors >= 1
+    c.close()
