@@ -85,8 +85,8 @@ class Board:
     """One open cluster at a fixed board size, measured in rounds.
 
     ``checkpoint`` is ``"auto"`` (as shipped: the store's background thread
-    checkpoints the WAL while the calls run) or ``"between"`` (a second connection checkpoints every ``CHECKPOINT_EVERY`` steps,
-    untimed, so the WAL never reaches the automatic threshold: the board-size effect
+    checkpoints the WAL while the calls run) or ``"between"`` (a second connection
+    checkpoints every ``CHECKPOINT_EVERY`` steps, untimed: the board-size effect
     alone)."""
 
     CHECKPOINT_EVERY = 20
