@@ -137,10 +137,9 @@ class _WriterLock:
     Without it, writers that find the database locked can only poll (SQLite has no
     wake-up), and under contention they either sleep past the moment the lock frees
     or burn the CPU its holder needs. Here a waiter yields for up to 0.3 ms, then
-    sleeps in the kernel until the lock is released; the kernel
-    releases it too when its holder dies. SQLite's lock
-    stays the authority: a writer that does not take this lock (another program) is
-    still waited out by ``_retrying``."""
+    sleeps in the kernel until the lock is released; the kernel releases it too when
+    its holder dies. SQLite's lock stays the authority: a writer that does not take
+    this lock (another program) is still waited out by ``_retrying``."""
 
     def __init__(self, db_path: Path) -> None:
         self._fd: int | None = None
