@@ -391,3 +391,24 @@ def test_hot_statements_on_a_dropped_connection_are_unavailable_then_recover(
     done, errors = until_served(lambda: c.complete_task(task.id, "N", task.epoch))
     assert done.status == "done" and errors >= 1
     c.close()
+
+
+def test_first_tasks_give_the_claim_tables_statistics(request: pytest.FixtureRequest) -> None:
+    """A fresh cluster's first add_tasks analyzes the claim's tables, so no claim is
+    planned without statistics until autovacuum gets to them."""
+    url = pg.fresh_database(request)
+
+    def unanalyzed() -> list[str]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT relname FROM pg_class WHERE relname IN ('tasks', 'ready')"
+                " AND reltuples < 0 ORDER BY relname"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    assert unanalyzed() == ["ready", "tasks"]
+    with corral.connect(url, pool_size=1) as c:
+        c.add_tasks([{"title": f"Implement part {i}"} for i in range(20)])
+        assert unanalyzed() == []
+        c.register_node("W", "developer")
+        assert c.claim_best_task("W", "developer").title == "Implement part 0"

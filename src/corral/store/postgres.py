@@ -184,6 +184,7 @@ class PostgresStore(SQLStore):
             open=False,
         )
         self._ready = ReadySignal()
+        self._analyzed = False  # the claim's tables have statistics (_analyze_if_never)
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: threading.Thread | None = None
@@ -412,7 +413,22 @@ class PostgresStore(SQLStore):
                 ],
             )
             tx.wake = True
+        if not self._analyzed:
+            self._analyze_if_never()
         return [task_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
+
+    def _analyze_if_never(self) -> None:
+        """``ANALYZE`` the claim's tables if they never were, once per store.
+
+        Until autovacuum's first ``ANALYZE`` (up to a minute after the first tasks),
+        the planner has no statistics, and a claim's cached plan can join the role
+        heads against every pending task: O(pending) per claim until the statistics
+        arrive. ``ANALYZE`` blocks no reads or writes; cached plans are replanned."""
+        with self._connection() as conn:
+            row = conn.execute(_QUERIES["claim_tables_unanalyzed"]).fetchone()
+            if row and row["n"]:
+                conn.execute(_QUERIES["claim_tables_analyze"])
+        self._analyzed = True
 
     def _events_after(self, tx: Any, start: Any) -> list[Event]:
         """The events this transaction wrote (the monitor's duties report them)."""

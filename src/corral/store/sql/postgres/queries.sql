@@ -541,3 +541,12 @@ WITH fin AS (
 SELECT (SELECT fresh FROM n) AS fresh, 'done' AS part, fin.* FROM fin
 UNION ALL
 SELECT (SELECT fresh FROM n) AS fresh, 'next' AS part, take.* FROM take;
+
+-- name: claim_tables_unanalyzed
+-- Tables of the claim that were never analyzed (reltuples is -1 until the first
+-- VACUUM or ANALYZE).
+SELECT count(*) AS n FROM pg_class
+WHERE oid IN ('tasks'::regclass, 'ready'::regclass) AND reltuples < 0;
+
+-- name: claim_tables_analyze
+ANALYZE tasks, ready;
