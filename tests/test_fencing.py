@@ -128,3 +128,33 @@ def test_complete_and_claim_refusals_change_nothing(cluster):
     with pytest.raises(InvalidInputError):
         cluster.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
     assert _snapshot(cluster) == before
+
+
+def test_a_completion_returns_the_task_as_stored(cluster, clock):
+    """What complete_task and complete_and_claim return is the stored task, field for
+    field, however the completion is made: fenced or not, with or without a result,
+    and for a task the same node claimed again after losing it."""
+    cluster.register_node("A", "developer")
+    for i in range(5):
+        cluster.add_task(f"Implement part {i}", priority="high", description=f"d{i}")
+    t1 = cluster.claim_best_task("A", "developer")
+    clock.advance(1)
+    done = cluster.complete_task(t1.id, "A", t1.epoch, result={"ok": [1, 2], "n": 1.5})
+    assert done == cluster.get_task(t1.id) and done.result == {"ok": [1, 2], "n": 1.5}
+    t2 = cluster.claim_best_task("A", "developer")
+    clock.advance(1)
+    done = cluster.complete_task(t2.id, "A")  # unfenced
+    assert done == cluster.get_task(t2.id) and done.result is None
+    t3 = cluster.claim_best_task("A", "developer")
+    clock.advance(1)
+    done, t4 = cluster.complete_and_claim(t3.id, "A", "developer", t3.epoch, result="r3")
+    assert done == cluster.get_task(t3.id) and t4 == cluster.get_task(t4.id)
+    cluster.fail_task(t4.id, "A", t4.epoch, error="flaky")  # back to pending, same node
+    again = cluster.claim_best_task("A", "developer")
+    assert (again.id, again.epoch) == (t4.id, t4.epoch + 1)
+    with pytest.raises(LeaseError):
+        cluster.complete_task(t4.id, "A", t4.epoch)
+    clock.advance(1)
+    done = cluster.complete_task(again.id, "A", again.epoch, result=[3])
+    assert done == cluster.get_task(again.id)
+    assert (done.status, done.epoch, done.attempts, done.error) == ("done", 2, 2, None)
