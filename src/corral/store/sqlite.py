@@ -128,11 +128,16 @@ def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return StoreUnavailableError(f"SQLite store unavailable: {exc}; retry the call")
 
 
-# A writer that finds the lock taken first retries for this long, yielding the CPU
-# between tries, before it sleeps in the kernel: a write transaction takes ~0.05 ms, and
-# waking a sleeping process costs more than that on a busy machine. (Measured on 2
-# cores: longer spins help 2 processes, shorter ones 8; bench/sqlite_throughput.py.)
+# A writer that finds the lock taken first retries for up to _SPIN_SECONDS, yielding
+# the CPU between tries, before it sleeps in the kernel: a write transaction takes
+# ~0.05 ms, and waking a sleeping process costs more than that on a busy machine. The
+# spin adapts: a wait that ends asleep after more than _SPIN_LONG_WAIT means a long
+# queue (more writers than cores), where spinning only takes CPU from the holder, so
+# the next spin is halved; a shorter wait doubles it back. (On 2 cores a fixed spin
+# served 2 processes best and none served 8 best: bench/sqlite_throughput.py.)
 _SPIN_SECONDS = 0.0003
+_SPIN_STEP = 0.00001
+_SPIN_LONG_WAIT = 0.001
 
 
 class _WriterLock:
@@ -142,13 +147,15 @@ class _WriterLock:
 
     Without it, writers that find the database locked can only poll (SQLite has no
     wake-up), and under contention they either sleep past the moment the lock frees
-    or burn the CPU its holder needs. Here a waiter yields for up to 0.3 ms, then
-    sleeps in the kernel until the lock is released; the kernel releases it too when
-    its holder dies. SQLite's lock stays the authority: a writer that does not take
-    this lock (another program) is still waited out by ``_retrying``."""
+    or burn the CPU its holder needs. Here a waiter yields for up to 0.3 ms (less
+    when the queue is long), then sleeps in the kernel until the lock is released;
+    the kernel releases it too when its holder dies. SQLite's lock stays the
+    authority: a writer that does not take this lock (another program) is still
+    waited out by ``_retrying``."""
 
     def __init__(self, db_path: Path) -> None:
         self._fd: int | None = None
+        self._spin = _SPIN_SECONDS  # adaptive: see _SPIN_LONG_WAIT
         if fcntl is not None and str(db_path) != ":memory:":
             self._fd = os.open(f"{db_path}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
@@ -161,15 +168,21 @@ class _WriterLock:
         except BlockingIOError:
             if not blocking:
                 return False
-        spin_until = time.perf_counter() + _SPIN_SECONDS
+        start = time.perf_counter()
+        spin_until = start + self._spin
         while time.perf_counter() < spin_until:
             os.sched_yield()
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)
                 return True
             except BlockingIOError:
                 pass
         fcntl.flock(self._fd, fcntl.LOCK_EX)
+        if time.perf_counter() - start < _SPIN_LONG_WAIT:  # not a long queue: keep spinning
+            self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)
+        else:  # a long queue: spinning only takes CPU from the holder, sleep sooner
+            self._spin /= 2
         return True
 
     def release(self) -> None:
