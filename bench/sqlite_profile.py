@@ -6,7 +6,8 @@ named query (and BEGIN / COMMIT), the time the write lock is held (BEGIN IMMEDIA
 to the end of COMMIT: what other processes wait for), and the Python time around it.
 It also counts the pages each commit writes to the WAL, for corral and for the bare
 loop of ``sqlite_throughput.py``: a COMMIT costs about in proportion to them.
-It reads one private attribute (the store's ``_conn``); it is a diagnosis tool.
+It reads private attributes (the store's ``_conn`` and ``_hot``); it is a diagnosis
+tool.
 
     python bench/sqlite_profile.py [--tasks 20000] [--pairs 5000] [--cprofile]
 """
@@ -28,6 +29,7 @@ from typing import Any
 import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral.store.queries import load_queries
+from corral.store.sqlite import _TASK_COMPLETE_QUIET
 from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare
 
 ROLE = "developer"
@@ -41,15 +43,20 @@ class TimedConnection:
     def __init__(self, conn: Any) -> None:
         self._conn = conn
         self._names = {sql: name for name, sql in load_queries("sqlite").items()}
+        self._names[_TASK_COMPLETE_QUIET] = "task_complete (no RETURNING)"
         self.op = "setup"
         self.stats: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
         self.held: dict[str, float] = defaultdict(float)
         self._t_begin: float | None = None
 
     def execute(self, sql: str, params: Any = ()) -> Any:
+        return self.timed(self._conn, sql, params)
+
+    def timed(self, target: Any, sql: str, params: Any) -> Any:
+        """Run ``sql`` on ``target`` (this connection, or a cursor of it), timed."""
         name = self._names.get(sql) or " ".join(sql.split())[:48]
         t0 = time.perf_counter()
-        cur = self._conn.execute(sql, params)
+        cur = target.execute(sql, params)
         rows = cur.fetchall() if cur.description is not None else None
         t1 = time.perf_counter()
         s = self.stats[(self.op, name)]
@@ -64,6 +71,17 @@ class TimedConnection:
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._conn, attr)
+
+
+class TimedCursor:
+    """The store's cursor for its hot statements, timed by a ``TimedConnection``."""
+
+    def __init__(self, cur: Any, timer: TimedConnection) -> None:
+        self._cur = cur
+        self._timer = timer
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self._timer.timed(self._cur, sql, params)
 
 
 class _Result:
@@ -213,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         store: Any = c.store
         timed = TimedConnection(store._conn)
         store._conn = timed
+        hot = store._hot
+        store._hot = TimedCursor(hot, timed)
         t_op: dict[str, float] = defaultdict(float)
         for _ in range(args.pairs):
             timed.op = "claim"
@@ -225,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             t_op["claim"] += t1 - t0
             t_op["complete"] += t2 - t1
         store._conn = timed._conn
+        store._hot = hot
         k = min(args.pairs, 100)
         store._checkpoints.close()  # no background checkpoint while counting frames
         frames = {"corral": wal_frames(store._conn, Path(d) / "p.db", k, corral_ops(c))}
