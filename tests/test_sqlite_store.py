@@ -246,3 +246,29 @@ def test_a_claim_drops_every_role_head_of_its_task(tmp_path):
     roles = [e.data["role"] for e in c.events() if e.kind == "task_claimed"]
     assert roles == ["developer"] * 4
     c.close()
+
+
+def test_a_rolled_back_claim_is_not_remembered(tmp_path):
+    """complete_and_claim that fails after its claim rolls the claim back, and the
+    store forgets the claim's row (a completion builds its record from it)."""
+    c = corral.connect(f"sqlite:///{tmp_path / 'rb.db'}")
+    c.register_node("A", "developer")
+    for i in range(2):
+        c.add_task(f"Implement part {i}")
+    first = c.claim_best_task("A", "developer")
+    store = c.store
+    real = store._claim_in
+
+    def claim_then_fail(*args):
+        real(*args)
+        raise RuntimeError("after the claim")
+
+    store._claim_in = claim_then_fail
+    with pytest.raises(RuntimeError):
+        c.complete_and_claim(first.id, "A", "developer", first.epoch)
+    store._claim_in = real
+    assert store._claimed == {}
+    assert c.get_task(first.id).status == "in_progress"  # the completion rolled back too
+    done = c.complete_task(first.id, "A", first.epoch)
+    assert done == c.get_task(first.id)
+    c.close()

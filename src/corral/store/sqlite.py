@@ -397,9 +397,11 @@ class SQLiteStore(SQLStore):
                 try:
                     self._conn.execute("COMMIT")
                 except sqlite3.Error as exc:
+                    self._claimed.clear()  # it may hold a claim that did not happen
                     self._conn.execute("ROLLBACK")
                     raise _unavailable(exc) from exc
             else:
+                self._claimed.clear()
                 self._conn.execute("ROLLBACK")
         finally:
             self._writer.release()
