@@ -272,3 +272,54 @@ def test_a_rolled_back_claim_is_not_remembered(tmp_path):
     done = c.complete_task(first.id, "A", first.epoch)
     assert done == c.get_task(first.id)
     c.close()
+
+
+def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(tmp_path):
+    """In store.group() every write transaction is a savepoint of one transaction:
+    nothing is visible to another connection until the block ends, a call that fails
+    undoes only its own writes, reads see the block's writes, and then everything the
+    other calls did is committed together."""
+    from corral import LeaseError
+
+    path = tmp_path / "group.db"
+    c = corral.connect(f"sqlite:///{path}")
+    c.register_node("A", "developer")
+    other = sqlite3.connect(path)
+    with c.store.group():
+        c.add_task("Implement one")
+        task = c.claim_best_task("A", "developer")
+        with pytest.raises(LeaseError):
+            c.complete_task(task.id, "A", task.epoch + 1)  # refused: changes nothing
+        c.heartbeat("A", health_status="healthy")
+        assert c.get_task(task.id).status == "in_progress"  # reads see the group
+        assert other.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+    assert other.execute("SELECT status FROM tasks").fetchall() == [("in_progress",)]
+    kinds = [e.kind for e in c.events()]
+    assert kinds.count("task_claimed") == 1 and "task_completed" not in kinds
+    other.close()
+    c.close()
+
+
+def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_path):
+    import os
+    import signal
+
+    from corral.store.sqlite import WouldBlock
+
+    path = tmp_path / "busy.db"
+    c = corral.connect(f"sqlite:///{path}")
+    held = CTX.Event()
+    holder = CTX.Process(target=_hold_writer_lock, args=(str(path), held))
+    holder.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(WouldBlock), c.store.nowait(), c.store.group():
+            c.add_task("Implement never")
+        assert c.list_tasks() == []
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+    with c.store.group():
+        c.add_task("Implement now")
+    assert [t.title for t in c.list_tasks()] == ["Implement now"]
+    c.close()

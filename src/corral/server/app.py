@@ -98,7 +98,7 @@ class ServerState:
 
             self.nowait = store.nowait  # type: ignore[union-attr]
             self.would_block = WouldBlock
-            self.short_calls = ShortCalls(self.nowait, WouldBlock)
+            self.short_calls = ShortCalls(self.nowait, WouldBlock, store.group)  # type: ignore[union-attr]
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
         self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)

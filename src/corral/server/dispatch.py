@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -67,14 +67,26 @@ _HOP = object()  # a short call met a busy store: run it on a worker thread
 
 class ShortCalls:
     """Short calls queued during one turn of the event loop, run back to back (in
-    the order they came) at the start of the next, each under the store's
-    ``nowait()``: a call that would wait answers ``_HOP`` without having done
-    anything, and its request runs it on a worker thread. Each call is its own
-    transaction; only the order of work on the loop changes. Event loop only."""
+    the order they came) at the start of the next, under the store's ``nowait()``:
+    a call that would wait answers ``_HOP`` without having done anything, and its
+    request runs it on a worker thread.
 
-    def __init__(self, nowait: Callable[[], Any], would_block: type[Exception]) -> None:
+    With ``group`` (the SQLite store's ``group()``), the turn's calls share one
+    commit: each is a savepoint (its failure undoes only itself), and their answers
+    are released only once the commit is done, so each answer is still durable. If
+    the group cannot start (the store is busy), every call hops; if its commit
+    fails, every call of the turn gets that error and none of their writes is kept.
+    Event loop only."""
+
+    def __init__(
+        self,
+        nowait: Callable[[], Any],
+        would_block: type[Exception],
+        group: Callable[[], Any] | None = None,
+    ) -> None:
         self._nowait = nowait
         self._would_block = would_block
+        self._group = group
         self._queue: list[tuple[Callable[[Call], Any], Call, asyncio.Future[Any]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -93,19 +105,49 @@ class ShortCalls:
         if loop is not self._loop:
             return  # scheduled by a loop that has since been replaced
         queue, self._queue = self._queue, []
+        if self._group is None:
+            with self._nowait():
+                for future, ok, value in self._calls(queue):
+                    _settle(future, ok, value)
+            return
+        answers: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        try:
+            with self._nowait(), self._group():
+                answers = list(self._calls(queue))
+        except self._would_block:  # the group could not start: nothing ran
+            for _, _, future in queue:
+                _settle(future, True, _HOP)
+            return
+        except Exception as exc:  # the shared commit failed: none of it is kept
+            for future, _, _ in answers:
+                _settle(future, False, exc)
+            return
+        for future, ok, value in answers:
+            _settle(future, ok, value)
+
+    def _calls(self, queue: list[Any]) -> Iterator[tuple[asyncio.Future[Any], bool, Any]]:
+        """Run each queued call; (future, succeeded, result or exception)."""
         would_block = self._would_block
-        with self._nowait():
-            for handler, call, future in queue:
-                if future.done():
-                    continue  # its request was cancelled before its turn: nothing ran
-                try:
-                    result = handler(call)
-                except would_block:
-                    future.set_result(_HOP)
-                except Exception as exc:
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
+        for handler, call, future in queue:
+            if future.done():
+                continue  # its request was cancelled before its turn: nothing ran
+            try:
+                result = handler(call)
+            except would_block:
+                yield future, True, _HOP
+            except Exception as exc:
+                yield future, False, exc
+            else:
+                yield future, True, result
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return  # cancelled meanwhile
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 def dumps(value: Any) -> bytes:

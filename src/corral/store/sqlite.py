@@ -67,10 +67,11 @@ class WouldBlock(Exception):
 
 
 class _Tx:
-    __slots__ = ("_conn", "wake")
+    __slots__ = ("_conn", "nested", "wake")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, nested: bool = False) -> None:
         self._conn = conn
+        self.nested = nested  # a savepoint of a group's transaction (SQLiteStore.group)
         self.wake = False  # a task may become pending: wake waiting claims on commit
 
     def one(self, name: str, **params: Any) -> Any:
@@ -278,6 +279,7 @@ class SQLiteStore(SQLStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
+        self._group: tuple[int, _Tx] | None = None  # (thread, transaction) of a group()
         self._nowait = threading.local()
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
@@ -371,7 +373,15 @@ class SQLiteStore(SQLStore):
     # --- write transactions -----------------------------------------------------------
     def _begin(self) -> _Tx:
         """Take the store (threads), the writer lock (processes), then SQLite's write
-        lock. Pair with ``_end``."""
+        lock; in a ``group``, a savepoint of its transaction. Pair with ``_end``."""
+        if self._group is not None and self._group[0] == threading.get_ident():
+            self._lock.acquire()  # held by this thread already
+            try:
+                self._conn.execute("SAVEPOINT corral_call")
+            except BaseException:
+                self._lock.release()
+                raise
+            return _Tx(self._conn, nested=True)
         nowait = getattr(self._nowait, "on", False)
         if not self._lock.acquire(blocking=not nowait):
             raise WouldBlock("the store is busy in another thread")
@@ -392,6 +402,19 @@ class SQLiteStore(SQLStore):
         return _Tx(self._conn)
 
     def _end(self, tx: _Tx, commit: bool) -> None:
+        if tx.nested:
+            try:
+                if commit:
+                    self._conn.execute("RELEASE corral_call")
+                    if tx.wake and self._group is not None:
+                        self._group[1].wake = True
+                else:
+                    self._claimed.clear()
+                    self._conn.execute("ROLLBACK TO corral_call")
+                    self._conn.execute("RELEASE corral_call")
+            finally:
+                self._lock.release()
+            return
         try:
             if commit:
                 try:
@@ -422,7 +445,35 @@ class SQLiteStore(SQLStore):
         self._end(tx, commit=True)
 
     @contextmanager
+    def group(self) -> Iterator[None]:
+        """Write transactions started in this block, on this thread, share one commit.
+
+        Each runs as a savepoint of the block's transaction, so a call that fails
+        undoes only its own writes, and the block commits once at its end (a failed
+        commit raises, and none of the block's writes is kept). Whoever answers for
+        the calls must do so after the block, so every answer is durable. Reads in
+        the block see its writes. Under ``nowait()`` the block raises ``WouldBlock``
+        at its start, having done nothing, if the store or the database is busy.
+        ``corral serve`` runs the short calls of one event-loop turn this way."""
+        if self._group is not None and self._group[0] == threading.get_ident():
+            raise RuntimeError("SQLiteStore.group() does not nest")
+        tx = self._begin()
+        self._group = (threading.get_ident(), tx)
+        try:
+            yield
+        except BaseException:
+            self._group = None
+            self._end(tx, commit=False)
+            raise
+        self._group = None
+        self._end(tx, commit=True)
+
+    @contextmanager
     def _read(self) -> Iterator[_Tx]:
+        if self._group is not None and self._group[0] == threading.get_ident():
+            with self._lock:  # inside the group's transaction, which sees its writes
+                yield _Tx(self._conn)
+            return
         self._acquire()
         try:
             self._conn.execute("BEGIN")
