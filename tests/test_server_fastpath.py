@@ -229,6 +229,48 @@ def test_a_short_call_that_would_wait_is_handed_back_to_hop() -> None:
     assert asyncio.run(main()) == [_HOP, "b"]
 
 
+def test_a_turn_in_a_group_answers_after_its_commit_and_all_fail_with_it(
+    tmp_path: Path,
+) -> None:
+    """With the store's group, a turn's calls commit together: their answers come
+    once the commit is done (a second connection already sees every write), and
+    when the commit fails every call of the turn gets the error and none of their
+    writes is kept."""
+    c = corral.connect(f"sqlite:///{tmp_path / 'g.db'}")
+    store = c.store
+    seen: list[int] = []
+
+    def committed_count() -> int:
+        other = sqlite3.connect(tmp_path / "g.db")
+        try:
+            return other.execute("SELECT count(*) FROM tasks").fetchone()[0]
+        finally:
+            other.close()
+
+    def add(title: Any) -> Any:
+        return c.add_task(title).title
+
+    async def turn(calls: ShortCalls) -> list[Any]:
+        futures = [calls.submit(add, "Implement a"), calls.submit(add, "Implement b")]  # type: ignore[arg-type]
+        futures[0].add_done_callback(lambda _: seen.append(committed_count()))
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    grouped = ShortCalls(store.nowait, WouldBlock, store.group)
+    assert asyncio.run(turn(grouped)) == ["Implement a", "Implement b"]
+    assert seen == [2]  # the first answer was released after both were committed
+
+    @contextlib.contextmanager
+    def failing_group() -> Iterator[None]:
+        with store.group():
+            yield
+            raise StoreUnavailableError("the commit failed")  # the group rolls back
+
+    answers = asyncio.run(turn(ShortCalls(store.nowait, WouldBlock, failing_group)))
+    assert [type(a) for a in answers] == [StoreUnavailableError] * 2
+    assert committed_count() == 2 and len(c.list_tasks()) == 2
+    c.close()
+
+
 def test_complete_and_claim_on_every_backend(cluster: Any) -> None:
     """complete_and_claim (one request over HTTP) finishes the held task and claims
     the next; a stale epoch or an unknown role refuses and changes nothing."""
