@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
+import os
 import socket
 import sqlite3
 import threading
@@ -101,7 +103,9 @@ def test_a_short_operation_waits_off_the_loop_when_the_database_is_locked(
         )
         try:
             worker.start()
-            time.sleep(0.2)  # give the heartbeat time to reach the lock (it cannot pass it)
+            # The heartbeat has hopped to a thread that holds corral's writer lock and
+            # waits for SQLite's (it cannot pass it).
+            _wait_for(lambda: _writer_lock_taken(tmp_path / "served.db"))
             assert worker.is_alive()
             t0 = time.monotonic()
             r = httpx.get(f"{url}/openapi.json", timeout=5)
@@ -114,6 +118,18 @@ def test_a_short_operation_waits_off_the_loop_when_the_database_is_locked(
         assert out["node"].health == "degraded"
         assert embedded.get_node("w1").health == "degraded"
         client.close()
+
+
+def _writer_lock_taken(db: Path) -> bool:
+    """Whether some store holds the writer lock file of ``db`` (SQLiteStore's flock)."""
+    fd = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (closing also releases a lock this probe took)
+    return False
 
 
 async def _asgi_post(app: Any, path: str, token: str, body: bytes) -> tuple[int, Any]:
@@ -318,6 +334,7 @@ class ScriptedServer:
     def __init__(self, responses: list[tuple[bytes, bool]]) -> None:
         self.responses = list(responses)
         self.connections = 0
+        self.closed = 0  # connections this server has closed
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -352,6 +369,7 @@ class ScriptedServer:
                     conn.sendall(response)
                     if close:
                         break
+            self.closed += 1
 
     def close(self) -> None:
         self.sock.close()
@@ -438,8 +456,7 @@ def test_client_reconnects_after_the_server_closes_an_idle_connection() -> None:
     try:
         with HttpClient(f"http://127.0.0.1:{server.port}", token="t") as c:
             assert c.request("GET", "/a") == 1
-            _wait_for(lambda: server.connections == 1)
-            time.sleep(0.05)  # the server has closed its end
+            _wait_for(lambda: server.closed == 1)  # the server has closed its end
             assert c.request("GET", "/b") == 2
             assert c.request("GET", "/c") == 3
         assert server.connections == 3
