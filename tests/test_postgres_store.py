@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 import corral
 from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
-from corral.store.postgres import TASK_COLUMNS, PostgresStore
+from corral.store.postgres import PostgresStore
 from corral.store.queries import load_queries, migrations, schema
+from corral.store.rows import TASK_COLUMNS
 from tests import pg_procs, procs
 from tests.backends import postgres as pg
 from tests.test_claim_order import boards, claim_sequence

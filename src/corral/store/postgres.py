@@ -30,7 +30,7 @@ from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Event, Task
 from corral.store.base import TaskSpec
 from corral.store.queries import load_queries, migrations
-from corral.store.rows import loads
+from corral.store.rows import task_from_tuple
 from corral.store.signal import WAKE_QUERIES, ReadySignal
 from corral.store.sqlbase import SQLStore, _dumps, event_from_row, task_from_row
 
@@ -47,34 +47,7 @@ _OPTIONS = ("pool_size", "statement_timeout", "connect_timeout")
 _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
 # The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
 # give the hot statements, read by position (tests/test_postgres_store.py checks).
-TASK_COLUMNS = (
-    "id", "title", "description", "priority", "role", "roles", "status", "assigned_to",
-    "epoch", "attempts", "max_attempts", "sort_key", "created_at", "claimed_at",
-    "updated_at", "finished_at", "result", "error",
-)  # fmt: skip
-
-
-def _task(v: tuple[Any, ...], i: int = 0) -> Task:
-    """The task whose columns (TASK_COLUMNS) start at ``v[i]``."""
-    return Task(
-        id=v[i],
-        title=v[i + 1],
-        description=v[i + 2],
-        priority=v[i + 3],
-        role=v[i + 4],
-        roles=tuple(v[i + 5].split()),
-        status=v[i + 6],
-        assigned_to=v[i + 7],
-        epoch=v[i + 8],
-        attempts=v[i + 9],
-        max_attempts=v[i + 10],
-        created_at=v[i + 12],
-        claimed_at=v[i + 13],
-        updated_at=v[i + 14],
-        finished_at=v[i + 15],
-        result=loads(v[i + 16]),
-        error=v[i + 17],
-    )
+_task = task_from_tuple  # the task whose TASK_COLUMNS start at row[i]
 
 
 class _Conn(psycopg.Connection[Any]):

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Protocol
 
 from corral.model import Event, Node, Task
 
-__all__ = ["Tx", "dumps", "event_from_row", "loads", "node_from_row", "task_from_row"]
+__all__ = [
+    "TASK_COLUMNS",
+    "Tx",
+    "dumps",
+    "event_from_row",
+    "loads",
+    "node_from_row",
+    "task_from_row",
+    "task_from_tuple",
+]
 
 
 class Tx(Protocol):
@@ -81,6 +91,43 @@ def task_from_row(row: Any) -> Task:
         result=_loads(row["result"]),
         error=row["error"],
     )
+
+
+# The leading columns of a tasks row, in table order in both schemas (tests check it),
+# so the stores' hot statements read task rows by position.
+TASK_COLUMNS = (
+    "id", "title", "description", "priority", "role", "roles", "status", "assigned_to",
+    "epoch", "attempts", "max_attempts", "sort_key", "created_at", "claimed_at",
+    "updated_at", "finished_at", "result", "error",
+)  # fmt: skip
+
+# Task's slot setters in field order: a task is built without the frozen dataclass's
+# __init__ (one object.__setattr__ per field), half its cost on the hot path.
+_TASK_SETTERS = tuple(Task.__dict__[f.name].__set__ for f in dataclasses.fields(Task))
+_new = object.__new__
+
+
+def task_from_tuple(v: Any, i: int = 0) -> Task:
+    """``task_from_row`` for a row whose ``TASK_COLUMNS`` start at ``v[i]``, by
+    position (columns after them are ignored)."""
+    (
+        id_, title, description, priority, role, roles, status, assigned_to, epoch,
+        attempts, max_attempts, _sort_key, created_at, claimed_at, updated_at,
+        finished_at, result, error,
+    ) = v[i : i + 18]  # fmt: skip
+    task = _new(Task)
+    for set_field, value in zip(
+        _TASK_SETTERS,
+        (
+            id_, title, priority, status, description, role,
+            tuple(roles.split()) if roles else (), assigned_to, epoch, attempts,
+            max_attempts, created_at, claimed_at, updated_at, finished_at,
+            None if result is None else _loads(result), error,
+        ),
+        strict=True,
+    ):  # fmt: skip
+        set_field(task, value)
+    return task
 
 
 def event_from_row(row: Any) -> Event:

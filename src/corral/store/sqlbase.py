@@ -111,14 +111,13 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
                 "ready_insert", role=role, sort_key=sort_key, created_at=created_at, task_id=task_id
             )
 
-    def _dequeue(self, tx: Tx, row: Any) -> None:
-        for role in row["roles"].split():
+    def _dequeue(
+        self, tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str
+    ) -> None:
+        """Drop a claimed task's role heads (``_enqueue``'s reverse)."""
+        for role in roles.split():
             tx.run(
-                "ready_remove",
-                role=role,
-                sort_key=row["sort_key"],
-                created_at=row["created_at"],
-                task_id=row["id"],
+                "ready_remove", role=role, sort_key=sort_key, created_at=created_at, task_id=task_id
             )
 
     def _check_role(self, tx: Tx, role: str) -> None:

@@ -16,7 +16,6 @@ claim or a completion never pays for it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import random
 import sqlite3
@@ -38,7 +37,8 @@ from corral.defaults import (
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Task
 from corral.store.queries import load_queries, migrations
-from corral.store.rows import dumps, loads
+from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
+from corral.store.rows import dumps, task_from_tuple
 from corral.store.signal import WAKE_QUERIES, signal_for
 from corral.store.sqlbase import SQLStore
 
@@ -87,42 +87,10 @@ class _Tx:
         return self._conn.execute(_QUERIES[name], params).rowcount
 
 
-# ``SELECT * FROM tasks`` in schema order (tests/test_sqlite_store.py checks it), so a
-# row unpacks by position: a third of the time of ``task_from_row``'s name lookups.
-TASK_COLUMNS = (
-    "id", "title", "description", "priority", "role", "roles", "status", "assigned_to",
-    "epoch", "attempts", "max_attempts", "sort_key", "created_at", "claimed_at",
-    "updated_at", "finished_at", "result", "error", "claimed_role",
-)  # fmt: skip
-
-
-# Task's slot setters in field order: a task is built without the frozen dataclass's
-# __init__ (one object.__setattr__ call per field), half its cost on the hot path.
-_TASK_SETTERS = tuple(Task.__dict__[f.name].__set__ for f in dataclasses.fields(Task))
-_new = object.__new__
-
-
-def _task(row: Any) -> Task:
-    """``task_from_row`` for a whole SQLite tasks row, by position (equal to it:
-    tests/test_sqlite_store.py)."""
-    (
-        id_, title, description, priority, role, roles, status, assigned_to, epoch,
-        attempts, max_attempts, _sort_key, created_at, claimed_at, updated_at,
-        finished_at, result, error, _claimed_role,
-    ) = row  # fmt: skip
-    task = _new(Task)
-    for set_field, value in zip(
-        _TASK_SETTERS,
-        (
-            id_, title, priority, status, description, role,
-            tuple(roles.split()) if roles else (), assigned_to, epoch, attempts,
-            max_attempts, created_at, claimed_at, updated_at, finished_at,
-            None if result is None else loads(result), error,
-        ),
-        strict=True,
-    ):  # fmt: skip
-        set_field(task, value)
-    return task
+# ``SELECT * FROM tasks`` in table order (tests/test_sqlite_store.py checks it): the
+# shared leading columns, then SQLite's own.
+TASK_COLUMNS = (*ROW_TASK_COLUMNS, "claimed_role")
+_task = task_from_tuple
 
 
 def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
@@ -173,17 +141,15 @@ class _WriterLock:
         spin_until = start + self._spin
         while time.perf_counter() < spin_until:
             os.sched_yield()
-            try:
+            with contextlib.suppress(BlockingIOError):
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)
+                break
+        else:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if time.perf_counter() - start >= _SPIN_LONG_WAIT:
+                self._spin /= 2  # a long queue: spinning takes CPU from the holder
                 return True
-            except BlockingIOError:
-                pass
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        if time.perf_counter() - start < _SPIN_LONG_WAIT:  # not a long queue: keep spinning
-            self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)
-        else:  # a long queue: spinning only takes CPU from the holder, sleep sooner
-            self._spin /= 2
+        self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)  # spinning pays
         return True
 
     def release(self) -> None:
@@ -347,12 +313,12 @@ class SQLiteStore(SQLStore):
         finally:
             self._nowait.on = False
 
-    def _acquire(self) -> None:
-        if getattr(self._nowait, "on", False):
-            if not self._lock.acquire(blocking=False):
-                raise WouldBlock("the store is busy in another thread")
-        else:
-            self._lock.acquire()
+    def _acquire(self) -> bool:
+        """Take the store (threads); whether this thread is in ``nowait()``."""
+        nowait = getattr(self._nowait, "on", False)
+        if not self._lock.acquire(blocking=not nowait):
+            raise WouldBlock("the store is busy in another thread")
+        return nowait
 
     def _migrate(self) -> None:
         self._retrying("PRAGMA user_version")
@@ -382,9 +348,7 @@ class SQLiteStore(SQLStore):
                 self._lock.release()
                 raise
             return _Tx(self._conn, nested=True)
-        nowait = getattr(self._nowait, "on", False)
-        if not self._lock.acquire(blocking=not nowait):
-            raise WouldBlock("the store is busy in another thread")
+        nowait = self._acquire()
         try:
             if not self._writer.acquire(blocking=not nowait):
                 raise WouldBlock("another process is writing")
@@ -507,9 +471,7 @@ class SQLiteStore(SQLStore):
         row = rows[0]
         task_id, roles, sort_key, created_at = row[0], row[5], row[11], row[12]
         if " " in roles:  # a task matching several roles: the trigger drops only one head
-            for r in roles.split():
-                tx.run("ready_remove", role=r, sort_key=sort_key, created_at=created_at,
-                       task_id=task_id)  # fmt: skip
+            self._dequeue(tx, task_id, sort_key, created_at, roles)
         claimed = self._claimed
         if len(claimed) >= _CLAIMED_KEEP:
             del claimed[next(iter(claimed))]
