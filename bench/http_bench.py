@@ -14,11 +14,19 @@
 - one caller, sequential: the embedded client (``Cluster`` over SQLite), the remote
   client (``HttpClient``) against corral, and the same client against the floor
   (what one HTTP round trip costs at best here).
+- the embedded client under the same load: 32 callers, each its own OS process with
+  its own ``corral.connect`` (default durability) and its own node, released together
+  by a barrier, looping for the same seconds over the same operations (heartbeat with
+  the same payload; claim + complete as one op) on a fresh database seeded like the
+  HTTP run's; per-op latency, ops/s and the callers' CPU per op. HTTP's p50/p99 over
+  these are the like-for-like reading of "within 3x of the embedded client's
+  latency". ``--embedded32 process,thread`` adds the same 32 callers as threads of
+  one process (each its own connect), to see whether the fork matters.
 
 Each server runs in its own process, on its own fresh database. Everything runs
 ``--repeat`` times, interleaved; the tables show medians over the rounds (ratios
 are taken within a round, then the median). Run:
-``python bench/http_bench.py [--seconds 4] [--repeat 3]``.
+``python bench/http_bench.py [--seconds 4] [--repeat 3] [--out PATH]``.
 """
 
 from __future__ import annotations
@@ -26,12 +34,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
+import resource
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +52,7 @@ import corral
 from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
 
 CONNECTIONS = 32
+EMBEDDED32 = {"process": "embedded32", "thread": "embedded32_thread"}  # mode -> JSON key
 TOKEN = "bench-token"
 UVICORN = {"loop": "uvloop", "http": "httptools", "access_log": False, "log_level": "warning"}
 
@@ -123,6 +135,18 @@ class Server:
                     raise RuntimeError(f"{kind} server did not start") from None
                 time.sleep(0.05)
 
+    def switches(self) -> tuple[int, int]:
+        """The server's voluntary and involuntary context switches so far (Linux),
+        summed over its threads."""
+        vol = invol = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    vol += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    invol += int(line.split()[1])
+        return vol, invol
+
     def cpu_seconds(self) -> float:
         """User + system CPU the server process has used so far (Linux /proc)."""
         stat = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -131,9 +155,15 @@ class Server:
     def load(self, tokens: list[str | None], seconds: float, op: Any) -> dict[str, Any]:
         """``load`` against this server, plus its CPU time per request: less noisy
         than the rate on a shared machine, and what the server itself costs."""
-        before = self.cpu_seconds()
+        before, client, sw = self.cpu_seconds(), time.process_time(), self.switches()
         out = load(self.port, tokens, seconds, op)
         out["server_cpu_us_per_op"] = (self.cpu_seconds() - before) / out["n"] * 1e6
+        sw1 = self.switches()
+        out["server_voluntary_switches_per_op"] = (sw1[0] - sw[0]) / out["n"]
+        out["server_involuntary_switches_per_op"] = (sw1[1] - sw[1]) / out["n"]
+        # The load client (this process) on the same 2 cores: what HTTP's load costs
+        # besides the server, to set against the embedded callers' CPU per op.
+        out["client_cpu_us_per_op"] = (time.process_time() - client) / out["n"] * 1e6
         return out
 
     def stop(self) -> None:
@@ -195,6 +225,9 @@ async def _drive(port: int, tokens: list[str | None], seconds: float, op: Any) -
         "ops_per_s": done / elapsed,
         "p50_ms": p["p50"] * 1e3,
         "p99_ms": p["p99"] * 1e3,
+        "p90_ms": p["p90"] * 1e3,
+        "mean_ms": p["mean"] * 1e3,
+        "max_ms": p["max"] * 1e3,
         "n": done,
     }
 
@@ -302,6 +335,147 @@ def embedded_latency(db: str, n: int) -> dict[str, Any]:
         c.close()
 
 
+# --- the embedded client under the HTTP load's concurrency ------------------------------
+def _embedded_step(c: Any, node: str, op: str) -> Any:
+    """One op of the HTTP load, embedded: the same heartbeat payload; claim + complete
+    as one op, as ``claim_complete_op`` sends it (role in the body, no result)."""
+    if op == "heartbeat":
+        return lambda: c.heartbeat(node, health_status="healthy")
+
+    def claim_complete() -> None:
+        t = c.claim_best_task(node, "developer")
+        if t is None:
+            raise RuntimeError("board ran out of tasks; raise --tasks")
+        c.complete_task(t.id, node, t.epoch)
+
+    return claim_complete
+
+
+def _usage() -> tuple[int, int, int]:
+    """This process's CPU (ns, all its threads) and context switches so far
+    (voluntary: it waited; involuntary: the scheduler took the core away)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return time.process_time_ns(), ru.ru_nvcsw, ru.ru_nivcsw
+
+
+def _embedded_caller(db: str, i: int, op: str, seconds: float, barrier: Any) -> dict[str, Any]:
+    """One caller: its own connect and node; one untimed op (the HTTP server is warm
+    from the registrations), the barrier, then ops until ``seconds`` have passed."""
+    c = corral.connect(f"sqlite:///{db}")
+    try:
+        step = _embedded_step(c, f"n{i}", op)
+        step()
+        barrier.wait()
+        lat: list[int] = []
+        clock = time.perf_counter_ns
+        u0 = _usage()
+        start = clock()
+        stop = start + int(seconds * 1e9)
+        while True:
+            t0 = clock()
+            if t0 >= stop:
+                break
+            step()
+            lat.append(clock() - t0)
+        end = clock()
+        return {
+            "start": start,
+            "end": end,
+            "lat": lat,
+            "u0": u0,
+            "u1": _usage(),
+        }
+    finally:
+        c.close()
+
+
+def _embedded_process(db: str, i: int, op: str, seconds: float, barrier: Any, q: Any) -> None:
+    try:
+        out = _embedded_caller(db, i, op, seconds, barrier)
+        out["usage"] = [b - a for a, b in zip(out["u0"], out["u1"], strict=True)]
+        q.put(out)
+    except BaseException as exc:
+        barrier.abort()
+        q.put({"error": repr(exc)})
+
+
+def _embedded_threads(db: str, op: str, seconds: float, q: Any) -> None:
+    """All the callers as threads of this one process, each its own connect."""
+    barrier = threading.Barrier(CONNECTIONS)
+    results: list[dict[str, Any]] = []
+
+    def run(i: int) -> None:
+        try:
+            results.append(_embedded_caller(db, i, op, seconds, barrier))
+        except BaseException as exc:
+            barrier.abort()
+            results.append({"error": repr(exc)})
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(CONNECTIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ok = [r for r in results if "error" not in r]
+    # One process: its usage from the first caller's release to the last one's end.
+    usage = [
+        max(r["u1"][k] for r in ok) - min(r["u0"][k] for r in ok) if ok else 0 for k in range(3)
+    ]
+    for r in results:
+        r["usage"] = [u / len(results) for u in usage]
+        q.put(r)
+
+
+def embedded_load(db: str, op: str, seconds: float, mode: str) -> dict[str, Any]:
+    """``CONNECTIONS`` embedded callers at once (``mode``: one OS process each, or
+    threads of one process), in the shape of ``load``'s answer: ops/s over the span
+    from the first caller's release to the last one's end, p50/p99 of every op, and
+    the callers' CPU per op (``perf_counter_ns`` is CLOCK_MONOTONIC: comparable across
+    processes)."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    if mode == "process":
+        barrier = ctx.Barrier(CONNECTIONS)
+        procs = [
+            ctx.Process(target=_embedded_process, args=(db, i, op, seconds, barrier, q))
+            for i in range(CONNECTIONS)
+        ]
+    else:
+        procs = [ctx.Process(target=_embedded_threads, args=(db, op, seconds, q))]
+    for proc in procs:
+        proc.start()
+    parts = [q.get(timeout=seconds + 120) for _ in range(CONNECTIONS)]  # before join
+    for proc in procs:
+        proc.join()
+    errors = [p["error"] for p in parts if "error" in p]
+    if errors:
+        raise RuntimeError(f"embedded {mode} {op}: {errors[0]}")
+    lat = [x / 1e9 for p in parts for x in p["lat"]]
+    elapsed = (max(p["end"] for p in parts) - min(p["start"] for p in parts)) / 1e9
+    pc = percentiles(lat)
+    return {
+        "ops_per_s": len(lat) / elapsed,
+        "p50_ms": pc["p50"] * 1e3,
+        "p99_ms": pc["p99"] * 1e3,
+        "p90_ms": pc["p90"] * 1e3,
+        "mean_ms": pc["mean"] * 1e3,
+        "max_ms": pc["max"] * 1e3,
+        "n": len(lat),
+        "cpu_us_per_op": sum(p["usage"][0] for p in parts) / len(lat) / 1e3,
+        "voluntary_switches_per_op": sum(p["usage"][1] for p in parts) / len(lat),
+        "involuntary_switches_per_op": sum(p["usage"][2] for p in parts) / len(lat),
+        "release_spread_ms": (max(p["start"] for p in parts) - min(p["start"] for p in parts))
+        / 1e6,
+    }
+
+
+def run_embedded32(db: str, tasks: int, seconds: float, mode: str) -> dict[str, Any]:
+    """The HTTP load's two workloads, embedded, on a fresh database seeded like the
+    HTTP run's, in the same order (heartbeats, then claim + complete)."""
+    seed(db, tasks)
+    return {op: embedded_load(db, op, seconds, mode) for op in ("heartbeat", "claim_complete")}
+
+
 def run_corral(kind: str, db: str, seconds: float, n: int) -> dict[str, Any]:
     srv = Server(kind, db)
     try:
@@ -363,6 +537,10 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
         db = str(tmp / f"{kind}{r}.db")
         seed(db, args.tasks)
         out[kind] = run_corral(kind, db, args.seconds, args.n)
+        if kind == "corral":  # the embedded side of the same load, next to it in time
+            for mode in args.embedded32:
+                db = str(tmp / f"{EMBEDDED32[mode]}-{r}.db")
+                out[EMBEDDED32[mode]] = run_embedded32(db, args.tasks, args.seconds, mode)
     db = str(tmp / f"corral-stub{r}.db")
     seed(db, 0)
     out["corral-stub"] = run_stub(db, args.seconds, args.n)
@@ -392,6 +570,21 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
         "stub_heartbeat_http_vs_floor_request_p50": stub["single"]["heartbeat"]["p50"]
         / f["single"]["request"]["p50"],
     }
+    # HTTP with 32 connections over the embedded client with 32 callers: the same ops,
+    # the same concurrency, the same seconds, the same round.
+    for mode in args.embedded32:
+        key, e32 = EMBEDDED32[mode], out[EMBEDDED32[mode]]
+        for op in ("heartbeat", "claim_complete"):
+            for q in ("p50", "p99", "mean"):
+                out["ratios"][f"{op}_http_vs_{key}_{q}"] = c[op][f"{q}_ms"] / e32[op][f"{q}_ms"]
+            out["ratios"][f"{op}_http_vs_{key}_rate"] = c[op]["ops_per_s"] / e32[op]["ops_per_s"]
+    if {"process", "thread"} <= set(args.embedded32):
+        t, pr = out[EMBEDDED32["thread"]], out[EMBEDDED32["process"]]
+        for op in ("heartbeat", "claim_complete"):
+            for q in ("p50_ms", "p99_ms", "mean_ms", "ops_per_s"):
+                out["ratios"][f"{op}_embedded32_thread_vs_process_{q.split('_')[0]}"] = (
+                    t[op][q] / pr[op][q]
+                )
     return out
 
 
@@ -410,11 +603,31 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--n", type=int, default=2000, help="sequential calls per latency sample")
-    ap.add_argument("--tasks", type=int, default=30_000)
+    ap.add_argument(
+        "--tasks",
+        type=int,
+        help="tasks on each claim + complete board (default: 20,000 per second of load; "
+        "32 embedded callers complete more than 7,500 a second)",
+    )
+    ap.add_argument(
+        "--embedded32",
+        type=lambda v: [m for m in v.split(",") if m],
+        default=["process"],
+        help="how to run the 32 embedded callers: process (default), thread, or "
+        "process,thread (both, side by side)",
+    )
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR / "http_bench.json")
+    ap.add_argument("--quick", action="store_true", help="a short run (smoke)")
     ap.add_argument("--serve", choices=["floor", "corral", "corral-hop", "corral-stub"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--db")
     args = ap.parse_args()
+    if bad := set(args.embedded32) - set(EMBEDDED32):
+        ap.error(f"--embedded32: unknown mode {', '.join(sorted(bad))}")
+    if args.quick:
+        args.seconds, args.repeat, args.n = 0.5, 1, 200
+    if args.tasks is None:
+        args.tasks = max(10_000, int(20_000 * args.seconds))
     if args.serve:
         serve(args.serve, args.port, args.db)
         return
@@ -426,7 +639,13 @@ def main() -> None:
         print(
             f"round {r + 1}/{args.repeat}: heartbeat/floor {rr['heartbeat_vs_floor_rate']:.2f}, "
             f"HTTP/embedded heartbeat {rr['heartbeat_http_vs_embedded_p50']:.1f}x, "
-            f"claim+complete {rr['claim_complete_http_vs_embedded_p50']:.1f}x",
+            f"claim+complete {rr['claim_complete_http_vs_embedded_p50']:.1f}x; "
+            + "; ".join(
+                f"HTTP/{EMBEDDED32[m]} p50 heartbeat "
+                f"{rr[f'heartbeat_http_vs_{EMBEDDED32[m]}_p50']:.2f}x, claim+complete "
+                f"{rr[f'claim_complete_http_vs_{EMBEDDED32[m]}_p50']:.2f}x"
+                for m in args.embedded32
+            ),
             flush=True,
         )
 
@@ -444,9 +663,37 @@ def main() -> None:
     summary: dict[str, Any] = {
         "load": {
             "/".join(p): {
-                k: med(*p, k) for k in ("ops_per_s", "p50_ms", "p99_ms", "server_cpu_us_per_op")
+                k: med(*p, k)
+                for k in (
+                    "ops_per_s",
+                    "p50_ms",
+                    "p99_ms",
+                    "p90_ms",
+                    "mean_ms",
+                    "server_cpu_us_per_op",
+                    "client_cpu_us_per_op",
+                    "server_voluntary_switches_per_op",
+                    "server_involuntary_switches_per_op",
+                )
             }
             for _, p in loads
+        },
+        "embedded32": {
+            f"{EMBEDDED32[m]}/{op}": {
+                k: med(EMBEDDED32[m], op, k)
+                for k in (
+                    "ops_per_s",
+                    "p50_ms",
+                    "p90_ms",
+                    "p99_ms",
+                    "mean_ms",
+                    "cpu_us_per_op",
+                    "voluntary_switches_per_op",
+                    "involuntary_switches_per_op",
+                )
+            }
+            for m in args.embedded32
+            for op in ("heartbeat", "claim_complete")
         },
         "single": {},
         "ratios": {k: med("ratios", k) for k in rounds[0]["ratios"]},
@@ -472,6 +719,8 @@ def main() -> None:
         "seconds": args.seconds,
         "repeat": args.repeat,
         "uvicorn": UVICORN,
+        "tasks": args.tasks,
+        "embedded32_modes": args.embedded32,
         "median": summary,
         "rounds": rounds,
     }
@@ -505,8 +754,68 @@ def main() -> None:
         f"HTTP heartbeat / floor request {r['heartbeat_http_vs_floor_request_p50']:.1f}x "
         f"(stubbed {r['stub_heartbeat_http_vs_floor_request_p50']:.1f}x)"
     )
-    write_json(RESULTS_DIR / "http_bench.json", results)
-    print(f"wrote {RESULTS_DIR / 'http_bench.json'}")
+    print_embedded32(args, summary, rounds)
+    write_json(args.out, results)
+    print(f"wrote {args.out}")
+
+
+def print_embedded32(args: argparse.Namespace, summary: dict[str, Any], rounds: list[Any]) -> None:
+    """HTTP with 32 connections next to the embedded client with 32 callers."""
+    print(f"\n{CONNECTIONS} concurrent callers, HTTP vs embedded, median of {args.repeat} rounds\n")
+    rows = []
+    for op, label in (("heartbeat", "heartbeat"), ("claim_complete", "claim + complete")):
+        d = summary["load"][f"corral/{op}"]
+        rows.append([
+            label, f"HTTP, {CONNECTIONS} connections", d["ops_per_s"], d["p50_ms"], d["p90_ms"],
+            d["p99_ms"], d["mean_ms"], CONNECTIONS / d["ops_per_s"] * 1e3,
+            d["server_cpu_us_per_op"] + d["client_cpu_us_per_op"],
+            d["server_voluntary_switches_per_op"], d["server_involuntary_switches_per_op"],
+        ])  # fmt: skip
+        for m in args.embedded32:
+            e = summary["embedded32"][f"{EMBEDDED32[m]}/{op}"]
+            who = f"embedded, {CONNECTIONS} " + (
+                "processes" if m == "process" else "threads, 1 process"
+            )
+            rows.append([
+                label, who, e["ops_per_s"], e["p50_ms"], e["p90_ms"], e["p99_ms"], e["mean_ms"],
+                CONNECTIONS / e["ops_per_s"] * 1e3, e["cpu_us_per_op"],
+                e["voluntary_switches_per_op"], e["involuntary_switches_per_op"],
+            ])  # fmt: skip
+    heads = ["operation", "callers", "ops/s", "p50 ms", "p90 ms", "p99 ms", "mean ms",
+             f"{CONNECTIONS}/rate ms", "CPU µs/op", "vol sw/op", "invol sw/op"]  # fmt: skip
+    print(table(heads, rows))
+    print(
+        "(CPU per op: HTTP = server + load client, embedded = the callers' processes; "
+        "switches: HTTP = the server's, embedded = the callers'; a closed loop of "
+        f"{CONNECTIONS} callers has mean latency = {CONNECTIONS}/rate, Little's law)\n"
+    )
+    for m in args.embedded32:
+        key = EMBEDDED32[m]
+        names = [f"{op}_http_vs_{key}_{q}" for op in ("heartbeat", "claim_complete")
+                 for q in ("p50", "p99", "mean", "rate")]  # fmt: skip
+        rows = [[f"round {i + 1}", *(r["ratios"][k] for k in names)] for i, r in enumerate(rounds)]
+        rows.append(["median", *(summary["ratios"][k] for k in names)])
+        heads = ["HB p50", "HB p99", "HB mean", "HB rate", "C+C p50", "C+C p99", "C+C mean",
+                 "C+C rate"]  # fmt: skip
+        print(f"HTTP / {key}, per round (target: latency <= 3x)\n")
+        print(table(["", *heads], rows))
+        print()
+    if {"process", "thread"} <= set(args.embedded32):
+        r = summary["ratios"]
+        print(
+            "embedded 32 threads / 32 processes: "
+            + "; ".join(
+                f"{label} p50 {r[f'{op}_embedded32_thread_vs_process_p50']:.2f}x, "
+                f"p99 {r[f'{op}_embedded32_thread_vs_process_p99']:.2f}x, "
+                f"mean {r[f'{op}_embedded32_thread_vs_process_mean']:.2f}x, "
+                f"rate {r[f'{op}_embedded32_thread_vs_process_ops']:.2f}x"
+                for op, label in (
+                    ("heartbeat", "heartbeat"),
+                    ("claim_complete", "claim + complete"),
+                )
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":
