@@ -37,6 +37,7 @@ import json
 import multiprocessing
 import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -633,21 +634,25 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="corral-http-bench-"))
     rounds = []
-    for r in range(args.repeat):
-        rounds.append(one_round(tmp, r, args))
-        rr = rounds[-1]["ratios"]
-        print(
-            f"round {r + 1}/{args.repeat}: heartbeat/floor {rr['heartbeat_vs_floor_rate']:.2f}, "
-            f"HTTP/embedded heartbeat {rr['heartbeat_http_vs_embedded_p50']:.1f}x, "
-            f"claim+complete {rr['claim_complete_http_vs_embedded_p50']:.1f}x; "
-            + "; ".join(
-                f"HTTP/{EMBEDDED32[m]} p50 heartbeat "
-                f"{rr[f'heartbeat_http_vs_{EMBEDDED32[m]}_p50']:.2f}x, claim+complete "
-                f"{rr[f'claim_complete_http_vs_{EMBEDDED32[m]}_p50']:.2f}x"
-                for m in args.embedded32
-            ),
-            flush=True,
-        )
+    try:
+        for r in range(args.repeat):
+            rounds.append(one_round(tmp, r, args))
+            rr = rounds[-1]["ratios"]
+            print(
+                f"round {r + 1}/{args.repeat}: "
+                f"heartbeat/floor {rr['heartbeat_vs_floor_rate']:.2f}, "
+                f"HTTP/embedded heartbeat {rr['heartbeat_http_vs_embedded_p50']:.1f}x, "
+                f"claim+complete {rr['claim_complete_http_vs_embedded_p50']:.1f}x; "
+                + "; ".join(
+                    f"HTTP/{EMBEDDED32[m]} p50 heartbeat "
+                    f"{rr[f'heartbeat_http_vs_{EMBEDDED32[m]}_p50']:.2f}x, claim+complete "
+                    f"{rr[f'claim_complete_http_vs_{EMBEDDED32[m]}_p50']:.2f}x"
+                    for m in args.embedded32
+                ),
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the boards: ~100 MB a round
 
     def med(*path: str) -> float:
         return _median(rounds, *path)
