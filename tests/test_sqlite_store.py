@@ -199,6 +199,69 @@ def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
         c.close()
 
 
+def _hold_in_transaction(path: str, held) -> None:
+    import fcntl
+    import os
+    import sqlite3
+
+    fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    held.set()
+    time.sleep(120)  # stopped, then killed, by the test
+
+
+def test_a_writer_stopped_inside_its_transaction_makes_others_fail_not_hang(tmp_path):
+    """A holder stopped with SIGSTOP inside its transaction: a write waits the busy
+    timeout, then fails with a retryable StoreUnavailableError and writes nothing
+    (reads go on); a second try fails the same way; when the holder dies, the next
+    write goes through, and the waiter that gave up does not keep the lock from
+    another store."""
+    import os
+    import signal
+
+    path = tmp_path / "stopped.db"
+    c = corral.connect(f"sqlite:///{path}?busy_timeout=0.4")
+    c.add_task("Implement before")
+    held = CTX.Event()
+    holder = CTX.Process(target=_hold_in_transaction, args=(str(path), held))
+    holder.start()
+    try:
+        assert held.wait(30)
+        os.kill(holder.pid, signal.SIGSTOP)
+        for _ in range(2):
+            start = time.monotonic()
+            with pytest.raises(corral.StoreUnavailableError, match="held the write lock"):
+                c.add_task("Implement while stopped")
+            assert 0.4 <= time.monotonic() - start < 15
+        assert [t.title for t in c.list_tasks()] == ["Implement before"]
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+        other = corral.connect(f"sqlite:///{path}")
+        try:
+            other.add_task("Implement from another store")
+        finally:
+            other.close()
+        c.add_task("Implement after")
+        assert [t.title for t in sorted(c.list_tasks(), key=lambda t: t.id)] == [
+            "Implement before",
+            "Implement from another store",
+            "Implement after",
+        ]
+    finally:
+        if holder.is_alive():
+            holder.kill()
+        holder.join(30)
+        c.close()
+
+
+def test_busy_timeout_is_validated(tmp_path):
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(corral.InvalidInputError, match="busy_timeout"):
+            corral.connect(f"sqlite:///{tmp_path / 'b.db'}?busy_timeout={bad}")
+
+
 def test_checkpoints_run_off_the_commit_path(tmp_path):
     """No checkpoint thread for a store that has written little; after
     SQLITE_CHECKPOINT_EVERY commits one starts, copies the WAL into the database file

@@ -118,21 +118,32 @@ class _WriterLock:
     wake-up), and under contention they either sleep past the moment the lock frees
     or burn the CPU its holder needs. Here a waiter yields for up to 0.3 ms (less
     when the queue is long), then sleeps in the kernel until the lock is released;
-    the kernel releases it too when its holder dies. SQLite's lock stays the
+    the kernel releases it too when its holder dies. That sleep is bounded by the
+    store's busy timeout (``_LockWaiter``): a holder stopped inside its transaction
+    (``SIGSTOP``, a debugger, a frozen container) makes the others fail with a
+    retryable ``StoreUnavailableError``, never hang. SQLite's lock stays the
     authority: a writer that does not take this lock (another program) is still
     waited out by ``_retrying``."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, timeout: float) -> None:
         self._fd: int | None = None
+        self._held: int | None = None  # the descriptor holding the lock, while held
+        self._timeout = timeout
         self._spin = _SPIN_SECONDS  # adaptive: see _SPIN_LONG_WAIT
+        self._waiter: _LockWaiter | None = None
+        self._path = f"{db_path}-lock"
         if fcntl is not None and str(db_path) != ":memory:":
-            self._fd = os.open(f"{db_path}-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def acquire(self, blocking: bool) -> bool:
-        if self._fd is None:
+        """Take the lock; ``False`` only when not ``blocking`` and it is taken.
+        Raises ``StoreUnavailableError`` when it stays taken for the timeout."""
+        fd = self._fd
+        if fd is None:
             return True
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._held = fd
             return True
         except BlockingIOError:
             if not blocking:
@@ -142,10 +153,19 @@ class _WriterLock:
         while time.perf_counter() < spin_until:
             os.sched_yield()
             with contextlib.suppress(BlockingIOError):
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._held = fd
                 break
         else:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            if self._waiter is None:
+                self._waiter = _LockWaiter(self._path)
+            if not self._waiter.wait(self._timeout):
+                raise StoreUnavailableError(
+                    f"SQLite store unavailable: another process has held the write lock"
+                    f" ({self._path}) for {self._timeout:g} s; it may be stopped inside a"
+                    " transaction; retry the call"
+                )
+            self._held = self._waiter.fd
             if time.perf_counter() - start >= _SPIN_LONG_WAIT:
                 self._spin /= 2  # a long queue: spinning takes CPU from the holder
                 return True
@@ -153,13 +173,91 @@ class _WriterLock:
         return True
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        if self._held is not None:
+            fcntl.flock(self._held, fcntl.LOCK_UN)
+            self._held = None
 
     def close(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
+            self._waiter = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class _LockWaiter:
+    """A thread that sleeps in a blocking ``flock`` for the store, so that the store's
+    own wait can end at a timeout (a blocking ``flock`` has none).
+
+    It locks through its own descriptor (its own open file, so it contends with the
+    store's descriptor like any other process would). A caller asks for the lock and
+    waits up to its timeout; when the thread gets the lock and the caller still waits,
+    the caller takes it over (and releases it through ``fd``); when nobody waits any
+    more (the caller timed out), the thread lets it go at once. A caller that comes
+    back while the thread still sleeps in ``flock`` rejoins that same wait. Only waits
+    longer than the spin get here, and the hand-over is one wake-up of the caller."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._mutex = threading.Lock()  # guards the flags below
+        self._grant = threading.Lock()  # released by the thread: the lock is yours
+        self._grant.acquire()
+        self._ask = threading.Lock()  # released by a caller: go and take the lock
+        self._ask.acquire()
+        self._wanted = False  # a caller is waiting
+        self._pending = False  # the thread is (or is about to be) in flock
+        self._granted = False  # the thread holds the lock for the waiting caller
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def wait(self, timeout: float) -> bool:
+        with self._mutex:
+            self._wanted = True
+            if not self._pending:
+                self._pending = True
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="corral-sqlite-lock", daemon=True
+                    )
+                    self._thread.start()
+                self._ask.release()
+        got = self._grant.acquire(timeout=timeout)
+        with self._mutex:
+            self._wanted = False
+            if not got and self._granted:  # granted just as the wait ended: take it
+                got = self._grant.acquire(blocking=False)
+            self._granted = False
+        return got
+
+    def _run(self) -> None:
+        fd = self.fd
+        try:
+            while True:
+                self._ask.acquire()
+                if self._closed:
+                    return
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                with self._mutex:
+                    self._pending = False
+                    if self._wanted and not self._closed:
+                        self._granted = True
+                        self._grant.release()
+                        continue
+                fcntl.flock(fd, fcntl.LOCK_UN)  # its caller gave up, or the store closed
+                if self._closed:
+                    return
+        finally:
+            os.close(fd)  # only here: the descriptor must outlive a pending flock
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            started = self._thread is not None
+            if started and not self._pending:
+                self._ask.release()  # wake the idle thread so that it exits
+        if not started:
+            os.close(self.fd)
 
 
 class _Checkpointer:
@@ -231,13 +329,21 @@ class SQLiteStore(SQLStore):
         path: str | os.PathLike[str],
         *,
         synchronous: str = "NORMAL",
-        busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+        busy_timeout: float | str = BUSY_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__()
         sync = str(synchronous).upper()
         if sync not in _SYNCHRONOUS:
             raise InvalidInputError(
                 f"synchronous must be one of {', '.join(_SYNCHRONOUS)}", field="synchronous"
+            )
+        try:
+            busy_timeout = float(busy_timeout)
+        except (TypeError, ValueError):
+            busy_timeout = -1.0
+        if not 0 < busy_timeout < float("inf"):
+            raise InvalidInputError(
+                "busy_timeout must be a positive number of seconds", field="busy_timeout"
             )
         self.path = Path(path)
         memory = str(path) == ":memory:"
@@ -250,7 +356,7 @@ class SQLiteStore(SQLStore):
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
         try:
-            self._writer = _WriterLock(self.path)
+            self._writer = _WriterLock(self.path, busy_timeout)
         except OSError as exc:
             raise StoreUnavailableError(f"SQLite store unavailable: {exc}") from exc
         self._checkpoints = (
