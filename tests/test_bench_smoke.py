@@ -107,3 +107,26 @@ def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert data["wal_frames"]["corral"]["pair"] > 0
     for system in ("corral", "bare"):
         assert data["unwrapped"][system]["wall_us"] > 0 and data["unwrapped"][system]["cpu_us"] > 0
+
+
+def test_http_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """http_bench.py --quick starts the floor and corral servers, loads them, times the
+    embedded client with one and with 32 callers, and writes every ratio the targets
+    read (rates against the floor, latency against the embedded client)."""
+    data = run_quick("http_bench.py", tmp_path / "http.json")
+    assert set(data["machine"]) >= MACHINE_KEYS
+    median = data["median"]
+    for name in ("floor", "corral/heartbeat", "corral/claim_complete"):
+        load = median["load"][name]
+        assert load["ops_per_s"] > 0 and 0 < load["p50_ms"] <= load["p99_ms"]
+    for name in ("embedded32/heartbeat", "embedded32/claim_complete"):
+        assert median["embedded32"][name]["ops_per_s"] > 0
+    ratios = median["ratios"]
+    for key in (
+        "heartbeat_vs_floor_rate",
+        "heartbeat_http_vs_embedded_p50",
+        "heartbeat_http_vs_embedded32_mean",
+        "claim_complete_http_vs_embedded32_p99",
+    ):
+        assert ratios[key] > 0
+    assert len(data["rounds"]) == data["repeat"]
