@@ -48,6 +48,13 @@ _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of t
 # The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
 # give the hot statements, read by position (tests/test_postgres_store.py checks).
 _task = task_from_tuple  # the task whose TASK_COLUMNS start at row[i]
+_CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
+
+
+def _finished(held: tuple[Any, ...], result: str | None, now: float) -> Task:
+    """A remembered claim row (``_held``) as its completion leaves it (complete_full's
+    SET: status done, finished_at and updated_at now, the result, no error)."""
+    return _task((*held[:6], "done", *held[7:14], now, now, result, None))
 
 
 class _Conn(psycopg.Connection[Any]):
@@ -158,6 +165,10 @@ class PostgresStore(SQLStore):
         )
         self._ready = ReadySignal()
         self._analyzed = False  # the claim's tables have statistics (_analyze_if_never)
+        # Claimed task rows by id (their completion's Task), and per node whether its
+        # last claim left it working without a current task (the lean statements).
+        self._claimed: dict[int, tuple[Any, ...]] = {}
+        self._lean: dict[str, bool] = {}
         self._closed = False
         self._listen_lock = threading.Lock()
         self._listener: threading.Thread | None = None
@@ -268,42 +279,87 @@ class PostgresStore(SQLStore):
             )
         return version
 
+    def _remember(self, row: tuple[Any, ...], i: int) -> None:
+        """Keep a claimed task's row (its ``TASK_COLUMNS`` from ``row[i]``) for its
+        completion (``_held``)."""
+        claimed = self._claimed
+        if len(claimed) >= _CLAIMED_KEEP:
+            with suppress(KeyError, RuntimeError, StopIteration):
+                del claimed[next(iter(claimed))]
+        claimed[row[i]] = row[i : i + 18]
+
+    def _set_lean(self, node_id: str) -> None:
+        lean = self._lean
+        if len(lean) >= _CLAIMED_KEEP and node_id not in lean:
+            lean.clear()  # a hint only: a node left out takes the full statement once
+        lean[node_id] = True
+
+    def _held(self, task_id: int, epoch: int | None) -> tuple[Any, ...] | None:
+        """The row of ``task_id`` as this store's claim at ``epoch`` returned it, if
+        it is remembered. Only a claim changes an in-progress task's columns but for
+        its completion or release, and every claim changes its epoch: a completion at
+        this epoch finds the task as that claim left it."""
+        held = self._claimed.pop(task_id, None)
+        if held is None or epoch is None or held[8] != epoch:
+            return None
+        return held
+
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         refresh = False
+        lean = self._lean.get(node_id, False)
         while True:
-            row = self._hot(
-                "claim_full",
-                {
-                    "node_id": node_id,
-                    "role": role,
-                    "now": now,
-                    "bonus": scoring.ROLE_BONUS_SECONDS,
-                    "settings_version": self._settings_for(role, refresh),
-                    "stamp": _STAMP,
-                },
-            )[0]
+            params = {
+                "node_id": node_id,
+                "role": role,
+                "now": now,
+                "bonus": scoring.ROLE_BONUS_SECONDS,
+                "settings_version": self._settings_for(role, refresh),
+                "stamp": _STAMP,
+                "role_json": _dumps(role),
+            }
+            if lean:
+                row = self._hot("claim_lean", params)[0]
+                if row[0] and not row[1]:  # the node needs its update: the full claim
+                    lean = self._lean[node_id] = False
+                    continue
+                i = 2
+            else:
+                row = self._hot("claim_full", params)[0]
+                i = 1
             fresh = row[0]
             if fresh is None:  # no live node
                 with self._read() as tx:
                     self._live(tx, node_id)  # raises NotFoundError
             if fresh:
-                return None if row[1] is None else _task(row, 1)
+                if row[i] is None:
+                    return None
+                if not lean:  # the node is now working without a current task
+                    self._set_lean(node_id)
+                self._remember(row, i)
+                return _task(row, i)
             refresh = True  # the settings changed under us: re-check the role, retry
 
     def complete(
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
     ) -> Task:
-        rows = self._hot(
-            "complete_full",
-            {
-                "id": task_id,
-                "node_id": node_id,
-                "epoch": epoch,
-                "result": None if result is None else _dumps(result),
-                "now": now,
-                "stamp": _STAMP,
-            },
-        )
+        text = None if result is None else _dumps(result)
+        params = {
+            "id": task_id,
+            "node_id": node_id,
+            "epoch": epoch,
+            "result": text,
+            "now": now,
+            "stamp": _STAMP,
+        }
+        held = self._held(task_id, epoch)
+        if held is not None:
+            lean, done = self._hot("complete_lean_quiet", params)[0]
+            if lean:
+                if done is None:
+                    with self._read() as tx:
+                        self._refuse(tx, task_id, node_id, epoch)  # raises
+                return _finished(held, text, now)
+        rows = self._hot("complete_full", params)
         if not rows:
             with self._read() as tx:
                 self._refuse(tx, task_id, node_id, epoch)  # raises
@@ -314,26 +370,44 @@ class PostgresStore(SQLStore):
     ) -> tuple[Task, Task | None]:
         """One statement, one commit: a worker's finish-then-next costs one round trip."""
         version = self._settings_for(role)  # bad input changes nothing
-        rows = self._hot(
-            "complete_claim_full",
-            {
-                "id": task_id,
-                "node_id": node_id,
-                "epoch": epoch,
-                "result": None if result is None else _dumps(result),
-                "role": role,
-                "now": now,
-                "bonus": scoring.ROLE_BONUS_SECONDS,
-                "settings_version": version,
-                "stamp": _STAMP,
-            },
-        )
+        text = None if result is None else _dumps(result)
+        params = {
+            "id": task_id,
+            "node_id": node_id,
+            "epoch": epoch,
+            "result": text,
+            "role": role,
+            "now": now,
+            "bonus": scoring.ROLE_BONUS_SECONDS,
+            "settings_version": version,
+            "stamp": _STAMP,
+            "role_json": _dumps(role),
+        }
+        held = self._held(task_id, epoch)
+        if held is not None and self._lean.get(node_id, False):
+            row = self._hot("complete_claim_lean_quiet", params)[0]
+            fresh, lean = row[0], row[1]
+            if lean:
+                if not row[2]:  # not finished
+                    with self._read() as tx:
+                        self._refuse(tx, task_id, node_id, epoch)  # raises
+                done = _finished(held, text, now)
+                if not fresh:
+                    return done, self.claim(node_id, role, now)  # the settings changed
+                if row[3] is None:
+                    return done, None
+                self._remember(row, 3)
+                return done, _task(row, 3)
+            self._lean[node_id] = False  # the node needs its update: the full statement
+        rows = self._hot("complete_claim_full", params)
         if not rows:
             with self._read() as tx:
                 self._refuse(tx, task_id, node_id, epoch)  # raises
         parts = {r[1]: r for r in rows}  # (fresh, part, task columns...)
         done = _task(parts["done"], 2)
         if "next" in parts:
+            self._set_lean(node_id)  # working, without a current task
+            self._remember(parts["next"], 2)
             return done, _task(parts["next"], 2)
         if parts["done"][0]:
             return done, None

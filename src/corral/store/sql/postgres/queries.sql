@@ -395,7 +395,8 @@ WITH n AS MATERIALIZED (
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
-           json_build_object('epoch', epoch, 'role', :role::text, 'attempt', attempts)::text
+           '{"epoch": ' || epoch::text || ', "role": ' || :role_json::text
+               || ', "attempt": ' || attempts::text || '}'
     FROM take
 )
 SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN take ON true;
@@ -419,7 +420,7 @@ WITH t AS (
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
-           json_build_object('epoch', t.epoch)::text
+           '{"epoch": ' || t.epoch::text || '}'
     FROM t
 )
 SELECT * FROM t;
@@ -529,13 +530,13 @@ WITH fin AS (
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
-           fin.id, json_build_object('epoch', fin.epoch)::text
+           fin.id, '{"epoch": ' || fin.epoch::text || '}'
     FROM fin
     UNION ALL
     SELECT (pg_current_xact_id()::text::bigint << 20) + 1, :now, 'task_claimed', :node_id,
            take.id,
-           json_build_object('epoch', take.epoch, 'role', :role::text,
-                             'attempt', take.attempts)::text
+           '{"epoch": ' || take.epoch::text || ', "role": ' || :role_json::text
+               || ', "attempt": ' || take.attempts::text || '}'
     FROM take
 )
 SELECT (SELECT fresh FROM n) AS fresh, 'done' AS part, fin.* FROM fin
@@ -550,3 +551,131 @@ WHERE oid IN ('tasks'::regclass, 'ready'::regclass) AND reltuples < 0;
 
 -- name: claim_tables_analyze
 ANALYZE tasks, ready;
+
+-- The lean hot statements (docs/performance.md, PostgreSQL): claim_full,
+-- complete_full and complete_claim_full without their node update, for the common
+-- case where that update would change nothing (a working node holding no current task,
+-- its activity stamp not due). Each checks that case first and, when it does not hold,
+-- changes nothing and says so (lean false or NULL): the caller then runs the full
+-- statement. A statement without the node update is a smaller plan to set up and run.
+-- The quiet ones return none of the finished task's columns: the caller builds that
+-- task from its claim's row (a completion at the claim's epoch finds the task as the
+-- claim left it). Autocommit only, event seqs as in claim_full.
+
+-- name: claim_lean
+WITH n AS MATERIALIZED (
+    SELECT (SELECT value FROM meta WHERE key = 'settings_version')
+               IS NOT DISTINCT FROM :settings_version::text AS fresh,
+           status = 'working' AND current_task_id IS NULL
+               AND dead_at - :now >= live_window * :stamp AS lean
+    FROM nodes WHERE id = :node_id AND status <> 'terminated'
+    FOR UPDATE
+), a AS (
+    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
+    ORDER BY sort_key, created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), r AS (
+    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
+    FROM ready JOIN tasks t ON t.id = ready.task_id
+    WHERE ready.role = :role AND t.status = 'pending'
+    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), take AS (
+    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+    WHERE (SELECT fresh AND lean FROM n)  -- checked first: a and r run only past it
+      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+                ORDER BY k, created_at, id LIMIT 1)
+    RETURNING *
+), deq AS (
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
+), ev AS (
+    INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+    SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
+           '{"epoch": ' || epoch::text || ', "role": ' || :role_json::text
+               || ', "attempt": ' || attempts::text || '}'
+    FROM take
+)
+SELECT n.fresh, n.lean, take.* FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN take ON true;
+
+-- name: complete_lean_quiet
+-- complete_full at a known :epoch when the node needs no update (node_done_with's
+-- rule, checked on the row the full statement's update would read). One row: lean,
+-- and the task's id when it was finished.
+WITH g AS MATERIALIZED (
+    SELECT NOT EXISTS (SELECT 1 FROM nodes
+                       WHERE id = :node_id AND status <> 'terminated'
+                         AND (current_task_id = :id OR dead_at - :now < live_window * :stamp))
+           AS lean
+), t AS (
+    UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                     updated_at = :now
+    WHERE (SELECT lean FROM g)
+      AND id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
+    RETURNING id, epoch
+), ev AS (
+    INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+    SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
+           '{"epoch": ' || t.epoch::text || '}'
+    FROM t
+)
+SELECT g.lean, t.id FROM g LEFT JOIN t ON true;
+
+-- name: complete_claim_lean_quiet
+-- complete_claim_full at a known :epoch for a node that needs no update: the node is
+-- locked first (as the claim does), the completion and the claim run only if it is
+-- live, working, without a current task and its stamp is not due. One row: fresh
+-- and lean as in claim_lean, done (the completion happened), then the claimed task's
+-- columns (NULL when nothing was taken).
+WITH n AS MATERIALIZED (
+    SELECT (SELECT value FROM meta WHERE key = 'settings_version')
+               IS NOT DISTINCT FROM :settings_version::text AS fresh,
+           status = 'working' AND current_task_id IS NULL
+               AND dead_at - :now >= live_window * :stamp AS lean
+    FROM nodes WHERE id = :node_id AND status <> 'terminated'
+    FOR UPDATE
+), fin AS (
+    UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                     updated_at = :now
+    WHERE (SELECT lean FROM n)
+      AND id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
+    RETURNING id, epoch
+), a AS (
+    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
+    ORDER BY sort_key, created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), r AS (
+    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
+    FROM ready JOIN tasks t ON t.id = ready.task_id
+    WHERE ready.role = :role AND t.status = 'pending'
+    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+), take AS (
+    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+    WHERE (SELECT fresh FROM n) AND EXISTS (SELECT 1 FROM fin)  -- checked first
+      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+                ORDER BY k, created_at, id LIMIT 1)
+    RETURNING *
+), deq AS (
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
+), ev AS (
+    INSERT INTO events (seq, ts, kind, node_id, task_id, data)
+    SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
+           fin.id, '{"epoch": ' || fin.epoch::text || '}'
+    FROM fin
+    UNION ALL
+    SELECT (pg_current_xact_id()::text::bigint << 20) + 1, :now, 'task_claimed', :node_id,
+           take.id,
+           '{"epoch": ' || take.epoch::text || ', "role": ' || :role_json::text
+               || ', "attempt": ' || take.attempts::text || '}'
+    FROM take
+)
+SELECT n.fresh, n.lean, fin.id IS NOT NULL AS done, take.*
+FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN fin ON true LEFT JOIN take ON true;
