@@ -172,9 +172,11 @@ def test_idle_worker_terminates_after_the_grace_period(cli):
         "terminated",
         "Node W1 terminating due to lack of work",
     ]
-    # The idle spell lasted the grace period before termination.
+    # The idle spell lasted the grace period before termination: not before it, and
+    # not stuck after it (a loaded machine may delay the worker's next try by seconds;
+    # the monitor's exact 60 s rule is tested with an injected clock in test_monitor).
     idle, terminated = events[0].ts, events[1].ts
-    assert 1.0 <= terminated - idle < 3.0
+    assert 1.0 <= terminated - idle < 8.0
 
 
 def test_task_arriving_during_the_grace_period_cancels_termination(cli):
