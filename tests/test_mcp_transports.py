@@ -276,3 +276,79 @@ def test_corral_serve_mounts_mcp_and_survives_a_restart(tmp_path: Path) -> None:
         anyio.run(main)
     finally:
         server.kill()
+
+
+def test_corral_serve_mcp_with_a_node_token_acts_only_as_that_node(tmp_path: Path) -> None:
+    """Through ``/mcp``, a node token's tools act only as its node: naming another
+    agent is an ``ERROR:`` answer that changes nothing; its own calls work; a
+    broadcast goes out as it; a token that is not valid is refused with 401."""
+    from corral.server.auth import Tokens
+
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-operator-token\n")
+    token_file.chmod(0o600)
+    node_token = Tokens("s3cret-operator-token").node_token("Node-A1")
+    port = _free_port()
+    corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
+    assert corral_exe
+    argv = [corral_exe, "--url", url, "serve", "--port", str(port), "--no-monitor",
+            "--token-file", str(token_file)]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
+    server = Server(argv, port, env)
+    with corral.connect(url) as c:
+        c.register_node("Node-B2", "developer")
+        c.add_task("Implement user authentication", priority="high")
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}/mcp"
+    try:
+
+        async def main() -> None:
+            forged = httpx2.AsyncClient(headers={"Authorization": f"Bearer {node_token}x"})
+            r = await forged.post(endpoint, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            assert r.status_code == 401
+            await forged.aclose()
+
+            as_node = httpx2.AsyncClient(headers={"Authorization": f"Bearer {node_token}"})
+            async with Client(streamable_http_client(endpoint, http_client=as_node),
+                              mode="legacy") as client:  # fmt: skip
+                call = _caller(client)
+                with corral.connect(url) as c:
+                    before = (c.list_nodes(), c.list_tasks(), c.events())
+                for name, args in [
+                    (
+                        "register_node",
+                        {"agent_id": "Node-B3", "role": "developer", "model_name": "m"},
+                    ),
+                    ("heartbeat", {"agent_id": "Node-B2"}),
+                    ("set_agent_status", {"agent_id": "Node-B2", "status": "terminated"}),
+                    ("claim_best_task", {"agent_id": "Node-B2", "role": "developer"}),
+                    ("read_state", {"agent_id": "Node-B2"}),
+                    ("broadcast", {"message": "hello", "agent_id": "Node-B2"}),
+                ]:
+                    answer = await call(name, **args)
+                    assert answer.startswith(
+                        "ERROR: this token acts only as node Node-A1, not 'Node-B"
+                    ), (name, answer)
+                    assert "agent_id='Node-A1'" in answer
+                with corral.connect(url) as c:
+                    assert (c.list_nodes(), c.list_tasks(), c.events()) == before
+
+                assert await call("register_node", agent_id="Node-A1", role="developer",
+                                  model_name="claude-sonnet-4-5") == (
+                    "Node Node-A1 registered as developer (high). Active nodes: 2/4")  # fmt: skip
+                assert await call("claim_best_task", agent_id="Node-A1", role="developer") == (
+                    "Claimed task 1: Implement user authentication")  # fmt: skip
+                assert "Pending Tasks: 0" in await call("assess_workload")
+                await call("broadcast", message="taking a break")
+            await as_node.aclose()
+            with corral.connect(url) as c:
+                assert c.get_task(1).assigned_to == "Node-A1"
+                sent = [e for e in c.events() if e.kind == "broadcast"]
+                assert [(e.node_id, e.data["message"]) for e in sent] == [
+                    ("Node-A1", "taking a break")
+                ]
+
+        anyio.run(main)
+    finally:
+        server.kill()

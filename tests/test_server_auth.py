@@ -162,8 +162,10 @@ def test_token_file_is_created_with_mode_0600(
     assert load_token() == "from-env"
 
 
-def test_mcp_is_mounted_behind_the_operator_token(tmp_path: Path) -> None:
-    """/mcp answers MCP with the operator token, 401 without, 403 with a node token."""
+def test_mcp_is_mounted_behind_the_bearer_token(tmp_path: Path) -> None:
+    """/mcp answers MCP with the operator token and with a node token (whose tools act
+    only as its node: tests/test_mcp_transports.py), 401 without one or with a forged
+    one."""
     init = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -181,4 +183,7 @@ def test_mcp_is_mounted_behind_the_operator_token(tmp_path: Path) -> None:
         assert h.post("/mcp", json=init, headers=accept).status_code == 401
         node = Tokens(TOKEN).node_token("w1")
         r = h.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {node}"})
-        assert r.status_code == 403
+        assert r.status_code == 200 and r.json()["result"]["capabilities"]["tools"] is not None
+        forged = Tokens("another-operator").node_token("w1")
+        r = h.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {forged}"})
+        assert r.status_code == 401

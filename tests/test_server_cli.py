@@ -86,3 +86,33 @@ def test_init_creates_the_token(tmp_path: Path, monkeypatch) -> None:  # type: i
     token = tmp_path / ".corral" / "token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert len(token.read_text().strip()) >= 32
+
+
+def test_node_token_prints_a_token_the_server_accepts_for_that_node_only(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """``corral node token ID`` derives ID's token from the operator token file; the
+    token checks as that node (and only it); a bad id exits 2 with one line naming
+    the field, and a missing operator token exits 1 saying where to put one."""
+    from corral.cli import cli
+    from corral.cli._common import run_main
+    from corral.server.auth import Tokens
+
+    def run(argv: list[str]) -> int:
+        return run_main(cli, argv)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    (tmp_path / "op").write_text("operator-secret\n")
+    assert run(["node", "token", "Node-A1", "--token-file", str(tmp_path / "op")]) == 0
+    token = capsys.readouterr().out.strip()
+    principal = Tokens("operator-secret").check(token)
+    assert principal is not None and principal.node_id == "Node-A1"
+    assert not principal.may_act_as("Node-B2")
+    assert Tokens("another-secret").check(token) is None
+
+    assert run(["node", "token", "x" * 65, "--token-file", str(tmp_path / "op")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: node_id: node_id is longer than 64 characters"]
+    assert run(["node", "token", "Node-A1"]) == 1
+    assert "no operator token" in capsys.readouterr().err

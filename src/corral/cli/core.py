@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import click
@@ -113,6 +114,31 @@ def node_register(
 ) -> None:
     """Register NODE_ID as ROLE (refused at capacity)."""
     emit(client(ctx).register_node(node_id, role, model, strength, heartbeat_interval), as_json)
+
+
+@node.command("token")
+@click.argument("node_id")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The operator token's file (default: $CORRAL_TOKEN, else .corral/token).",
+)
+def node_token(node_id: str, token_file: Path | None) -> None:
+    """Print NODE_ID's bearer token, derived from the operator token. With it a client
+    (corral.connect, an MCP client on /mcp) acts only as NODE_ID; changing the
+    operator token revokes it."""
+    from corral.server.auth import Tokens, load_token
+    from corral.validation import check_id
+
+    node_id = check_id(node_id)
+    try:
+        operator = load_token(token_file, create=False)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(
+            f"no operator token ({exc}): set $CORRAL_TOKEN, pass --token-file or run corral init"
+        ) from None
+    click.echo(Tokens(operator).node_token(node_id))
 
 
 @node.command("list")

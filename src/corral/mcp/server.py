@@ -8,6 +8,10 @@ nothing is changed by it.
 Every tool that names an agent counts as that agent's heartbeat: the operations that
 change a node already push its deadline out; the views (``read_state``,
 ``assess_workload``, ``add_task``) take an optional ``agent_id`` and touch it.
+
+A transport that authenticates its caller as one node (``corral serve``'s ``/mcp``
+with a node token) sets ``CALLER`` for the call: the tools then act only as that
+node (an ``agent_id`` naming another is refused; ``broadcast`` is sent as it).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import functools
 import logging
 import secrets
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 from mcp.server import MCPServer
@@ -27,7 +32,7 @@ from corral.errors import CorralError
 from corral.mcp import text
 from corral.mcp.prompts import manager_protocol, worker_protocol
 
-__all__ = ["INSTRUCTIONS", "build_server"]
+__all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
 
 log = logging.getLogger("corral.mcp")
 
@@ -38,6 +43,10 @@ INSTRUCTIONS = (
     "agent_id counts as your heartbeat. Answers starting with ERROR: changed nothing "
     "and say what to do next."
 )
+
+# The node the transport authenticated the caller as; None: no restriction (the
+# operator's token, or stdio, where the client already holds the store or a token).
+CALLER: ContextVar[str | None] = ContextVar("corral_mcp_caller", default=None)
 
 AgentId = Annotated[str, Field(description="Your node id, e.g. Node-X9J2.")]
 OptAgentId = Annotated[
@@ -100,6 +109,17 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
         def register(fn: Callable[..., str]) -> Callable[..., Any]:
             @functools.wraps(fn)
             def run(**kwargs: Any) -> CallToolResult:
+                caller = CALLER.get()
+                if caller is not None:
+                    agent_id = kwargs.get("agent_id")
+                    if agent_id is None and fn.__name__ == "broadcast":
+                        kwargs["agent_id"] = caller  # sent as the caller, like /v1
+                    elif agent_id is not None and agent_id != caller:
+                        return _error(
+                            f"ERROR: this token acts only as node {caller}, not "
+                            f"{str(agent_id)[:64]!r}. Call {fn.__name__} with "
+                            f"agent_id={caller!r}."
+                        )
                 try:
                     return _text(fn(**kwargs))
                 except CorralError as exc:

@@ -149,21 +149,32 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 class _McpGate:
-    """Bearer auth (operator token) in front of the MCP app; 404 when there is none."""
+    """Bearer auth in front of the MCP app; 404 when there is none. The operator's
+    token may do everything; a node token makes the tools act only as its node
+    (``corral.mcp.server.CALLER``)."""
 
     def __init__(self, app: ASGIApp | None, st: ServerState) -> None:
         self.app = app
         self.st = st
+        self.caller: Any = None
+        if app is not None:
+            from corral.mcp.server import CALLER
+
+            self.caller = CALLER
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            self.st.authenticate(_header(scope, b"authorization"), "operator")
+            principal = self.st.authenticate(_header(scope, b"authorization"), "any")
             if self.app is None:
                 raise ApiError(404, "not_found", "the MCP server is not available here")
         except ApiError as exc:
             await send_error(send, exc)
             return
-        await self.app(scope, receive, send)
+        reset = self.caller.set(principal.node_id)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.caller.reset(reset)
 
 
 def load_mcp_app(cluster: Any, host: str = "127.0.0.1") -> ASGIApp | None:
