@@ -19,9 +19,11 @@ Each (system, processes) pair runs ``--repeat`` times, the systems taking turns,
 the median counts: a burst of load on this shared machine then hits every system
 alike instead of deciding a ratio.
 
-``--baseline DIR`` adds ``corral_base``: the ``corral`` loop on the corral package
-found in ``DIR/src`` (an older tree, e.g. ``git archive <commit> src | tar -x -C
-DIR``), taking its turn with the others: before/after measured side by side.
+``--baseline DIR`` adds ``corral_base`` and ``corral_cc_base``: the ``corral`` and
+``corral_cc`` loops on the corral package found in ``DIR/src`` (an older tree, e.g.
+``git worktree add DIR <commit>``), taking their turns with the others: before/after
+measured side by side. ``--systems`` runs a subset (the ratios need ``bare`` and
+``procrastinate``).
 
     python bench/pg_throughput.py            # the full run
     python bench/pg_throughput.py --quick    # a smoke run
@@ -112,9 +114,9 @@ def _procrastinate_app(url: str) -> tuple[Any, Any]:
 # --- workers --------------------------------------------------------------------------
 def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | None) -> None:
     count = 0
-    if system == "corral_base":  # a fresh spawned process: corral is not imported yet
+    if system.endswith("_base"):  # a fresh spawned process: corral is not imported yet
         sys.path.insert(0, os.path.join(base or "", "src"))
-        system = "corral"
+        system = system.removesuffix("_base")
     if system == "bare":
         with psycopg.connect(url, autocommit=True) as conn:
             barrier.wait()
@@ -146,6 +148,8 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
     elif system == "corral_cc":
         import corral
 
+        if base is not None:
+            assert corral.__file__.startswith(os.path.abspath(base)), corral.__file__
         c = corral.connect(url, pool_size=1)
         c.register_node(name, "developer", heartbeat_interval=600)
         barrier.wait()
@@ -175,10 +179,10 @@ def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str
     _admin(f'CREATE DATABASE "{db}"')
     try:
         url = _url(db)
-        _load("corral" if system == "corral_base" else system, url, jobs)
+        _load(system.removesuffix("_base").replace("corral_cc", "corral"), url, jobs)
         barrier = CTX.Barrier(procs)
         out = CTX.Queue()
-        mine = base if system == "corral_base" else None
+        mine = base if system.endswith("_base") else None
         ps = [
             CTX.Process(target=_work, args=(system, url, f"w{i}", barrier, out, mine))
             for i in range(procs)
@@ -202,10 +206,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--procs", type=int, nargs="+", default=None, help="process counts")
     parser.add_argument("--baseline", default=None, metavar="DIR",
-                        help="also run corral_base: the corral package in DIR/src")  # fmt: skip
+                        help="also run corral_base and corral_cc_base: the corral package"
+                             " in DIR/src")  # fmt: skip
+    parser.add_argument("--systems", nargs="+", default=None, choices=SYSTEMS,
+                        help="run only these (and the baselines)")  # fmt: skip
     args = parser.parse_args()
     base = os.path.abspath(args.baseline) if args.baseline else None
-    systems = SYSTEMS + (("corral_base",) if base else ())
+    mine = tuple(args.systems) if args.systems else SYSTEMS
+    systems = mine + (("corral_base", "corral_cc_base") if base else ())
     repeat = args.repeat or (1 if args.quick else 3)
     jobs = args.jobs or (300 if args.quick else 6000)
     procs_list = args.procs or ((1, 4) if args.quick else (1, 4, 16))
@@ -225,23 +233,26 @@ def main() -> None:
         for s in systems
         for p in procs_list
     }
-    summary = []
-    for procs in procs_list:
-        c, b, p = by["corral", procs], by["bare", procs], by["procrastinate", procs]
-        cc = by["corral_cc", procs]
-        summary.append([procs, f"{b:.0f}", f"{c:.0f}", f"{cc:.0f}", f"{p:.0f}", f"{c / b:.0%}",
-                        f"{c / p:.1f}x", f"{cc / b:.0%}", f"{cc / p:.1f}x"])  # fmt: skip
-    print(table(["procs", "bare/s", "corral/s", "corral_cc/s", "procrastinate/s", "corral/bare",
-                 "corral/procr.", "cc/bare", "cc/procr."], summary))  # fmt: skip
-    if base:
-        print(f"\ncorral_base: {base}")
-        print(table(
-            ["procs", "bare/s", "corral_base/s", "corral/s", "base/bare", "corral/bare",
-             "corral/base", "base/procr.", "corral/procr."],
-            [[p, f"{(b := by['bare', p]):.0f}", f"{(o := by['corral_base', p]):.0f}",
-              f"{(c := by['corral', p]):.0f}", f"{o / b:.0%}", f"{c / b:.0%}", f"{c / o:.2f}x",
-              f"{o / (q := by['procrastinate', p]):.1f}x", f"{c / q:.1f}x"] for p in procs_list],
-        ))  # fmt: skip
+    if set(SYSTEMS) <= set(systems):
+        summary = []
+        for procs in procs_list:
+            c, b, p = by["corral", procs], by["bare", procs], by["procrastinate", procs]
+            cc = by["corral_cc", procs]
+            summary.append([procs, f"{b:.0f}", f"{c:.0f}", f"{cc:.0f}", f"{p:.0f}", f"{c / b:.0%}",
+                            f"{c / p:.1f}x", f"{cc / b:.0%}", f"{cc / p:.1f}x"])  # fmt: skip
+        print(table(["procs", "bare/s", "corral/s", "corral_cc/s", "procrastinate/s",
+                     "corral/bare", "corral/procr.", "cc/bare", "cc/procr."], summary))  # fmt: skip
+    if base and set(SYSTEMS) <= set(systems):
+        print(f"\ncorral_base, corral_cc_base: {base}")
+        for loop in ("corral", "corral_cc"):
+            print(table(
+                ["procs", "bare/s", f"{loop}_base/s", f"{loop}/s", "base/bare", "new/bare",
+                 "new/base", "base/procr.", "new/procr."],
+                [[p, f"{(b := by['bare', p]):.0f}", f"{(o := by[f'{loop}_base', p]):.0f}",
+                  f"{(c := by[loop, p]):.0f}", f"{o / b:.0%}", f"{c / b:.0%}", f"{c / o:.2f}x",
+                  f"{o / (q := by['procrastinate', p]):.1f}x", f"{c / q:.1f}x"]
+                 for p in procs_list],
+            ))  # fmt: skip
     with psycopg.connect(ADMIN) as conn:
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
         version = conn.execute("SHOW server_version").fetchone()[0]
