@@ -262,6 +262,79 @@ def test_busy_timeout_is_validated(tmp_path):
             corral.connect(f"sqlite:///{tmp_path / 'b.db'}?busy_timeout={bad}")
 
 
+def _wait_and_claim(url: str, n: int, ready, out) -> None:
+    c = corral.connect(url)
+    c.register_node("W-far", "developer")
+    for _ in range(n):
+        ready.set()
+        task = c.claim_best_task("W-far", "developer", wait=30)
+        out.put((task.id, time.time()))
+        c.complete_task(task.id, "W-far", task.epoch)
+    c.close()
+
+
+def _fifos(path) -> list[str]:
+    import os
+
+    d = f"{path}-wait"
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def test_a_claim_waiting_in_another_process_wakes_at_the_commit(tmp_path):
+    """A claim waiting in another process takes a task this process adds at once (a
+    doorbell FIFO, mode 0600 in a 0700 directory), not at the periodic re-check; a
+    listener that exits removes its FIFO, and one that was killed has it removed by
+    the next writer."""
+    import os
+    import signal
+
+    from corral.defaults import SQLITE_WAIT_RECHECK
+    from tests.worker_app import wait_for
+
+    path = tmp_path / "bell.db"
+    url = f"sqlite:///{path}"
+    c = corral.connect(url)
+    n = 10
+    ready, out = CTX.Event(), CTX.Queue()
+    far = CTX.Process(target=_wait_and_claim, args=(url, n, ready, out))
+    far.start()
+    try:
+        latencies = []
+        for i in range(n):
+            assert ready.wait(30)
+            ready.clear()
+            wait_for(lambda: len(_fifos(path)) == 1, timeout=30, what="the far process listening")
+            time.sleep(0.05)  # let it block in the wait (a claim before it is no harm)
+            added_at = time.time()
+            task = c.add_task(f"Implement part {i}")
+            task_id, got_at = out.get(timeout=30)
+            assert task_id == task.id
+            latencies.append(got_at - added_at)
+        far.join(30)
+        assert far.exitcode == 0
+        # Every pickup beat the re-check by far (without the doorbell: ~0.95 s each).
+        assert max(latencies) < SQLITE_WAIT_RECHECK / 2, latencies
+        assert _fifos(path) == []  # it removed its FIFO at exit
+        assert oct(os.stat(f"{path}-wait").st_mode & 0o777) == "0o700"
+
+        killed = CTX.Process(target=_wait_and_claim, args=(url, 1, ready, out))
+        killed.start()
+        assert ready.wait(30)
+        wait_for(lambda: len(_fifos(path)) == 1, timeout=30, what="the listener's FIFO")
+        (fifo,) = _fifos(path)
+        assert oct(os.stat(f"{path}-wait/{fifo}").st_mode & 0o777) == "0o600"
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.join(30)
+        c.add_task("Implement after the kill")  # its ring finds nobody reading
+        assert _fifos(path) == []
+    finally:
+        for p in (far, locals().get("killed")):
+            if p is not None and p.is_alive():
+                p.kill()
+                p.join(30)
+        c.close()
+
+
 def test_checkpoints_run_off_the_commit_path(tmp_path):
     """No checkpoint thread for a store that has written little; after
     SQLITE_CHECKPOINT_EVERY commits one starts, copies the WAL into the database file

@@ -39,7 +39,7 @@ from corral.model import Task
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import dumps, task_from_tuple
-from corral.store.signal import WAKE_QUERIES, signal_for
+from corral.store.signal import WAKE_QUERIES, doorbell_for, signal_for
 from corral.store.sqlbase import SQLStore
 
 if sys.platform != "win32":
@@ -355,6 +355,7 @@ class SQLiteStore(SQLStore):
         self._nowait = threading.local()
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
+        self._bell = None if memory else doorbell_for(path, self._ready)
         try:
             self._writer = _WriterLock(self.path, busy_timeout)
         except OSError as exc:
@@ -503,6 +504,8 @@ class SQLiteStore(SQLStore):
             self._lock.release()
         if commit and tx.wake:
             self._ready.bump()
+            if self._bell is not None:
+                self._bell.ring()
 
     @contextmanager
     def _write(self) -> Iterator[_Tx]:
@@ -645,11 +648,16 @@ class SQLiteStore(SQLStore):
         return done, None if nxt is None else _task(nxt)
 
     def ready_token(self) -> int:
+        # Listen before the claim that takes this token: a task another process adds
+        # after that claim rings this process.
+        if self._bell is not None:
+            self._bell.listen()
         return self._ready.token()
 
     def wait_ready(self, token: Any, timeout: float) -> None:
-        """Woken in-process at once; a task added by another process is seen at the
-        next re-check (every ``SQLITE_WAIT_RECHECK`` seconds)."""
+        """Woken at once by this process's commits and, through the ``Doorbell``, by
+        other corral processes'; a task added by another program is seen at the next
+        re-check (every ``SQLITE_WAIT_RECHECK`` seconds)."""
         self._ready.wait(token, min(timeout, SQLITE_WAIT_RECHECK))
 
     def close(self) -> None:
