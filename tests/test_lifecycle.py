@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import corral
 from corral import Monitor
 from corral.lifecycle import STAMP_FRACTION, next_idle_since, stamp_due
 from corral.store.queries import load_queries
@@ -97,3 +99,50 @@ def test_claims_and_completions_stamp_only_when_due(embedded, clock):
     assert kinds.count("task_claimed") == 2 and kinds.count("task_completed") == 2
     claimed = [e for e in embedded.events() if e.kind == "task_claimed"][-1]
     assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1}
+
+
+def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock):
+    """The stores' short statements (claim and completion without the node update,
+    completion without RETURNING) hand over to the full ones whenever the holder's
+    row must change: a claim whose stamp is due, a completion of the task the node
+    names as its current one, a worker's step from idle, a step after a settings
+    change; and a stale epoch on the short path is refused and changes nothing."""
+    embedded.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
+    for i in range(8):
+        embedded.add_task(f"Implement step {i}")
+    a = embedded.claim_best_task("W", "developer")
+    embedded.complete_task(a.id, "W", a.epoch)
+    clock.advance(30 * STAMP_FRACTION * 1.5)  # due: the claim itself re-stamps
+    b = embedded.claim_best_task("W", "developer")
+    assert embedded.get_node("W").dead_at == clock.now() + 30
+
+    embedded.set_agent_status("W", "working", b.id)  # names b as its current task
+    embedded.complete_task(b.id, "W", b.epoch)
+    node = embedded.get_node("W")
+    assert node.current_task_id is None and node.status == "working"
+
+    c = embedded.claim_best_task("W", "developer")
+    embedded.set_agent_status("W", "idle")
+    clock.advance(1)
+    done, d = embedded.complete_and_claim(c.id, "W", "developer", c.epoch)
+    node = embedded.get_node("W")
+    assert done.status == "done" and d is not None and d.assigned_to == "W"
+    assert node.status == "working" and node.idle_since is None
+    assert node.dead_at == clock.now() + 30
+
+    embedded.configure(max_agents=9)  # a new settings version between two steps
+    done, e = embedded.complete_and_claim(d.id, "W", "developer", d.epoch)
+    assert done.status == "done" and done.result is None and e is not None
+
+    embedded.fail_task(e.id, "W", e.epoch, error="retry it")
+    e = embedded.claim_best_task("W", "developer")  # the same task again, epoch 2
+    assert e.epoch == 2
+    before = (embedded.get_task(e.id), embedded.get_node("W"), embedded.events())
+    with pytest.raises(corral.LeaseError):
+        embedded.complete_task(e.id, "W", e.epoch - 1)
+    with pytest.raises(corral.LeaseError):
+        embedded.complete_and_claim(e.id, "W", "developer", e.epoch + 1)
+    assert (embedded.get_task(e.id), embedded.get_node("W"), embedded.events()) == before
+    finished = embedded.complete_task(e.id, "W", e.epoch, result={"ok": True})
+    assert finished.status == "done" and finished.result == {"ok": True}
+    assert embedded.get_task(e.id) == finished
