@@ -14,7 +14,6 @@ import atexit
 import contextlib
 import errno
 import os
-import secrets
 import stat
 import threading
 import time
@@ -105,7 +104,7 @@ class Doorbell:
             if self._pid == os.getpid():
                 return
             self._forget_parent()
-            path = os.path.join(self.dir, f"{os.getpid()}-{secrets.token_hex(4)}")
+            path = os.path.join(self.dir, f"{os.getpid()}-{os.urandom(4).hex()}")
             try:
                 os.makedirs(self.dir, mode=0o700, exist_ok=True)
                 os.mkfifo(path, 0o600)
