@@ -359,7 +359,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", type=int, default=4000, help="jobs per run (default 4000)")
+    p.add_argument("--jobs", type=int, default=20_000, help="jobs per run (default 20,000)")
     p.add_argument("--procs", default="1,2,4,8", help="process counts (default 1,2,4,8)")
     p.add_argument(
         "--locked-procs",
