@@ -57,6 +57,20 @@ def _finished(held: tuple[Any, ...], result: str | None, now: float) -> Task:
     return _task((*held[:6], "done", *held[7:14], now, now, result, None))
 
 
+def _completion(
+    task_id: int, node_id: str, epoch: int | None, result: str | None, now: float
+) -> dict[str, Any]:
+    """The parameters every completion statement takes."""
+    return {
+        "id": task_id,
+        "node_id": node_id,
+        "epoch": epoch,
+        "result": result,
+        "now": now,
+        "stamp": _STAMP,
+    }
+
+
 class _Conn(psycopg.Connection[Any]):
     """A pooled connection that keeps one tuple cursor for the hot statements: a
     kept cursor reuses its parameter dumpers and column loaders from one execute to
@@ -343,14 +357,7 @@ class PostgresStore(SQLStore):
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
     ) -> Task:
         text = None if result is None else _dumps(result)
-        params = {
-            "id": task_id,
-            "node_id": node_id,
-            "epoch": epoch,
-            "result": text,
-            "now": now,
-            "stamp": _STAMP,
-        }
+        params = _completion(task_id, node_id, epoch, text, now)
         held = self._held(task_id, epoch)
         if held is not None:
             lean, done = self._hot("complete_lean_quiet", params)[0]
@@ -372,15 +379,10 @@ class PostgresStore(SQLStore):
         version = self._settings_for(role)  # bad input changes nothing
         text = None if result is None else _dumps(result)
         params = {
-            "id": task_id,
-            "node_id": node_id,
-            "epoch": epoch,
-            "result": text,
+            **_completion(task_id, node_id, epoch, text, now),
             "role": role,
-            "now": now,
             "bonus": scoring.ROLE_BONUS_SECONDS,
             "settings_version": version,
-            "stamp": _STAMP,
             "role_json": _dumps(role),
         }
         held = self._held(task_id, epoch)
