@@ -335,6 +335,33 @@ def test_a_claim_waiting_in_another_process_wakes_at_the_commit(tmp_path):
         c.close()
 
 
+def test_a_forked_child_leaves_its_parents_doorbell_alone(tmp_path):
+    """A child forked from a process that listens inherits its exit handlers: at its
+    exit it must not remove the parent's FIFO (the parent would no longer be rung)."""
+    import os
+
+    path = tmp_path / "fork.db"
+    c = corral.connect(f"sqlite:///{path}")
+    c.register_node("W", "developer")
+    assert c.claim_best_task("W", "developer", wait=0.01) is None  # listens now
+    listening = _fifos(path)
+    assert len(listening) == 1
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()  # what a normal exit runs
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _fifos(path) == listening
+    c.close()
+
+
 def test_checkpoints_run_off_the_commit_path(tmp_path):
     """No checkpoint thread for a store that has written little; after
     SQLITE_CHECKPOINT_EVERY commits one starts, copies the WAL into the database file

@@ -120,7 +120,7 @@ class Doorbell:
             threading.Thread(
                 target=self._run, args=(rfd,), name="corral-sqlite-doorbell", daemon=True
             ).start()
-            atexit.register(_unlink, path)
+            atexit.register(_unlink_own, path, os.getpid())
 
     def _forget_parent(self) -> None:
         """In a forked child: close the parent's listener's descriptors (its thread did
@@ -172,6 +172,13 @@ class Doorbell:
 def _unlink(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def _unlink_own(path: str, pid: int) -> None:
+    """At exit, remove this process's FIFO (not in a forked child, which inherits the
+    handler but not the listener)."""
+    if os.getpid() == pid:
+        _unlink(path)
 
 
 _doorbells: dict[str, Doorbell] = {}
