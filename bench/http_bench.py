@@ -477,14 +477,18 @@ def run_embedded32(db: str, tasks: int, seconds: float, mode: str) -> dict[str, 
     return {op: embedded_load(db, op, seconds, mode) for op in ("heartbeat", "claim_complete")}
 
 
+def register_nodes(admin: Any) -> list[str | None]:
+    """One node per connection (n0, n1, …); their tokens, in order."""
+    for i in range(CONNECTIONS):
+        admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
+    return [admin.node_tokens[f"n{i}"] for i in range(CONNECTIONS)]
+
+
 def run_corral(kind: str, db: str, seconds: float, n: int) -> dict[str, Any]:
     srv = Server(kind, db)
     try:
         admin = corral.connect(f"http://127.0.0.1:{srv.port}", token=TOKEN)
-        tokens: list[str | None] = []
-        for i in range(CONNECTIONS):
-            admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
-            tokens.append(admin.node_tokens[f"n{i}"])
+        tokens = register_nodes(admin)
         out = {
             "heartbeat": srv.load(tokens, seconds, heartbeat_op),
             "claim_complete": srv.load(tokens, seconds, claim_complete_op),
@@ -503,10 +507,7 @@ def run_stub(db: str, seconds: float, n: int) -> dict[str, Any]:
     srv = Server("corral-stub", db)
     try:
         admin = corral.connect(f"http://127.0.0.1:{srv.port}", token=TOKEN)
-        tokens: list[str | None] = []
-        for i in range(CONNECTIONS):
-            admin.register_node(f"n{i}", "developer", heartbeat_interval=3600)
-            tokens.append(admin.node_tokens[f"n{i}"])
+        tokens = register_nodes(admin)
         out = {"heartbeat": srv.load(tokens, seconds, heartbeat_op)}
         w0 = admin.for_node("n0")
         out["single"] = {

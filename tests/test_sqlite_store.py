@@ -6,6 +6,9 @@ import multiprocessing as mp
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -152,14 +155,33 @@ def test_task_rows_unpack_in_schema_order(tmp_path):
     store.close()
 
 
-def _hold_writer_lock(path: str, held) -> None:
+def _hold_writer_lock(path: str, held, in_transaction: bool = False) -> None:
     import fcntl
     import os
+    import sqlite3
 
     fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    if in_transaction:  # SQLite's own write lock too, like a writer mid-transaction
+        sqlite3.connect(path, isolation_level=None).execute("BEGIN IMMEDIATE")
     held.set()
     time.sleep(120)  # until the test kills it
+
+
+@contextmanager
+def _holder(path, *, in_transaction: bool = False) -> Iterator[Any]:
+    """Another process holding the writer lock of ``path`` (the Process, once it
+    holds it); killed, if still alive, on the way out."""
+    held = CTX.Event()
+    holder = CTX.Process(target=_hold_writer_lock, args=(str(path), held, in_transaction))
+    holder.start()
+    try:
+        assert held.wait(30)
+        yield holder
+    finally:
+        if holder.is_alive():
+            holder.kill()
+        holder.join(30)
 
 
 def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
@@ -174,49 +196,30 @@ def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
 
     path = tmp_path / "queue.db"
     c = corral.connect(f"sqlite:///{path}")
-    held = CTX.Event()
-    holder = CTX.Process(target=_hold_writer_lock, args=(str(path), held))
-    holder.start()
     try:
-        assert held.wait(30)
-        assert oct(os.stat(f"{path}-lock").st_mode & 0o777) == "0o600"
-        with pytest.raises(WouldBlock), c.store.nowait():
-            c.add_task("Implement while locked")
-        assert c.list_tasks() == []
-        done = threading.Event()
-        writer = threading.Thread(target=lambda: (c.add_task("Implement queued"), done.set()))
-        writer.start()
-        assert not done.wait(0.3)  # queued behind the holder, not failed
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.join(30)
-        assert done.wait(30)
-        writer.join(30)
-        assert [t.title for t in c.list_tasks()] == ["Implement queued"]
+        with _holder(path) as holder:
+            assert oct(os.stat(f"{path}-lock").st_mode & 0o777) == "0o600"
+            with pytest.raises(WouldBlock), c.store.nowait():
+                c.add_task("Implement while locked")
+            assert c.list_tasks() == []
+            done = threading.Event()
+            writer = threading.Thread(target=lambda: (c.add_task("Implement queued"), done.set()))
+            writer.start()
+            assert not done.wait(0.3)  # queued behind the holder, not failed
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join(30)
+            assert done.wait(30)
+            writer.join(30)
+            assert [t.title for t in c.list_tasks()] == ["Implement queued"]
     finally:
-        if holder.is_alive():
-            holder.kill()
-        holder.join(30)
         c.close()
-
-
-def _hold_in_transaction(path: str, held) -> None:
-    import fcntl
-    import os
-    import sqlite3
-
-    fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    held.set()
-    time.sleep(120)  # stopped, then killed, by the test
 
 
 def test_a_writer_stopped_inside_its_transaction_makes_others_fail_not_hang(tmp_path):
     """A holder stopped with SIGSTOP inside its transaction: a write waits the busy
     timeout, then fails with a retryable StoreUnavailableError and writes nothing
     (reads go on); a second try fails the same way; when the holder dies, the next
-    write goes through, and the waiter that gave up does not keep the lock from
+    write goes through, and none of the waits that gave up keeps the lock from
     another store."""
     import os
     import signal
@@ -224,35 +227,29 @@ def test_a_writer_stopped_inside_its_transaction_makes_others_fail_not_hang(tmp_
     path = tmp_path / "stopped.db"
     c = corral.connect(f"sqlite:///{path}?busy_timeout=0.4")
     c.add_task("Implement before")
-    held = CTX.Event()
-    holder = CTX.Process(target=_hold_in_transaction, args=(str(path), held))
-    holder.start()
     try:
-        assert held.wait(30)
-        os.kill(holder.pid, signal.SIGSTOP)
-        for _ in range(2):
-            start = time.monotonic()
-            with pytest.raises(corral.StoreUnavailableError, match="held the write lock"):
-                c.add_task("Implement while stopped")
-            assert 0.4 <= time.monotonic() - start < 15
-        assert [t.title for t in c.list_tasks()] == ["Implement before"]
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.join(30)
-        other = corral.connect(f"sqlite:///{path}")
-        try:
-            other.add_task("Implement from another store")
-        finally:
-            other.close()
-        c.add_task("Implement after")
-        assert [t.title for t in sorted(c.list_tasks(), key=lambda t: t.id)] == [
-            "Implement before",
-            "Implement from another store",
-            "Implement after",
-        ]
+        with _holder(path, in_transaction=True) as holder:
+            os.kill(holder.pid, signal.SIGSTOP)
+            for _ in range(2):
+                start = time.monotonic()
+                with pytest.raises(corral.StoreUnavailableError, match="held the write lock"):
+                    c.add_task("Implement while stopped")
+                assert 0.4 <= time.monotonic() - start < 15
+            assert [t.title for t in c.list_tasks()] == ["Implement before"]
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join(30)
+            other = corral.connect(f"sqlite:///{path}")
+            try:
+                other.add_task("Implement from another store")
+            finally:
+                other.close()
+            c.add_task("Implement after")
+            assert [t.title for t in sorted(c.list_tasks(), key=lambda t: t.id)] == [
+                "Implement before",
+                "Implement from another store",
+                "Implement after",
+            ]
     finally:
-        if holder.is_alive():
-            holder.kill()
-        holder.join(30)
         c.close()
 
 
@@ -464,24 +461,14 @@ def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(tmp
 
 
 def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_path):
-    import os
-    import signal
-
     from corral.store.sqlite import WouldBlock
 
     path = tmp_path / "busy.db"
     c = corral.connect(f"sqlite:///{path}")
-    held = CTX.Event()
-    holder = CTX.Process(target=_hold_writer_lock, args=(str(path), held))
-    holder.start()
-    try:
-        assert held.wait(30)
+    with _holder(path):
         with pytest.raises(WouldBlock), c.store.nowait(), c.store.group():
             c.add_task("Implement never")
         assert c.list_tasks() == []
-    finally:
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.join(30)
     with c.store.group():
         c.add_task("Implement now")
     assert [t.title for t in c.list_tasks()] == ["Implement now"]
