@@ -85,8 +85,12 @@ def test_pragmas_wal_and_durability(tmp_path):
     assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    # FULL is corral's group commit: SQLite at NORMAL, each commit synced before the
+    # call returns (test_full_* below).
     full = corral.connect(f"sqlite:///{tmp_path / 'b.db'}?synchronous=FULL")
-    assert full.store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert full.store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert full.store._synced is not None and store._synced is None
+    full.close()
     with pytest.raises(InvalidInputError, match="synchronous"):
         SQLiteStore(tmp_path / "c.db", synchronous="SOMETIMES")
 
@@ -473,3 +477,144 @@ def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_pa
         c.add_task("Implement now")
     assert [t.title for t in c.list_tasks()] == ["Implement now"]
     c.close()
+
+
+# --- synchronous=FULL: the group commit (_SyncedCommits) --------------------------------
+
+
+@contextmanager
+def _watching_syncs(monkeypatch) -> Iterator[list[int]]:
+    """The inode of every file corral's synced commits ``fdatasync`` (the real call
+    still runs)."""
+    import os
+
+    import corral.store.sqlite as sqlite_store
+
+    synced: list[int] = []
+    real = sqlite_store._fdatasync
+
+    def watched(fd: int) -> None:
+        real(fd)
+        synced.append(os.fstat(fd).st_ino)
+
+    monkeypatch.setattr(sqlite_store, "_fdatasync", watched)
+    yield synced
+
+
+def test_full_returns_each_write_only_after_a_sync_of_the_wal_that_covers_it(tmp_path, monkeypatch):
+    """At FULL every write call syncs the WAL (the ``-wal`` file itself) after its
+    commit and before it returns, and the shared counters say it is covered; reads
+    sync nothing. The ``-sync`` file is 0600 and exists only at FULL."""
+    import os
+
+    path = tmp_path / "full.db"
+    with _watching_syncs(monkeypatch) as synced:
+        normal = corral.connect(f"sqlite:///{tmp_path / 'normal.db'}")
+        normal.add_task("Implement at NORMAL")
+        assert synced == [] and not os.path.exists(f"{tmp_path / 'normal.db'}-sync")
+        normal.close()
+
+        c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+        try:
+            assert oct(os.stat(f"{path}-sync").st_mode & 0o777) == "0o600"
+            words = c.store._synced._words
+            c.register_node("W", "developer")
+            for i in range(5):
+                before = len(synced)
+                task = c.add_task(f"Implement part {i}")
+                counted = words[0]
+                assert len(synced) == before + 1  # one sync per call: no one else writes
+                assert synced[-1] == os.stat(f"{path}-wal").st_ino
+                assert words[1] == counted  # the sync covered this commit
+            before = len(synced)
+            c.list_tasks()
+            c.get_task(task.id)
+            assert len(synced) == before
+            claimed = c.claim_best_task("W", "developer")
+            assert len(synced) == before + 1 and words[1] == words[0]
+            c.complete_task(claimed.id, "W", claimed.epoch)
+            assert len(synced) == before + 2 and words[1] == words[0]
+        finally:
+            c.close()
+
+
+def _full_writer(path: str, name: str, count: int, start) -> None:
+    c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+    start.wait(30)
+    for i in range(count):
+        c.add_task(f"Implement {name} part {i}")
+    c.close()
+
+
+def test_full_counts_and_syncs_every_commit_of_several_processes(tmp_path):
+    """Four processes writing at FULL at once: every commit is counted in the shared
+    counter and every one is covered by a sync, and none is lost."""
+    path = tmp_path / "group.db"
+    first = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+    try:
+        words = first.store._synced._words
+        counted = words[0]
+        start = CTX.Event()
+        procs = [
+            CTX.Process(target=_full_writer, args=(str(path), f"w{n}", 50, start)) for n in range(4)
+        ]
+        for proc in procs:
+            proc.start()
+        start.set()
+        for proc in procs:
+            proc.join(60)
+            assert proc.exitcode == 0
+        assert first.store._conn.execute("SELECT count(*) FROM tasks").fetchone()[0] == 200
+        assert words[0] == counted + 200
+        assert words[1] == words[0]
+    finally:
+        first.close()
+
+
+def _hold_sync_lock(path: str, held) -> None:
+    import fcntl
+    import os
+
+    fd = os.open(f"{path}-sync", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    held.set()
+    time.sleep(120)  # until the test kills it
+
+
+def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
+    tmp_path, monkeypatch
+):
+    """A process stopped while holding the sync lock does not hang the others: after
+    a short wait each write syncs the WAL itself and returns."""
+    import os
+    import signal
+
+    path = tmp_path / "stopped-sync.db"
+    with _watching_syncs(monkeypatch) as synced:
+        c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+        c.add_task("Implement before")
+        held = CTX.Event()
+        holder = CTX.Process(target=_hold_sync_lock, args=(str(path), held))
+        holder.start()
+        try:
+            assert held.wait(30)
+            os.kill(holder.pid, signal.SIGSTOP)
+            for i in range(2):
+                before = len(synced)
+                start = time.monotonic()
+                c.add_task(f"Implement while stopped {i}")
+                assert time.monotonic() - start < 10
+                assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
+            assert len(c.list_tasks()) == 3
+        finally:
+            holder.kill()
+            holder.join(30)
+            c.close()
+
+
+def test_covers_orders_commit_numbers_across_the_wrap():
+    from corral.store.sqlite import _covers
+
+    assert _covers(7, 7) and _covers(8, 7) and not _covers(6, 7)
+    assert _covers(3, 2**32 - 2)  # synced past the wrap covers a commit before it
+    assert not _covers(2**32 - 2, 3)

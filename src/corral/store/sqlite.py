@@ -2,11 +2,13 @@
 
 Durability: ``synchronous=NORMAL`` (the default) loses nothing when any process
 crashes; a power loss or OS crash can roll back the last transactions committed
-before it (never corrupting the file). ``synchronous=FULL`` syncs every commit.
+before it (never corrupting the file). ``synchronous=FULL`` syncs every commit before
+the call returns, sharing disk flushes among processes (``_SyncedCommits``).
 
 Writers. corral's processes queue for the write lock on a lock file next to the
-database (``<file>-lock``, ``flock``): a waiting writer sleeps in the kernel and is
-woken when the lock is free, instead of polling SQLite's lock (see ``_WriterLock``).
+database (``<file>-lock``, ``flock``): a waiting writer spins briefly, then sleeps
+between tries, for up to the busy timeout, instead of polling SQLite's lock on its
+busy handler's schedule (see ``_WriterLock``).
 
 Checkpoints. Copying the WAL back into the database file is done by a background
 thread (``_Checkpointer``), not by the commit that happens to fill the WAL, so a
@@ -16,6 +18,7 @@ claim or a completion never pays for it.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import random
 import sqlite3
@@ -114,6 +117,12 @@ _SPIN_STEP = 0.00001
 _SPIN_LONG_WAIT = 0.001
 _SLEEP_FIRST = 0.001
 _SLEEP_MAX = 0.004
+# With synchronous=FULL a holder leaves to sync its commit (``_SyncedCommits``) and
+# cannot take the lock back for ~0.3 ms: waiters sleeping 1-4 ms left the lock idle,
+# and the group commit gained nothing with 4 processes (bench/sqlite_throughput.py);
+# with 0.2-0.5 ms it ran 1.44x SQLite's own FULL.
+_SLEEP_FIRST_SYNCED = 0.0002
+_SLEEP_MAX_SYNCED = 0.0005
 
 
 class _WriterLock:
@@ -130,9 +139,12 @@ class _WriterLock:
     dies. SQLite's lock stays the authority: a writer that does not take this lock
     (another program) is still waited out by ``_retrying``."""
 
-    def __init__(self, db_path: Path, timeout: float) -> None:
+    def __init__(self, db_path: Path, timeout: float, synced: bool = False) -> None:
         self._fd: int | None = None
         self._timeout = timeout
+        self._sleeps = (
+            (_SLEEP_FIRST_SYNCED, _SLEEP_MAX_SYNCED) if synced else (_SLEEP_FIRST, _SLEEP_MAX)
+        )
         self._spin = _SPIN_SECONDS  # adaptive: see _SPIN_LONG_WAIT
         self._path = f"{db_path}-lock"
         if fcntl is not None and str(db_path) != ":memory:":
@@ -159,7 +171,7 @@ class _WriterLock:
                 self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)  # it pays
                 return True
         deadline = start + self._timeout
-        pause = _SLEEP_FIRST
+        pause, longest = self._sleeps
         while True:
             time.sleep(pause)
             with contextlib.suppress(BlockingIOError):
@@ -171,7 +183,7 @@ class _WriterLock:
                     f" ({self._path}) for {self._timeout:g} s; it may be stopped inside a"
                     " transaction; retry the call"
                 )
-            pause = min(pause * 2, _SLEEP_MAX)
+            pause = min(pause * 2, longest)
         if time.perf_counter() - start >= _SPIN_LONG_WAIT:
             self._spin /= 2  # a long queue: spinning takes CPU from the holder
         return True
@@ -184,6 +196,117 @@ class _WriterLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+# A synced commit whose sync lock stays taken this long syncs by itself instead (the
+# holder may be stopped); a waiter re-checks every _SYNC_POLL_FIRST doubling to
+# _SYNC_POLL_MAX seconds (one sync takes ~0.2 ms).
+_SYNC_POLL_FIRST = 0.0001
+_SYNC_POLL_MAX = 0.0004
+_SYNC_LOCK_PATIENCE = 0.05
+_U32 = 0xFFFFFFFF
+
+
+def _covers(synced: int, commit: int) -> bool:
+    """Whether sync count ``synced`` covers commit number ``commit`` (both wrap at
+    2**32: serial-number order)."""
+    return (synced - commit) & _U32 < 0x80000000
+
+
+class _SyncedCommits:
+    """``synchronous=FULL`` as a group commit among corral's processes.
+
+    SQLite at ``FULL`` syncs the WAL inside each commit, under the write lock, so
+    writers queue behind each other's syncs: one job per disk flush, however many
+    processes. Here SQLite runs at ``NORMAL`` (its commits are consistent, not yet
+    durable) and a commit is acknowledged only after ``fdatasync`` of the WAL, done
+    after the write lock is released. One flush covers every commit written before it
+    started, so while one process syncs, the others commit, and the next sync covers
+    them all -- as PostgreSQL's commits share a WAL flush.
+
+    Shared state, in ``<database>-sync`` (mode 0600): two 32-bit counters, mapped into
+    each process -- commits counted (bumped after ``COMMIT``, under the write lock)
+    and commits known synced -- and an ``flock`` on the file that lets one process
+    sync at a time. A commit finds itself already covered, or takes the lock, reads
+    the commit count, syncs, and records it. The counters are only ever read to skip a
+    sync: any state a crash leaves (synced <= counted always holds) is safe, and a
+    sync lock held by a stopped process only makes the others sync by themselves
+    after ``_SYNC_LOCK_PATIENCE``.
+
+    What others can see: a commit is visible to other connections a moment before it
+    is on disk (with SQLite's own ``FULL``, after). Nothing that depends on it can
+    reach the disk without it: the WAL is replayed in order, so a later synced commit
+    brings every earlier frame with it."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._path = f"{db_path}-sync"
+        self._wal_path = f"{db_path}-wal"
+        self._wal: int | None = None
+        self._threads = threading.Lock()  # flock orders processes, this the threads
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if os.fstat(self._fd).st_size < 8:
+                os.ftruncate(self._fd, 8)  # zeros; never shrinks a file in use
+            self._map = mmap.mmap(self._fd, 8)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        # Aligned 32-bit words: each read and write is one load or store.
+        self._words = memoryview(self._map).cast("I")
+
+    def committed(self) -> int:
+        """Count a commit and return its number. Call under the write lock, after
+        ``COMMIT``: the commit's frames are in the WAL before it is counted."""
+        n = (self._words[0] + 1) & _U32
+        self._words[0] = n
+        return n
+
+    def wait_synced(self, commit: int) -> None:
+        """Return once commit number ``commit`` is on disk (OSError if the sync
+        fails)."""
+        words = self._words
+        if _covers(words[1], commit):
+            return
+        with self._threads:
+            pause = _SYNC_POLL_FIRST
+            give_up = time.perf_counter() + _SYNC_LOCK_PATIENCE
+            while True:
+                if _covers(words[1], commit):
+                    return
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if time.perf_counter() > give_up:
+                        self._sync()  # the holder may be stopped: no skipping then
+                        return
+                    time.sleep(pause)
+                    pause = min(pause * 2, _SYNC_POLL_MAX)
+                    continue
+                try:
+                    if not _covers(words[1], commit):
+                        upto = words[0]  # every commit counted so far is in the WAL
+                        self._sync()
+                        if not _covers(words[1], upto):
+                            words[1] = upto
+                    return
+                finally:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _sync(self) -> None:
+        if self._wal is None:  # SQLite keeps the WAL while a connection is open
+            self._wal = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
+        _fdatasync(self._wal)
+
+    def close(self) -> None:
+        self._words.release()
+        self._map.close()
+        os.close(self._fd)
+        if self._wal is not None:
+            os.close(self._wal)
+            self._wal = None
+
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has fsync only
 
 
 class _Checkpointer:
@@ -282,10 +405,20 @@ class SQLiteStore(SQLStore):
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
         self._bell = None if memory else doorbell_for(path, self._ready)
+        synced = sync == "FULL" and not memory and fcntl is not None
         try:
-            self._writer = _WriterLock(self.path, busy_timeout)
+            self._writer = _WriterLock(self.path, busy_timeout, synced)
         except OSError as exc:
             raise StoreUnavailableError(f"SQLite store unavailable: {exc}") from exc
+        # FULL is a group commit (``_SyncedCommits``): SQLite itself runs at NORMAL.
+        self._synced: _SyncedCommits | None = None
+        if synced:
+            try:
+                self._synced = _SyncedCommits(self.path)
+            except OSError as exc:
+                self._writer.close()
+                raise StoreUnavailableError(f"SQLite store unavailable: {exc}") from exc
+            sync = "NORMAL"
         self._checkpoints = (
             None if memory else _Checkpointer(str(path), sync, SQLITE_CHECKPOINT_EVERY)
         )
@@ -304,6 +437,8 @@ class SQLiteStore(SQLStore):
             self._migrate()
         except sqlite3.Error as exc:
             self._writer.close()
+            if self._synced is not None:
+                self._synced.close()
             raise _unavailable(exc) from exc
 
     def _retrying(self, sql: str) -> None:
@@ -412,6 +547,7 @@ class SQLiteStore(SQLStore):
             finally:
                 self._lock.release()
             return
+        number = None
         try:
             if commit:
                 try:
@@ -420,6 +556,8 @@ class SQLiteStore(SQLStore):
                     self._claimed.clear()  # it may hold a claim that did not happen
                     self._conn.execute("ROLLBACK")
                     raise _unavailable(exc) from exc
+                if self._synced is not None:
+                    number = self._synced.committed()
             else:
                 self._claimed.clear()
                 self._conn.execute("ROLLBACK")
@@ -428,6 +566,14 @@ class SQLiteStore(SQLStore):
             if commit and self._checkpoints is not None:
                 self._checkpoints.committed()
             self._lock.release()
+        if number is not None:
+            try:
+                self._synced.wait_synced(number)  # type: ignore[union-attr]
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"SQLite store unavailable: the commit was made but syncing it to"
+                    f" disk failed ({exc}); it may be lost on a power failure"
+                ) from exc
         if commit and tx.wake:
             self._ready.bump()
             if self._bell is not None:
@@ -592,6 +738,8 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self._conn.close()
             self._writer.close()
+            if self._synced is not None:
+                self._synced.close()
 
 
 def _statements(script: str) -> Iterator[str]:
