@@ -120,7 +120,7 @@ _SLEEP_MAX = 0.004
 # With synchronous=FULL a holder leaves to sync its commit (``_SyncedCommits``) and
 # cannot take the lock back for ~0.3 ms: waiters sleeping 1-4 ms left the lock idle,
 # and the group commit gained nothing with 4 processes (bench/sqlite_throughput.py);
-# with 0.2-0.5 ms it ran 1.44x SQLite's own FULL.
+# with 0.2-0.5 ms it ran 1.1-1.3x SQLite's own FULL with 2 and 4.
 _SLEEP_FIRST_SYNCED = 0.0002
 _SLEEP_MAX_SYNCED = 0.0005
 
