@@ -184,9 +184,21 @@ def test_json_events_without_stream_accept(served: tuple[str, Any]) -> None:
     assert all(e["seq"] > 2 for e in r.json())
 
 
-def test_bad_last_event_id_is_refused(served: tuple[str, Any]) -> None:
+@pytest.mark.parametrize("last_id", ["abc", "\u00b2", str(2**63), "9" * 5000])
+def test_bad_last_event_id_is_refused(served: tuple[str, Any], last_id: str) -> None:
+    """Not a number, a digit that is not ASCII, past a 64-bit integer, past
+    Python's digit limit: a 400 that names the header."""
     url, _ = served
-    headers = {**AUTH, "Accept": "text/event-stream", "Last-Event-ID": "abc"}
+    headers = {**AUTH, "Accept": "text/event-stream", "Last-Event-ID": last_id.encode()}
     r = httpx.get(f"{url}/v1/events", headers=headers)
     assert r.status_code == 400
     assert r.json()["error"]["field"] == "Last-Event-ID"
+
+
+def test_an_event_number_past_64_bits_is_refused(served: tuple[str, Any]) -> None:
+    url, _ = served
+    r = httpx.get(f"{url}/v1/events", params={"since": 2**63}, headers=AUTH)
+    assert r.status_code == 422
+    assert r.json()["error"]["field"] == "since"
+    r = httpx.get(f"{url}/v1/events", params={"since": 2**63 - 1}, headers=AUTH)
+    assert r.status_code == 200 and r.json() == []

@@ -19,10 +19,12 @@ from corral.health import health_status
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 from corral.store import NodeSpec, Store, TaskSpec
 from corral.validation import (
+    MAX_INT,
     check_choice,
     check_id,
     check_payload,
     check_positive,
+    check_seq,
     check_task_id,
     check_text,
 )
@@ -56,7 +58,7 @@ class Cluster:
     def _epoch(self, epoch: Any) -> int | None:
         if epoch is None:
             return None
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= MAX_INT:
             raise InvalidInputError("epoch must be a positive integer", field="epoch")
         return epoch
 
@@ -334,18 +336,20 @@ class Cluster:
         """The board, the swarm and the metadata; ``.text`` renders anti-idle.md's block."""
         if node_id is not None:
             check_id(node_id)
-        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=limit)
+        limit = int(check_positive(limit, "limit", integer=True))
+        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=min(limit, 10_000))
 
     def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
-        if since is not None and (
-            isinstance(since, bool) or not isinstance(since, int) or since < 0
-        ):
-            raise InvalidInputError("since must be a non-negative event number", field="since")
+        if since is not None:
+            check_seq(since)
         limit = int(check_positive(limit, "limit", integer=True))
         return self.store.catch_up(check_id(node_id), since, min(limit, 10_000), self.clock.now())
 
     def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+        """Events after sequence number ``since``, oldest first (at most 10,000)."""
+        since = check_seq(since)
+        limit = int(check_positive(limit, "limit", integer=True))
         return self.store.events(since, min(limit, 10_000))
 
     def broadcast(self, message: str, node_id: str | None = None) -> Event:

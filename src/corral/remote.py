@@ -30,7 +30,7 @@ from corral.errors import (
     StoreUnavailableError,
 )
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
-from corral.validation import check_id, check_positive, check_task_id
+from corral.validation import check_id, check_positive, check_seq, check_task_id
 
 __all__ = ["AuthError", "HttpClient"]
 
@@ -488,6 +488,8 @@ class HttpClient:
         return CatchUp(events=[_event(e) for e in d["events"]], cursor=d["cursor"])
 
     def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+        since = check_seq(since)  # a query string would turn "3" into 3
+        limit = int(check_positive(limit, "limit", integer=True))
         rows = self.request(
             "GET", "/v1/events", query={"since": since, "limit": min(limit, 10_000)}
         )

@@ -16,9 +16,14 @@ __all__ = [
     "check_id",
     "check_payload",
     "check_positive",
+    "check_seq",
     "check_task_id",
     "check_text",
 ]
+
+MAX_INT = 2**63 - 1  # the largest integer a store column holds (64 bits, signed)
+MAX_SEQ = MAX_INT  # the largest event number
+
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _TASK_ID = re.compile(r"^(?:task-)?(\d{1,18})$")
@@ -68,6 +73,16 @@ def check_task_id(value: Any, field: str = "task_id") -> int:
     return n
 
 
+def check_seq(value: Any, field: str = "since") -> int:
+    """An event number to read after: an integer from 0 to ``MAX_SEQ``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+        raise InvalidInputError(
+            f"{field} must be an event number from 0 to {MAX_SEQ}; got {value!r:.40}",
+            field=field,
+        )
+    return value
+
+
 def check_choice(value: Any, choices: Iterable[str], field: str) -> str:
     options = tuple(choices)
     if not isinstance(value, str) or value not in options:
@@ -91,8 +106,14 @@ def check_text(value: Any, field: str, *, max_len: int, allow_empty: bool = True
 
 def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
     ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
-    if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value <= 0:
-        kind = "a positive integer" if integer else "a positive number"
+    if (
+        isinstance(value, bool)
+        or not ok_type
+        or not math.isfinite(value)
+        or value <= 0
+        or (integer and value > MAX_INT)
+    ):
+        kind = f"a positive integer up to {MAX_INT}" if integer else "a positive number"
         raise InvalidInputError(f"{field} must be {kind}; got {value!r:.40}", field=field)
     return value
 

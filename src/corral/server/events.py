@@ -23,6 +23,7 @@ from starlette.responses import StreamingResponse
 
 from corral.model import Event
 from corral.server.errors import ApiError
+from corral.validation import MAX_SEQ
 
 if TYPE_CHECKING:
     from corral.server.app import ServerState
@@ -46,9 +47,15 @@ def _start(request: Request, since: int) -> int:
     last = request.headers.get("last-event-id")
     if last is None or not last.strip():
         return since
-    if not last.strip().isdigit():
-        raise ApiError(400, "bad_request", "Last-Event-ID must be an event number", "Last-Event-ID")
-    return int(last.strip())
+    text = last.strip()
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_SEQ):
+        raise ApiError(
+            400,
+            "bad_request",
+            f"Last-Event-ID must be an event number (0 to {MAX_SEQ})",
+            "Last-Event-ID",
+        )
+    return int(text)
 
 
 def stream(request: Request, st: ServerState, query: Any) -> StreamingResponse:

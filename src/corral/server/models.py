@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.validation import MAX_SEQ
+
 __all__ = [
     "AddTaskIn",
     "AddTasksIn",
@@ -157,7 +159,9 @@ class FailIn(_In):
 
 
 class CatchUpIn(_In):
-    since: int | None = Field(None, description="Start after this event (default: the cursor).")
+    since: int | None = Field(
+        None, ge=0, le=MAX_SEQ, description="Start after this event (default: the cursor)."
+    )
     limit: int = 1000
 
 
@@ -183,7 +187,7 @@ class StateQuery(_Query):
 
 
 class EventsQuery(_Query):
-    since: int = Field(0, ge=0, description="Events after this sequence number.")
+    since: int = Field(0, ge=0, le=MAX_SEQ, description="Events after this sequence number.")
     limit: int = Field(1000, ge=1, le=10_000)
     kind: str | None = Field(None, description="Comma-separated event kinds to keep.")
     node: str | None = Field(None, description="Comma-separated node ids to keep.")
