@@ -83,6 +83,8 @@ def test_sixty_four_characters_is_the_longest_id(seeded):
         (lambda c: c.read_state(limit=-1), "limit"),
         (lambda c: c.read_state(limit=2**63), "limit"),
         (lambda c: c.configure(max_agents=2**63), "max_agents"),
+        (lambda c: c.configure(idle_timeout_seconds=10**400), "idle_timeout_seconds"),
+        (lambda c: c.add_task("t", max_attempts=10**400), "max_attempts"),
         (lambda c: c.broadcast(""), "message"),
         (lambda c: c.configure(max_agents=0), "max_agents"),
         (lambda c: c.configure(colour="blue"), "colour"),

@@ -109,12 +109,13 @@ def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
     if (
         isinstance(value, bool)
         or not ok_type
-        or not math.isfinite(value)
-        or value <= 0
-        or (integer and value > MAX_INT)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or not 0 < value <= MAX_INT  # an int past a float's range, too
     ):
-        kind = f"a positive integer up to {MAX_INT}" if integer else "a positive number"
-        raise InvalidInputError(f"{field} must be {kind}; got {value!r:.40}", field=field)
+        kind = "a positive integer" if integer else "a positive number"
+        raise InvalidInputError(
+            f"{field} must be {kind} up to {MAX_INT}; got {value!r:.40}", field=field
+        )
     return value
 
 
