@@ -130,3 +130,14 @@ def test_claim_by_unknown_node_takes_no_task(seeded):
     with pytest.raises(NotFoundError):
         seeded.claim_best_task("Ghost", "developer")
     assert [t.status for t in seeded.list_tasks()] == ["pending"]
+
+
+def test_a_limit_past_the_cap_is_capped_on_every_backend(seeded):
+    """Embedded and over HTTP alike, a read past 10,000 rows answers with at most
+    10,000, the same as asking for exactly that."""
+    big = seeded.read_state(limit=20_000)
+    assert [t.id for t in big.tasks] == [t.id for t in seeded.read_state(limit=10_000).tasks]
+    assert big.tasks  # the seeded board has tasks
+    assert [e.seq for e in seeded.events(limit=20_000)] == [
+        e.seq for e in seeded.events(limit=10_000)
+    ]

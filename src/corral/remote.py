@@ -473,12 +473,14 @@ class HttpClient:
     def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
         if node_id is not None:
             check_id(node_id)
+        limit = min(int(check_positive(limit, "limit", integer=True)), 10_000)  # as embedded
         d = self.request("GET", "/v1/state", query={"node_id": node_id, "limit": limit})
         d["tasks"] = [_task(t) for t in d["tasks"]]
         d["nodes"] = [_build(Node, n) for n in d["nodes"]]
         return _build(State, d)
 
     def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
+        limit = min(int(check_positive(limit, "limit", integer=True)), 10_000)
         query = {"node_id": node_id, "limit": limit}
         return self.request("GET", "/v1/state/text", query=query, raw=True)
 
