@@ -286,8 +286,7 @@ class _SyncedCommits:
                     if not _covers(words[1], commit):
                         upto = words[0]  # every commit counted so far is in the WAL
                         self._sync()
-                        if not _covers(words[1], upto):
-                            words[1] = upto
+                        words[1] = upto  # only lock holders write it: never goes back
                     return
                 finally:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
