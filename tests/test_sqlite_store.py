@@ -389,6 +389,68 @@ def test_checkpoints_run_off_the_commit_path(tmp_path):
     assert not thread.is_alive()
 
 
+def _wait_for(cond, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def test_full_restarts_the_wal_and_a_reader_on_it_only_delays_that(tmp_path, monkeypatch):
+    """At FULL the checkpoint thread restarts the WAL once it holds
+    SQLITE_WAL_RESTART_PAGES frames, so commits write over the file's start instead of
+    growing it; a reader holding a snapshot on the WAL makes it skip the restart
+    without blocking the writer; at NORMAL it never restarts. Every commit is kept."""
+    from corral.store import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "SQLITE_CHECKPOINT_EVERY", 10)
+    monkeypatch.setattr(sqlite_store, "SQLITE_WAL_RESTART_PAGES", 30)
+    normal = corral.connect(f"sqlite:///{tmp_path / 'normal.db'}")
+    assert normal.store._checkpoints._restart_after == 0
+    normal.close()
+
+    path = tmp_path / "restart.db"
+    c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+    checkpoints = c.store._checkpoints
+    assert checkpoints._restart_after == 30
+    written = 0
+
+    def write(n: int) -> None:
+        nonlocal written
+        for _ in range(n):
+            c.add_task(f"Implement part {written}")
+            written += 1
+
+    reader = sqlite3.connect(path, isolation_level=None)
+    try:
+        write(1)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM tasks").fetchone()  # a snapshot on the WAL
+        runs = checkpoints.runs
+        while checkpoints.runs < runs + 3:  # three turns, each past the threshold
+            write(10)
+        assert checkpoints.restarts == 0
+        reader.execute("COMMIT")
+
+        while checkpoints.restarts < 2:
+            write(10)
+            assert written < 5_000, "the WAL never restarted"
+        # Each commit adds at least one frame, and only a restart takes the count down.
+        frames_before = c.store._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        write(100)
+        _wait_for(lambda: checkpoints.restarts >= 3)
+        frames = c.store._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        assert frames < frames_before + 100
+        assert reader.execute("SELECT count(*) FROM tasks").fetchone()[0] == written
+        assert reader.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        reader.close()
+        c.close()
+    c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+    assert len(c.list_tasks(limit=10_000)) == written
+    c.close()
+
+
 def test_a_claim_drops_every_role_head_of_its_task(tmp_path):
     """Role heads go with the claim: one by the trigger (one role), several by the
     store (several roles); none is left once every task is claimed."""

@@ -29,6 +29,7 @@ __all__ = [
     "SQLITE_CHECKPOINT_EVERY",
     "SQLITE_WAIT_RECHECK",
     "SQLITE_WAL_LIMIT_PAGES",
+    "SQLITE_WAL_RESTART_PAGES",
     "STRENGTHS",
     "TASK_STATUSES",
 ]
@@ -99,3 +100,4 @@ MAX_CLAIM_WAIT = 3600.0  # longest ``claim_best_task(wait=…)``, seconds
 SQLITE_WAIT_RECHECK = 1.0  # a waiting claim on SQLite re-checks for other processes' tasks
 SQLITE_CHECKPOINT_EVERY = 200  # commits between background WAL checkpoints (per process)
 SQLITE_WAL_LIMIT_PAGES = 10_000  # the commit that fills the WAL this far checkpoints itself
+SQLITE_WAL_RESTART_PAGES = 1_000  # a background checkpoint past this restarts the WAL
