@@ -647,7 +647,8 @@ def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
     tmp_path, monkeypatch
 ):
     """A process stopped while holding the sync lock does not hang the others: after
-    a short wait each write syncs the WAL itself and returns."""
+    a short wait each write syncs the WAL itself and returns; a write under
+    ``nowait()`` (corral serve's event loop) syncs itself without waiting at all."""
     import os
     import signal
 
@@ -667,7 +668,27 @@ def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
                 c.add_task(f"Implement while stopped {i}")
                 assert time.monotonic() - start < 10
                 assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
-            assert len(c.list_tasks()) == 3
+            # An event loop's call (``nowait``) does not even wait that long: it
+            # syncs at once, without a single sleep on this thread.
+            import threading
+
+            import corral.store.sqlite as sqlite_store
+
+            me, slept, real_sleep = threading.get_ident(), [], time.sleep
+
+            def sleep(seconds: float) -> None:
+                if threading.get_ident() == me:
+                    slept.append(seconds)
+                real_sleep(seconds)
+
+            monkeypatch.setattr(sqlite_store.time, "sleep", sleep)
+            before = len(synced)
+            with c.store.nowait():
+                c.add_task("Implement from an event loop")
+            monkeypatch.setattr(sqlite_store.time, "sleep", real_sleep)
+            assert slept == []
+            assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
+            assert len(c.list_tasks()) == 4
         finally:
             holder.kill()
             holder.join(30)

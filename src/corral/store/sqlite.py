@@ -262,11 +262,32 @@ class _SyncedCommits:
         self._words[0] = n
         return n
 
-    def wait_synced(self, commit: int) -> None:
+    def wait_synced(self, commit: int, patient: bool = True) -> None:
         """Return once commit number ``commit`` is on disk (OSError if the sync
-        fails)."""
+        fails). Not ``patient`` (an event loop's call): when another thread or
+        process is syncing, sync by itself at once rather than wait for theirs."""
         words = self._words
         if _covers(words[1], commit):
+            return
+        if not patient:
+            if not self._threads.acquire(blocking=False):
+                self._sync()
+                return
+            try:
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    self._sync()  # no skipping: the counter is the lock holder's
+                    return
+                try:
+                    if not _covers(words[1], commit):
+                        upto = words[0]
+                        self._sync()
+                        words[1] = upto
+                finally:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                self._threads.release()
             return
         with self._threads:
             pause = _SYNC_POLL_FIRST
@@ -615,7 +636,9 @@ class SQLiteStore(SQLStore):
             self._lock.release()
         if number is not None:
             try:
-                self._synced.wait_synced(number)  # type: ignore[union-attr]
+                self._synced.wait_synced(  # type: ignore[union-attr]
+                    number, patient=not getattr(self._nowait, "on", False)
+                )
             except OSError as exc:
                 raise StoreUnavailableError(
                     f"SQLite store unavailable: the commit was made but syncing it to"
