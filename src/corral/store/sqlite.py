@@ -244,6 +244,7 @@ class _SyncedCommits:
         self._wal_path = f"{db_path}-wal"
         self._wal: int | None = None
         self._threads = threading.Lock()  # flock orders processes, this the threads
+        self._opening = threading.Lock()
         self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             if os.fstat(self._fd).st_size < 8:
@@ -314,9 +315,16 @@ class _SyncedCommits:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _sync(self) -> None:
-        if self._wal is None:  # SQLite keeps the WAL while a connection is open
-            self._wal = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
-        _fdatasync(self._wal)
+        fd = self._wal
+        if fd is None:  # SQLite keeps the WAL while a connection is open
+            fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
+            with self._opening:  # an impatient sync may race the holder of _threads
+                if self._wal is None:
+                    self._wal = fd
+                else:
+                    os.close(fd)
+                    fd = self._wal
+        _fdatasync(fd)
 
     def close(self) -> None:
         self._words.release()
