@@ -281,10 +281,7 @@ class _SyncedCommits:
                     self._sync()  # no skipping: the counter is the lock holder's
                     return
                 try:
-                    if not _covers(words[1], commit):
-                        upto = words[0]
-                        self._sync()
-                        words[1] = upto
+                    self._sync_locked(commit)
                 finally:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
             finally:
@@ -306,13 +303,18 @@ class _SyncedCommits:
                     pause = min(pause * 2, _SYNC_POLL_MAX)
                     continue
                 try:
-                    if not _covers(words[1], commit):
-                        upto = words[0]  # every commit counted so far is in the WAL
-                        self._sync()
-                        words[1] = upto  # only lock holders write it: never goes back
+                    self._sync_locked(commit)
                     return
                 finally:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _sync_locked(self, commit: int) -> None:
+        """Sync unless ``commit`` is covered by now; holding the sync lock."""
+        words = self._words
+        if not _covers(words[1], commit):
+            upto = words[0]  # every commit counted so far is in the WAL
+            self._sync()
+            words[1] = upto  # only lock holders write it: never goes back
 
     def _sync(self) -> None:
         fd = self._wal
