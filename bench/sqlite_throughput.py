@@ -17,6 +17,11 @@ mode with the same ``synchronous`` setting and the same fixed number of no-op jo
 Then a run with ``--locked-procs`` (16) processes counts every "database is locked"
 error that reaches a caller; the target is none.
 
+``--baseline DIR`` adds ``corral_base`` and ``corral_cc_base``: the same two loops with
+the ``corral`` package of another checkout (``DIR/src``, e.g. a ``git worktree`` of an
+older commit), loaded and run in spawned processes, interleaved with the rest, so a
+change is measured side by side with the tree before it.
+
     python bench/sqlite_throughput.py            # the full run (a few minutes)
     python bench/sqlite_throughput.py --quick    # a smoke run (seconds)
 """
@@ -40,6 +45,7 @@ from typing import Any
 from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
 
 SYSTEMS = ("bare", "corral", "corral_cc", "huey")
+BASE_SYSTEMS = ("corral_base", "corral_cc_base")  # with --baseline DIR
 ROLE = "developer"
 HUEY_QUEUE = "bench"
 _PRIORITIES = ("high", "medium", "low")
@@ -157,11 +163,32 @@ def _is_locked(exc: BaseException) -> bool:
     return "locked" in str(exc).lower() or "busy" in str(exc).lower()
 
 
+def _use_base(system: str, base: str | None) -> str:
+    """For a ``_base`` system (in a spawned process, before corral is imported): put
+    the baseline checkout's package first; the system's plain name."""
+    if not system.endswith("_base"):
+        return system
+    if base is None or "corral" in sys.modules:
+        raise RuntimeError(f"{system} needs --baseline and a fresh (spawned) process")
+    sys.path.insert(0, os.path.join(base, "src"))
+    import corral
+
+    if not corral.__file__ or not corral.__file__.startswith(os.path.join(base, "src")):
+        raise RuntimeError(f"{system}: corral imported from {corral.__file__}, not {base}")
+    return system.removesuffix("_base")
+
+
+def _load_base(system: str, path: str, jobs: int, sync: str, base: str) -> None:
+    """A ``_base`` system's board, loaded by the baseline's own code (its schema)."""
+    _LOADERS[_use_base(system, base)](Path(path), jobs, sync)
+
+
 def _worker(
-    system: str, path: str, sync: str, wid: int, barrier: Any, out: Any
+    system: str, path: str, sync: str, wid: int, barrier: Any, out: Any, base: str | None = None
 ) -> None:  # pragma: no cover - runs in a child process
     report: dict[str, Any] = {"wid": wid, "jobs": 0, "locked": 0, "error": None, "steps_us": []}
     try:
+        system = _use_base(system, base)
         step, close = _setup(system, Path(path), sync, wid, report)
         barrier.wait(timeout=120)
         report["t0"] = time.monotonic()
@@ -294,16 +321,25 @@ def _verify(system: str, path: Path, jobs: int) -> str | None:
 
 
 def run_once(
-    system: str, procs: int, jobs: int, sync: str, workdir: Path, ctx: Any
+    system: str, procs: int, jobs: int, sync: str, workdir: Path, ctx: Any, base: str | None = None
 ) -> dict[str, Any]:
-    """One measured run: a fresh file, ``jobs`` pending, ``procs`` workers."""
+    """One measured run: a fresh file, ``jobs`` pending, ``procs`` workers. A ``_base``
+    system loads and runs in spawned processes with the package in ``base``."""
     rundir = Path(tempfile.mkdtemp(prefix=f"{system}-{procs}-", dir=workdir))
     path = rundir / "bench.db"
-    _LOADERS[system](path, jobs, sync)
+    if system.endswith("_base"):
+        ctx = mp.get_context("spawn")
+        loader = ctx.Process(target=_load_base, args=(system, str(path), jobs, sync, base))
+        loader.start()
+        loader.join()
+        if loader.exitcode != 0:
+            raise RuntimeError(f"loading {system} with {base} failed")
+    else:
+        _LOADERS[system](path, jobs, sync)
     barrier = ctx.Barrier(procs)
     out = ctx.Queue()
     workers = [
-        ctx.Process(target=_worker, args=(system, str(path), sync, i, barrier, out))
+        ctx.Process(target=_worker, args=(system, str(path), sync, i, barrier, out, base))
         for i in range(procs)
     ]
     for w in workers:
@@ -323,7 +359,7 @@ def run_once(
     if len(reports) < procs:
         errors.append(f"{procs - len(reports)} workers died without reporting")
     done = sum(r["jobs"] for r in reports)
-    wrong = None if errors else _verify(system, path, jobs)
+    wrong = None if errors else _verify(system.removesuffix("_base"), path, jobs)
     if wrong:
         errors.append(wrong)
     if done != jobs and not errors:
@@ -373,6 +409,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="synchronous settings to compare (default NORMAL,FULL)",
     )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="which systems to run")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also run corral_base and corral_cc_base with the corral package in DIR/src",
+    )
     p.add_argument("--repeat", type=int, default=3, help="runs per cell; the median counts")
     p.add_argument("--start-method", default="fork", choices=("fork", "spawn", "forkserver"))
     p.add_argument("--dir", type=Path, default=None, help="where the database files go")
@@ -391,6 +434,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     for s in args.systems:
         if s not in SYSTEMS:
             p.error(f"--systems: unknown system {s!r} (choose from {', '.join(SYSTEMS)})")
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        if not (args.baseline / "src" / "corral" / "__init__.py").is_file():
+            p.error(f"--baseline: no corral package in {args.baseline / 'src'}")
+        args.systems += [f"{s}_base" for s in ("corral", "corral_cc") if s in args.systems]
     return args
 
 
@@ -400,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         print(render(json.loads(args.render.read_text())))
         return 0
     ctx = mp.get_context(args.start_method)
+    base = str(args.baseline) if args.baseline else None
     info = machine_info()
     workdir = Path(tempfile.mkdtemp(prefix="corral-bench-", dir=args.dir))
     print(
@@ -413,7 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.systems}
                 for _ in range(args.repeat):  # interleaved: every system sees the same load
                     for system in args.systems:
-                        runs[system].append(run_once(system, procs, args.jobs, sync, workdir, ctx))
+                        runs[system].append(
+                            run_once(system, procs, args.jobs, sync, workdir, ctx, base)
+                        )
                 for system in args.systems:
                     cell = _median_run(runs[system])
                     cells.append(cell)
@@ -422,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.locked_procs:
             sync = args.synchronous[0]
             for system in args.systems:
-                r = run_once(system, args.locked_procs, args.jobs, sync, workdir, ctx)
+                r = run_once(system, args.locked_procs, args.jobs, sync, workdir, ctx, base)
                 locked.append(r)
                 _progress(r, f"'database is locked' reaching a caller: {r['locked_errors']}")
     finally:
@@ -441,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeat": args.repeat,
             "start_method": args.start_method,
             "quick": args.quick,
+            "baseline": base,
         },
         "runs": cells,
         "summary": summary,
@@ -474,8 +526,18 @@ def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
             }
             corral, bare, huey = rate.get("corral"), rate.get("bare"), rate.get("huey")
             cc = rate.get("corral_cc")
+            row_base = {
+                f"{name}_base_vs_new": rate[name] / rate[f"{name}_base"]
+                for name in ("corral", "corral_cc")
+                if rate.get(name) and rate.get(f"{name}_base")
+            }
+            row_base.update(
+                {f"{name}_base": rate[f"{name}_base"] for name in ("corral", "corral_cc")
+                 if rate.get(f"{name}_base")}
+            )  # fmt: skip
             rows.append(
                 {
+                    **row_base,
                     "synchronous": sync,
                     "procs": procs,
                     "corral": corral,
@@ -542,6 +604,18 @@ def render(result: dict[str, Any]) -> str:
         ],
         rows,
     )
+    if result["params"].get("baseline"):
+        out += f"\n\nSide by side with the baseline ({result['params']['baseline']}):\n\n"
+        out += table(
+            ["synchronous", "processes", "loop", "baseline jobs/s", "this tree jobs/s", "ratio"],
+            [
+                [r["synchronous"], r["procs"], name, r[f"{name}_base"], r[name],
+                 _ratio(r[f"{name}_base_vs_new"])]
+                for r in result["summary"]
+                for name in ("corral", "corral_cc")
+                if r.get(f"{name}_base_vs_new")
+            ],
+        )  # fmt: skip
     if result["locked"]:
         out += "\n\n" + table(
             [

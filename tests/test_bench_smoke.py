@@ -90,6 +90,31 @@ def test_throughput_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     } <= set(data["targets"])
 
 
+def test_throughput_bench_runs_a_baseline_checkout_side_by_side(tmp_path: Path) -> None:
+    """--baseline DIR runs the corral loops again with the package in DIR/src (here
+    this checkout itself), in spawned processes, and writes the ratio to it; a DIR
+    without a corral package is refused with exit code 2."""
+    root = BENCH.parent
+    data = run_quick(
+        "sqlite_throughput.py", tmp_path / "base.json", "--dir", str(tmp_path),
+        "--systems", "corral_cc", "--baseline", str(root),
+    )  # fmt: skip
+    params = data["params"]
+    assert params["baseline"] == str(root)
+    assert params["systems"] == ["corral_cc", "corral_cc_base"]
+    assert {r["system"] for r in data["runs"]} == {"corral_cc", "corral_cc_base"}
+    for r in data["runs"]:
+        assert r["errors"] == [] and r["jobs"] == params["jobs"]
+    for row in data["summary"]:
+        assert row["corral_cc_base"] > 0 and row["corral_cc_base_vs_new"] > 0
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "sqlite_throughput.py"), "--quick", "--baseline",
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--baseline: no corral package" in bad.stderr
+
+
 def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     """sqlite_profile.py --quick exits 0 and writes, per operation, the time of each
     statement, the write-lock hold time, the Python time around the statements and the
