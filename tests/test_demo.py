@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -22,4 +23,8 @@ def test_demo_runs_the_whole_lifecycle():
     assert summary["lease_recoveries"] == 1
     assert summary["retired"] >= 3
     assert "ERROR: Cluster at capacity (4 nodes). Registration rejected." in proc.stdout
-    assert "monitor: Dev-3 retired after 3.0s idle" in proc.stdout
+    # Retired at its idle timeout (3 s in the demo), never before; shown to a tenth of
+    # a second (the event keeps milliseconds, and a real clock wakes a little late).
+    retired = re.search(r"monitor: Dev-3 retired after (\d+\.\d)s idle\n", proc.stdout)
+    assert retired, proc.stdout
+    assert float(retired.group(1)) >= 3.0

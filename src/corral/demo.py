@@ -43,6 +43,11 @@ DEMO_SETTINGS = {
 }
 
 
+def _seconds(value: object) -> str:
+    """A duration from an event, to a tenth of a second (events keep milliseconds)."""
+    return f"{value:.1f}" if isinstance(value, int | float) else "?"
+
+
 def _describe(e: Event) -> str | None:
     d = e.data
     return {
@@ -50,11 +55,13 @@ def _describe(e: Event) -> str | None:
         "task_claimed": lambda: f"{e.node_id} claimed task {e.task_id} (epoch {d.get('epoch')})",
         "task_completed": lambda: f"{e.node_id} completed task {e.task_id}",
         "lease_recovered": lambda: (
-            f"monitor: {e.node_id} silent {d.get('stale_seconds')}s, task {e.task_id}"
+            f"monitor: {e.node_id} silent {_seconds(d.get('stale_seconds'))}s, task {e.task_id}"
             f" back to {d.get('outcome')}"
         ),
         "node_dead": lambda: f"monitor: {e.node_id} declared dead",
-        "node_retired": lambda: f"monitor: {e.node_id} retired after {d.get('idle_seconds')}s idle",
+        "node_retired": lambda: (
+            f"monitor: {e.node_id} retired after {_seconds(d.get('idle_seconds'))}s idle"
+        ),
         "node_status": lambda: f"{e.node_id}: {d.get('old')} -> {d.get('new')}",
         "assessment": lambda: f"assessment: {d.get('status')} -> {d.get('recommendation')}",
         "broadcast": lambda: f"{e.node_id or 'operator'} says: {d.get('message')}",
