@@ -429,6 +429,7 @@ def test_full_restarts_the_wal_and_a_reader_on_it_only_delays_that(tmp_path, mon
         runs = checkpoints.runs
         while checkpoints.runs < runs + 3:  # three turns, each past the threshold
             write(10)
+            assert written < 5_000, "the checkpoint thread never ran"
         assert checkpoints.restarts == 0
         reader.execute("COMMIT")
 
