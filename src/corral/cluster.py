@@ -22,6 +22,7 @@ from corral.validation import (
     MAX_INT,
     check_choice,
     check_id,
+    check_limit,
     check_payload,
     check_positive,
     check_seq,
@@ -243,9 +244,8 @@ class Cluster:
             check_choice(status, defaults.TASK_STATUSES, "status")
         if assigned_to is not None:
             check_id(assigned_to, "assigned_to")
-        limit = int(check_positive(limit, "limit", integer=True))
         return self.store.list_tasks(
-            status=status, assigned_to=assigned_to, limit=min(limit, 10_000)
+            status=status, assigned_to=assigned_to, limit=check_limit(limit)
         )
 
     def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
@@ -336,21 +336,18 @@ class Cluster:
         """The board, the swarm and the metadata; ``.text`` renders anti-idle.md's block."""
         if node_id is not None:
             check_id(node_id)
-        limit = int(check_positive(limit, "limit", integer=True))
-        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=min(limit, 10_000))
+        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=check_limit(limit))
 
     def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
         if since is not None:
             check_seq(since)
-        limit = int(check_positive(limit, "limit", integer=True))
-        return self.store.catch_up(check_id(node_id), since, min(limit, 10_000), self.clock.now())
+        return self.store.catch_up(check_id(node_id), since, check_limit(limit), self.clock.now())
 
     def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
         """Events after sequence number ``since``, oldest first (at most 10,000)."""
         since = check_seq(since)
-        limit = int(check_positive(limit, "limit", integer=True))
-        return self.store.events(since, min(limit, 10_000))
+        return self.store.events(since, check_limit(limit))
 
     def broadcast(self, message: str, node_id: str | None = None) -> Event:
         """A message every node sees on its next ``catch_up``."""
@@ -386,8 +383,7 @@ class Cluster:
 
     def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
         """The newest ``limit`` points of ``node_id``'s heartbeat metrics, oldest first."""
-        limit = int(check_positive(limit, "limit", integer=True))
-        return self.store.samples(check_id(node_id), min(limit, 10_000))
+        return self.store.samples(check_id(node_id), check_limit(limit))
 
     def stats(self) -> Any:
         """Counts for dashboards and ``/metrics`` (``corral.store.stats.ClusterStats``)."""

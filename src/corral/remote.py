@@ -30,7 +30,7 @@ from corral.errors import (
     StoreUnavailableError,
 )
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
-from corral.validation import check_id, check_positive, check_seq, check_task_id
+from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 
 __all__ = ["AuthError", "HttpClient"]
 
@@ -473,14 +473,14 @@ class HttpClient:
     def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
         if node_id is not None:
             check_id(node_id)
-        limit = min(int(check_positive(limit, "limit", integer=True)), 10_000)  # as embedded
+        limit = check_limit(limit)  # capped as the embedded client does
         d = self.request("GET", "/v1/state", query={"node_id": node_id, "limit": limit})
         d["tasks"] = [_task(t) for t in d["tasks"]]
         d["nodes"] = [_build(Node, n) for n in d["nodes"]]
         return _build(State, d)
 
     def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
-        limit = min(int(check_positive(limit, "limit", integer=True)), 10_000)
+        limit = check_limit(limit)
         query = {"node_id": node_id, "limit": limit}
         return self.request("GET", "/v1/state/text", query=query, raw=True)
 
@@ -491,9 +491,8 @@ class HttpClient:
 
     def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
         since = check_seq(since)  # a query string would turn "3" into 3
-        limit = int(check_positive(limit, "limit", integer=True))
         rows = self.request(
-            "GET", "/v1/events", query={"since": since, "limit": min(limit, 10_000)}
+            "GET", "/v1/events", query={"since": since, "limit": check_limit(limit)}
         )
         return [_event(e) for e in rows]
 

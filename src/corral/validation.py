@@ -14,6 +14,7 @@ from corral.errors import InvalidInputError
 __all__ = [
     "check_choice",
     "check_id",
+    "check_limit",
     "check_payload",
     "check_positive",
     "check_seq",
@@ -23,6 +24,7 @@ __all__ = [
 
 MAX_INT = 2**63 - 1  # the largest integer a store column holds (64 bits, signed)
 MAX_SEQ = MAX_INT  # the largest event number
+MAX_LIMIT = 10_000  # the most rows one read returns (a larger limit is capped)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -117,6 +119,11 @@ def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
             f"{field} must be {kind} up to {MAX_INT}; got {value!r:.40}", field=field
         )
     return value
+
+
+def check_limit(value: Any, field: str = "limit") -> int:
+    """A page size: a positive integer (``check_positive``), capped at ``MAX_LIMIT``."""
+    return min(int(check_positive(value, field, integer=True)), MAX_LIMIT)
 
 
 def check_payload(value: Any, field: str) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.validation import MAX_SEQ
+from corral.validation import MAX_LIMIT, MAX_SEQ
 
 __all__ = [
     "AddTaskIn",
@@ -183,12 +183,12 @@ class ListTasksQuery(_Query):
 
 class StateQuery(_Query):
     node_id: NodeId | None = None
-    limit: int = Field(50, ge=1, le=10_000)
+    limit: int = Field(50, ge=1, le=MAX_LIMIT)
 
 
 class EventsQuery(_Query):
     since: int = Field(0, ge=0, le=MAX_SEQ, description="Events after this sequence number.")
-    limit: int = Field(1000, ge=1, le=10_000)
+    limit: int = Field(1000, ge=1, le=MAX_LIMIT)
     kind: str | None = Field(None, description="Comma-separated event kinds to keep.")
     node: str | None = Field(None, description="Comma-separated node ids to keep.")
 
