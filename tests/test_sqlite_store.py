@@ -159,12 +159,12 @@ def test_task_rows_unpack_in_schema_order(tmp_path):
     store.close()
 
 
-def _hold_writer_lock(path: str, held, in_transaction: bool = False) -> None:
+def _hold_lock_file(path: str, held, suffix: str, in_transaction: bool = False) -> None:
     import fcntl
     import os
     import sqlite3
 
-    fd = os.open(f"{path}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(f"{path}{suffix}", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     if in_transaction:  # SQLite's own write lock too, like a writer mid-transaction
         sqlite3.connect(path, isolation_level=None).execute("BEGIN IMMEDIATE")
@@ -173,11 +173,12 @@ def _hold_writer_lock(path: str, held, in_transaction: bool = False) -> None:
 
 
 @contextmanager
-def _holder(path, *, in_transaction: bool = False) -> Iterator[Any]:
-    """Another process holding the writer lock of ``path`` (the Process, once it
-    holds it); killed, if still alive, on the way out."""
+def _holder(path, *, suffix: str = "-lock", in_transaction: bool = False) -> Iterator[Any]:
+    """Another process holding the writer lock of ``path`` (or, with ``suffix="-sync"``,
+    its sync lock): the Process, once it holds it; killed, if still alive, on the way
+    out."""
     held = CTX.Event()
-    holder = CTX.Process(target=_hold_writer_lock, args=(str(path), held, in_transaction))
+    holder = CTX.Process(target=_hold_lock_file, args=(str(path), held, suffix, in_transaction))
     holder.start()
     try:
         assert held.wait(30)
@@ -634,16 +635,6 @@ def test_full_counts_and_syncs_every_commit_of_several_processes(tmp_path):
         first.close()
 
 
-def _hold_sync_lock(path: str, held) -> None:
-    import fcntl
-    import os
-
-    fd = os.open(f"{path}-sync", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    held.set()
-    time.sleep(120)  # until the test kills it
-
-
 def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
     tmp_path, monkeypatch
 ):
@@ -657,42 +648,37 @@ def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
     with _watching_syncs(monkeypatch) as synced:
         c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
         c.add_task("Implement before")
-        held = CTX.Event()
-        holder = CTX.Process(target=_hold_sync_lock, args=(str(path), held))
-        holder.start()
         try:
-            assert held.wait(30)
-            os.kill(holder.pid, signal.SIGSTOP)
-            for i in range(2):
+            with _holder(path, suffix="-sync") as holder:
+                os.kill(holder.pid, signal.SIGSTOP)
+                for i in range(2):
+                    before = len(synced)
+                    start = time.monotonic()
+                    c.add_task(f"Implement while stopped {i}")
+                    assert time.monotonic() - start < 10
+                    assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
+                # An event loop's call (``nowait``) does not even wait that long: it
+                # syncs at once, without a single sleep on this thread.
+                import threading
+
+                import corral.store.sqlite as sqlite_store
+
+                me, slept, real_sleep = threading.get_ident(), [], time.sleep
+
+                def sleep(seconds: float) -> None:
+                    if threading.get_ident() == me:
+                        slept.append(seconds)
+                    real_sleep(seconds)
+
+                monkeypatch.setattr(sqlite_store.time, "sleep", sleep)
                 before = len(synced)
-                start = time.monotonic()
-                c.add_task(f"Implement while stopped {i}")
-                assert time.monotonic() - start < 10
+                with c.store.nowait():
+                    c.add_task("Implement from an event loop")
+                monkeypatch.setattr(sqlite_store.time, "sleep", real_sleep)
+                assert slept == []
                 assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
-            # An event loop's call (``nowait``) does not even wait that long: it
-            # syncs at once, without a single sleep on this thread.
-            import threading
-
-            import corral.store.sqlite as sqlite_store
-
-            me, slept, real_sleep = threading.get_ident(), [], time.sleep
-
-            def sleep(seconds: float) -> None:
-                if threading.get_ident() == me:
-                    slept.append(seconds)
-                real_sleep(seconds)
-
-            monkeypatch.setattr(sqlite_store.time, "sleep", sleep)
-            before = len(synced)
-            with c.store.nowait():
-                c.add_task("Implement from an event loop")
-            monkeypatch.setattr(sqlite_store.time, "sleep", real_sleep)
-            assert slept == []
-            assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
-            assert len(c.list_tasks()) == 4
+                assert len(c.list_tasks()) == 4
         finally:
-            holder.kill()
-            holder.join(30)
             c.close()
 
 
