@@ -403,6 +403,8 @@ class _Checkpointer:
         try:
             conn.execute(f"PRAGMA synchronous={self._sync}")
             if self._restart_after:
+                # Its own open of the lock file: flock excludes per open file, so this
+                # process's writers wait for the thread too (the store's fd would not).
                 lock = _WriterLock(Path(self._path), BUSY_TIMEOUT_SECONDS)
             while True:
                 self._wake.wait()
