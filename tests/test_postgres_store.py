@@ -19,7 +19,7 @@ import corral
 from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
 from corral.store.postgres import PostgresStore
-from corral.store.queries import load_queries, migrations, schema
+from corral.store.queries import migrations, schema
 from corral.store.rows import TASK_COLUMNS
 from tests import pg_procs, procs
 from tests.backends import postgres as pg
@@ -38,12 +38,6 @@ def _scratch_database() -> str:
     name = f"corral_s_{uuid.uuid4().hex[:12]}"
     pg.admin(f'CREATE DATABASE "{name}" TEMPLATE "{pg._template}"')
     return name
-
-
-def test_every_sqlite_query_has_a_postgres_twin() -> None:
-    """The shared SQL code finds each named query in both dialects."""
-    missing = set(load_queries("sqlite")) - set(load_queries("postgres"))
-    assert not missing
 
 
 def test_migrations_produce_exactly_the_schema(request: pytest.FixtureRequest) -> None:

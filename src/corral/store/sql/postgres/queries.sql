@@ -74,20 +74,6 @@ UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NUL
 WHERE id = :id AND status <> 'terminated'
   AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp);
 
--- name: node_working
-UPDATE nodes SET status = 'working', current_task_id = :task_id, idle_since = NULL,
-                 last_activity = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated';
-
--- name: node_claim_state
-SELECT incarnation, status, current_task_id, dead_at, live_window
-FROM nodes WHERE id = :id AND status <> 'terminated';
-
--- name: node_claim_stamp
-UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
-                 last_activity = :now, dead_at = :now + live_window
-WHERE incarnation = :incarnation;
-
 -- name: node_held_task
 SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
 ORDER BY claimed_at DESC, id DESC LIMIT 1;
@@ -176,36 +162,6 @@ WHERE role = :role AND sort_key = :sort_key AND created_at = :created_at AND tas
 
 -- name: ready_clear
 DELETE FROM ready;
-
--- name: claim_take
--- The better of two index heads, each taken with SKIP LOCKED: the best task matching
--- :role (its score carries the role bonus, :bonus seconds of sort key) and the best
--- pending task of any role. (PostgresStore.claim uses claim_full instead.)
-WITH a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
-    ORDER BY sort_key, created_at, id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), r AS (
-    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
-    FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending'
-    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
-), pick AS (
-    SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) c
-    ORDER BY k, created_at, id LIMIT 1
-)
-UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                 attempts = attempts + 1, claimed_at = :now, updated_at = :now
-FROM pick WHERE tasks.id = pick.id
-RETURNING tasks.*;
-
--- name: task_complete
-UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
-                 updated_at = :now
-WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
-  AND (:epoch::bigint IS NULL OR epoch = :epoch)
-RETURNING *;
 
 -- name: task_fail_final
 UPDATE tasks SET status = 'failed', error = :error, finished_at = :now, updated_at = :now
@@ -315,9 +271,6 @@ FOR UPDATE;
 -- name: tasks_by_holder
 SELECT * FROM tasks WHERE assigned_to = :assigned_to ORDER BY id LIMIT :limit;
 
--- name: events_last_full
-SELECT * FROM events ORDER BY seq DESC LIMIT 1;
-
 -- Alerts and the heartbeat metrics series (worker SDK): rows of the events table.
 
 -- name: event_insert_returning
@@ -340,6 +293,45 @@ ORDER BY seq;
 
 -- PostgreSQL's own operations (PostgresStore overrides). -------------------------
 
+-- Parts of the claim, shared by claim_full, complete_claim_full, claim_lean and
+-- complete_claim_lean_quiet (each guards the take its own way, between claim_set and
+-- claim_pick).
+
+-- part: claim_heads
+-- The two index heads, as CTEs a and r (each followed by a comma): the best pending
+-- task of any role, and the best pending task matching :role (its key carries the
+-- role bonus, :bonus seconds of sort key). SKIP LOCKED: a head another claim holds
+-- is passed over.
+a AS (
+    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
+    ORDER BY sort_key, created_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+r AS (
+    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
+    FROM ready JOIN tasks t ON t.id = ready.task_id
+    WHERE ready.role = :role AND t.status = 'pending'
+    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
+    FOR UPDATE OF t SKIP LOCKED
+),
+
+-- part: claim_set
+-- The take's UPDATE: the task becomes the node's, at the next epoch.
+    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
+                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+
+-- part: claim_pick
+-- The rest of the take (after its guard): the better of the two heads, returned; then
+-- the CTE deq drops the taken task's role heads.
+      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
+                ORDER BY k, created_at, id LIMIT 1)
+    RETURNING *
+), deq AS (
+    DELETE FROM ready USING take
+    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
+      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
+      AND ready.task_id = take.id
+
 -- name: claim_full
 -- The whole claim in one statement (one round trip): lock the live node (so a
 -- reaper terminating it waits, and the claim then sees it terminated), take the
@@ -359,28 +351,12 @@ WITH n AS MATERIALIZED (
                IS NOT DISTINCT FROM :settings_version::text AS fresh
     FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
-), a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
-    ORDER BY sort_key, created_at, id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), r AS (
-    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
-    FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending'
-    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
-), take AS (
-    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+),
+-- include: claim_heads
+take AS (
+    -- include: claim_set
     WHERE (SELECT fresh FROM n)  -- checked first: a and r run only past it
-      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
-                ORDER BY k, created_at, id LIMIT 1)
-    RETURNING *
-), deq AS (
-    DELETE FROM ready USING take
-    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
-      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
-      AND ready.task_id = take.id
+    -- include: claim_pick
 ), nd AS (
     UPDATE nodes
     SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
@@ -492,28 +468,12 @@ WITH fin AS (
     FROM nodes
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM fin)
     FOR UPDATE
-), a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
-    ORDER BY sort_key, created_at, id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), r AS (
-    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
-    FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending'
-    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
-), take AS (
-    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+),
+-- include: claim_heads
+take AS (
+    -- include: claim_set
     WHERE (SELECT fresh FROM n)  -- checked first: a and r run only past it
-      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
-                ORDER BY k, created_at, id LIMIT 1)
-    RETURNING *
-), deq AS (
-    DELETE FROM ready USING take
-    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
-      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
-      AND ready.task_id = take.id
+    -- include: claim_pick
 ), nd AS (
     UPDATE nodes
     SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
@@ -570,28 +530,12 @@ WITH n AS MATERIALIZED (
                AND dead_at - :now >= live_window * :stamp AS lean
     FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
-), a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
-    ORDER BY sort_key, created_at, id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), r AS (
-    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
-    FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending'
-    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
-), take AS (
-    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+),
+-- include: claim_heads
+take AS (
+    -- include: claim_set
     WHERE (SELECT fresh AND lean FROM n)  -- checked first: a and r run only past it
-      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
-                ORDER BY k, created_at, id LIMIT 1)
-    RETURNING *
-), deq AS (
-    DELETE FROM ready USING take
-    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
-      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
-      AND ready.task_id = take.id
+    -- include: claim_pick
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
@@ -643,28 +587,12 @@ WITH n AS MATERIALIZED (
     WHERE (SELECT lean FROM n)
       AND id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
     RETURNING id, epoch
-), a AS (
-    SELECT id, sort_key AS k, created_at FROM tasks WHERE status = 'pending'
-    ORDER BY sort_key, created_at, id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-), r AS (
-    SELECT t.id, t.sort_key - :bonus AS k, t.created_at
-    FROM ready JOIN tasks t ON t.id = ready.task_id
-    WHERE ready.role = :role AND t.status = 'pending'
-    ORDER BY ready.sort_key, ready.created_at, ready.task_id LIMIT 1
-    FOR UPDATE OF t SKIP LOCKED
-), take AS (
-    UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+),
+-- include: claim_heads
+take AS (
+    -- include: claim_set
     WHERE (SELECT fresh FROM n) AND EXISTS (SELECT 1 FROM fin)  -- checked first
-      AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
-                ORDER BY k, created_at, id LIMIT 1)
-    RETURNING *
-), deq AS (
-    DELETE FROM ready USING take
-    WHERE ready.role = ANY (string_to_array(take.roles, ' '))
-      AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
-      AND ready.task_id = take.id
+    -- include: claim_pick
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,

@@ -76,11 +76,6 @@ WHERE id = :id AND status <> 'terminated'
 SELECT incarnation, status, current_task_id, dead_at, live_window
 FROM nodes WHERE id = :id AND status <> 'terminated';
 
--- name: node_claim_stamp
-UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
-                 last_activity = :now, dead_at = :now + live_window
-WHERE incarnation = :incarnation;
-
 -- name: node_held_task
 SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
 ORDER BY claimed_at DESC, id DESC LIMIT 1;
@@ -262,9 +257,6 @@ SELECT * FROM tasks WHERE assigned_to = :node_id AND status = 'in_progress' ORDE
 
 -- name: tasks_by_holder
 SELECT * FROM tasks WHERE assigned_to = :assigned_to ORDER BY id LIMIT :limit;
-
--- name: events_last_full
-SELECT * FROM events ORDER BY seq DESC LIMIT 1;
 
 -- Alerts and the heartbeat metrics series (worker SDK): rows of the events table.
 

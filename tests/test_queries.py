@@ -1,0 +1,84 @@
+"""The named-SQL loader: queries, and the parts several queries share."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import corral.store
+from corral.store.queries import load_queries, parse_queries
+
+STORE = Path(corral.store.__file__).parent
+SHARED = ("sqlbase.py", "sqlviews.py", "sqlduties.py", "stats.py", "signal.py")
+ADAPTER = {"sqlite": "sqlite.py", "postgres": "postgres.py"}
+
+
+def _code(*files: str) -> str:
+    return "".join((STORE / f).read_text() for f in files)
+
+
+TEXT = """\
+-- name: one
+SELECT 1;
+
+-- part: cols
+-- what the part is for (left out where it is included)
+    a, b,
+    c
+
+-- name: two
+SELECT
+    -- include: cols
+FROM t WHERE x = :x;
+"""
+
+
+def test_a_part_stands_where_it_is_included_without_its_comments():
+    queries = parse_queries(TEXT)
+    assert queries == {"one": "SELECT 1", "two": "SELECT\n    a, b,\n    c\nFROM t WHERE x = :x"}
+    assert parse_queries(TEXT, pyformat=True)["two"].endswith("x = %(x)s")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (TEXT + "-- name: one\nSELECT 2;\n", "query 'one' is defined twice"),
+        (TEXT + "-- part: cols\nd\n", "part 'cols' is defined twice"),
+        (TEXT.replace("include: cols", "include: colz"), "no part 'colz' to include"),
+        (TEXT + "-- part: spare\nd\n", "parts never included (here): spare"),
+        (TEXT.replace("    c\n", "    -- include: cols\n"), "parts do not nest"),
+    ],
+)
+def test_a_broken_queries_file_is_refused_by_name(text, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_queries(text, where="here")
+
+
+def test_the_postgres_claims_share_their_parts():
+    """claim_full, claim_lean and the two complete-and-claim statements take the task
+    the same way: the heads and the pick are one text, included in each."""
+    queries = load_queries("postgres")
+    heads = "FOR UPDATE OF t SKIP LOCKED"
+    takers = [name for name, sql in queries.items() if heads in sql]
+    assert sorted(takers) == [
+        "claim_full", "claim_lean", "complete_claim_full", "complete_claim_lean_quiet",
+    ]  # fmt: skip
+    assert not any("-- include:" in sql for sql in queries.values())
+
+
+def test_the_shared_code_finds_its_queries_in_both_dialects():
+    text = _code(*SHARED)
+    used = set(re.findall(r'tx\.(?:one|all|run)\(\s*"(\w+)"', text))
+    used |= set(re.findall(r'self\._live\(tx, \w+, "(\w+)"\)', text))
+    assert len(used) > 30
+    for dialect in ADAPTER:
+        assert used - set(load_queries(dialect)) == set(), dialect
+
+
+@pytest.mark.parametrize("dialect", sorted(ADAPTER))
+def test_no_query_is_left_unused(dialect):
+    """Every named query is run by the shared code or by its dialect's adapter: SQL
+    that nothing runs is not kept (and not kept in step with the schema)."""
+    text = _code(*SHARED, ADAPTER[dialect])
+    unused = {name for name in load_queries(dialect) if f'"{name}"' not in text}
+    assert unused == set()
