@@ -123,7 +123,7 @@ def test_complete_and_claim_refusals_change_nothing(cluster):
     cluster.add_task("Implement two")
     t = cluster.claim_best_task("A", "developer")
     before = _snapshot(cluster)
-    with pytest.raises(LeaseError):
+    with pytest.raises(LeaseError, match=f"has no epoch {t.epoch + 1}: its lease is at epoch"):
         cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch + 1)
     with pytest.raises(InvalidInputError):
         cluster.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
@@ -152,7 +152,7 @@ def test_a_completion_returns_the_task_as_stored(cluster, clock):
     cluster.fail_task(t4.id, "A", t4.epoch, error="flaky")  # back to pending, same node
     again = cluster.claim_best_task("A", "developer")
     assert (again.id, again.epoch) == (t4.id, t4.epoch + 1)
-    with pytest.raises(LeaseError):
+    with pytest.raises(LeaseError, match=rf"claimed again \(epoch {again.epoch}\)"):
         cluster.complete_task(t4.id, "A", t4.epoch)
     clock.advance(1)
     done = cluster.complete_task(again.id, "A", again.epoch, result=[3])

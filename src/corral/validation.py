@@ -108,13 +108,15 @@ def check_text(value: Any, field: str, *, max_len: int, allow_empty: bool = True
 
 def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
     ok_type = isinstance(value, int) if integer else isinstance(value, int | float)
+    kind = "a positive integer" if integer else "a positive number"
     if (
         isinstance(value, bool)
         or not ok_type
         or (isinstance(value, float) and not math.isfinite(value))
-        or not 0 < value <= MAX_INT  # an int past a float's range, too
+        or value <= 0
     ):
-        kind = "a positive integer" if integer else "a positive number"
+        raise InvalidInputError(f"{field} must be {kind}; got {value!r:.40}", field=field)
+    if value > MAX_INT:  # an int past a float's range, too
         raise InvalidInputError(
             f"{field} must be {kind} up to {MAX_INT}; got {value!r:.40}", field=field
         )

@@ -322,7 +322,7 @@ def _parse_value(text: str | None) -> Any:
         return text
 
 
-@config.command("set")
+@config.command("set", context_settings={"ignore_unknown_options": True})
 @click.argument("pairs", nargs=-1, required=True, metavar="KEY VALUE [KEY VALUE]...")
 @click.pass_context
 def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:

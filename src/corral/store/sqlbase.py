@@ -415,6 +415,11 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
             raise LeaseError(
                 f"task {task_id} is held by {row['assigned_to']}, not {node_id}", field="node_id"
             )
+        if epoch is not None and epoch > row["epoch"]:
+            raise LeaseError(
+                f"task {task_id} has no epoch {epoch}: its lease is at epoch {row['epoch']}",
+                field="epoch",
+            )
         raise LeaseError(
             f"task {task_id} was claimed again (epoch {row['epoch']}); epoch {epoch} is stale",
             field="epoch",
