@@ -47,3 +47,29 @@ def claim_until_empty(url: str, node_id: str, barrier: Any, out: Any) -> None:
             break
     client.close()
     out.put((node_id, done, errors))
+
+
+def work_until_killed(url: str, overrides: dict[str, Any], node_id: str, acks: str) -> None:
+    """Claim and complete until the board is empty or this process is killed. After
+    each completion's answer, append ``"<task id> <epoch>"`` to the file ``acks``
+    (unbuffered): the completions a caller was told happened. The steps alternate
+    between ``complete_and_claim`` and ``complete_task`` + ``claim_best_task``."""
+    import os
+
+    client = corral.connect(url, **overrides)
+    client.register_node(node_id, "developer", heartbeat_interval=60)
+    fd = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    task = client.claim_best_task(node_id, "developer")
+    step = 0
+    while task is not None:
+        step += 1
+        if step % 2:
+            done, task = client.complete_and_claim(
+                task.id, node_id, "developer", task.epoch, result={"by": node_id}
+            )
+        else:
+            done = client.complete_task(task.id, node_id, task.epoch, result={"by": node_id})
+            task = client.claim_best_task(node_id, "developer")
+        os.write(fd, f"{done.id} {done.epoch}\n".encode())
+    os.write(fd, b"empty\n")
+    client.close()
