@@ -16,6 +16,8 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,13 +27,17 @@ import pytest
 
 import corral
 from corral.monitor import Monitor
+from corral.server.auth import ensure_token_file
 from tests import procs
 from tests.backends import postgres as pg
+from tests.backends.http import free_port
+from tests.test_server_cli import _wait_healthy
 
 CTX = mp.get_context("spawn")
 BATCH = 400  # tasks added at a time
 WRITERS = 3
 KILLS = 12
+SERVER_KILLS = 6
 
 
 def _acks(folder: Path) -> set[tuple[int, int]]:
@@ -70,6 +76,96 @@ def _check_history(c: Any, total: int) -> dict[int, Any]:
     return tasks
 
 
+class _Run:
+    """Writer processes on a store, the acknowledgements they leave, and a feeder that
+    keeps the board from running out."""
+
+    def __init__(self, url: str, overrides: dict[str, Any], tmp_path: Path, store_url: str,
+                 store_overrides: dict[str, Any]) -> None:  # fmt: skip
+        self.url, self.overrides = url, overrides  # what the writers connect to
+        self.store_url, self.store_overrides = store_url, store_overrides
+        self.seed = int(os.environ.get("CORRAL_CRASH_SEED", "20261123"))
+        self.rng = random.Random(self.seed)
+        self.acks = tmp_path / "acks"
+        self.acks.mkdir()
+        self.live: dict[str, Any] = {}
+        self.started = 0
+        self.added = 0
+        self.outages = False
+        self.feeder = corral.connect(store_url, **store_overrides)
+        self.feeder.configure(max_agents=100, max_attempts=100)  # a task may lose holders
+        self.top_up(0)
+
+    def top_up(self, told: int) -> None:
+        if self.added - told < BATCH // 2:
+            self.feeder.add_tasks(
+                [
+                    {"title": f"Implement part {i}", "priority": ("high", "medium", "low")[i % 3]}
+                    for i in range(self.added, self.added + BATCH)
+                ]
+            )
+            self.added += BATCH
+
+    def start_writer(self) -> None:
+        node = f"W{self.started}"
+        self.started += 1
+        p = CTX.Process(
+            target=procs.work_until_killed,
+            args=(self.url, self.overrides, node, str(self.acks / f"{node}.acks"), self.outages),
+        )
+        p.start()
+        self.live[node] = p
+
+    def progress(self) -> None:
+        """Wait for a random number of new acknowledgements (1-10), then a random
+        fraction of a step: a kill that follows lands anywhere in a writer's step."""
+        target = len(_acks(self.acks)) + self.rng.randint(1, 10)
+        deadline = time.monotonic() + 60
+        while (told := len(_acks(self.acks))) < target:
+            self.top_up(told)
+            for node in [n for n, p in self.live.items() if p.exitcode is not None]:
+                self.live.pop(node).join(30)  # it found the board empty for a moment
+                self.start_writer()
+            assert time.monotonic() < deadline, f"no progress (seed {self.seed})"
+            time.sleep(0.001)
+        time.sleep(self.rng.uniform(0, 0.002))
+
+    def kill_writer(self) -> None:
+        node = self.rng.choice(sorted(self.live))
+        os.kill(self.live[node].pid, signal.SIGKILL)
+        self.live.pop(node).join(30)
+        self.start_writer()
+
+    def stop(self) -> None:
+        for p in self.live.values():
+            p.kill()
+            p.join(30)
+        self.feeder.close()
+
+    def verify(self) -> None:
+        """What the writers were told holds; the monitor recovers what they held; a
+        last writer finishes the board."""
+        told = _acks(self.acks)
+        assert len(told) >= 30
+        if self.store_url.startswith("sqlite"):
+            with sqlite3.connect(self.store_url.removeprefix("sqlite:///")) as raw:
+                assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        with corral.connect(self.store_url, **self.store_overrides) as c:
+            tasks = _check_history(c, self.added)
+            for task_id, epoch in told:
+                assert (tasks[task_id].status, tasks[task_id].epoch) == ("done", epoch), task_id
+            held = {t.id for t in tasks.values() if t.status == "in_progress"}
+            assert held, "no writer was killed holding a task"
+            # Every writer is dead, past its liveness window at this monitor's clock.
+            result = Monitor(c).tick(now=time.time() + 10_000)
+            assert {e.task_id for e in result.events if e.kind == "lease_recovered"} == held
+            c.register_node("Finisher", "developer")
+            while (task := c.claim_best_task("Finisher", "developer")) is not None:
+                c.complete_task(task.id, "Finisher", task.epoch, result={"by": "Finisher"})
+            tasks = _check_history(c, self.added)
+            assert {t.status for t in tasks.values()} == {"done"}
+
+
 @pytest.fixture(params=["sqlite-normal", "sqlite-full", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
     if request.param == "postgres":
@@ -81,86 +177,52 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
 @pytest.mark.slow
 def test_killed_writers_lose_nothing_they_were_told(store, tmp_path):
     url, overrides = store
-    seed = int(os.environ.get("CORRAL_CRASH_SEED", "20261123"))
-    rng = random.Random(seed)
-    acks = tmp_path / "acks"
-    acks.mkdir()
-    live: dict[str, Any] = {}
-    started = 0
-    added = 0
-
-    def start() -> None:
-        nonlocal started
-        node = f"W{started}"
-        started += 1
-        p = CTX.Process(
-            target=procs.work_until_killed, args=(url, overrides, node, str(acks / f"{node}.acks"))
-        )
-        p.start()
-        live[node] = p
-
-    feeder = corral.connect(url, **overrides)
-    feeder.configure(max_agents=100, max_attempts=100)  # a task may lose several holders
-
-    def top_up(told: int) -> None:
-        """Keep the board from running out while the writers are killed."""
-        nonlocal added
-        if added - told < BATCH // 2:
-            feeder.add_tasks(
-                [
-                    {"title": f"Implement part {i}", "priority": ("high", "medium", "low")[i % 3]}
-                    for i in range(added, added + BATCH)
-                ]
-            )
-            added += BATCH
-
-    top_up(0)
-    for _ in range(WRITERS):
-        start()
+    run = _Run(url, overrides, tmp_path, url, overrides)
     try:
+        for _ in range(WRITERS):
+            run.start_writer()
         for _ in range(KILLS):
-            # Kill after a random amount of progress, then a random fraction of a
-            # step later: the moment lands anywhere in a writer's step.
-            target = len(_acks(acks)) + rng.randint(1, 10)
-            deadline = time.monotonic() + 60
-            while (told := len(_acks(acks))) < target:
-                top_up(told)
-                for node in [n for n, p in live.items() if p.exitcode is not None]:
-                    live.pop(node).join(30)  # it found the board empty for a moment
-                    start()
-                assert time.monotonic() < deadline, f"no progress (seed {seed})"
-                time.sleep(0.001)
-            time.sleep(rng.uniform(0, 0.002))
-            node = rng.choice(sorted(live))
-            os.kill(live[node].pid, signal.SIGKILL)
-            live.pop(node).join(30)
-            start()
+            run.progress()
+            run.kill_writer()
     finally:
-        for p in live.values():
-            p.kill()
-            p.join(30)
-        feeder.close()
+        run.stop()
+    run.verify()
 
-    told = _acks(acks)
-    assert len(told) >= 30
-    if url.startswith("sqlite"):
-        path = url.removeprefix("sqlite:///")
-        with sqlite3.connect(path) as raw:
-            assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    with corral.connect(url, **overrides) as c:
-        tasks = _check_history(c, added)
-        for task_id, epoch in told:
-            assert (tasks[task_id].status, tasks[task_id].epoch) == ("done", epoch), task_id
-        held = {t.id for t in tasks.values() if t.status == "in_progress"}
-        assert held, "no writer was killed holding a task"
 
-        # The monitor finds every writer dead (past its liveness window) and hands
-        # their leases back; then one writer finishes the board.
-        result = Monitor(c).tick(now=time.time() + 10_000)
-        recovered = {e.task_id for e in result.events if e.kind == "lease_recovered"}
-        assert recovered == held
-        c.register_node("Finisher", "developer")
-        while (task := c.claim_best_task("Finisher", "developer")) is not None:
-            c.complete_task(task.id, "Finisher", task.epoch, result={"by": "Finisher"})
-        tasks = _check_history(c, added)
-        assert {t.status for t in tasks.values()} == {"done"}
+def _serve(db_url: str, port: int, token_file: Path, log: Any) -> subprocess.Popen[bytes]:
+    argv = ["--url", db_url, "serve", "--port", str(port), "--token-file", str(token_file)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", *argv, "--no-monitor", "--log-level", "warning"],
+        stderr=log,
+    )
+    _wait_healthy(f"http://127.0.0.1:{port}", proc)
+    return proc
+
+
+@pytest.mark.slow
+def test_a_killed_server_answered_only_what_it_had_committed(tmp_path):
+    """The same over HTTP, killing ``corral serve`` instead (its short calls share one
+    commit per event-loop turn and are answered after it): a writer that loses its
+    server drops the task in hand, waits for the restarted server and claims again."""
+    db_url = f"sqlite:///{tmp_path / 'crash.db'}"
+    token_file = ensure_token_file(tmp_path / "token")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "serve.log").open("ab")
+    server = _serve(db_url, port, token_file, log)
+    run = _Run(url, {"token": token_file.read_text().strip()}, tmp_path, db_url, {})
+    run.outages = True
+    try:
+        for _ in range(WRITERS):
+            run.start_writer()
+        for _ in range(SERVER_KILLS):
+            run.progress()
+            server.kill()
+            server.wait(30)
+            server = _serve(db_url, port, token_file, log)
+    finally:
+        run.stop()
+        server.kill()
+        server.wait(30)
+        log.close()
+    run.verify()
