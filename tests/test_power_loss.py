@@ -192,6 +192,9 @@ def test_at_full_an_answered_completion_survives_a_power_loss(tmp_path):
     count, problems = _run(tmp_path, "FULL")
     assert count == WRITERS * STEPS
     assert problems == []
+    # The run copied its WAL back and started it over (a new header at offset 0).
+    restarts = (tmp_path / "trace.txt").read_text().count(", 32, 0) = 32")
+    assert restarts >= 3
 
 
 @pytest.mark.slow
