@@ -96,3 +96,63 @@ def work_until_killed(
             task = when_back(lambda: client.claim_best_task(node_id, "developer"))
     os.write(fd, b"empty\n")
     client.close()
+
+
+def write_until_the_disk_is_full(path: str, out: Any) -> None:
+    """With the files' size limited (``RLIMIT_FSIZE``: a write past it fails with
+    EFBIG, a full disk as SQLite sees it), add tasks alone and in a group until the
+    store says it is unavailable; then lift the limit and go on. Reports what each
+    call said and what the store holds at each point."""
+    import resource
+    import signal
+
+    from corral.errors import StoreUnavailableError
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing us
+    report: dict[str, Any] = {}
+    c = corral.connect(f"sqlite:///{path}")
+    try:
+        c.register_node("A", "developer")
+        c.store._conn.execute("PRAGMA cache_size=20")  # dirty pages spill mid-transaction
+        big = "x" * 19_000
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000 + _size(path), hard))
+        added = 0
+        try:
+            for _ in range(10_000):
+                c.add_task(f"Implement alone {added}", description=big)
+                added += 1
+        except StoreUnavailableError as exc:
+            report["alone_error"] = str(exc)
+        report["alone_added"] = added
+        report["tasks_after_alone"] = len(c.list_tasks(limit=10_000))
+        answers = []
+        try:
+            with c.store.group():
+                for i in range(40):
+                    try:
+                        c.add_task(f"Implement grouped {i}", description=big)
+                        answers.append("ok")
+                    except StoreUnavailableError as exc:
+                        answers.append(f"unavailable: {exc}")
+        except StoreUnavailableError as exc:
+            report["group_error"] = str(exc)
+        report["group_answers"] = answers
+        report["tasks_after_group"] = len(c.list_tasks(limit=10_000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        task = c.add_task("Implement after space came back")
+        claimed = c.claim_best_task("A", "developer")
+        done = c.complete_task(claimed.id, "A", claimed.epoch)
+        report["after"] = (task.id, done.status)
+        report["tasks_at_end"] = len(c.list_tasks(limit=10_000))
+    except BaseException as exc:  # reported to the test, which fails on it
+        report["unexpected"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        c.close()
+        out.put(report)
+
+
+def _size(path: str) -> int:
+    import os
+
+    return max(os.path.getsize(p) for p in (path, f"{path}-wal") if os.path.exists(p))

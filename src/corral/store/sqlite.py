@@ -101,6 +101,14 @@ def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return StoreUnavailableError(f"SQLite store unavailable: {exc}; retry the call")
 
 
+def _raise_unavailable(exc: BaseException) -> None:
+    """Raise ``StoreUnavailableError`` for SQLite's own failures inside a transaction
+    (a full disk, an I/O error, a damaged file): the store's condition, not the
+    call's; return for anything else (the caller re-raises it)."""
+    if isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError:
+        raise _unavailable(exc) from exc
+
+
 # A writer that finds the lock taken first retries for up to _SPIN_SECONDS, yielding
 # the CPU between tries: a write transaction takes ~0.05 ms, so most waits end there.
 # The spin adapts: a wait longer than _SPIN_LONG_WAIT means a long queue (more writers
@@ -591,6 +599,14 @@ class SQLiteStore(SQLStore):
         if self._group is not None and self._group[0] == threading.get_ident():
             self._lock.acquire()  # held by this thread already
             try:
+                if not self._conn.in_transaction:
+                    # SQLite rolled the group's transaction back after an error (a full
+                    # disk, say): a savepoint now would be a transaction of its own,
+                    # committed at once, and the group's end would report it failed.
+                    raise StoreUnavailableError(
+                        "SQLite store unavailable: an earlier call's error rolled this"
+                        " group's transaction back; retry the call"
+                    )
                 self._conn.execute("SAVEPOINT corral_call")
             except BaseException:
                 self._lock.release()
@@ -617,13 +633,15 @@ class SQLiteStore(SQLStore):
         if tx.nested:
             try:
                 if commit:
-                    self._conn.execute("RELEASE corral_call")
+                    try:
+                        self._conn.execute("RELEASE corral_call")
+                    except sqlite3.Error as exc:
+                        raise _unavailable(exc) from exc
                     if tx.wake and self._group is not None:
                         self._group[1].wake = True
                 else:
                     self._claimed.clear()
-                    self._conn.execute("ROLLBACK TO corral_call")
-                    self._conn.execute("RELEASE corral_call")
+                    self._rollback("ROLLBACK TO corral_call", "RELEASE corral_call")
             finally:
                 self._lock.release()
             return
@@ -631,16 +649,20 @@ class SQLiteStore(SQLStore):
         try:
             if commit:
                 try:
+                    if not self._conn.in_transaction:  # a group's, rolled back by SQLite
+                        raise sqlite3.OperationalError(
+                            "an error in the transaction made SQLite roll it back"
+                        )
                     self._conn.execute("COMMIT")
                 except sqlite3.Error as exc:
                     self._claimed.clear()  # it may hold a claim that did not happen
-                    self._conn.execute("ROLLBACK")
+                    self._rollback("ROLLBACK")
                     raise _unavailable(exc) from exc
                 if self._synced is not None:
                     number = self._synced.committed()
             else:
                 self._claimed.clear()
-                self._conn.execute("ROLLBACK")
+                self._rollback("ROLLBACK")
         finally:
             self._writer.release()
             if commit and self._checkpoints is not None:
@@ -661,13 +683,23 @@ class SQLiteStore(SQLStore):
             if self._bell is not None:
                 self._bell.ring()
 
+    def _rollback(self, *statements: str) -> None:
+        """Undo the transaction (or the call's savepoint) after an error, unless SQLite
+        has rolled it back itself (it may, on a full disk or an I/O error). Never
+        raises: the error being handled is the one to report."""
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                for statement in statements:
+                    self._conn.execute(statement)
+
     @contextmanager
     def _write(self) -> Iterator[_Tx]:
         tx = self._begin()
         try:
             yield tx
-        except BaseException:
+        except BaseException as exc:
             self._end(tx, commit=False)
+            _raise_unavailable(exc)
             raise
         self._end(tx, commit=True)
 
@@ -688,9 +720,10 @@ class SQLiteStore(SQLStore):
         self._group = (threading.get_ident(), tx)
         try:
             yield
-        except BaseException:
+        except BaseException as exc:
             self._group = None
             self._end(tx, commit=False)
+            _raise_unavailable(exc)
             raise
         self._group = None
         self._end(tx, commit=True)
@@ -708,8 +741,11 @@ class SQLiteStore(SQLStore):
                 # Take the read snapshot now, where a busy database can be waited out.
                 self._retrying("SELECT 1 FROM meta LIMIT 1")
                 yield _Tx(self._conn)
-            finally:
-                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback("ROLLBACK")
+                _raise_unavailable(exc)
+                raise
+            self._conn.execute("COMMIT")
         finally:
             self._lock.release()
 
@@ -768,8 +804,9 @@ class SQLiteStore(SQLStore):
         try:
             self._check_role(tx, role)
             row = self._claim_in(tx, node_id, role, now)
-        except BaseException:
+        except BaseException as exc:
             self._end(tx, commit=False)
+            _raise_unavailable(exc)
             raise
         self._end(tx, commit=True)
         return None if row is None else _task(row)
@@ -780,8 +817,9 @@ class SQLiteStore(SQLStore):
         tx = self._begin()
         try:
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
-        except BaseException:
+        except BaseException as exc:
             self._end(tx, commit=False)
+            _raise_unavailable(exc)
             raise
         self._end(tx, commit=True)
         return done
@@ -795,8 +833,9 @@ class SQLiteStore(SQLStore):
             self._check_role(tx, role)
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
-        except BaseException:
+        except BaseException as exc:
             self._end(tx, commit=False)
+            _raise_unavailable(exc)
             raise
         self._end(tx, commit=True)
         return done, None if nxt is None else _task(nxt)
