@@ -83,6 +83,20 @@ def test_usage_errors_are_one_line_too(corral_cli):
     assert code == 2 and err.count("\n") == 1 and "NODE_ID" in err
 
 
+def test_an_unreachable_store_exits_3_with_one_line(tmp_path):
+    """Not a line of the connection pool's retries before it (a real process: the
+    test runner's log capture would hide them)."""
+    url = "postgresql://corral@127.0.0.1:1/nowhere?connect_timeout=1"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", url, "status"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("error: cannot reach PostgreSQL at "), done.stderr
+
+
 def test_refusals_exit_1_with_the_documents_text(corral_cli):
     corral_cli("config", "set", "max_agents", "1")
     corral_cli("node", "register", "A", "developer")

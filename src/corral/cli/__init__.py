@@ -8,6 +8,7 @@ commands live in ``corral.cli._common``.
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 import sys
 
@@ -33,6 +34,14 @@ def cli(ctx: click.Context, url: str | None) -> None:
     """corral keeps a fleet of agents alive, busy and bounded."""
     ctx.ensure_object(dict)
     ctx.obj["url"] = url
+    if ctx.invoked_subcommand not in _LONG_RUNNING:
+        # A one-shot command reports an unreachable database in its one error line;
+        # the pool's own warnings about each failed attempt would come first.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+
+# Commands that run until stopped: their logs are the operator's view of retries.
+_LONG_RUNNING = frozenset({"serve", "monitor", "worker", "mcp"})
 
 
 def _load_commands() -> None:
