@@ -65,6 +65,12 @@ if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql e
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
+class _Flag(threading.local):
+    """A per-thread flag, off in every thread until set (``nowait()``)."""
+
+    on = False
+
+
 class WouldBlock(Exception):
     """Raised in ``SQLiteStore.nowait()`` when a transaction would have to wait for
     another thread or process; that transaction has done nothing."""
@@ -482,7 +488,7 @@ class SQLiteStore(SQLStore):
         self._lock = threading.RLock()
         self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
         self._group: tuple[int, _Tx] | None = None  # (thread, transaction) of a group()
-        self._nowait = threading.local()
+        self._nowait = _Flag()
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
         self._bell = None if memory else doorbell_for(path, self._ready)
@@ -547,7 +553,7 @@ class SQLiteStore(SQLStore):
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise _unavailable(exc) from exc
-                if getattr(self._nowait, "on", False):
+                if self._nowait.on:
                     raise WouldBlock("another process holds the database") from None
                 now = time.monotonic()
                 deadline = deadline or now + self._busy_timeout
@@ -571,7 +577,7 @@ class SQLiteStore(SQLStore):
 
     def _acquire(self) -> bool:
         """Take the store (threads); whether this thread is in ``nowait()``."""
-        nowait = getattr(self._nowait, "on", False)
+        nowait = self._nowait.on
         if not self._lock.acquire(blocking=not nowait):
             raise WouldBlock("the store is busy in another thread")
         return nowait
@@ -618,7 +624,7 @@ class SQLiteStore(SQLStore):
                 raise WouldBlock("another process is writing")
             try:
                 try:
-                    self._conn.execute("BEGIN IMMEDIATE")
+                    self._hot.execute("BEGIN IMMEDIATE")  # a kept cursor: none made per call
                 except sqlite3.OperationalError:  # another program writes: wait it out
                     self._retrying("BEGIN IMMEDIATE")
             except BaseException:
@@ -653,7 +659,7 @@ class SQLiteStore(SQLStore):
                         raise sqlite3.OperationalError(
                             "an error in the transaction made SQLite roll it back"
                         )
-                    self._conn.execute("COMMIT")
+                    self._hot.execute("COMMIT")
                 except sqlite3.Error as exc:
                     self._claimed.clear()  # it may hold a claim that did not happen
                     self._rollback("ROLLBACK")
@@ -671,7 +677,7 @@ class SQLiteStore(SQLStore):
         if number is not None:
             try:
                 self._synced.wait_synced(  # type: ignore[union-attr]
-                    number, patient=not getattr(self._nowait, "on", False)
+                    number, patient=not self._nowait.on
                 )
             except OSError as exc:
                 raise StoreUnavailableError(
@@ -736,7 +742,7 @@ class SQLiteStore(SQLStore):
             return
         self._acquire()
         try:
-            self._conn.execute("BEGIN")
+            self._hot.execute("BEGIN")
             try:
                 # Take the read snapshot now, where a busy database can be waited out.
                 self._retrying("SELECT 1 FROM meta LIMIT 1")
@@ -745,7 +751,7 @@ class SQLiteStore(SQLStore):
                 self._rollback("ROLLBACK")
                 _raise_unavailable(exc)
                 raise
-            self._conn.execute("COMMIT")
+            self._hot.execute("COMMIT")
         finally:
             self._lock.release()
 
