@@ -6,8 +6,8 @@ named query (and BEGIN / COMMIT), the time the write lock is held (BEGIN IMMEDIA
 to the end of COMMIT: what other processes wait for), and the Python time around it.
 It also counts the pages each commit writes to the WAL, for corral and for the bare
 loop of ``sqlite_throughput.py``: a COMMIT costs about in proportion to them.
-It reads private attributes (the store's ``_conn`` and ``_hot``); it is a diagnosis
-tool.
+It reads private attributes (the store's ``_conn``, ``_hot`` and ``_rows``); it is a
+diagnosis tool.
 
     python bench/sqlite_profile.py [--tasks 20000] [--pairs 5000] [--cprofile]
 """
@@ -231,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         store: Any = c.store
         timed = TimedConnection(store._conn)
         store._conn = timed
-        hot = store._hot
+        hot, rows = store._hot, store._rows
         store._hot = TimedCursor(hot, timed)
+        store._rows = TimedCursor(rows, timed)
         t_op: dict[str, float] = defaultdict(float)
         for _ in range(args.pairs):
             timed.op = "claim"
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             t_op["claim"] += t1 - t0
             t_op["complete"] += t2 - t1
         store._conn = timed._conn
-        store._hot = hot
+        store._hot, store._rows = hot, rows
         k = min(args.pairs, 100)
         store._checkpoints.close()  # no background checkpoint while counting frames
         frames = {"corral": wal_frames(store._conn, Path(d) / "p.db", k, corral_ops(c))}

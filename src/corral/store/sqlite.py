@@ -77,24 +77,27 @@ class WouldBlock(Exception):
 
 
 class _Tx:
-    __slots__ = ("_conn", "nested", "wake")
+    """A transaction's statements, run on the store's kept row cursor (a cursor made
+    per statement costs more than a short statement's own work)."""
 
-    def __init__(self, conn: sqlite3.Connection, nested: bool = False) -> None:
-        self._conn = conn
+    __slots__ = ("_cur", "nested", "wake")
+
+    def __init__(self, cur: sqlite3.Cursor, nested: bool = False) -> None:
+        self._cur = cur
         self.nested = nested  # a savepoint of a group's transaction (SQLiteStore.group)
         self.wake = False  # a task may become pending: wake waiting claims on commit
 
     def one(self, name: str, **params: Any) -> Any:
         self.wake = self.wake or name in WAKE_QUERIES
-        rows = self._conn.execute(_QUERIES[name], params).fetchall()
+        rows = self._cur.execute(_QUERIES[name], params).fetchall()
         return rows[0] if rows else None
 
     def all(self, name: str, **params: Any) -> list[Any]:
-        return self._conn.execute(_QUERIES[name], params).fetchall()
+        return self._cur.execute(_QUERIES[name], params).fetchall()
 
     def run(self, name: str, **params: Any) -> int:
         self.wake = self.wake or name in WAKE_QUERIES
-        return self._conn.execute(_QUERIES[name], params).rowcount
+        return self._cur.execute(_QUERIES[name], params).rowcount
 
 
 # ``SELECT * FROM tasks`` in table order (tests/test_sqlite_store.py checks it): the
@@ -522,6 +525,7 @@ class SQLiteStore(SQLStore):
                 str(path), timeout=0, isolation_level=None, check_same_thread=False
             )
             self._conn.row_factory = sqlite3.Row
+            self._rows = self._conn.cursor()  # _Tx's statements: sqlite3.Row rows
             self._hot = self._conn.cursor()  # the hot statements' rows: plain tuples
             self._hot.row_factory = None
             self._retrying("PRAGMA journal_mode=WAL")
@@ -613,11 +617,11 @@ class SQLiteStore(SQLStore):
                         "SQLite store unavailable: an earlier call's error rolled this"
                         " group's transaction back; retry the call"
                     )
-                self._conn.execute("SAVEPOINT corral_call")
+                self._hot.execute("SAVEPOINT corral_call")
             except BaseException:
                 self._lock.release()
                 raise
-            return _Tx(self._conn, nested=True)
+            return _Tx(self._rows, nested=True)
         nowait = self._acquire()
         try:
             if not self._writer.acquire(blocking=not nowait):
@@ -633,14 +637,14 @@ class SQLiteStore(SQLStore):
         except BaseException:
             self._lock.release()
             raise
-        return _Tx(self._conn)
+        return _Tx(self._rows)
 
     def _end(self, tx: _Tx, commit: bool) -> None:
         if tx.nested:
             try:
                 if commit:
                     try:
-                        self._conn.execute("RELEASE corral_call")
+                        self._hot.execute("RELEASE corral_call")
                     except sqlite3.Error as exc:
                         raise _unavailable(exc) from exc
                     if tx.wake and self._group is not None:
@@ -738,7 +742,7 @@ class SQLiteStore(SQLStore):
     def _read(self) -> Iterator[_Tx]:
         if self._group is not None and self._group[0] == threading.get_ident():
             with self._lock:  # inside the group's transaction, which sees its writes
-                yield _Tx(self._conn)
+                yield _Tx(self._rows)
             return
         self._acquire()
         try:
@@ -746,7 +750,7 @@ class SQLiteStore(SQLStore):
             try:
                 # Take the read snapshot now, where a busy database can be waited out.
                 self._retrying("SELECT 1 FROM meta LIMIT 1")
-                yield _Tx(self._conn)
+                yield _Tx(self._rows)
             except BaseException as exc:
                 self._rollback("ROLLBACK")
                 _raise_unavailable(exc)
