@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 MACHINE_KEYS = {"cores", "usable_cores", "python", "sqlite", "loadavg", "git_commit"}
 
@@ -132,6 +134,22 @@ def test_profile_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert data["wal_frames"]["corral"]["pair"] > 0
     for system in ("corral", "bare"):
         assert data["unwrapped"][system]["wall_us"] > 0 and data["unwrapped"][system]["cpu_us"] > 0
+
+
+def test_anatomy_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """sqlite_anatomy.py --quick exits 0 and writes the µs per job of every variant and
+    the WAL frames per job by table: the worker's step writes its task rows, the claim
+    index and the events; the bare loop its jobs table and index."""
+    data = run_quick("sqlite_anatomy.py", tmp_path / "anatomy.json")
+    assert data["bench"] == "sqlite_anatomy"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    assert len(data["us_per_job"]) == 8 and all(v > 0 for v in data["us_per_job"].values())
+    frames = data["frames_per_job"]
+    assert {"tasks", "tasks_open", "events"} <= set(frames["corral_cc"])
+    assert {"jobs", "jobs_pending"} <= set(frames["bare"])
+    for kind in ("corral_cc", "corral", "bare"):
+        named = sum(v for name, v in frames[kind].items() if name != "total")
+        assert named == pytest.approx(frames[kind]["total"])
 
 
 def test_http_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
