@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import re
 import shutil
 import sqlite3
 import statistics
@@ -37,38 +38,23 @@ from typing import Any
 import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral import scoring
+from corral.store.queries import schema
 from corral.store.sqlite import _CLAIM_TAKE, _TASK_COMPLETE_QUIET
-from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _BARE_SCHEMA
+from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare, _load_corral
 
 NODE = "anatomy"
 ROLE = "developer"
 
-# The schema's triggers without their event inserts (the "no events" variant).
-_NO_EVENT_TRIGGERS = (
-    "DROP TRIGGER task_claimed",
-    "DROP TRIGGER task_completed",
-    """CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
-WHEN old.status = 'pending' AND new.status = 'in_progress'
-BEGIN
-    UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
-                     last_activity = new.claimed_at, dead_at = new.claimed_at + live_window
-    WHERE id = new.assigned_to AND status <> 'terminated'
-      AND (status <> 'working' OR current_task_id IS NOT NULL
-           OR dead_at - new.claimed_at < live_window * 0.9);
-    DELETE FROM ready
-    WHERE old.roles <> '' AND instr(old.roles, ' ') = 0 AND role = old.roles
-      AND sort_key = old.sort_key AND created_at = old.created_at AND task_id = old.id;
-END""",
-    """CREATE TRIGGER task_completed AFTER UPDATE OF status ON tasks
-WHEN old.status = 'in_progress' AND new.status = 'done'
-BEGIN
-    UPDATE nodes SET current_task_id = CASE WHEN current_task_id = new.id THEN NULL
-                                            ELSE current_task_id END,
-                     last_activity = new.finished_at, dead_at = new.finished_at + live_window
-    WHERE id = new.assigned_to AND status <> 'terminated'
-      AND (current_task_id = new.id OR dead_at - new.finished_at < live_window * 0.9);
-END""",
-)
+
+def _without_event_inserts() -> tuple[str, ...]:
+    """The schema's triggers again, without their event inserts (the "no events"
+    variant): statements that drop and re-create them."""
+    triggers = re.findall(r"CREATE TRIGGER .*?\nEND;", schema("sqlite"), re.S)
+    assert len(triggers) >= 2, "the schema's triggers moved"
+    names = [re.search(r"CREATE TRIGGER (\w+)", t)[1] for t in triggers]  # type: ignore[index]
+    bare = [re.sub(r"\n *INSERT INTO events .*?\);", "", t, flags=re.S) for t in triggers]
+    assert all("events" not in t for t in bare)
+    return (*(f"DROP TRIGGER {name}" for name in names), *bare)
 
 
 def _remove(db: Path) -> None:
@@ -77,38 +63,17 @@ def _remove(db: Path) -> None:
 
 
 def _load(folder: Path, tasks: int, page_size: int) -> tuple[Path, Path]:
-    """A corral file and a bare-loop file, each with ``tasks`` pending, fully
-    checkpointed."""
+    """A corral file and a bare-loop file (``sqlite_throughput.py``'s boards) with
+    ``tasks`` pending, at ``page_size``."""
     src = folder / f"corral-{page_size}.db"
     with sqlite3.connect(src) as k:  # the page size is fixed when the file is made
         k.execute(f"PRAGMA page_size={page_size}")
         k.execute("PRAGMA journal_mode=WAL")
+    _load_corral(src, tasks, "NORMAL")
     with corral.connect(f"sqlite:///{src}") as c:
-        c.configure(max_agents=1000)
-        for start in range(0, tasks, 10_000):
-            c.add_tasks(
-                [
-                    {
-                        "title": f"implement part {i}" if i % 3 == 0 else f"job {i}",
-                        "priority": ("high", "medium", "low")[i % 3],
-                    }
-                    for i in range(start, min(tasks, start + 10_000))
-                ]
-            )
         c.register_node(NODE, ROLE)
     bare = folder / f"bare-{page_size}.db"
-    conn = sqlite3.connect(bare, isolation_level=None)
-    conn.execute(f"PRAGMA page_size={page_size}")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.executescript(_BARE_SCHEMA)
-    now = time.time()
-    conn.execute("BEGIN")
-    conn.executemany(
-        "INSERT INTO jobs (payload, sort_key, status) VALUES (?, ?, 'pending')",
-        ((f"job {i}", now + i * 1e-3 - 60 * (30 - 10 * (i % 3))) for i in range(tasks)),
-    )
-    conn.execute("COMMIT")
-    conn.close()
+    _load_bare(bare, tasks, "NORMAL", page_size)
     return src, bare
 
 
@@ -259,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             "bare loop": lambda: _raw(bare4, folder, args.steps, "bare", 1),
             "worker step, SQL only": lambda: _raw(src4, folder, args.steps, "corral", 1),
             "worker step, SQL only, no event inserts": lambda: _raw(
-                src4, folder, args.steps, "corral", 1, _NO_EVENT_TRIGGERS
+                src4, folder, args.steps, "corral", 1, _without_event_inserts()
             ),
             "bare loop, 2 KB pages": lambda: _raw(bare2, folder, args.steps, "bare", 1),
             "worker step, SQL only, 2 KB pages": lambda: _raw(

@@ -91,8 +91,10 @@ RETURNING id, epoch
 _BARE_COMPLETE = "UPDATE jobs SET status = 'done' WHERE id = ? AND holder = ? AND epoch = ?"
 
 
-def _load_bare(path: Path, jobs: int, sync: str) -> None:
+def _load_bare(path: Path, jobs: int, sync: str, page_size: int | None = None) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
+    if page_size is not None:  # before anything is written
+        conn.execute(f"PRAGMA page_size={page_size}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
     conn.executescript(_BARE_SCHEMA)
@@ -565,8 +567,8 @@ def _targets(summary: list[dict[str, Any]], locked: list[dict[str, Any]]) -> dic
         out[f"{name}_vs_huey_met"] = bool(vs_huey) and min(vs_huey) > 1.0
         runs = [r for r in locked if r["system"] == name]
         out[f"{name}_locked_errors"] = runs[0]["locked_errors"] if runs else None
-        out[f"{name}_locked_met"] = (
-            bool(runs) and runs[0]["locked_errors"] == 0 and not runs[0]["errors"]
+        out[f"{name}_locked_met"] = (  # None: the run was skipped (--locked-procs 0)
+            (runs[0]["locked_errors"] == 0 and not runs[0]["errors"]) if runs else None
         )
     return out
 
@@ -656,8 +658,8 @@ def render(result: dict[str, Any]) -> str:
     return out
 
 
-def _met(ok: bool) -> str:
-    return "met" if ok else "MISSED"
+def _met(ok: bool | None) -> str:
+    return "not run" if ok is None else "met" if ok else "MISSED"
 
 
 def _ratio(x: float | None) -> str:
