@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,17 @@ class _Run:
         self.live.pop(node).join(30)
         self.start_writer()
 
+    def drive(self, kills: int, kill: Callable[[], None]) -> None:
+        """Start the writers; then ``kills`` times, let them progress and ``kill``."""
+        try:
+            for _ in range(WRITERS):
+                self.start_writer()
+            for _ in range(kills):
+                self.progress()
+                kill()
+        finally:
+            self.stop()
+
     def stop(self) -> None:
         for p in self.live.values():
             p.kill()
@@ -178,14 +190,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
 def test_killed_writers_lose_nothing_they_were_told(store, tmp_path):
     url, overrides = store
     run = _Run(url, overrides, tmp_path, url, overrides)
-    try:
-        for _ in range(WRITERS):
-            run.start_writer()
-        for _ in range(KILLS):
-            run.progress()
-            run.kill_writer()
-    finally:
-        run.stop()
+    run.drive(KILLS, run.kill_writer)
     run.verify()
 
 
@@ -209,20 +214,19 @@ def test_a_killed_server_answered_only_what_it_had_committed(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("ab")
-    server = _serve(db_url, port, token_file, log)
+    server = [_serve(db_url, port, token_file, log)]
+
+    def restart() -> None:
+        server[0].kill()
+        server[0].wait(30)
+        server[0] = _serve(db_url, port, token_file, log)
+
     run = _Run(url, {"token": token_file.read_text().strip()}, tmp_path, db_url, {})
     run.outages = True
     try:
-        for _ in range(WRITERS):
-            run.start_writer()
-        for _ in range(SERVER_KILLS):
-            run.progress()
-            server.kill()
-            server.wait(30)
-            server = _serve(db_url, port, token_file, log)
+        run.drive(SERVER_KILLS, restart)
     finally:
-        run.stop()
-        server.kill()
-        server.wait(30)
+        server[0].kill()
+        server[0].wait(30)
         log.close()
     run.verify()
