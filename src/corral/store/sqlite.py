@@ -693,6 +693,12 @@ class SQLiteStore(SQLStore):
             if self._bell is not None:
                 self._bell.ring()
 
+    def _abort(self, tx: _Tx, exc: BaseException) -> None:
+        """End ``tx`` undone after ``exc``; raise ``StoreUnavailableError`` instead of
+        SQLite's own failures (the caller re-raises anything else)."""
+        self._end(tx, commit=False)
+        _raise_unavailable(exc)
+
     def _rollback(self, *statements: str) -> None:
         """Undo the transaction (or the call's savepoint) after an error, unless SQLite
         has rolled it back itself (it may, on a full disk or an I/O error). Never
@@ -708,8 +714,7 @@ class SQLiteStore(SQLStore):
         try:
             yield tx
         except BaseException as exc:
-            self._end(tx, commit=False)
-            _raise_unavailable(exc)
+            self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
 
@@ -732,8 +737,7 @@ class SQLiteStore(SQLStore):
             yield
         except BaseException as exc:
             self._group = None
-            self._end(tx, commit=False)
-            _raise_unavailable(exc)
+            self._abort(tx, exc)
             raise
         self._group = None
         self._end(tx, commit=True)
@@ -815,8 +819,7 @@ class SQLiteStore(SQLStore):
             self._check_role(tx, role)
             row = self._claim_in(tx, node_id, role, now)
         except BaseException as exc:
-            self._end(tx, commit=False)
-            _raise_unavailable(exc)
+            self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
         return None if row is None else _task(row)
@@ -828,8 +831,7 @@ class SQLiteStore(SQLStore):
         try:
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
         except BaseException as exc:
-            self._end(tx, commit=False)
-            _raise_unavailable(exc)
+            self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
         return done
@@ -844,8 +846,7 @@ class SQLiteStore(SQLStore):
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
         except BaseException as exc:
-            self._end(tx, commit=False)
-            _raise_unavailable(exc)
+            self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
         return done, None if nxt is None else _task(nxt)
