@@ -474,3 +474,45 @@ def test_client_reports_a_server_that_is_not_there() -> None:
         pytest.raises(StoreUnavailableError, match="is corral serve running"),
     ):
         c.settings()
+
+
+def test_paths_that_differ_in_a_task_id_route_by_their_shape(tmp_path: Path) -> None:
+    """Once ``POST /v1/tasks/N/complete`` has been matched, other task ids route from
+    its learnt shape without asking Starlette's matcher again, each to the same op with
+    its own id; another method on the same path is still Starlette's 405, and a node id
+    made of digits is a shape of its own."""
+    from tests.backends.http import free_port, start_uvicorn, stop_uvicorn
+
+    embedded = corral.connect(f"sqlite:///{tmp_path / 'shape.db'}")
+    app = create_app(embedded, token=TOKEN, monitor=False, mcp=False)
+    matched: list[str] = []
+    match = app._match
+    app._match = lambda scope: (matched.append(scope["path"]), match(scope))[1]
+    server, thread = start_uvicorn(app, free_port())
+    url = f"http://127.0.0.1:{server.config.port}"
+    try:
+        with HttpClient(url, token=TOKEN) as c:
+            c.register_node("w1", "developer")
+            c.register_node("42", "developer")
+            ids = [c.add_task(f"Implement part {i}").id for i in range(3)]
+            for _ in ids:
+                t = c.claim_best_task("w1", "developer")
+                assert t is not None
+                done = c.complete_task(t.id, "w1", t.epoch)
+                assert (done.id, done.status) == (t.id, "done")
+            for _ in range(2):
+                c.heartbeat("42")
+            assert [t.status for t in c.list_tasks()] == ["done"] * 3
+            assert [p for p in matched if p.endswith("/complete")] == [
+                f"/v1/tasks/{ids[0]}/complete"
+            ]
+            assert matched.count("/v1/nodes/42/heartbeat") == 1
+            with pytest.raises(corral.NotFoundError):
+                c.get_task(999)
+            assert c.get_task(ids[2]).id == ids[2]
+        r = httpx.delete(f"{url}/v1/tasks/{ids[1]}/complete",
+                         headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        assert r.status_code == 405
+    finally:
+        stop_uvicorn(server, thread)
+        embedded.close()

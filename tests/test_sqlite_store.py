@@ -95,6 +95,34 @@ def test_pragmas_wal_and_durability(tmp_path):
         SQLiteStore(tmp_path / "c.db", synchronous="SOMETIMES")
 
 
+def test_a_new_database_is_readable_by_its_owner_only(tmp_path):
+    """Whatever the umask, a database corral creates, its WAL and its shared memory are
+    mode 0600 (tasks and events are the fleet's business); a file that already exists
+    keeps the mode its owner gave it."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        c = corral.connect(f"sqlite:///{tmp_path / 'new.db'}")
+        c.add_task("Implement a private board")
+        for suffix in ("", "-wal", "-shm", "-lock"):
+            mode = stat.S_IMODE(os.stat(f"{tmp_path / 'new.db'}{suffix}").st_mode)
+            assert mode == 0o600, (suffix, oct(mode))
+        c.close()
+
+        shared = tmp_path / "shared.db"
+        sqlite3.connect(shared).close()
+        shared.chmod(0o640)
+        c = corral.connect(f"sqlite:///{shared}")
+        c.add_task("Implement a shared board")
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o640
+        assert stat.S_IMODE(os.stat(f"{shared}-wal").st_mode) == 0o640
+        c.close()
+    finally:
+        os.umask(old)
+
+
 def test_every_query_compiles_against_the_schema():
     import re
 

@@ -5,7 +5,10 @@ Per request, on the event loop:
 - **route**: a ``(method, path)`` cache in front of Starlette's own route matching,
   so the rules stay Starlette's (the first full match wins; misses, 404s, 405s and
   redirects go through the Starlette app unchanged) and a node's repeated
-  ``POST /v1/nodes/N/heartbeat`` costs one dict lookup;
+  ``POST /v1/nodes/N/heartbeat`` costs one dict lookup. Paths that differ only in a
+  task id (``POST /v1/tasks/17/complete``, then ``/18/complete``) share one entry
+  by their shape, the path with its all-digit segments blanked, learnt from the
+  first match when each such segment is one path parameter, whole;
 - **auth** from the raw ``Authorization`` header (``Tokens`` remembers the header
   values it verified, so a node's repeated calls cost no HMAC);
 - **parse**: pydantic validates the body straight from bytes, the query string with
@@ -287,6 +290,11 @@ class ApiRouter:
         self.st = st
         self.mounts = dict(mounts or {})
         self._cache: dict[tuple[str, str], tuple[Op, dict[str, Any]] | None] = {}
+        # (method, shape) -> (op, {param: segment index}, params of no digit segment)
+        self._shapes: dict[tuple[str, tuple[str, ...]], tuple[Op, dict[str, int], dict]] = {}
+        for route in routes:  # a literal all-digit segment would make shapes ambiguous
+            if any(seg.isdigit() for seg in getattr(route, "path", "").split("/")):
+                raise ValueError(f"route {route.path} has an all-digit segment")
 
     def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
         for route in self.routes:
@@ -300,6 +308,41 @@ class ApiRouter:
                 return None  # 405 or a later full match: Starlette's rules decide
         return None
 
+    def _shaped(self, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
+        """The op and params for ``path`` from a shape learnt earlier, or ``None``."""
+        segs = path.split("/")
+        shape = tuple("" if seg.isdigit() else seg for seg in segs)
+        known = self._shapes.get((method, shape))
+        if known is None:
+            return None
+        op, where, fixed = known
+        return op, {**fixed, **{name: segs[i] for name, i in where.items()}}
+
+    def _learn(self, method: str, path: str, hit: tuple[Op, dict[str, Any]]) -> None:
+        """Remember ``hit``'s shape when every all-digit segment of ``path`` is the
+        whole value of one of its params, so another id routes the same way."""
+        segs = path.split("/")
+        digits = {i: seg for i, seg in enumerate(segs) if seg.isdigit()}
+        if not digits:
+            return
+        op, params = hit
+        where: dict[str, int] = {}
+        fixed: dict[str, Any] = {}
+        for name, value in params.items():
+            spots = [i for i, seg in digits.items() if seg == value]
+            if len(spots) == 1 and isinstance(value, str):
+                where[name] = spots[0]
+            elif not any(str(value) in seg for seg in digits.values()):
+                fixed[name] = value
+            else:
+                return  # a digit segment inside a longer value: no shape
+        if sorted(where.values()) != sorted(digits):
+            return
+        if len(self._shapes) >= _ROUTE_CACHE_SIZE:
+            self._shapes.clear()
+        shape = tuple("" if seg.isdigit() else seg for seg in segs)
+        self._shapes[(method, shape)] = (op, where, fixed)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.fallback(scope, receive, send)
@@ -310,10 +353,14 @@ class ApiRouter:
             try:
                 hit = self._cache[key]
             except KeyError:
-                hit = self._match(scope)
-                if len(self._cache) >= _ROUTE_CACHE_SIZE:
-                    self._cache.clear()
-                self._cache[key] = hit
+                hit = self._shaped(key[0], path)
+                if hit is None:
+                    hit = self._match(scope)
+                    if hit is not None:
+                        self._learn(key[0], path, hit)
+                    if len(self._cache) >= _ROUTE_CACHE_SIZE:
+                        self._cache.clear()
+                    self._cache[key] = hit
             if hit is not None:
                 op, params = hit
                 await handle(self.st, op, dict(params), scope, receive, send)

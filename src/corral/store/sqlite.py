@@ -106,6 +106,16 @@ TASK_COLUMNS = (*ROW_TASK_COLUMNS, "claimed_role")
 _task = task_from_tuple
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file, if missing, readable by its owner only: SQLite gives
+    the WAL and shared-memory files the database's mode. An existing file keeps its
+    mode; an unreadable one is left for SQLite to report."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        pass
+
+
 def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
     return StoreUnavailableError(f"SQLite store unavailable: {exc}; retry the call")
 
@@ -488,6 +498,7 @@ class SQLiteStore(SQLStore):
         memory = str(path) == ":memory:"
         if not memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
         self._lock = threading.RLock()
         self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
         self._group: tuple[int, _Tx] | None = None  # (thread, transaction) of a group()
