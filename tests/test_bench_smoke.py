@@ -173,3 +173,20 @@ def test_http_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     ):
         assert ratios[key] > 0
     assert len(data["rounds"]) == data["repeat"]
+
+
+def test_http_pace_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """http_pace.py --quick times each operation embedded and over HTTP after each
+    pause, and the floor request, and writes the HTTP / embedded ratios per pause."""
+    data = run_quick("http_pace.py", tmp_path / "pace.json")
+    assert data["bench"] == "http_pace"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    assert set(data["median"]) == {"0", "1"}
+    for pause in data["median"].values():
+        for side in ("embedded", "http"):
+            for op in ("heartbeat", "claim", "complete", "complete_and_claim"):
+                d = pause[f"{side}/{op}"]
+                assert 0 < d["p50"] <= d["p99"]
+        assert pause["floor/request"]["p50"] > 0
+        assert all(v > 0 for v in pause["ratios"].values())
+    assert len(data["rounds"]) == data["repeat"] == 1
