@@ -37,8 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corral
 from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
-from http_bench import TOKEN, Server, seed
 from corral.remote import HttpClient
+from http_bench import TOKEN, Server, seed
 
 PAUSES_MS = (0.0, 1.0, 10.0, 100.0)
 # Samples per (side, operation) at each pause: about 25 s of pauses at 100 ms.
@@ -191,7 +191,9 @@ def main() -> None:
                 f"step {v['ratios']['complete_and_claim_p50']:.1f}x"
                 for k, v in rounds[-1].items()
             )
-            print(f"round {r + 1}/{args.repeat} ({time.monotonic() - t0:.0f} s): {line}", flush=True)
+            print(
+                f"round {r + 1}/{args.repeat} ({time.monotonic() - t0:.0f} s): {line}", flush=True
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -110,10 +110,8 @@ def _create_private(path: Path) -> None:
     """Create the database file, if missing, readable by its owner only: SQLite gives
     the WAL and shared-memory files the database's mode. An existing file keeps its
     mode; an unreadable one is left for SQLite to report."""
-    try:
+    with contextlib.suppress(OSError):
         os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-    except OSError:
-        pass
 
 
 def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
