@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -116,3 +117,39 @@ def test_node_token_prints_a_token_the_server_accepts_for_that_node_only(
     assert err == ["error: node_id: node_id is longer than 64 characters"]
     assert run(["node", "token", "Node-A1"]) == 1
     assert "no operator token" in capsys.readouterr().err
+
+
+def test_serve_fails_at_once_on_a_taken_port_or_an_address_it_cannot_have(
+    tmp_path: Path,
+) -> None:
+    """A port another process listens on: exit 3 and one line naming the address,
+    before anything starts (no token file, no database, no monitor). A port out of
+    range, or an address this machine does not have: exit 2 naming the option."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
+
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "corral", "serve", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = serve("--port", str(port))
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use "
+        "(is another corral serve running?)"
+    ]
+    assert not (tmp_path / ".corral").exists()
+
+    r = serve("--port", "70000")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--port" in r.stderr
+    r = serve("--host", "192.0.2.1")  # TEST-NET-1: never this machine's
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [
+        "error: Invalid value for --host: 192.0.2.1 is not an address of this machine"
+    ]
+    assert not (tmp_path / ".corral").exists()

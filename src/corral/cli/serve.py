@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import socket
 from pathlib import Path
 
 import click
@@ -14,7 +16,13 @@ __all__ = ["register"]
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=7070, show_default=True, type=int, help="Port to bind.")
+@click.option(
+    "--port",
+    default=7070,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to bind (0: any free port, printed at start).",
+)
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -51,6 +59,7 @@ def serve(
         ) from None
     if token_file is not None and not token_file.is_file():
         raise click.BadParameter(f"{token_file} does not exist", param_hint="--token-file")
+    sock = _listen(host, port)  # first: a taken port changes nothing, not even files
     try:
         token = load_token(token_file)
     except (OSError, ValueError) as exc:
@@ -62,15 +71,44 @@ def serve(
     app = create_app(
         cluster, token=token, metrics_auth=metrics_auth, monitor=not no_monitor, host=host
     )
-    click.echo(f"corral serving {cluster.url} on http://{host}:{port}", err=True)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        timeout_graceful_shutdown=3,
-    )
+    bound = sock.getsockname()[1]
+    where = f"[{host}]" if ":" in host else host
+    click.echo(f"corral serving {cluster.url} on http://{where}:{bound}", err=True)
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    if not server.started:
+        raise click.ClickException("the server did not start; see the log above")
+
+
+class _Unavailable(click.ClickException):
+    exit_code = 3
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts: a taken port or an address
+    this machine does not have fails at once with one line, the monitor never run."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise click.BadParameter(
+            f"cannot resolve {host!r}: {exc.strerror}", param_hint="--host"
+        ) from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise click.BadParameter(
+                f"{host} is not an address of this machine", param_hint="--host"
+            ) from None
+        hint = " (is another corral serve running?)" if exc.errno == errno.EADDRINUSE else ""
+        raise _Unavailable(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from None
+    return sock
 
 
 def register(cli: click.Group) -> None:
