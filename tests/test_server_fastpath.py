@@ -516,3 +516,21 @@ def test_paths_that_differ_in_a_task_id_route_by_their_shape(tmp_path: Path) -> 
     finally:
         stop_uvicorn(server, thread)
         embedded.close()
+
+
+def test_a_shape_is_learnt_only_when_each_digit_segment_is_one_whole_param(
+    local: Any,
+) -> None:
+    """A param that spans a digit segment (a ``path`` param such as ``q/17``) or two
+    params equal to one value leave no shape; one whole param per digit segment does,
+    and other params are kept as they were matched."""
+    app = create_app(local, token=TOKEN, monitor=False, mcp=False)
+    op = object()
+    app._learn("POST", "/v1/q/17/x/18", (op, {"a": "q/17", "b": "18"}))
+    app._learn("POST", "/v1/17/y/17", (op, {"a": "17", "b": "17"}))
+    app._learn("POST", "/v1/٣/z", (op, {"a": "٣"}))  # not ASCII digits: no shape
+    assert app._shapes == {}
+    app._learn("POST", "/v1/k/17/w/18", (op, {"a": "k", "b": "17", "c": "18"}))
+    assert app._shaped("POST", "/v1/k/3/w/4") == (op, {"a": "k", "b": "3", "c": "4"})
+    assert app._shaped("GET", "/v1/k/3/w/4") is None
+    assert app._shaped("POST", "/v1/m/3/w/4") is None

@@ -271,6 +271,15 @@ class OpEndpoint:
         await handle(self.st, self.op, scope.get("path_params", {}), scope, receive, send)
 
 
+def _digits(segment: str) -> bool:
+    """An all-ASCII-digit path segment (a task id), the part a route shape blanks."""
+    return segment.isascii() and segment.isdigit()
+
+
+def _shape(segments: list[str]) -> tuple[str, ...]:
+    return tuple("" if _digits(seg) else seg for seg in segments)
+
+
 class ApiRouter:
     """Cached ``(method, path) -> op`` in front of the Starlette app ``fallback``,
     whose routes (in order) decide every match the cache does not hold yet.
@@ -293,7 +302,7 @@ class ApiRouter:
         # (method, shape) -> (op, {param: segment index}, params of no digit segment)
         self._shapes: dict[tuple[str, tuple[str, ...]], tuple[Op, dict[str, int], dict]] = {}
         for route in routes:  # a literal all-digit segment would make shapes ambiguous
-            if any(seg.isdigit() for seg in getattr(route, "path", "").split("/")):
+            if any(_digits(seg) for seg in getattr(route, "path", "").split("/")):
                 raise ValueError(f"route {route.path} has an all-digit segment")
 
     def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
@@ -311,8 +320,7 @@ class ApiRouter:
     def _shaped(self, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
         """The op and params for ``path`` from a shape learnt earlier, or ``None``."""
         segs = path.split("/")
-        shape = tuple("" if seg.isdigit() else seg for seg in segs)
-        known = self._shapes.get((method, shape))
+        known = self._shapes.get((method, _shape(segs)))
         if known is None:
             return None
         op, where, fixed = known
@@ -322,7 +330,7 @@ class ApiRouter:
         """Remember ``hit``'s shape when every all-digit segment of ``path`` is the
         whole value of one of its params, so another id routes the same way."""
         segs = path.split("/")
-        digits = {i: seg for i, seg in enumerate(segs) if seg.isdigit()}
+        digits = {i: seg for i, seg in enumerate(segs) if _digits(seg)}
         if not digits:
             return
         op, params = hit
@@ -332,16 +340,15 @@ class ApiRouter:
             spots = [i for i, seg in digits.items() if seg == value]
             if len(spots) == 1 and isinstance(value, str):
                 where[name] = spots[0]
-            elif not any(str(value) in seg for seg in digits.values()):
-                fixed[name] = value
             else:
-                return  # a digit segment inside a longer value: no shape
+                fixed[name] = value
+        # Params are disjoint parts of the path: when each digit segment is one whole
+        # param, no other param holds any of it, and the others stay as they are.
         if sorted(where.values()) != sorted(digits):
             return
         if len(self._shapes) >= _ROUTE_CACHE_SIZE:
             self._shapes.clear()
-        shape = tuple("" if seg.isdigit() else seg for seg in segs)
-        self._shapes[(method, shape)] = (op, where, fixed)
+        self._shapes[(method, _shape(segs))] = (op, where, fixed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
