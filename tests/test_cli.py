@@ -142,3 +142,31 @@ def test_console_script_runs(tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and bad.stderr.startswith("error: priority:")
+
+
+def test_commands_that_do_not_add_refuse_a_database_that_is_not_there(tmp_path, capsys):
+    """A mistyped path is an error, not an empty new cluster: reading or acting on a
+    cluster where no SQLite file is exits 2 with one line naming the url and the path,
+    and creates nothing; commands that add (init, node register, task add, config set)
+    create the database as before."""
+    missing = tmp_path / "typo" / "corral.db"
+    url = f"sqlite:///{missing}"
+    for args in (
+        ["status"],
+        ["node", "list"],
+        ["task", "show", "1"],
+        ["task", "claim", "W1"],
+        ["config", "show"],
+        ["assess"],
+    ):
+        code = run_main(cli, ["--url", url, *args])
+        err = capsys.readouterr().err
+        assert code == 2, (args, err)
+        assert err.splitlines() == [
+            f"error: url: no corral database at {missing} (corral init creates one)"
+        ]
+    assert not (tmp_path / "typo").exists()
+    assert run_main(cli, ["--url", url, "task", "add", "Implement it"]) == 0
+    assert missing.exists()
+    assert run_main(cli, ["--url", url, "task", "show", "1"]) == 0
+    assert "Implement it" in capsys.readouterr().out

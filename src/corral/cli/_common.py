@@ -7,6 +7,7 @@ bad argument); 3 the store is unavailable (retry).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -29,14 +30,24 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-def client(ctx: click.Context) -> Any:
-    """The client for ``--url`` (opened once per command)."""
+def client(ctx: click.Context, *, create: bool = False) -> Any:
+    """The client for ``--url`` (opened once per command). An SQLite file that does
+    not exist is created only by commands that add to the cluster (``create``); the
+    others refuse it, so a mistyped path is an error, not an empty new cluster."""
     from corral.client import connect
+    from corral.store import default_url, sqlite_path
 
     root = ctx.find_root()
     obj = root.obj if isinstance(root.obj, dict) else {}
     if "client" not in obj:
-        obj["client"] = connect(obj.get("url"))
+        url = obj.get("url") or default_url()
+        if not create and url.startswith("sqlite:"):
+            path = sqlite_path(url)
+            if path != ":memory:" and not os.path.exists(path):
+                raise InvalidInputError(
+                    f"no corral database at {path} (corral init creates one)", field="url"
+                )
+        obj["client"] = connect(url)
         root.obj = obj
         ctx.call_on_close(obj["client"].close)
     return obj["client"]

@@ -64,7 +64,7 @@ def _node_detail(n: Node) -> str:
 def init(ctx: click.Context) -> None:
     """Create the cluster's store (and .corral/) if it does not exist, and the
     server's bearer token (.corral/token, mode 0600) unless $CORRAL_TOKEN is set."""
-    c = client(ctx)
+    c = client(ctx, create=True)
     click.echo(f"cluster ready at {c.url}")
     if not os.environ.get("CORRAL_TOKEN"):
         from corral.server.auth import ensure_token_file
@@ -113,7 +113,10 @@ def node_register(
     as_json: bool,
 ) -> None:
     """Register NODE_ID as ROLE (refused at capacity)."""
-    emit(client(ctx).register_node(node_id, role, model, strength, heartbeat_interval), as_json)
+    emit(
+        client(ctx, create=True).register_node(node_id, role, model, strength, heartbeat_interval),
+        as_json,
+    )
 
 
 @node.command("token")
@@ -212,7 +215,9 @@ def task_add(
     as_json: bool,
 ) -> None:
     """Add a task titled TITLE."""
-    t = client(ctx).add_task(title, description, priority, role, max_attempts=max_attempts)
+    t = client(ctx, create=True).add_task(
+        title, description, priority, role, max_attempts=max_attempts
+    )
     emit(t, as_json, lambda t: f"Added task {t.id}: {t.title}")
 
 
@@ -330,7 +335,7 @@ def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
     if len(pairs) % 2:
         raise click.UsageError(f"setting {pairs[-1]!r} has no value")
     changes = {k: _parse_value(v) for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
-    client(ctx).configure(**changes)
+    client(ctx, create=True).configure(**changes)
     for key, value in changes.items():
         click.echo(f"{key} = {json.dumps(value)}")
 
@@ -348,7 +353,7 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
     )
     kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
-    m = Monitor(client(ctx), **kwargs)
+    m = Monitor(client(ctx, create=True), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())
     try:
         m.run()

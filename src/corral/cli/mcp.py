@@ -30,7 +30,7 @@ def mcp_command(ctx: click.Context, monitor: bool | None) -> None:
     # stdout carries the protocol: everything else goes to stderr.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")  # fmt: skip
-    c = client(ctx)
+    c = client(ctx, create=True)
     url = getattr(c, "url", None) or ""
     if monitor is None:
         monitor = not url.startswith(("http://", "https://"))

@@ -64,7 +64,7 @@ def serve(
         token = load_token(token_file)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot read the token: {exc}") from None
-    cluster = client(ctx)
+    cluster = client(ctx, create=True)
     if not hasattr(cluster, "store"):
         raise click.UsageError("corral serve needs a sqlite:// or postgresql:// --url")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
