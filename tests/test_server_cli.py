@@ -153,3 +153,8 @@ def test_serve_fails_at_once_on_a_taken_port_or_an_address_it_cannot_have(
         "error: Invalid value for --host: 192.0.2.1 is not an address of this machine"
     ]
     assert not (tmp_path / ".corral").exists()
+    r = serve("--host", "")  # not "every interface" by accident
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "error: Invalid value for --host: must name an address (0.0.0.0 to listen on every "
+        "interface)"
+    ]

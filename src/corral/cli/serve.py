@@ -88,6 +88,10 @@ class _Unavailable(click.ClickException):
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything starts: a taken port or an address
     this machine does not have fails at once with one line, the monitor never run."""
+    if not host.strip():
+        raise click.BadParameter(
+            "must name an address (0.0.0.0 to listen on every interface)", param_hint="--host"
+        )
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
