@@ -580,6 +580,12 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> dict[str, Any]:
             for q in ("p50", "p99", "mean"):
                 out["ratios"][f"{op}_http_vs_{key}_{q}"] = c[op][f"{q}_ms"] / e32[op][f"{q}_ms"]
             out["ratios"][f"{op}_http_vs_{key}_rate"] = c[op]["ops_per_s"] / e32[op]["ops_per_s"]
+        # The floor app under the same load, over the embedded heartbeat: how far the
+        # do-nothing HTTP route alone is from the embedded client, percentile by percentile.
+        for q in ("p50", "p99", "mean"):
+            out["ratios"][f"floor_vs_{key}_heartbeat_{q}"] = (
+                f[f"{q}_ms"] / e32["heartbeat"][f"{q}_ms"]
+            )
     if {"process", "thread"} <= set(args.embedded32):
         t, pr = out[EMBEDDED32["thread"]], out[EMBEDDED32["process"]]
         for op in ("heartbeat", "claim_complete"):
@@ -805,7 +811,13 @@ def print_embedded32(args: argparse.Namespace, summary: dict[str, Any], rounds: 
                  "C+C rate"]  # fmt: skip
         print(f"HTTP / {key}, per round (target: latency <= 3x)\n")
         print(table(["", *heads], rows))
-        print()
+        r = summary["ratios"]
+        print(
+            f"\nthe floor app / {key} heartbeat, same load: p50 "
+            f"{r[f'floor_vs_{key}_heartbeat_p50']:.1f}x, p99 "
+            f"{r[f'floor_vs_{key}_heartbeat_p99']:.2f}x, mean "
+            f"{r[f'floor_vs_{key}_heartbeat_mean']:.2f}x\n"
+        )
     if {"process", "thread"} <= set(args.embedded32):
         r = summary["ratios"]
         print(

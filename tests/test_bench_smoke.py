@@ -170,6 +170,7 @@ def test_http_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         "heartbeat_http_vs_embedded_p50",
         "heartbeat_http_vs_embedded32_mean",
         "claim_complete_http_vs_embedded32_p99",
+        "floor_vs_embedded32_heartbeat_p50",
     ):
         assert ratios[key] > 0
     assert len(data["rounds"]) == data["repeat"]
