@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corral
 from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
 from corral.remote import HttpClient
-from http_bench import TOKEN, Server, seed
+from http_bench import TOKEN, Server, _median, seed
 
 PAUSES_MS = (0.0, 1.0, 10.0, 100.0)
 # Samples per (side, operation) at each pause: about 25 s of pauses at 100 ms.
@@ -198,13 +197,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def med(*path: str) -> float:
-        values = []
-        for rd in rounds:
-            v: Any = rd
-            for key in path:
-                v = v[key]
-            values.append(v)
-        return float(statistics.median(values))
+        return _median(rounds, *path)
 
     summary: dict[str, Any] = {}
     for pause in rounds[0]:
