@@ -287,6 +287,37 @@ def test_a_turn_in_a_group_answers_after_its_commit_and_all_fail_with_it(
     c.close()
 
 
+def test_a_lone_call_commits_by_itself_and_two_share_a_group(tmp_path: Path) -> None:
+    """A turn with one call runs it as its own transaction (no group: nothing to
+    share, and a savepoint less); a turn with two opens the group once. Either way
+    the answer comes after the write is committed."""
+    c = corral.connect(f"sqlite:///{tmp_path / 'lone.db'}")
+    store = c.store
+    groups: list[int] = []
+
+    @contextlib.contextmanager
+    def counted_group() -> Iterator[None]:
+        groups.append(1)
+        with store.group():
+            yield
+
+    def add(title: Any) -> Any:
+        return c.add_task(title).title
+
+    async def turn(*titles: str) -> list[Any]:
+        calls = ShortCalls(store.nowait, WouldBlock, counted_group)
+        return await asyncio.gather(*(calls.submit(add, t) for t in titles))  # type: ignore[arg-type]
+
+    assert asyncio.run(turn("Implement alone")) == ["Implement alone"]
+    assert groups == []
+    assert asyncio.run(turn("Implement a", "Implement b")) == ["Implement a", "Implement b"]
+    assert groups == [1]
+    other = sqlite3.connect(tmp_path / "lone.db")
+    assert other.execute("SELECT count(*) FROM tasks").fetchone()[0] == 3
+    other.close()
+    c.close()
+
+
 def test_complete_and_claim_on_every_backend(cluster: Any) -> None:
     """complete_and_claim (one request over HTTP) finishes the held task and claims
     the next; a stale epoch or an unknown role refuses and changes nothing."""

@@ -108,7 +108,7 @@ class ShortCalls:
         if loop is not self._loop:
             return  # scheduled by a loop that has since been replaced
         queue, self._queue = self._queue, []
-        if self._group is None:
+        if self._group is None or len(queue) == 1:  # a lone call commits by itself
             with self._nowait():
                 for future, ok, value in self._calls(queue):
                     _settle(future, ok, value)
