@@ -8,7 +8,9 @@ the call returned). A power loss at any moment leaves each file as its last fini
 flush left it (the worst case: nothing written since reached the disk). The test
 rebuilds the files as they would be at each acknowledgement, opens them with SQLite
 and checks that every completion acknowledged so far is there (also with a random run
-of the later writes on the disk, as a disk that wrote some back). The same run at
+of the later writes on the disk, as a disk that wrote some back). The WAL, created
+during the run, is on that disk only once a flush of its directory has followed its
+creation: a file's own flush does not promise its directory entry. The same run at
 ``NORMAL``, which does not flush commits, must fail the check: the harness can see a
 loss."""
 
@@ -42,6 +44,7 @@ _CALL = re.compile(r"^(\w+)\((.*?)(?:\) += (-?\d+).*| <unfinished \.\.\.>)$")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>.*\) += (-?\d+)")
 _FD_PATH = re.compile(r"^\d+<((?:\\x[0-9a-f]{2})*)>")
 _HEX = re.compile(r'"((?:\\x[0-9a-f]{2})*)"')
+_TRACED = ("pwrite64", "write", "fsync", "fdatasync", "ftruncate", "openat")
 
 
 def _unhex(text: str) -> bytes:
@@ -74,17 +77,37 @@ class _File:
         return bytes(disk.disk)
 
 
+@dataclass
+class _Entry:
+    """A file created during the run: on the disk only once a flush of its directory
+    that began after the creation has returned (POSIX does not promise the directory
+    entry with the file's own flush)."""
+
+    path: str
+    state: str = "absent"  # absent -> created -> durable
+
+    def on_disk(self) -> bool:
+        return self.state == "durable"
+
+
 def _replay(
-    trace: Path, files: dict[str, _File], acks_path: str, check: Callable[[list[Ack]], None]
+    trace: Path,
+    files: dict[str, _File],
+    acks_path: str,
+    check: Callable[[list[Ack]], None],
+    created: _Entry,
 ) -> int:
     """Walk the trace in order; call ``check(acks)`` with the acknowledgements so far
-    at every CHECK_EVERY-th one and at the end, ``files`` then holding what a power
-    loss at that moment would leave. A write counts once it has returned; a flush
-    covers the writes to its file that returned before it began, from the moment it
-    returns (a write that overlaps a flush is not covered by it); an acknowledgement
-    counts from the moment its write begins. Returns how many there were."""
+    at every CHECK_EVERY-th one and at the end, ``files`` (and ``created``) then
+    holding what a power loss at that moment would leave. A write counts once it has
+    returned; a flush covers the writes to its file that returned before it began,
+    from the moment it returns (a write that overlaps a flush is not covered by it);
+    the same for the directory entry of ``created`` and a flush of its directory; an
+    acknowledgement counts from the moment its write begins. Returns how many there
+    were."""
     pending: dict[int, tuple[str, str, tuple[Any, ...]]] = {}  # pid -> call in flight
     acks: list[Ack] = []
+    directory = os.path.dirname(created.path)
 
     def acknowledge(data: bytes) -> None:
         for line in data.decode().splitlines():
@@ -104,6 +127,10 @@ def _replay(
             f.done.append((args[0], None))
         elif call in ("fsync", "fdatasync") and f is not None:
             f.flush(args[0])  # what was written before the flush began
+        elif call == "openat" and args[0] and created.state == "absent":
+            created.state = "created"
+        elif path == directory and args[0]:  # fsync or fdatasync of the directory
+            created.state = "durable"
 
     for raw in trace.read_text().splitlines():
         m = _LINE.match(raw)
@@ -115,15 +142,26 @@ def _replay(
             finish(call, path, args, int(r[2]))
             continue
         c = _CALL.match(rest)
-        if not c or c[1] not in ("pwrite64", "write", "fsync", "fdatasync", "ftruncate"):
+        if not c or c[1] not in _TRACED:
             continue
         call, argtext = c[1], c[2]
+        if call == "openat":  # the creation of ``created`` (its first O_CREAT open)
+            name = _HEX.search(argtext)
+            path = _unhex(name[1]).decode() if name else ""
+            args = (path == created.path and "O_CREAT" in argtext,)
+            if c[3] is None:
+                pending[pid] = (call, path, args)
+            else:
+                finish(call, path, args, int(c[3]))
+            continue
         fd = _FD_PATH.match(argtext)
         if not fd:
             continue
         path = _unhex(fd[1]).decode()
         f = files.get(path)
-        if call == "pwrite64":
+        if path == directory:  # a flush of the directory covers a creation done before
+            args = (created.state == "created",)
+        elif call == "pwrite64":
             data = _unhex(_HEX.search(argtext)[1])  # type: ignore[index]
             args: tuple[Any, ...] = (data, int(argtext.rsplit(",", 1)[1]))
         elif call == "write":
@@ -142,8 +180,9 @@ def _replay(
     return len(acks)
 
 
-def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str]]:
-    """The traced run and its replay: (acknowledgements, problems found)."""
+def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str], _Entry]:
+    """The traced run and its replay: (acknowledgements, problems found, the WAL's
+    directory entry as the run left it)."""
     strace = shutil.which("strace")
     if strace is None:
         pytest.fail("strace is not installed (apt-get install strace; .ci/run does)")
@@ -168,13 +207,14 @@ def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str]]:
     subprocess.run(
         [
             strace, "-f", "-qq", "-y", "-xx", "-s", "1000000", "-o", str(trace),
-            "-e", "trace=pwrite64,write,fsync,fdatasync,ftruncate",
-            "-P", str(db), "-P", f"{db}-wal", "-P", str(acks),
+            "-e", f"trace={','.join(_TRACED)}",
+            "-P", str(db), "-P", f"{db}-wal", "-P", str(acks), "-P", str(tmp_path),
             "sh", "-c", f"{writers} & wait",
         ],
         check=True, cwd=Path(__file__).parent.parent, timeout=300,
     )  # fmt: skip
     problems: list[str] = []
+    wal = _Entry(f"{db}-wal")  # created by the first writer to open the database
 
     rng = random.Random(20261123)
 
@@ -186,6 +226,8 @@ def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str]]:
             shutil.rmtree(crash, ignore_errors=True)
             crash.mkdir()
             for name, f in (("power.db", files[str(db)]), ("power.db-wal", files[f"{db}-wal"])):
+                if name == "power.db-wal" and not wal.on_disk():
+                    continue  # its directory entry was never flushed: no WAL after the loss
                 (crash / name).write_bytes(
                     f.with_unflushed(rng.randint(0, len(f.done) - f.flushed)) if partial else f.disk
                 )
@@ -200,14 +242,17 @@ def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str]]:
                         problems.append(f"after {len(acked)} acks ({kind}): {task_id} is {row}")
                         return
 
-    return _replay(trace, files, str(acks), check), problems
+    return _replay(trace, files, str(acks), check, wal), problems, wal
 
 
 @pytest.mark.slow
 def test_at_full_an_answered_completion_survives_a_power_loss(tmp_path):
-    count, problems = _run(tmp_path, "FULL")
+    count, problems, wal = _run(tmp_path, "FULL")
     assert count == WRITERS * STEPS
     assert problems == []
+    # The WAL was created in the run and its directory flushed (SQLite syncs the
+    # directory with a new WAL's header), so the checks above had it on the disk.
+    assert wal.on_disk()
     # The run copied its WAL back and started it over (a new header at offset 0).
     restarts = (tmp_path / "trace.txt").read_text().count(", 32, 0) = 32")
     assert restarts >= 3
@@ -216,6 +261,6 @@ def test_at_full_an_answered_completion_survives_a_power_loss(tmp_path):
 @pytest.mark.slow
 def test_at_normal_the_same_check_finds_a_loss(tmp_path):
     """The harness's control: NORMAL acknowledges commits it has not flushed."""
-    count, problems = _run(tmp_path, "NORMAL")
+    count, problems, _ = _run(tmp_path, "NORMAL")
     assert count == WRITERS * STEPS
     assert problems, "the replay found no unflushed acknowledged commit at NORMAL"
