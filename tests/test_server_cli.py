@@ -158,3 +158,26 @@ def test_serve_fails_at_once_on_a_taken_port_or_an_address_it_cannot_have(
         "error: Invalid value for --host: must name an address (0.0.0.0 to listen on every "
         "interface)"
     ]
+    r = serve("--log-level", "loud")
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--log-level" in r.stderr
+
+
+def test_serve_logs_each_request_only_when_asked(tmp_path: Path) -> None:
+    """--access-log writes uvicorn's line per request; without it, none."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
+    for flag, logged in (("--access-log", True), ("--no-access-log", False)):
+        port = free_port()
+        log_path = tmp_path / f"serve{flag}.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "corral", "serve", "--port", str(port), flag],
+                cwd=tmp_path, env=env, stderr=log, stdout=log,
+            )  # fmt: skip
+            try:
+                _wait_healthy(f"http://127.0.0.1:{port}", proc)
+                assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=15)
+        text = log_path.read_text()
+        assert ('"GET /healthz HTTP/1.1" 200' in text) is logged, text

@@ -37,7 +37,19 @@ __all__ = ["register"]
     help="Require the bearer token on /metrics.",
 )
 @click.option("--no-monitor", is_flag=True, help="Do not run the monitor in this process.")
-@click.option("--log-level", default="info", show_default=True, help="uvicorn log level.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug", "trace"], False),
+    default="info",
+    show_default=True,
+    help="uvicorn's log level.",
+)
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    show_default=True,
+    help="Log each request (uvicorn's access log; off by default, for speed).",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -47,6 +59,7 @@ def serve(
     metrics_auth: bool,
     no_monitor: bool,
     log_level: str,
+    access_log: bool,
 ) -> None:
     """Serve the cluster over HTTP: /v1 JSON API, /v1/events (SSE), /metrics, /mcp."""
     try:
@@ -74,7 +87,9 @@ def serve(
     bound = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
     click.echo(f"corral serving {cluster.url} on http://{where}:{bound}", err=True)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=3)
+    config = uvicorn.Config(
+        app, log_level=log_level.lower(), access_log=access_log, timeout_graceful_shutdown=3
+    )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     if not server.started:
