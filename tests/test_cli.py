@@ -170,3 +170,15 @@ def test_commands_that_do_not_add_refuse_a_database_that_is_not_there(tmp_path, 
     assert missing.exists()
     assert run_main(cli, ["--url", url, "task", "show", "1"]) == 0
     assert "Implement it" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value):
+    """``corral monitor --max-sleep`` below zero, zero, NaN or infinite: exit 2 with
+    one line naming the field (it used to start a monitor that spun or never woke)."""
+    assert corral_cli("init")[0] == 0
+    code, out, err = corral_cli("monitor", "--max-sleep", value)
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: max_sleep: max_sleep must be a positive number; got {float(value)!r}"
+    ]

@@ -18,6 +18,7 @@ from corral.cluster import Cluster
 from corral.defaults import MONITOR_MAX_SLEEP
 from corral.errors import StoreUnavailableError
 from corral.model import Assessment, Event
+from corral.validation import check_positive
 
 __all__ = ["Monitor", "TickResult"]
 
@@ -57,7 +58,7 @@ class Monitor:
     def __init__(self, cluster: Cluster, *, max_sleep: float = MONITOR_MAX_SLEEP,
                  name: str | None = None) -> None:  # fmt: skip
         self.cluster = cluster
-        self.max_sleep = max_sleep
+        self.max_sleep = check_positive(max_sleep, "max_sleep")
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._wake = threading.Event()
         self._stop = threading.Event()
