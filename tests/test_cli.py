@@ -177,7 +177,7 @@ def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value
     """``corral monitor --max-sleep`` below zero, zero, NaN or infinite: exit 2 with
     one line naming the field (it used to start a monitor that spun or never woke)."""
     assert corral_cli("init")[0] == 0
-    code, out, err = corral_cli("monitor", "--max-sleep", value)
+    code, _, err = corral_cli("monitor", "--max-sleep", value)
     assert code == 2
     assert err.splitlines() == [
         f"error: max_sleep: max_sleep must be a positive number; got {float(value)!r}"
