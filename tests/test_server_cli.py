@@ -66,7 +66,7 @@ def test_serve_process_creates_token_serves_and_stops_on_sigterm(tmp_path: Path)
     assert "monitor stopped" in text
 
 
-def test_serve_refuses_a_missing_token_file(tmp_path: Path) -> None:
+def test_serve_refuses_a_missing_or_empty_token_file(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     r = subprocess.run(
         [sys.executable, "-m", "corral", "serve", "--token-file", str(tmp_path / "nope")],
@@ -74,6 +74,15 @@ def test_serve_refuses_a_missing_token_file(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 2
     assert "does not exist" in r.stderr
+    (tmp_path / "empty").write_text("\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "corral", "serve", "--token-file", str(tmp_path / "empty")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"error: Invalid value for --token-file: token file {tmp_path / 'empty'} is empty"
+    ]
 
 
 def test_init_creates_the_token(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

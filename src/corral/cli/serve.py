@@ -76,6 +76,8 @@ def serve(
     try:
         token = load_token(token_file)
     except (OSError, ValueError) as exc:
+        if token_file is not None:
+            raise click.BadParameter(str(exc), param_hint="--token-file") from None
         raise click.ClickException(f"cannot read the token: {exc}") from None
     cluster = client(ctx, create=True)
     if not hasattr(cluster, "store"):
