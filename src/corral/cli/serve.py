@@ -95,7 +95,7 @@ def serve(
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     if not server.started:
-        raise click.ClickException("the server did not start; see the log above")
+        raise _Unavailable("the server did not start; see the log above")
 
 
 class _Unavailable(click.ClickException):
