@@ -15,6 +15,7 @@ from corral.cli._common import run_main
 @pytest.fixture
 def corral_cli(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CORRAL_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    monkeypatch.chdir(tmp_path)  # `corral init` writes .corral/token here, not in the checkout
 
     def run(*args: str) -> tuple[int, str, str]:
         code = run_main(cli, list(args))
