@@ -98,15 +98,15 @@ def test_an_unreachable_store_exits_3_with_one_line(tmp_path):
     assert done.stderr.startswith("error: cannot reach PostgreSQL at "), done.stderr
 
 
-def test_refusals_exit_1_with_the_documents_text(corral_cli):
+def test_refusals_exit_1_with_the_error_prefix_and_the_documents_text(corral_cli):
     corral_cli("config", "set", "max_agents", "1")
     corral_cli("node", "register", "A", "developer")
     code, _, err = corral_cli("node", "register", "B", "developer")
-    assert (code, err) == (1, "ERROR: Cluster at capacity (1 nodes). Registration rejected.\n")
+    assert (code, err) == (1, "error: Cluster at capacity (1 nodes). Registration rejected.\n")
     corral_cli("task", "add", "Implement x")
     corral_cli("task", "claim", "A")
     code, _, err = corral_cli("task", "complete", "1", "A", "--epoch", "2")
-    assert (code, err) == (1, "task 1 has no epoch 2: its lease is at epoch 1\n")
+    assert (code, err) == (1, "error: task 1 has no epoch 2: its lease is at epoch 1\n")
 
 
 def test_config_show_and_set(corral_cli):

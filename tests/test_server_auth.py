@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 import corral
-from corral.remote import AuthError
+from corral import AuthError
 from corral.server.auth import Tokens, load_token
 from tests.backends.http import TOKEN, serving
 

@@ -6,6 +6,7 @@ from corral.client import connect
 from corral.clock import FakeClock, SystemClock
 from corral.cluster import Cluster
 from corral.errors import (
+    AuthError,
     CapacityError,
     CorralError,
     InvalidInputError,
@@ -18,6 +19,7 @@ from corral.monitor import Monitor
 
 __all__ = [
     "Assessment",
+    "AuthError",
     "CapacityError",
     "CatchUp",
     "Cluster",

@@ -1,14 +1,23 @@
-"""One exception root for everything corral raises on purpose."""
+"""One exception root for everything corral raises on purpose.
+
+Each class states what it means on every surface: ``code`` (the stable name in the
+HTTP error envelope and in logs), ``status`` (the HTTP status), ``exit_code`` (the
+CLI's: 1 refused, 2 bad input, 3 unavailable); ``hint`` (what to do next, which the
+MCP tools' ``ERROR:`` answers end with). The server, the remote client, the
+MCP tools and the CLI look these up instead of keeping tables of their own.
+"""
 
 from __future__ import annotations
 
 __all__ = [
+    "AuthError",
     "CapacityError",
     "CorralError",
     "InvalidInputError",
     "LeaseError",
     "NotFoundError",
     "StoreUnavailableError",
+    "error_class",
 ]
 
 
@@ -16,6 +25,9 @@ class CorralError(Exception):
     """Root of corral's errors. ``code`` is a stable machine-readable name."""
 
     code = "corral_error"
+    status = 400
+    exit_code = 1
+    hint = "Nothing was changed."
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
@@ -27,27 +39,79 @@ class InvalidInputError(CorralError, ValueError):
     """An argument was malformed or out of range; nothing was written."""
 
     code = "invalid_input"
+    status = 422
+    exit_code = 2
+    hint = "Fix that argument and call again."
 
 
 class NotFoundError(CorralError):
     """The named node or task does not exist (or is terminated)."""
 
     code = "not_found"
+    status = 404
+    exit_code = 2
+    hint = "Call read_state to see the nodes and tasks that exist."
 
 
 class CapacityError(CorralError):
     """The cluster is at ``max_agents``; the registration was rejected."""
 
     code = "capacity"
+    status = 409
+    exit_code = 1
+    hint = "Wait for a node to retire, or raise max_agents."
 
 
 class LeaseError(CorralError):
     """The caller does not hold the task's lease (or names an older epoch)."""
 
     code = "lease"
+    status = 409
+    exit_code = 1
+    hint = "You no longer hold that task: call claim_best_task for new work."
+
+
+class AuthError(CorralError):
+    """The server refused the token (401) or what it may do (403)."""
+
+    code = "unauthorized"
+    status = 401
+    exit_code = 1
+    hint = "Use a token that may make this call."
 
 
 class StoreUnavailableError(CorralError):
     """The store could not be reached or stayed locked; the call may be retried."""
 
     code = "unavailable"
+    status = 503
+    exit_code = 3
+    hint = "Nothing was changed; retry in a few seconds."
+
+
+# Envelope codes the server sends that are not a class's own ``code``.
+_ALIASES: dict[str, type[CorralError]] = {
+    "bad_request": InvalidInputError,
+    "too_large": InvalidInputError,
+    "forbidden": AuthError,
+}
+
+
+def error_class(code: str, status: int = 400) -> type[CorralError]:
+    """The exception class for an error envelope's ``code`` (the remote client's
+    mapping back); unknown codes are ``StoreUnavailableError`` for a 5xx, else
+    ``CorralError``."""
+    for cls in (
+        InvalidInputError,
+        NotFoundError,
+        CapacityError,
+        LeaseError,
+        AuthError,
+        StoreUnavailableError,
+    ):
+        if cls.code == code:
+            return cls
+    cls = _ALIASES.get(code)
+    if cls is not None:
+        return cls
+    return StoreUnavailableError if status >= 500 else CorralError

@@ -22,36 +22,16 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from corral.errors import (
-    CapacityError,
+    AuthError,
     CorralError,
     InvalidInputError,
-    LeaseError,
-    NotFoundError,
     StoreUnavailableError,
+    error_class,
 )
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 
 __all__ = ["AuthError", "HttpClient"]
-
-
-class AuthError(CorralError):
-    """The server refused the token (401) or what it may do (403)."""
-
-    code = "unauthorized"
-
-
-_ERRORS: dict[str, type[CorralError]] = {
-    InvalidInputError.code: InvalidInputError,
-    "bad_request": InvalidInputError,
-    "too_large": InvalidInputError,
-    NotFoundError.code: NotFoundError,
-    CapacityError.code: CapacityError,
-    LeaseError.code: LeaseError,
-    StoreUnavailableError.code: StoreUnavailableError,
-    "unauthorized": AuthError,
-    "forbidden": AuthError,
-}
 
 
 _FIELDS: dict[type, frozenset[str]] = {}
@@ -333,10 +313,7 @@ class HttpClient:
             code, message, field = err["code"], err["message"], err.get("field")
         except (ValueError, KeyError, TypeError):
             code, message, field = "", payload.decode(errors="replace")[:200], None
-        cls = _ERRORS.get(code)
-        if cls is None:
-            cls = StoreUnavailableError if status >= 500 else CorralError
-        exc = cls(message or f"HTTP {status}", field=field)
+        exc = error_class(code, status)(message or f"HTTP {status}", field=field)
         exc.status = status  # type: ignore[attr-defined]
         return exc
 

@@ -14,14 +14,7 @@ from typing import Any
 
 import click
 
-from corral.errors import (
-    CapacityError,
-    CorralError,
-    InvalidInputError,
-    LeaseError,
-    NotFoundError,
-    StoreUnavailableError,
-)
+from corral.errors import CorralError, InvalidInputError
 
 __all__ = ["CONTEXT_SETTINGS", "client", "emit", "json_option", "run_main"]
 
@@ -86,15 +79,11 @@ def run_main(cli: click.Command, argv: list[str] | None) -> int:
         return _fail(f"error: {exc.format_message()}", 2)
     except click.ClickException as exc:
         return _fail(f"error: {exc.format_message()}", exc.exit_code)
-    except (InvalidInputError, NotFoundError) as exc:
-        where = f"{exc.field}: " if exc.field else ""
-        return _fail(f"error: {where}{exc.message}", 2)
-    except (CapacityError, LeaseError) as exc:
-        return _fail(exc.message, 1)
-    except StoreUnavailableError as exc:
-        return _fail(f"error: {exc.message}", 3)
     except CorralError as exc:
-        return _fail(f"error: {exc.message}", 1)
+        # The exit code is the error's own (corral.errors); one line, always "error: ".
+        message = exc.message.removeprefix("ERROR: ")
+        where = f"{exc.field}: " if exc.field and exc.exit_code == 2 else ""
+        return _fail(f"error: {where}{message}", exc.exit_code)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -8,14 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.errors import (
-    CapacityError,
-    CorralError,
-    InvalidInputError,
-    LeaseError,
-    NotFoundError,
-    StoreUnavailableError,
-)
+from corral.errors import CapacityError, CorralError, NotFoundError
 from corral.model import CatchUp, Event, Node, Task
 
 __all__ = [
@@ -40,19 +33,9 @@ def error_text(exc: CorralError) -> str:
     if isinstance(exc, CapacityError):
         return exc.message  # "ERROR: Cluster at capacity (4 nodes). Registration rejected."
     message = exc.message.rstrip(".")
-    if isinstance(exc, InvalidInputError):
-        hint = "Fix that argument and call again."
-    elif isinstance(exc, NotFoundError):
-        if exc.field == "node_id":
-            hint = "Call register_node with this agent_id."
-        else:
-            hint = "Call read_state to see the tasks that exist."
-    elif isinstance(exc, LeaseError):
-        hint = "You no longer hold that task: call claim_best_task for new work."
-    elif isinstance(exc, StoreUnavailableError):
-        hint = "Nothing was changed; retry in a few seconds."
-    else:
-        hint = "Nothing was changed."
+    hint = exc.hint
+    if isinstance(exc, NotFoundError) and exc.field == "node_id":
+        hint = "Call register_node with this agent_id."
     return f"ERROR: {message}. {hint}"
 
 

@@ -1,6 +1,6 @@
 """The error envelope: ``{"error": {"code", "message", "field"}}`` with a 4xx status.
 
-corral's own errors map to statuses here, in one table; the remote client maps the
+corral's own errors carry their status (``corral.errors``); the remote client maps the
 codes back to the same exceptions.
 """
 
@@ -11,24 +11,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from corral.errors import (
-    CapacityError,
-    CorralError,
-    InvalidInputError,
-    LeaseError,
-    NotFoundError,
-    StoreUnavailableError,
-)
+from corral.errors import CorralError, InvalidInputError
 
 __all__ = ["STATUS_BY_CODE", "ApiError", "envelope", "from_exception", "from_validation"]
 
-# corral.errors code -> HTTP status
+# Statuses of the envelope codes that are not a ``CorralError``'s own (those carry
+# their ``status``).
 STATUS_BY_CODE: dict[str, int] = {
-    InvalidInputError.code: 422,
-    NotFoundError.code: 404,
-    CapacityError.code: 409,
-    LeaseError.code: 409,
-    StoreUnavailableError.code: 503,
     "bad_request": 400,
     "unauthorized": 401,
     "forbidden": 403,
@@ -55,7 +44,7 @@ def envelope(code: str, message: str, field: str | None = None) -> bytes:
 
 
 def from_exception(exc: CorralError) -> ApiError:
-    return ApiError(STATUS_BY_CODE.get(exc.code, 400), exc.code, exc.message, exc.field)
+    return ApiError(exc.status, exc.code, exc.message, exc.field)
 
 
 def _loc(loc: tuple[Any, ...]) -> str | None:
