@@ -84,8 +84,9 @@ class Cluster:
         host: str | None = None,
         pid: int | None = None,
     ) -> Registered:
-        """Join the cluster (anti-idle.md "Registration with Capacity Enforcement").
-        ``CapacityError`` at ``max_agents``; the result's ``.text`` is the tool answer."""
+        """Register a node in a role; refused with ``CapacityError`` at ``max_agents``
+        (a ``bootstrap_manager`` is always admitted). The result's ``.text`` is the
+        one-line answer of the ``register_node`` tool."""
         spec = NodeSpec(
             id=check_id(node_id),
             role=self._role(role),
@@ -102,9 +103,11 @@ class Cluster:
         return self.store.register_node(spec, self.clock.now())
 
     def get_node(self, node_id: str) -> Node:
+        """One node (its newest incarnation); ``NotFoundError`` when unknown."""
         return self.store.get_node(check_id(node_id))
 
     def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+        """Nodes (the newest incarnation of each), filtered by status and role."""
         if status is not None:
             check_choice(status, defaults.NODE_STATUSES, "status")
         if role is not None:
@@ -114,7 +117,8 @@ class Cluster:
     def set_agent_status(
         self, node_id: str, status: str, current_task_id: int | str | None = None
     ) -> Node:
-        """working / idle / waiting / terminated; ``idle_since`` tracks idle spells."""
+        """Set a node's status (working, idle, waiting or terminated); ``idle_since``
+        tracks idle spells, and terminated is final."""
         return self.store.set_status(
             check_id(node_id),
             check_choice(status, defaults.NODE_STATUSES, "status"),
@@ -127,8 +131,9 @@ class Cluster:
         return self.set_agent_status(node_id, "terminated")
 
     def heartbeat(self, node_id: str, **payload: Any) -> Node:
-        """Proof of life with heartbeat-protocol.md's fields; health is derived from
-        ``metrics`` when not given."""
+        """Record a node's proof of life (health, current tasks, capacity, metrics and
+        free-form fields); renews its leases. Health is derived from ``metrics`` when
+        not given."""
         node_id = check_id(node_id)
         check_payload(payload, "heartbeat")
         health = payload.get("health_status")
@@ -163,9 +168,10 @@ class Cluster:
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
 
     def touch(self, node_id: str) -> bool:
-        """Count any call by ``node_id`` as its heartbeat (the MCP tools do): push its
-        death deadline out, keeping its heartbeat payload. False when the node is
-        unknown or terminated."""
+        """Count a call by ``node_id`` as its heartbeat, keeping its heartbeat payload.
+
+        The MCP tools do this for every call that names an agent. False when the node
+        is unknown or terminated."""
         return self.store.touch(check_id(node_id), self.clock.now())
 
     # --- tasks --------------------------------------------------------------------
@@ -202,8 +208,10 @@ class Cluster:
         *,
         max_attempts: int | None = None,
     ) -> Task:
-        """Put a task on the board; its role matches are fixed now (keywords in the
-        title and description, plus ``role``)."""
+        """Put a task on the board.
+
+        Its role matches are fixed now: keywords in the title and description, plus
+        ``role``."""
         spec = self._task_spec(title, description, priority, role, max_attempts)
         return self.store.add_task(spec, self.clock.now())
 
@@ -232,6 +240,7 @@ class Cluster:
         return self.store.add_tasks(specs, self.clock.now())
 
     def get_task(self, task_id: int | str) -> Task:
+        """One task (``3`` or ``task-3``); ``NotFoundError`` when unknown."""
         return self.store.get_task(check_task_id(task_id))
 
     def list_tasks(
@@ -240,6 +249,7 @@ class Cluster:
         assigned_to: str | None = None,
         limit: int = 100,
     ) -> list[Task]:
+        """Tasks, filtered by status and holder (at most ``limit``)."""
         if status is not None:
             check_choice(status, defaults.TASK_STATUSES, "status")
         if assigned_to is not None:
@@ -249,7 +259,8 @@ class Cluster:
         )
 
     def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
-        """Take the best pending task for ``role`` (anti-idle.md "Scoring Algorithm");
+        """Claim the best pending task for a role (priority, role match, age).
+
         None when nothing is pending. The task carries its lease ``epoch``.
 
         ``wait`` (seconds, at most ``MAX_CLAIM_WAIT``): when nothing is pending, block
@@ -294,9 +305,11 @@ class Cluster:
         epoch: int | None = None,
         result: Any = None,
     ) -> tuple[Task, Task | None]:
-        """``complete_task`` then ``claim_best_task(node_id, role)``, with the same
-        checks and events, in one transaction where the backend allows (a worker's
-        loop: one commit per task instead of two)."""
+        """Finish a held task and claim the next one for ``role``.
+
+        The same checks and events as ``complete_task`` then ``claim_best_task``, in
+        one transaction where the backend allows (a worker's loop: one commit per task
+        instead of two)."""
         if result is not None:
             check_payload(result, "result")
         role = check_id(role, "role")
@@ -329,14 +342,22 @@ class Cluster:
 
     # --- views --------------------------------------------------------------------
     def assess_workload(self) -> Assessment:
-        """anti-idle.md "Decision Logic"; recorded as the cluster's work distribution."""
+        """Assess the workload and recommend spawning or retiring nodes.
+
+        The assessment is recorded as the cluster's work distribution, which
+        ``read_state`` shows."""
         return self.store.assess(self.clock.now())
 
     def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
-        """The board, the swarm and the metadata; ``.text`` renders anti-idle.md's block."""
+        """The board, the nodes and the cluster's metadata; ``.text`` is the text block
+        the ``read_state`` tool answers."""
         if node_id is not None:
             check_id(node_id)
         return self.store.snapshot(self.clock.now(), node_id=node_id, limit=check_limit(limit))
+
+    def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
+        """``read_state`` as its text block (what the ``read_state`` tool answers)."""
+        return self.read_state(node_id, limit=limit).text
 
     def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
@@ -359,8 +380,10 @@ class Cluster:
 
     # --- alerts and heartbeat metrics (worker SDK) ----------------------------------
     def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
-        """Record an ``alert`` event (e.g. a heartbeat destination failed 3 times in a
-        row); ``data`` is free-form JSON."""
+        """Record an ``alert`` event.
+
+        A heartbeat destination that failed 3 times in a row raises one; ``data`` is
+        free-form JSON."""
         check_payload(data, "data")
         return self.store.record_alert(
             None if node_id is None else check_id(node_id),
@@ -372,8 +395,10 @@ class Cluster:
     def record_metrics(
         self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
     ) -> Event:
-        """Append one point of ``node_id``'s heartbeat metrics series (a
-        ``heartbeat_sample`` event); with ``keep``, only the newest ``keep`` stay."""
+        """Append one point to a node's heartbeat metrics series.
+
+        The point is a ``heartbeat_sample`` event; with ``keep``, only the newest
+        ``keep`` stay."""
         if not isinstance(sample, dict):
             raise InvalidInputError("sample must be an object", field="sample")
         check_payload(sample, "sample")
@@ -382,11 +407,11 @@ class Cluster:
         return self.store.record_sample(check_id(node_id), sample, keep, self.clock.now())
 
     def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
-        """The newest ``limit`` points of ``node_id``'s heartbeat metrics, oldest first."""
+        """A node's newest heartbeat metrics points (at most ``limit``), oldest first."""
         return self.store.samples(check_id(node_id), check_limit(limit))
 
     def stats(self) -> Any:
-        """Counts for dashboards and ``/metrics`` (``corral.store.stats.ClusterStats``)."""
+        """Counts for dashboards and ``/metrics`` (a ``ClusterStats``)."""
         from corral.store.stats import read_stats
 
         return read_stats(self.store)

@@ -29,6 +29,7 @@ from corral.errors import (
     error_class,
 )
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+from corral.operations import OPERATIONS
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 
 __all__ = ["AuthError", "HttpClient"]
@@ -72,6 +73,10 @@ def _node_path(node_id: Any) -> str:
         _NODE_PATHS.clear()
     _NODE_PATHS[node_id] = path
     return path
+
+
+_NO_PATH: Any = object()  # ``_call``'s path parameters when not given
+_OPS = {op.name: op for op in OPERATIONS}
 
 
 def _read_token() -> str | None:
@@ -317,12 +322,35 @@ class HttpClient:
         exc.status = status  # type: ignore[attr-defined]
         return exc
 
+    def _call(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        raw: bool = False,
+        timeout: float | None = None,
+        node: Any = _NO_PATH,
+        task: Any = _NO_PATH,
+    ) -> Any:
+        """Call operation ``name`` at its route (``corral.operations``) with ``node``
+        and ``task`` as its path's node id and task id: ``args`` go in the query
+        string of a GET, else in the JSON body."""
+        op = _OPS[name]
+        path = op.path
+        if node is not _NO_PATH:
+            path = path.replace("{node_id}", _node_path(node))
+        if task is not _NO_PATH:
+            path = path.replace("{task_id}", str(check_task_id(task)))
+        if op.method == "GET":
+            return self.request(op.method, path, query=args, raw=raw, timeout=timeout)
+        return self.request(op.method, path, args, raw=raw, timeout=timeout)
+
     # --- settings -----------------------------------------------------------------
     def settings(self) -> Settings:
-        return _build(Settings, self.request("GET", "/v1/settings"))
+        return _build(Settings, self._call("settings"))
 
     def configure(self, **changes: Any) -> Settings:
-        return _build(Settings, self.request("PATCH", "/v1/settings", changes))
+        return _build(Settings, self._call("configure", changes))
 
     # --- nodes --------------------------------------------------------------------
     def register_node(
@@ -345,29 +373,31 @@ class HttpClient:
             "host": socket.gethostname() if host is None else host,
             "pid": os.getpid() if pid is None else pid,
         }
-        d = self.request("POST", "/v1/nodes", body)
+        d = self._call("register_node", body)
         self.node_tokens[d["id"]] = d["token"]
         return _build(Registered, d)
 
     def get_node(self, node_id: str) -> Node:
-        return _build(Node, self.request("GET", f"/v1/nodes/{_node_path(node_id)}"))
+        return _build(Node, self._call("get_node", node=node_id))
 
     def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
-        rows = self.request("GET", "/v1/nodes", query={"status": status, "role": role})
+        rows = self._call("list_nodes", {"status": status, "role": role})
         return [_build(Node, r) for r in rows]
 
     def set_agent_status(
         self, node_id: str, status: str, current_task_id: int | str | None = None
     ) -> Node:
         body = {"status": status, "current_task_id": current_task_id}
-        return _build(Node, self.request("POST", f"/v1/nodes/{_node_path(node_id)}/status", body))
+        return _build(Node, self._call("set_agent_status", body, node=node_id))
 
     def terminate_node(self, node_id: str) -> Node:
-        return _build(Node, self.request("POST", f"/v1/nodes/{_node_path(node_id)}/terminate"))
+        return _build(Node, self._call("terminate_node", node=node_id))
 
     def heartbeat(self, node_id: str, **payload: Any) -> Node:
-        path = f"/v1/nodes/{_node_path(node_id)}/heartbeat"
-        return _build(Node, self.request("POST", path, payload))
+        return _build(Node, self._call("heartbeat", payload, node=node_id))
+
+    def touch(self, node_id: str) -> bool:
+        return bool(self._call("touch", node=node_id)["touched"])
 
     # --- tasks --------------------------------------------------------------------
     def add_task(
@@ -386,38 +416,42 @@ class HttpClient:
             "role": role,
             "max_attempts": max_attempts,
         }
-        return _task(self.request("POST", "/v1/tasks", body))
+        return _task(self._call("add_task", body))
 
     def add_tasks(self, tasks: list[dict[str, Any]]) -> list[Task]:
         if not isinstance(tasks, list):
             raise InvalidInputError("tasks must be a list of at most 100000 items", field="tasks")
-        return [_task(d) for d in self.request("POST", "/v1/tasks/batch", {"tasks": tasks})]
+        return [_task(d) for d in self._call("add_tasks", {"tasks": tasks})]
 
     def get_task(self, task_id: int | str) -> Task:
-        return _task(self.request("GET", f"/v1/tasks/{check_task_id(task_id)}"))
+        return _task(self._call("get_task", task=task_id))
 
     def list_tasks(
         self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
     ) -> list[Task]:
         limit = int(check_positive(limit, "limit", integer=True))
         query = {"status": status, "assigned_to": assigned_to, "limit": limit}
-        return [_task(d) for d in self.request("GET", "/v1/tasks", query=query)]
+        return [_task(d) for d in self._call("list_tasks", query)]
 
     def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
         if isinstance(wait, float) and not math.isfinite(wait):
             raise InvalidInputError("wait must be a finite number of seconds", field="wait")
-        path = f"/v1/nodes/{_node_path(node_id)}/claim"
         timeout = None
         if isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0:
             timeout = self.timeout + wait
-        d = self.request("POST", path, {"role": role, "wait": wait}, timeout=timeout)
+        d = self._call(
+            "claim_best_task",
+            {"role": role, "wait": wait},
+            timeout=timeout,
+            node=node_id,
+        )
         return None if d["task"] is None else _task(d["task"])
 
     def complete_task(
         self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
     ) -> Task:
         body = {"node_id": node_id, "epoch": epoch, "result": result}
-        return _task(self.request("POST", f"/v1/tasks/{check_task_id(task_id)}/complete", body))
+        return _task(self._call("complete_task", body, task=task_id))
 
     def complete_and_claim(
         self,
@@ -428,8 +462,7 @@ class HttpClient:
         result: Any = None,
     ) -> tuple[Task, Task | None]:
         body = {"node_id": node_id, "role": role, "epoch": epoch, "result": result}
-        path = f"/v1/tasks/{check_task_id(task_id)}/complete-and-claim"
-        d = self.request("POST", path, body)
+        d = self._call("complete_and_claim", body, task=task_id)
         return _task(d["done"]), None if d["next"] is None else _task(d["next"])
 
     def fail_task(
@@ -441,65 +474,58 @@ class HttpClient:
         retry: bool = True,
     ) -> Task:
         body = {"node_id": node_id, "epoch": epoch, "error": error, "retry": bool(retry)}
-        return _task(self.request("POST", f"/v1/tasks/{check_task_id(task_id)}/fail", body))
+        return _task(self._call("fail_task", body, task=task_id))
 
     # --- views --------------------------------------------------------------------
     def assess_workload(self) -> Assessment:
-        return _build(Assessment, self.request("POST", "/v1/assess"))
+        return _build(Assessment, self._call("assess_workload"))
 
     def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
         if node_id is not None:
             check_id(node_id)
         limit = check_limit(limit)  # capped as the embedded client does
-        d = self.request("GET", "/v1/state", query={"node_id": node_id, "limit": limit})
+        d = self._call("read_state", {"node_id": node_id, "limit": limit})
         d["tasks"] = [_task(t) for t in d["tasks"]]
         d["nodes"] = [_build(Node, n) for n in d["nodes"]]
         return _build(State, d)
 
     def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
         limit = check_limit(limit)
-        query = {"node_id": node_id, "limit": limit}
-        return self.request("GET", "/v1/state/text", query=query, raw=True)
+        result: str = self._call("read_state_text", {"node_id": node_id, "limit": limit}, raw=True)
+        return result
 
     def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
-        path = f"/v1/nodes/{_node_path(node_id)}/catch-up"
-        d = self.request("POST", path, {"since": since, "limit": limit})
+        body = {"since": since, "limit": limit}
+        d = self._call("catch_up", body, node=node_id)
         return CatchUp(events=[_event(e) for e in d["events"]], cursor=d["cursor"])
 
     def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
         since = check_seq(since)  # a query string would turn "3" into 3
-        rows = self.request(
-            "GET", "/v1/events", query={"since": since, "limit": check_limit(limit)}
-        )
+        rows = self._call("events", {"since": since, "limit": check_limit(limit)})
         return [_event(e) for e in rows]
 
     def broadcast(self, message: str, node_id: str | None = None) -> Event:
-        return _event(
-            self.request("POST", "/v1/broadcast", {"message": message, "node_id": node_id})
-        )
-
-    def touch(self, node_id: str) -> bool:
-        return bool(self.request("POST", f"/v1/nodes/{_node_path(node_id)}/touch")["touched"])
+        return _event(self._call("broadcast", {"message": message, "node_id": node_id}))
 
     def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
         body = {"message": message, "node_id": node_id, "data": data}
-        return _event(self.request("POST", "/v1/alerts", body))
+        return _event(self._call("alert", body))
 
     def record_metrics(
         self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
     ) -> Event:
-        path = f"/v1/nodes/{_node_path(node_id)}/metrics"
-        return _event(self.request("POST", path, {"sample": sample, "keep": keep}))
+        body = {"sample": sample, "keep": keep}
+        return _event(self._call("record_metrics", body, node=node_id))
 
     def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
         limit = int(check_positive(limit, "limit", integer=True))
-        path = f"/v1/nodes/{_node_path(node_id)}/metrics"
-        return [_event(e) for e in self.request("GET", path, query={"limit": limit})]
+        rows = self._call("metrics_series", {"limit": limit}, node=node_id)
+        return [_event(e) for e in rows]
 
     def stats(self) -> Any:
         from corral.store.stats import ClusterStats
 
-        return _build(ClusterStats, self.request("GET", "/v1/stats"))
+        return _build(ClusterStats, self._call("stats"))
 
     def for_node(self, node_id: str) -> HttpClient:
         """A client that acts as ``node_id`` with the token its registration returned."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from corral.operations import OPERATIONS, Operation
 from corral.render import claim_text
 from corral.server import models as m
 from corral.server.auth import Principal, Tokens
@@ -261,258 +262,83 @@ def stats(c: Call) -> Any:
     return c.cluster.stats().to_dict()
 
 
-_N = "/v1/nodes/{node_id:path}"
-_T = "/v1/tasks/{task_id}"
+@dataclass(frozen=True, slots=True)
+class _Http:
+    """How the server runs one operation of ``corral.operations``."""
 
-OPS: tuple[Op, ...] = (
-    Op(
-        "get_settings",
-        "GET",
-        "/v1/settings",
-        get_settings,
-        "The cluster's settings.",
-        m.SettingsOut,
-        writes=False,
-        short=True,
+    handler: Callable[[Call], Any]
+    response: type[BaseModel] | None
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    short: bool = False
+    tag: str = "cluster"
+
+
+_HTTP: dict[str, _Http] = {
+    "settings": _Http(get_settings, m.SettingsOut, short=True),
+    "configure": _Http(configure, m.SettingsOut, body=ConfigureIn),
+    "register_node": _Http(register_node, m.RegisteredOut, body=m.RegisterIn, short=True),
+    "list_nodes": _Http(list_nodes, None, query=m.ListNodesQuery),
+    "get_node": _Http(get_node, m.NodeOut, short=True),
+    "set_agent_status": _Http(set_status, m.NodeOut, body=m.StatusIn, short=True),
+    "terminate_node": _Http(terminate_node, m.NodeOut, short=True),
+    "heartbeat": _Http(heartbeat, m.NodeOut, body=m.HeartbeatIn, short=True),
+    "touch": _Http(touch, m.TouchOut, short=True),
+    "catch_up": _Http(catch_up, m.CatchUpOut, body=m.CatchUpIn),
+    "record_metrics": _Http(record_metrics, m.EventOut, body=m.SampleIn, short=True),
+    "metrics_series": _Http(metrics_series, None, query=m.SeriesQuery),
+    "add_task": _Http(add_task, m.TaskOut, body=m.AddTaskIn, short=True),
+    "add_tasks": _Http(add_tasks, None, body=m.AddTasksIn),
+    "list_tasks": _Http(list_tasks, None, query=m.ListTasksQuery),
+    "get_task": _Http(get_task, m.TaskOut, short=True),
+    "claim_best_task": _Http(claim, m.ClaimOut, body=m.ClaimIn, short=True),
+    "complete_task": _Http(complete_task, m.TaskOut, body=m.CompleteIn, short=True),
+    "complete_and_claim": _Http(
+        complete_and_claim, m.CompleteAndClaimOut, body=m.CompleteAndClaimIn, short=True
     ),
-    Op(
-        "configure",
-        "PATCH",
-        "/v1/settings",
-        configure,
-        "Change settings (operator only).",
-        m.SettingsOut,
-        body=ConfigureIn,
-        scope="operator",
-    ),
-    Op(
-        "register_node",
-        "POST",
-        "/v1/nodes",
-        register_node,
-        "Register a node (refused at capacity); returns its own token.",
-        m.RegisteredOut,
-        body=m.RegisterIn,
-        short=True,
-    ),
-    Op(
-        "list_nodes",
-        "GET",
-        "/v1/nodes",
-        list_nodes,
-        "Nodes (newest incarnation of each).",
-        None,
-        query=m.ListNodesQuery,
-        writes=False,
-    ),
-    Op(
-        "heartbeat",
-        "POST",
-        f"{_N}/heartbeat",
-        heartbeat,
-        "Proof of life; renews leases.",
-        m.NodeOut,
-        body=m.HeartbeatIn,
-        short=True,
-    ),
-    Op(
-        "set_agent_status",
-        "POST",
-        f"{_N}/status",
-        set_status,
-        "Set working / idle / waiting / terminated.",
-        m.NodeOut,
-        body=m.StatusIn,
-        short=True,
-    ),
-    Op(
-        "terminate_node",
-        "POST",
-        f"{_N}/terminate",
-        terminate_node,
-        "Terminate the node; its tasks go back to the queue.",
-        m.NodeOut,
-        short=True,
-    ),
-    Op(
-        "claim_best_task",
-        "POST",
-        f"{_N}/claim",
-        claim,
-        "Claim the best pending task for the node's role (task null when none).",
-        m.ClaimOut,
-        body=m.ClaimIn,
-        short=True,
-    ),
-    Op(
-        "catch_up",
-        "POST",
-        f"{_N}/catch-up",
-        catch_up,
-        "Events since the node's cursor; moves the cursor.",
-        m.CatchUpOut,
-        body=m.CatchUpIn,
-    ),
-    Op(
-        "touch",
-        "POST",
-        f"{_N}/touch",
-        touch,
-        "Count a call as the node's heartbeat (touched false when not live).",
-        m.TouchOut,
-        short=True,
-    ),
-    Op(
-        "record_metrics",
-        "POST",
-        f"{_N}/metrics",
-        record_metrics,
-        "Append a point to the node's heartbeat metrics series.",
-        m.EventOut,
-        body=m.SampleIn,
-        short=True,
-    ),
-    Op(
-        "metrics_series",
-        "GET",
-        f"{_N}/metrics",
-        metrics_series,
-        "The node's newest heartbeat metrics, oldest first.",
-        None,
-        query=m.SeriesQuery,
-        writes=False,
-    ),
-    Op(
-        "alert",
-        "POST",
-        "/v1/alerts",
-        alert,
-        "Record an alert event (e.g. a heartbeat destination failing).",
-        m.EventOut,
-        body=m.AlertIn,
-        short=True,
-    ),
-    Op("get_node", "GET", _N, get_node, "One node.", m.NodeOut, writes=False, short=True),
-    Op(
-        "add_task",
-        "POST",
-        "/v1/tasks",
-        add_task,
-        "Put a task on the board.",
-        m.TaskOut,
-        body=m.AddTaskIn,
-        status=201,
-        short=True,
-    ),
-    Op(
-        "add_tasks",
-        "POST",
-        "/v1/tasks/batch",
-        add_tasks,
-        "Add many tasks in one transaction (all or none).",
-        None,
-        body=m.AddTasksIn,
-        status=201,
-    ),
-    Op(
-        "list_tasks",
-        "GET",
-        "/v1/tasks",
-        list_tasks,
-        "Tasks, filtered.",
-        None,
-        query=m.ListTasksQuery,
-        writes=False,
-    ),
-    Op(
-        "complete_task",
-        "POST",
-        f"{_T}/complete",
-        complete_task,
-        "Finish a held task (at its lease epoch).",
-        m.TaskOut,
-        body=m.CompleteIn,
-        short=True,
-    ),
-    Op(
-        "complete_and_claim",
-        "POST",
-        f"{_T}/complete-and-claim",
-        complete_and_claim,
-        "Finish a held task and claim the next one for the role (one transaction on SQLite).",
-        m.CompleteAndClaimOut,
-        body=m.CompleteAndClaimIn,
-        short=True,
-    ),
-    Op(
-        "fail_task",
-        "POST",
-        f"{_T}/fail",
-        fail_task,
-        "Give a held task up (requeued while attempts remain).",
-        m.TaskOut,
-        body=m.FailIn,
-        short=True,
-    ),
-    Op("get_task", "GET", _T, get_task, "One task.", m.TaskOut, writes=False, short=True),
-    Op(
-        "assess_workload",
-        "POST",
-        "/v1/assess",
-        assess,
-        "Assess the workload and record the recommendation.",
-        m.AssessmentOut,
-    ),
-    Op(
-        "read_state",
-        "GET",
-        "/v1/state",
-        read_state,
-        "The board, the swarm and metadata.",
-        m.StateOut,
-        query=m.StateQuery,
-        writes=False,
-    ),
-    Op(
-        "read_state_text",
-        "GET",
-        "/v1/state/text",
-        read_state_text,
-        "read_state as anti-idle.md's text block.",
-        None,
-        query=m.StateQuery,
-        writes=False,
-    ),
-    Op(
-        "events",
-        "GET",
-        "/v1/events",
-        events,
-        "Events after a cursor; with Accept: text/event-stream, a live stream.",
-        None,
-        query=m.EventsQuery,
-        writes=False,
-        tag="events",
-    ),
-    Op(
-        "broadcast",
-        "POST",
-        "/v1/broadcast",
-        broadcast,
-        "A message every node sees on its next catch-up.",
-        m.EventOut,
-        body=m.BroadcastIn,
-        short=True,
-    ),
-    Op(
-        "stats",
-        "GET",
-        "/v1/stats",
-        stats,
-        "Counts for dashboards and metrics.",
-        m.StatsOut,
-        writes=False,
-    ),
+    "fail_task": _Http(fail_task, m.TaskOut, body=m.FailIn, short=True),
+    "assess_workload": _Http(assess, m.AssessmentOut),
+    "read_state": _Http(read_state, m.StateOut, query=m.StateQuery),
+    "read_state_text": _Http(read_state_text, None, query=m.StateQuery),
+    "events": _Http(events, None, query=m.EventsQuery, tag="events"),
+    "broadcast": _Http(broadcast, m.EventOut, body=m.BroadcastIn, short=True),
+    "alert": _Http(alert, m.EventOut, body=m.AlertIn, short=True),
+    "stats": _Http(stats, m.StatsOut),
+}
+
+
+def _starlette(path: str) -> str:
+    # A node id may hold any character but "/": ``:path`` keeps "%2F" and dots intact.
+    return path.replace("{node_id}", "{node_id:path}")
+
+
+def _op(o: Operation) -> Op:
+    h = _HTTP[o.name]
+    return Op(
+        o.name,
+        o.method,
+        _starlette(o.path),
+        h.handler,
+        o.summary,
+        h.response,
+        body=h.body,
+        query=h.query,
+        status=o.status,
+        scope=o.caller,
+        writes=o.method != "GET",
+        tag=h.tag,
+        short=h.short,
+    )
+
+
+if set(_HTTP) != {o.name for o in OPERATIONS}:  # pragma: no cover - a programming error
+    raise RuntimeError(
+        f"HTTP handlers and operations differ: {set(_HTTP) ^ {o.name for o in OPERATIONS}}"
+    )
+
+# Deeper paths first: ``/v1/nodes/{node_id:path}`` would also match ``…/metrics``.
+OPS: tuple[Op, ...] = tuple(
+    sorted((_op(o) for o in OPERATIONS), key=lambda op: -op.path.count("/"))
 )
 
 # Responses that are lists (the table's ``response`` is None for them).

@@ -1,0 +1,207 @@
+"""The operation registry: every operation of the cluster, declared once.
+
+An operation is a method of ``corral.Cluster`` (its parameters, its validation and its
+docstring, which is the operation's help). The registry adds what the surfaces need to
+know about it: its HTTP route, who may call it, the parameter that names the node a
+node token must be, and its MCP tool and CLI command when it has them. The HTTP routes
+and the OpenAPI document are built from this table (``corral.server.routes``); the
+remote client's methods call their route through it (``corral.remote``); the MCP tools
+and the CLI commands are checked against it by ``tests/test_surfaces.py``, which fails
+when an operation is missing from a surface or two surfaces disagree on its
+parameters.
+
+Adding an operation: write the ``Cluster`` method (validate its arguments there), add
+one ``Operation`` below, give the HTTP handler its request model in
+``corral.server.routes`` when the generic one does not fit, and add the one-line
+method to ``corral.remote.HttpClient``. The surface test names whatever is missing.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["OPERATIONS", "Caller", "Operation", "operation"]
+
+Caller = Literal["public", "any", "operator"]
+"""Who may call over the network: anyone (no token), the operator or the node named
+by ``node`` (``any``), or only the operator's token."""
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One operation: ``name`` is its ``Cluster`` method (and remote client method)."""
+
+    name: str
+    route: str  # "METHOD /v1/path/{param}"; path parameters are the method's
+    caller: Caller = "any"
+    node: str | None = None  # the parameter a node token must match
+    status: int = 200  # the HTTP status of a success
+    mcp: str | None = None  # the MCP tool that makes this call, if any
+    cli: str | None = None  # the CLI command ("task add"), if any
+    # Per surface, that surface's name for a method parameter: {"mcp": {"node_id": "agent_id"}}
+    names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Method parameters a surface does not take, each with the reason
+    # (e.g. the CLI fills ``host`` and ``pid`` itself).
+    omits: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    @property
+    def method(self) -> str:
+        return self.route.split(" ", 1)[0]
+
+    @property
+    def path(self) -> str:
+        return self.route.split(" ", 1)[1]
+
+    @property
+    def path_params(self) -> tuple[str, ...]:
+        return tuple(p.strip("{}") for p in self.path.split("/") if p.startswith("{"))
+
+    @property
+    def doc(self) -> str:
+        """The ``Cluster`` method's docstring: the operation's help."""
+        from corral.cluster import Cluster
+
+        return inspect.getdoc(getattr(Cluster, self.name)) or ""
+
+    @property
+    def summary(self) -> str:
+        """The docstring's first sentence."""
+        first = " ".join(self.doc.split("\n\n", 1)[0].split())
+        end = first.find(". ")
+        return first if end < 0 else first[: end + 1]
+
+
+_AGENT = {"node_id": "agent_id"}
+
+OPERATIONS: tuple[Operation, ...] = (
+    # --- settings ---------------------------------------------------------------------
+    Operation("settings", "GET /v1/settings", cli="config show"),
+    Operation("configure", "PATCH /v1/settings", caller="operator", cli="config set"),
+    # --- nodes ------------------------------------------------------------------------
+    Operation(
+        "register_node",
+        "POST /v1/nodes",
+        node="node_id",
+        mcp="register_node",
+        cli="node register",
+        names={"mcp": {"node_id": "agent_id", "model": "model_name"}},
+        omits={
+            "mcp": {"host": "the server's host is not the agent's", "pid": "likewise"},
+            "cli": {"host": "the CLI is not the node's process", "pid": "likewise"},
+        },
+    ),
+    Operation("list_nodes", "GET /v1/nodes", cli="node list"),
+    Operation("get_node", "GET /v1/nodes/{node_id}", cli="node show"),
+    Operation(
+        "set_agent_status",
+        "POST /v1/nodes/{node_id}/status",
+        node="node_id",
+        mcp="set_agent_status",
+        cli="node status",
+        names={"mcp": _AGENT, "cli": {"current_task_id": "task_id"}},
+    ),
+    Operation(
+        "terminate_node",
+        "POST /v1/nodes/{node_id}/terminate",
+        node="node_id",
+        cli="node terminate",
+    ),
+    Operation(
+        "heartbeat",
+        "POST /v1/nodes/{node_id}/heartbeat",
+        node="node_id",
+        mcp="heartbeat",
+        names={"mcp": _AGENT},
+    ),
+    Operation("touch", "POST /v1/nodes/{node_id}/touch", node="node_id"),
+    Operation(
+        "catch_up",
+        "POST /v1/nodes/{node_id}/catch-up",
+        node="node_id",
+        mcp="catch_up",
+        names={"mcp": _AGENT},
+        omits={"mcp": {"since": "the tool reads from the node's cursor", "limit": "fixed"}},
+    ),
+    Operation("record_metrics", "POST /v1/nodes/{node_id}/metrics", node="node_id"),
+    Operation("metrics_series", "GET /v1/nodes/{node_id}/metrics"),
+    # --- tasks ------------------------------------------------------------------------
+    Operation(
+        "add_task",
+        "POST /v1/tasks",
+        status=201,
+        mcp="add_task",
+        cli="task add",
+        omits={"mcp": {"max_attempts": "the cluster's default applies"}},
+    ),
+    Operation("add_tasks", "POST /v1/tasks/batch", status=201),
+    Operation(
+        "list_tasks",
+        "GET /v1/tasks",
+        cli="task list",
+    ),
+    Operation("get_task", "GET /v1/tasks/{task_id}", cli="task show"),
+    Operation(
+        "claim_best_task",
+        "POST /v1/nodes/{node_id}/claim",
+        node="node_id",
+        mcp="claim_best_task",
+        cli="task claim",
+        names={"mcp": _AGENT},
+        omits={
+            "mcp": {"wait": "a tool call must not block"},
+            "cli": {"wait": "a command answers at once"},
+        },
+    ),
+    Operation(
+        "complete_task",
+        "POST /v1/tasks/{task_id}/complete",
+        node="node_id",
+        mcp="complete_task",
+        cli="task complete",
+        names={"mcp": _AGENT},
+    ),
+    Operation(
+        "complete_and_claim",
+        "POST /v1/tasks/{task_id}/complete-and-claim",
+        node="node_id",
+    ),
+    Operation(
+        "fail_task",
+        "POST /v1/tasks/{task_id}/fail",
+        node="node_id",
+        mcp="fail_task",
+        cli="task fail",
+        names={"mcp": _AGENT, "cli": {"retry": "no_retry"}},
+    ),
+    # --- views ------------------------------------------------------------------------
+    Operation("assess_workload", "POST /v1/assess", mcp="assess_workload", cli="assess"),
+    Operation(
+        "read_state",
+        "GET /v1/state",
+        mcp="read_state",
+        cli="status",
+        names={"mcp": _AGENT},
+        omits={"mcp": {"limit": "the tool shows the default board"}},
+    ),
+    Operation("read_state_text", "GET /v1/state/text"),
+    Operation("events", "GET /v1/events"),
+    Operation(
+        "broadcast",
+        "POST /v1/broadcast",
+        node="node_id",
+        mcp="broadcast",
+        names={"mcp": _AGENT},
+    ),
+    Operation("alert", "POST /v1/alerts", node="node_id"),
+    Operation("stats", "GET /v1/stats"),
+)
+
+_BY_NAME = {op.name: op for op in OPERATIONS}
+
+
+def operation(name: str) -> Operation:
+    """The operation called ``name`` (``KeyError`` when there is none)."""
+    return _BY_NAME[name]
