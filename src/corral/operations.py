@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["OPERATIONS", "Caller", "Operation", "operation"]
+__all__ = ["OPERATIONS", "Caller", "Operation", "markdown_table", "operation"]
 
 Caller = Literal["public", "any", "operator"]
 """Who may call over the network: anyone (no token), the operator or the node named
@@ -46,6 +46,8 @@ class Operation:
     # Method parameters a surface does not take, each with the reason
     # (e.g. the CLI fills ``host`` and ``pid`` itself).
     omits: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Arguments a surface takes beyond the method's, each with what it does.
+    adds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def method(self) -> str:
@@ -187,7 +189,11 @@ OPERATIONS: tuple[Operation, ...] = (
         omits={"mcp": {"limit": "the tool shows the default board"}},
     ),
     Operation("read_state_text", "GET /v1/state/text"),
-    Operation("events", "GET /v1/events"),
+    Operation(
+        "events",
+        "GET /v1/events",
+        adds={"http": {"kind": "keep only these event kinds", "node": "only these nodes"}},
+    ),
     Operation(
         "broadcast",
         "POST /v1/broadcast",
@@ -195,7 +201,12 @@ OPERATIONS: tuple[Operation, ...] = (
         mcp="broadcast",
         names={"mcp": _AGENT},
     ),
-    Operation("alert", "POST /v1/alerts", node="node_id"),
+    Operation(
+        "alert",
+        "POST /v1/alerts",
+        node="node_id",
+        adds={"http": {"data": "the free-form fields (keyword arguments in Python)"}},
+    ),
     Operation("stats", "GET /v1/stats"),
 )
 
@@ -205,3 +216,26 @@ _BY_NAME = {op.name: op for op in OPERATIONS}
 def operation(name: str) -> Operation:
     """The operation called ``name`` (``KeyError`` when there is none)."""
     return _BY_NAME[name]
+
+
+def markdown_table() -> str:
+    """The registry as the table in docs/operations.md."""
+    rows = [
+        "| operation | HTTP | caller | MCP tool | CLI | what it does |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op in OPERATIONS:
+        caller = {"public": "anyone", "any": "operator or the node", "operator": "operator"}[
+            op.caller
+        ]
+        if op.caller == "any" and op.node is None:
+            caller = "operator or any node"
+        mcp = f"`{op.mcp}`" if op.mcp else "-"
+        cli = f"`corral {op.cli}`" if op.cli else "-"
+        summary = op.summary.replace("|", "\\|")
+        rows.append(f"| `{op.name}` | `{op.route}` | {caller} | {mcp} | {cli} | {summary} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

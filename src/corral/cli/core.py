@@ -75,10 +75,11 @@ def init(ctx: click.Context) -> None:
 @click.command()
 @json_option
 @click.option("--node", "node_id", default=None, help="Show this node's heartbeat age.")
+@click.option("--limit", type=int, default=50, show_default=True, help="Tasks to list.")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, node_id: str | None) -> None:
+def status(ctx: click.Context, as_json: bool, node_id: str | None, limit: int) -> None:
     """The cluster at a glance (anti-idle.md's read_state)."""
-    emit(client(ctx).read_state(node_id), as_json)
+    emit(client(ctx).read_state(node_id, limit=limit), as_json)
 
 
 @click.command()
