@@ -224,7 +224,11 @@ def test_views_without_agent_id_touch_nobody(
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("register_node", {"agent_id": "N2", "role": "chef", "model_name": "m"}, "role must be one of"),
     ("register_node", {"agent_id": 7, "role": "developer", "model_name": "m"}, "agent_id"),
-    ("register_node", {"agent_id": "N2", "role": "developer"}, "model_name: Field required"),
+    (
+        "register_node",
+        {"agent_id": "N2", "role": "developer"},
+        "model_name: required argument missing",
+    ),
     ("register_node", {"agent_id": " N2", "role": "developer", "model_name": "m"}, "spaces"),
     (
         "register_node",
@@ -258,7 +262,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("heartbeat", {"agent_id": "N1", "health_status": "great"}, "health_status"),
     ("heartbeat", {"agent_id": "N1", "metrics": {"cpu_usage": "hot"}}, "cpu_usage"),
     ("broadcast", {"message": ""}, "message must not be empty"),
-    ("catch_up", {}, "agent_id: Field required"),
+    ("catch_up", {}, "agent_id: required argument missing"),
     ("read_state", {"agent_id": "x" * 65}, "longer than"),
     ("no_such_tool", {}, "unknown tool"),
 ]
