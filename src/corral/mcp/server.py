@@ -34,6 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field, ValidationError
 
+import corral
 from corral.errors import CorralError
 from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
@@ -120,7 +121,7 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
     # The SDK configures the root logger when none is set up; a library must not (the
     # CLI and the server render logs), so whatever it added is taken back.
     root, handlers, level = logging.getLogger(), list(logging.root.handlers), logging.root.level
-    mcp = _CorralMCP(name, instructions=INSTRUCTIONS)
+    mcp = _CorralMCP(name, instructions=INSTRUCTIONS, version=corral.__version__)
     root.handlers[:] = handlers
     root.setLevel(level)
 
@@ -293,7 +294,7 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
     @mcp.prompt(
         name="worker_protocol",
         description="The worker's loop: register, catch up, claim, heartbeat, finish, and "
-        "terminate itself when idle (anti-idle.md STEP 1.5).",
+        "terminate itself once idle past the cluster's idle timeout.",
     )
     def worker(agent_id: str = "", role: str = "developer", model_name: str = "") -> str:
         return worker_protocol(
