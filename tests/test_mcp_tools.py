@@ -63,6 +63,10 @@ def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluste
         assert schema["claim_best_task"]["required"] == ["agent_id", "role"]
         prompts = (await client.list_prompts()).prompts
         assert {p.name for p in prompts} == {"worker_protocol", "manager_protocol"}
+        for p in prompts:  # they say what the protocol does, citing no outside file
+            assert ".md" not in (p.description or "") and "STEP" not in (p.description or "")
+        assert client.server_info.name == "corral"
+        assert client.server_info.version == corral.__version__
 
     run(sqlite_cluster, script)
 
@@ -224,7 +228,11 @@ def test_views_without_agent_id_touch_nobody(
 BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("register_node", {"agent_id": "N2", "role": "chef", "model_name": "m"}, "role must be one of"),
     ("register_node", {"agent_id": 7, "role": "developer", "model_name": "m"}, "agent_id"),
-    ("register_node", {"agent_id": "N2", "role": "developer"}, "model_name: Field required"),
+    (
+        "register_node",
+        {"agent_id": "N2", "role": "developer"},
+        "model_name: required argument missing",
+    ),
     ("register_node", {"agent_id": " N2", "role": "developer", "model_name": "m"}, "spaces"),
     (
         "register_node",
@@ -258,7 +266,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("heartbeat", {"agent_id": "N1", "health_status": "great"}, "health_status"),
     ("heartbeat", {"agent_id": "N1", "metrics": {"cpu_usage": "hot"}}, "cpu_usage"),
     ("broadcast", {"message": ""}, "message must not be empty"),
-    ("catch_up", {}, "agent_id: Field required"),
+    ("catch_up", {}, "agent_id: required argument missing"),
     ("read_state", {"agent_id": "x" * 65}, "longer than"),
     ("no_such_tool", {}, "unknown tool"),
 ]
@@ -356,7 +364,7 @@ def test_catch_up_shows_new_events_then_the_state(sqlite_cluster: corral.Cluster
 def test_prompts_carry_the_protocols_with_the_clusters_numbers(
     sqlite_cluster: corral.Cluster,
 ) -> None:
-    """The worker prompt has STEP 1.5 with the idle timeout in force; the manager
+    """The worker prompt has the idle check with the idle timeout in force; the manager
     prompt has §4.1-4.5, the cap, and never terminates itself."""
     sqlite_cluster.configure(idle_timeout_seconds=45, max_agents=6)
 
@@ -372,7 +380,7 @@ def test_prompts_carry_the_protocols_with_the_clusters_numbers(
 
     worker, manager = run(sqlite_cluster, script)
     assert 'register_node("Node-A7B3", "developer", "claude-sonnet-4-5")' in worker
-    assert "STEP 1.5: IDLE DETECTION & SELF-TERMINATION" in worker
+    assert "STEP 2: IDLE DETECTION & SELF-TERMINATION" in worker
     assert "Wait 45 seconds" in worker
     assert 'set_agent_status("Node-A7B3", "terminated")' in worker
     assert "Node Node-A7B3 terminating due to lack of work" in worker

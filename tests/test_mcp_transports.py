@@ -111,7 +111,7 @@ async def listing(client: Client) -> None:
     prompts = {p.name for p in (await client.list_prompts()).prompts}
     assert prompts == {"worker_protocol", "manager_protocol"}
     worker = await client.get_prompt("worker_protocol", {"agent_id": "Node-A7B3"})
-    assert "STEP 1.5: IDLE DETECTION & SELF-TERMINATION" in worker.messages[0].content.text
+    assert "STEP 2: IDLE DETECTION & SELF-TERMINATION" in worker.messages[0].content.text
 
 
 async def capacity_scenario(call: Call) -> None:

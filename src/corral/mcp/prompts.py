@@ -1,8 +1,10 @@
 """The protocols an agent follows, written for corral's tools. Pure text.
 
-``worker_protocol`` is the worker's loop (SYNAPSE_PROTOCOL.md's role with anti-idle.md
-STEP 1.5); ``manager_protocol`` the bootstrap manager's (BOOTSTRAP_MANAGER.md §4.1-4.5).
-The numbers come from the cluster's settings, so the text matches what the monitor does.
+``worker_protocol`` is the worker's loop (register, catch up, the idle check and
+self-termination, claim, work, finish); ``manager_protocol`` the bootstrap manager's
+(startup, then sections 4.1-4.5: assessment, spawning, termination, the cap, task
+distribution). The numbers come from the cluster's settings, so the text matches what
+the monitor does.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ Call `register_node("{agent_id}", "{role}", "{model_name}")`.
 Call `catch_up("{agent_id}")`. Read the new events (broadcasts, tasks added, claims,
 terminations) and the state block: **Next Steps**, **Pending Tasks**, **Work Distribution**.
 
-## STEP 1.5: IDLE DETECTION & SELF-TERMINATION
+## STEP 2: IDLE DETECTION & SELF-TERMINATION
 You are idle when ALL of these are true:
 - Pending Tasks is 0 (no `[pending]` line under Next Steps);
 - you have held no task for more than {wait} seconds;
@@ -53,27 +55,27 @@ When idle:
 1. `set_agent_status("{agent_id}", "idle")`
 2. Wait {wait} seconds (the grace period for new tasks).
 3. `catch_up("{agent_id}")` again.
-4. If a task is pending now, go to STEP 2: claiming it cancels the termination.
+4. If a task is pending now, go to STEP 3: claiming it cancels the termination.
 5. If you are still idle:
    - `set_agent_status("{agent_id}", "terminated")`
    - `broadcast("Node {agent_id} terminating due to lack of work", "{agent_id}")`
    - EXIT gracefully: make no more calls and end your session.
 
 (If you do not, the monitor marks you terminated after {_n(s.idle_limit)} s idle.)
-If you are not idle, go to STEP 2.
+If you are not idle, go to STEP 3.
 
-## STEP 2: CLAIM
+## STEP 3: CLAIM
 Call `claim_best_task("{agent_id}", "{role}")`.
-- "Claimed task N: <title>" (the description, if any, follows): you hold task N; go to STEP 3.
-- "No pending tasks to claim.": go to STEP 1.5.
+- "Claimed task N: <title>" (the description, if any, follows): you hold task N; go to STEP 4.
+- "No pending tasks to claim.": go to STEP 2.
 Never work on a task you have not claimed.
 
-## STEP 3: WORK AND STAY ALIVE
+## STEP 4: WORK AND STAY ALIVE
 Do the task. While you work, call `heartbeat("{agent_id}")` at least every
 {_n(beat)} seconds (any other call with your id counts too). If an answer says you no
 longer hold the task, stop working on it (another node has it now) and go to STEP 1.
 
-## STEP 4: FINISH
+## STEP 5: FINISH
 - Done: `complete_task("{agent_id}", N, "<a short summary of the result>")`.
 - Cannot finish: `fail_task("{agent_id}", N, "<why>")`; the task goes back to the
   queue while it has attempts left.
@@ -125,7 +127,7 @@ Ask once per need: wait for the next assessments to show the new node before ask
 
 ## 4.3 NODE TERMINATION PROTOCOL
 When the recommendation is `terminate_idle`:
-- Idle workers retire themselves (worker STEP 1.5), and the monitor terminates any
+- Idle workers retire themselves (the worker protocol's STEP 2), and the monitor terminates any
   worker idle for more than {_n(s.idle_limit)} s. Let that happen; do not cut a worker's
   grace period short.
 - You may signal them: `broadcast("TERMINATE IDLE: nodes with no work should terminate",

@@ -1,9 +1,15 @@
-"""corral's MCP server: anti-idle.md's tools and two protocol prompts over a client.
+"""corral's MCP server: the cluster's tools and two protocol prompts over a client.
 
 Thin on purpose: each tool parses its arguments, makes one call on the client (a
 ``corral.Cluster`` or anything with its methods) and renders the answer as text. A
 refusal is an answer that starts with ``ERROR:`` (never a protocol error), and
 nothing is changed by it.
+
+Arguments are strict (``corral.mcp.strict``): before a tool runs, its arguments must
+fit its published input schema with the JSON types taken literally (an integer is not
+a boolean, a string or a float) and name no argument the schema does not; anything
+else is an ``ERROR:`` answer naming the argument. The rule lives in ``_CorralMCP``
+and reads each tool's own schema, however the tool was registered.
 
 Every tool that names an agent counts as that agent's heartbeat: the operations that
 change a node already push its deadline out; the views (``read_state``,
@@ -28,8 +34,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field, ValidationError
 
+import corral
 from corral.errors import CorralError
-from corral.mcp import text
+from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
@@ -75,9 +82,22 @@ def _problems(exc: ValidationError) -> list[str]:
 
 
 class _CorralMCP(MCPServer[Any]):
-    """MCPServer whose argument-validation failures and crashes are ``ERROR:`` answers."""
+    """MCPServer whose tools take strict arguments (their schema, closed, with exact
+    JSON types) and whose argument-validation failures and crashes are ``ERROR:``
+    answers."""
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:
+        super().add_tool(fn, name=name, **kwargs)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
+        if tool is not None:  # clients see that no other argument is taken
+            strict.close(tool.parameters)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            problems = strict.problems(tool.parameters, arguments)
+            if problems:
+                return _error(text.invalid_arguments_text(name, problems))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -101,7 +121,7 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
     # The SDK configures the root logger when none is set up; a library must not (the
     # CLI and the server render logs), so whatever it added is taken back.
     root, handlers, level = logging.getLogger(), list(logging.root.handlers), logging.root.level
-    mcp = _CorralMCP(name, instructions=INSTRUCTIONS)
+    mcp = _CorralMCP(name, instructions=INSTRUCTIONS, version=corral.__version__)
     root.handlers[:] = handlers
     root.setLevel(level)
 
@@ -274,7 +294,7 @@ def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
     @mcp.prompt(
         name="worker_protocol",
         description="The worker's loop: register, catch up, claim, heartbeat, finish, and "
-        "terminate itself when idle (anti-idle.md STEP 1.5).",
+        "terminate itself once idle past the cluster's idle timeout.",
     )
     def worker(agent_id: str = "", role: str = "developer", model_name: str = "") -> str:
         return worker_protocol(

@@ -29,7 +29,8 @@ _MAX_VALUE = 80
 
 
 def error_text(exc: CorralError) -> str:
-    """``ERROR: <what happened>. <what to do next>``; capacity keeps anti-idle.md's words."""
+    """``ERROR: <what happened>. <what to do next>``; capacity's is the fixed
+    line every client knows."""
     if isinstance(exc, CapacityError):
         return exc.message  # "ERROR: Cluster at capacity (4 nodes). Registration rejected."
     message = exc.message.rstrip(".")
@@ -46,7 +47,7 @@ def invalid_arguments_text(tool: str, problems: list[str]) -> str:
 
 
 def claimed_text(task: Task | None) -> str:
-    """anti-idle.md's ``Claimed task 3: Implement user authentication``; the
+    """``Claimed task 3: Implement user authentication``; the
     description, when the task has one, follows below that line."""
     if task is None:
         return "No pending tasks to claim."
