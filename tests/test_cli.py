@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -183,3 +184,67 @@ def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value
     assert err.splitlines() == [
         f"error: max_sleep: max_sleep must be a positive number; got {float(value)!r}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1", "an IPv6 address opened with [ is not closed with ]"),
+        ("http://127.0.0.1:99999", "the port must be a number from 1 to 65535; got '99999'"),
+        ("http://host:abc", "the port must be a number from 1 to 65535; got 'abc'"),
+        ("https://host:0/", "the port must be a number from 1 to 65535; got '0'"),
+        ("http://", "no host"),
+        ("postgresql://[::1", "an IPv6 address opened with [ is not closed with ]"),
+        (
+            "postgresql://127.0.0.1:99999/x",
+            "the port must be a number from 1 to 65535; got '99999'",
+        ),
+        ("postgres://a:5432,b:x/db", "the port must be a number from 1 to 65535; got 'x'"),
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["task", "add", "x"], ["worker", "--id", "W",
+                                     "--role", "developer", "--", "true"]])  # fmt: skip
+def test_a_malformed_url_exits_2_at_once_naming_it(tmp_path, monkeypatch, capsys, url, why,
+                                                   command):  # fmt: skip
+    """No traceback, no connection attempt (a PostgreSQL port out of range used to
+    wait 5 s for the pool, then exit 3): one line naming the url, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    code = run_main(cli, ["--url", url, *command])
+    elapsed = time.monotonic() - started
+    out = capsys.readouterr()
+    assert code == 2
+    assert out.out == ""
+    assert out.err == f"error: url: malformed URL {url!r}: {why}\n"
+    assert elapsed < 1.0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_malformed_url_as_a_real_process_and_its_password_hidden(tmp_path):
+    url = "postgresql://corral:s3cret@127.0.0.1:99999/x"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", url, "status"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: url: malformed URL 'postgresql://corral:***@127.0.0.1:99999/x': "
+        "the port must be a number from 1 to 65535; got '99999'\n"
+    )
+
+
+def test_well_formed_urls_still_parse():
+    """IPv6 hosts, several PostgreSQL hosts, a socket directory in the query."""
+    from corral.store import check_url
+
+    for url in (
+        "http://[::1]:8080",
+        "https://example.com/prefix",
+        "http://user:pw@host:1/",
+        "postgresql://[::1]:5432/db",
+        "postgresql://a:5432,b,[::1]:5433/db",
+        "postgresql:///db?host=/var/run/postgresql",
+        "postgres://u:p%40ss@h/db",
+        "sqlite:///x.db?synchronous=FULL",
+    ):
+        assert check_url(url) == url
