@@ -248,3 +248,28 @@ def test_well_formed_urls_still_parse():
         "sqlite:///x.db?synchronous=FULL",
     ):
         assert check_url(url) == url
+
+
+def test_node_token_without_a_usable_operator_token_exits_2_naming_the_option(
+    tmp_path, monkeypatch, capsys
+):
+    """As for corral serve: no operator token at all, a --token-file that is missing,
+    empty or a directory is a usage error (exit 2, one line naming --token-file)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    (tmp_path / "empty").write_text("  \n")
+    (tmp_path / "dir").mkdir()
+    hint = "set $CORRAL_TOKEN, pass --token-file or run corral init"
+    cases = [
+        ([], f"no operator token (.corral/token does not exist): {hint}"),
+        (["--token-file", "missing"], "missing does not exist"),
+        (["--token-file", "empty"], f"no operator token (token file empty is empty): {hint}"),
+        (["--token-file", "dir"], "File 'dir' is a directory."),
+    ]
+    for args, why in cases:
+        code = run_main(cli, ["node", "token", "Node-A1", *args])
+        err = capsys.readouterr().err
+        assert (code, err) == (2, f"error: Invalid value for '--token-file': {why}\n"), args
+    (tmp_path / "op").write_text("operator-secret\n")
+    assert run_main(cli, ["node", "token", "Node-A1", "--token-file", "op"]) == 0
+    assert capsys.readouterr().out.startswith("node.")

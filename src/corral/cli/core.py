@@ -135,11 +135,17 @@ def node_token(node_id: str, token_file: Path | None) -> None:
     from corral.validation import check_id
 
     node_id = check_id(node_id)
+    if token_file is not None and not token_file.is_file():
+        raise click.BadParameter(f"{token_file} does not exist", param_hint="'--token-file'")
     try:
         operator = load_token(token_file, create=False)
     except (OSError, ValueError) as exc:
-        raise click.ClickException(
-            f"no operator token ({exc}): set $CORRAL_TOKEN, pass --token-file or run corral init"
+        # The same problems are exit 2 for corral serve: a usage error naming the option.
+        missing = isinstance(exc, FileNotFoundError)
+        why = f"{exc.filename} does not exist" if missing else str(exc)
+        raise click.BadParameter(
+            f"no operator token ({why}): set $CORRAL_TOKEN, pass --token-file or run corral init",
+            param_hint="'--token-file'",
         ) from None
     click.echo(Tokens(operator).node_token(node_id))
 
