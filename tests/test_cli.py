@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
+import corral
 from corral.cli import cli
 from corral.cli._common import run_main
+from tests.worker_app import wait_for
 
 
 @pytest.fixture
@@ -273,3 +277,85 @@ def test_node_token_without_a_usable_operator_token_exits_2_naming_the_option(
     (tmp_path / "op").write_text("operator-secret\n")
     assert run_main(cli, ["node", "token", "Node-A1", "--token-file", "op"]) == 0
     assert capsys.readouterr().out.startswith("node.")
+
+
+def _monitor_process(tmp_path, *args: str) -> tuple[subprocess.Popen, object]:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    c = corral.connect(url)
+    c.register_node("A", "developer", heartbeat_interval=0.1)  # dead after 0.3 s of silence
+    c.add_task("Implement the thing")
+    c.claim_best_task("A", "developer")
+    log = tmp_path / "monitor.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "--url", url, "monitor", "--max-sleep", "0.1", *args],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+        )  # fmt: skip
+    return proc, (c, log)
+
+
+def _messages(log) -> list[str]:
+    """The log lines without their timestamp and logger name."""
+    return [line.split(" ", 3)[3] for line in log.read_text().splitlines()]
+
+
+def test_monitor_verbose_logs_every_pass_with_what_it_did(tmp_path):
+    """``corral monitor -v``: one line per pass saying what it recovered, terminated
+    and retired, the assessment when one was made, and when the next duty is due
+    (it used to log only "monitor started" and "monitor stopped")."""
+    proc, (c, log) = _monitor_process(tmp_path, "-v")
+    try:
+
+        def after_recovery() -> int:
+            passes = [m for m in _messages(log) if m.startswith("pass: ")]
+            hits = [i for i, m in enumerate(passes) if "recovered 1 lease," in m]
+            return bool(hits) and len(passes) - hits[0] >= 3
+
+        wait_for(after_recovery, timeout=30, what="the recovery pass and two more")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        c.close()
+    messages = _messages(log)
+    assert messages[0] == "monitor started" and messages[-1] == "monitor stopped"
+    passes = [m for m in messages if m.startswith("pass: ")]
+    first = next(m for m in passes if "recovered 1 lease," in m)
+    assert re.fullmatch(
+        r"pass: recovered 1 lease, terminated 1 dead node, retired 0 idle nodes; "
+        r"assessment (not due|overloaded -> spawn_developer \(1 pending, 0 working, 0 idle\)); "
+        r"next due in \d+\.\ds",
+        first,
+    ), first
+    quiet = [m for m in passes if m is not first]
+    assert quiet and all(
+        re.fullmatch(
+            r"pass: recovered 0 leases, terminated 0 dead nodes, retired 0 idle nodes; "
+            r"assessment (not due|\w+ -> \w+ \(.*\)); next due in \d+\.\ds",
+            m,
+        )
+        for m in quiet
+    ), quiet
+    # Every line is a pass, an event the pass logged, or start/stop.
+    events = {"Stale lock recovered: task 1 from A", "Marked A as terminated"}
+    for m in messages[1:-1]:
+        assert m.startswith("pass: ") or any(m.startswith(e) for e in events), m
+
+
+def test_monitor_without_verbose_logs_events_only(tmp_path):
+    proc, (c, log) = _monitor_process(tmp_path)
+    try:
+        wait_for(lambda: any(m.startswith("Marked A as terminated") for m in _messages(log)),
+                 timeout=30, what="the dead node")  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        c.close()
+    assert not [m for m in _messages(log) if m.startswith("pass: ")]
+
+
+def test_a_pass_that_does_not_lead_says_so():
+    from corral.cli.core import pass_line
+    from corral.monitor import TickResult
+
+    line = pass_line(TickResult(leader=False, next_deadline=105.0), 100.0)
+    assert line == "pass: another monitor leads, nothing done; next due in 5.0s"

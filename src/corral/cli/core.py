@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -347,19 +348,58 @@ def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
 
 
 # --- monitor ---------------------------------------------------------------------------
+_PASS_KINDS = (
+    ("lease_recovered", "recovered", "lease"),
+    ("node_dead", "terminated", "dead node"),
+    ("node_retired", "retired", "idle node"),
+)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def pass_line(result: Any, now: float) -> str:
+    """One line saying what a monitor pass (``Monitor.tick``'s result) did."""
+    wait = (
+        "" if result.next_deadline is None else f"; next due in {result.next_deadline - now:.1f}s"
+    )
+    if not result.leader:
+        return f"pass: another monitor leads, nothing done{wait}"
+    counts = Counter(e.kind for e in result.events)
+    done = [f"{verb} {_count(counts.pop(kind, 0), noun)}" for kind, verb, noun in _PASS_KINDS]
+    done += [f"{kind} {n}" for kind, n in sorted(counts.items())]
+    a = result.assessment
+    assessed = (
+        "assessment not due"
+        if a is None
+        else f"assessment {a.status} -> {a.recommendation} ({a.pending_tasks} pending, "
+        f"{a.working_count} working, {a.idle_count} idle)"
+    )
+    return f"pass: {', '.join(done)}; {assessed}{wait}"
+
+
 @click.command()
 @click.option("--max-sleep", type=float, default=None, help="Longest sleep between checks (s).")
-@click.option("-v", "--verbose", is_flag=True, help="Log every pass.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log every pass: what it recovered, terminated and retired, the "
+                   "assessment, and when the next duty is due.")  # fmt: skip
 @click.pass_context
 def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""
     from corral.monitor import Monitor
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
+    class VerboseMonitor(Monitor):
+        def tick(self, now: float | None = None) -> Any:
+            result = super().tick(now)
+            logging.getLogger("corral.monitor").info(
+                pass_line(result, self.cluster.clock.now()), extra={"action": "monitor_pass"}
+            )
+            return result
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
-    m = Monitor(client(ctx, create=True), **kwargs)
+    m = (VerboseMonitor if verbose else Monitor)(client(ctx, create=True), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())
     try:
         m.run()
