@@ -359,3 +359,21 @@ def test_a_pass_that_does_not_lead_says_so():
 
     line = pass_line(TickResult(leader=False, next_deadline=105.0), 100.0)
     assert line == "pass: another monitor leads, nothing done; next due in 5.0s"
+
+
+def test_the_cli_help_and_the_user_docs_cite_no_file_the_repository_lacks(capsys):
+    """README.md, ``corral status --help`` and docs/worker.md describe the behaviour
+    instead of pointing at documents that are not in the repository."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert run_main(cli, ["status", "--help"]) == 0
+    texts = {
+        "status --help": capsys.readouterr().out,
+        "README.md": (root / "README.md").read_text(),
+        "docs/worker.md": (root / "docs" / "worker.md").read_text(),
+    }
+    for name, text in texts.items():
+        for cited in ("anti-idle.md", "STEP 1.5", "heartbeat-protocol.md"):
+            assert cited not in text, (name, cited)
+    assert "task board" in texts["status --help"]

@@ -78,7 +78,9 @@ def init(ctx: click.Context) -> None:
 @click.option("--node", "node_id", default=None, help="Show this node's heartbeat age.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, node_id: str | None) -> None:
-    """The cluster at a glance (anti-idle.md's read_state)."""
+    """The cluster at a glance: the task board (in progress, then pending in claim
+    order), the live nodes with their role, status and health, the cluster's counts
+    and manager, the last assessment, and with --node that node's heartbeat age."""
     emit(client(ctx).read_state(node_id), as_json)
 
 
