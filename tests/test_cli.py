@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+import corral
 from corral.cli import cli
 from corral.cli._common import run_main
+from tests.worker_app import wait_for
 
 
 @pytest.fixture
@@ -183,3 +188,192 @@ def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value
     assert err.splitlines() == [
         f"error: max_sleep: max_sleep must be a positive number; got {float(value)!r}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1", "an IPv6 address opened with [ is not closed with ]"),
+        ("http://127.0.0.1:99999", "the port must be a number from 1 to 65535; got '99999'"),
+        ("http://host:abc", "the port must be a number from 1 to 65535; got 'abc'"),
+        ("https://host:0/", "the port must be a number from 1 to 65535; got '0'"),
+        ("http://", "no host"),
+        ("postgresql://[::1", "an IPv6 address opened with [ is not closed with ]"),
+        (
+            "postgresql://127.0.0.1:99999/x",
+            "the port must be a number from 1 to 65535; got '99999'",
+        ),
+        ("postgres://a:5432,b:x/db", "the port must be a number from 1 to 65535; got 'x'"),
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["task", "add", "x"], ["worker", "--id", "W",
+                                     "--role", "developer", "--", "true"]])  # fmt: skip
+def test_a_malformed_url_exits_2_at_once_naming_it(tmp_path, monkeypatch, capsys, url, why,
+                                                   command):  # fmt: skip
+    """No traceback, no connection attempt (a PostgreSQL port out of range used to
+    wait 5 s for the pool, then exit 3): one line naming the url, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    code = run_main(cli, ["--url", url, *command])
+    elapsed = time.monotonic() - started
+    out = capsys.readouterr()
+    assert code == 2
+    assert out.out == ""
+    assert out.err == f"error: url: malformed URL {url!r}: {why}\n"
+    assert elapsed < 1.0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_malformed_url_as_a_real_process_and_its_password_hidden(tmp_path):
+    url = "postgresql://corral:s3cret@127.0.0.1:99999/x"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", url, "status"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: url: malformed URL 'postgresql://corral:***@127.0.0.1:99999/x': "
+        "the port must be a number from 1 to 65535; got '99999'\n"
+    )
+
+
+def test_well_formed_urls_still_parse():
+    """IPv6 hosts, several PostgreSQL hosts, a socket directory in the query."""
+    from corral.store import check_url
+
+    for url in (
+        "http://[::1]:8080",
+        "https://example.com/prefix",
+        "http://user:pw@host:1/",
+        "postgresql://[::1]:5432/db",
+        "postgresql://a:5432,b,[::1]:5433/db",
+        "postgresql:///db?host=/var/run/postgresql",
+        "postgres://u:p%40ss@h/db",
+        "sqlite:///x.db?synchronous=FULL",
+    ):
+        assert check_url(url) == url
+
+
+def test_node_token_without_a_usable_operator_token_exits_2_naming_the_option(
+    tmp_path, monkeypatch, capsys
+):
+    """As for corral serve: no operator token at all, a --token-file that is missing,
+    empty or a directory is a usage error (exit 2, one line naming --token-file)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    (tmp_path / "empty").write_text("  \n")
+    (tmp_path / "dir").mkdir()
+    hint = "set $CORRAL_TOKEN, pass --token-file or run corral init"
+    cases = [
+        ([], f"no operator token (.corral/token does not exist): {hint}"),
+        (["--token-file", "missing"], "missing does not exist"),
+        (["--token-file", "empty"], f"no operator token (token file empty is empty): {hint}"),
+        (["--token-file", "dir"], "File 'dir' is a directory."),
+    ]
+    for args, why in cases:
+        code = run_main(cli, ["node", "token", "Node-A1", *args])
+        err = capsys.readouterr().err
+        assert (code, err) == (2, f"error: Invalid value for '--token-file': {why}\n"), args
+    (tmp_path / "op").write_text("operator-secret\n")
+    assert run_main(cli, ["node", "token", "Node-A1", "--token-file", "op"]) == 0
+    assert capsys.readouterr().out.startswith("node.")
+
+
+def _monitor_process(tmp_path, *args: str) -> tuple[subprocess.Popen, object]:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    c = corral.connect(url)
+    c.register_node("A", "developer", heartbeat_interval=0.1)  # dead after 0.3 s of silence
+    c.add_task("Implement the thing")
+    c.claim_best_task("A", "developer")
+    log = tmp_path / "monitor.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "--url", url, "monitor", "--max-sleep", "0.1", *args],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+        )  # fmt: skip
+    return proc, (c, log)
+
+
+def _messages(log) -> list[str]:
+    """The log lines without their timestamp and logger name."""
+    return [line.split(" ", 3)[3] for line in log.read_text().splitlines()]
+
+
+def test_monitor_verbose_logs_every_pass_with_what_it_did(tmp_path):
+    """``corral monitor -v``: one line per pass saying what it recovered, terminated
+    and retired, the assessment when one was made, and when the next duty is due
+    (it used to log only "monitor started" and "monitor stopped")."""
+    proc, (c, log) = _monitor_process(tmp_path, "-v")
+    try:
+
+        def after_recovery() -> int:
+            passes = [m for m in _messages(log) if m.startswith("pass: ")]
+            hits = [i for i, m in enumerate(passes) if "recovered 1 lease," in m]
+            return bool(hits) and len(passes) - hits[0] >= 3
+
+        wait_for(after_recovery, timeout=30, what="the recovery pass and two more")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        c.close()
+    messages = _messages(log)
+    assert messages[0] == "monitor started" and messages[-1] == "monitor stopped"
+    passes = [m for m in messages if m.startswith("pass: ")]
+    first = next(m for m in passes if "recovered 1 lease," in m)
+    assert re.fullmatch(
+        r"pass: recovered 1 lease, terminated 1 dead node, retired 0 idle nodes; "
+        r"assessment (not due|overloaded -> spawn_developer \(1 pending, 0 working, 0 idle\)); "
+        r"next due in \d+\.\ds",
+        first,
+    ), first
+    quiet = [m for m in passes if m is not first]
+    assert quiet and all(
+        re.fullmatch(
+            r"pass: recovered 0 leases, terminated 0 dead nodes, retired 0 idle nodes; "
+            r"assessment (not due|\w+ -> \w+ \(.*\)); next due in \d+\.\ds",
+            m,
+        )
+        for m in quiet
+    ), quiet
+    # Every line is a pass, an event the pass logged, or start/stop.
+    events = {"Stale lock recovered: task 1 from A", "Marked A as terminated"}
+    for m in messages[1:-1]:
+        assert m.startswith("pass: ") or any(m.startswith(e) for e in events), m
+
+
+def test_monitor_without_verbose_logs_events_only(tmp_path):
+    proc, (c, log) = _monitor_process(tmp_path)
+    try:
+        wait_for(lambda: any(m.startswith("Marked A as terminated") for m in _messages(log)),
+                 timeout=30, what="the dead node")  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        c.close()
+    assert not [m for m in _messages(log) if m.startswith("pass: ")]
+
+
+def test_a_pass_that_does_not_lead_says_so():
+    from corral.cli.core import pass_line
+    from corral.monitor import TickResult
+
+    line = pass_line(TickResult(leader=False, next_deadline=105.0), 100.0)
+    assert line == "pass: another monitor leads, nothing done; next due in 5.0s"
+
+
+def test_the_cli_help_and_the_user_docs_cite_no_file_the_repository_lacks(capsys):
+    """README.md, ``corral status --help`` and docs/worker.md describe the behaviour
+    instead of pointing at documents that are not in the repository."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert run_main(cli, ["status", "--help"]) == 0
+    texts = {
+        "status --help": capsys.readouterr().out,
+        "README.md": (root / "README.md").read_text(),
+        "docs/worker.md": (root / "docs" / "worker.md").read_text(),
+    }
+    for name, text in texts.items():
+        for cited in ("anti-idle.md", "STEP 1.5", "heartbeat-protocol.md"):
+            assert cited not in text, (name, cited)
+    assert "task board" in texts["status --help"]

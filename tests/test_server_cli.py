@@ -103,7 +103,7 @@ def test_node_token_prints_a_token_the_server_accepts_for_that_node_only(
 ) -> None:  # type: ignore[no-untyped-def]
     """``corral node token ID`` derives ID's token from the operator token file; the
     token checks as that node (and only it); a bad id exits 2 with one line naming
-    the field, and a missing operator token exits 1 saying where to put one."""
+    the field, and a missing operator token exits 2 saying where to put one."""
     from corral.cli import cli
     from corral.cli._common import run_main
     from corral.server.auth import Tokens
@@ -124,7 +124,7 @@ def test_node_token_prints_a_token_the_server_accepts_for_that_node_only(
     assert run(["node", "token", "x" * 65, "--token-file", str(tmp_path / "op")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: node_id: node_id is longer than 64 characters"]
-    assert run(["node", "token", "Node-A1"]) == 1
+    assert run(["node", "token", "Node-A1"]) == 2
     assert "no operator token" in capsys.readouterr().err
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from corral.clock import Clock
 from corral.cluster import Cluster
-from corral.store import default_url, open_store
+from corral.store import check_url, default_url, open_store
 
 __all__ = ["connect"]
 
@@ -19,7 +19,7 @@ def connect(url: str | None = None, *, clock: Clock | None = None, **overrides: 
     ``overrides`` go to the backend (e.g. ``synchronous="FULL"`` for SQLite,
     ``token=`` for HTTP). ``clock`` injects time (tests).
     """
-    url = url or default_url()
+    url = check_url(url or default_url())
     if url.startswith(("http://", "https://")):
         from corral.remote import HttpClient  # type: ignore[import-not-found]
 

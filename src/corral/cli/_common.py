@@ -7,6 +7,7 @@ bad argument); 3 the store is unavailable (retry).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -16,11 +17,47 @@ import click
 
 from corral.errors import CorralError, InvalidInputError
 
-__all__ = ["CONTEXT_SETTINGS", "client", "emit", "json_option", "run_main"]
+__all__ = [
+    "CONTEXT_SETTINGS",
+    "MAX_SECONDS",
+    "Seconds",
+    "client",
+    "emit",
+    "json_option",
+    "run_main",
+]
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+# The longest timeout the operating system's waits accept (epoll counts milliseconds
+# in a C int): about 24.8 days.
+MAX_SECONDS = 2_147_483
+
+
+class Seconds(click.ParamType):
+    """A duration option: a finite number of seconds above zero (or from zero, with
+    ``zero_ok``) up to ``MAX_SECONDS``. A bad value is a usage error naming the option."""
+
+    name = "seconds"
+
+    def __init__(self, *, zero_ok: bool = False) -> None:
+        self.zero_ok = zero_ok
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        low = number < 0 if self.zero_ok else number <= 0
+        if not math.isfinite(number) or low or number > MAX_SECONDS:
+            kind = "from 0" if self.zero_ok else "above 0"
+            self.fail(f"must be a number of seconds {kind} up to {MAX_SECONDS}; got {value}",
+                      param, ctx)  # fmt: skip
+        return number
 
 
 def client(ctx: click.Context, *, create: bool = False) -> Any:

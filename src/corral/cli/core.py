@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,9 @@ def init(ctx: click.Context) -> None:
 @click.option("--limit", type=int, default=50, show_default=True, help="Tasks to list.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, node_id: str | None, limit: int) -> None:
-    """The cluster at a glance (anti-idle.md's read_state)."""
+    """The cluster at a glance: the task board (in progress, then pending in claim
+    order), the live nodes with their role, status and health, the cluster's counts
+    and manager, the last assessment, and with --node that node's heartbeat age."""
     emit(client(ctx).read_state(node_id, limit=limit), as_json)
 
 
@@ -136,11 +139,17 @@ def node_token(node_id: str, token_file: Path | None) -> None:
     from corral.validation import check_id
 
     node_id = check_id(node_id)
+    if token_file is not None and not token_file.is_file():
+        raise click.BadParameter(f"{token_file} does not exist", param_hint="'--token-file'")
     try:
         operator = load_token(token_file, create=False)
     except (OSError, ValueError) as exc:
-        raise click.ClickException(
-            f"no operator token ({exc}): set $CORRAL_TOKEN, pass --token-file or run corral init"
+        # The same problems are exit 2 for corral serve: a usage error naming the option.
+        missing = isinstance(exc, FileNotFoundError)
+        why = f"{exc.filename} does not exist" if missing else str(exc)
+        raise click.BadParameter(
+            f"no operator token ({why}): set $CORRAL_TOKEN, pass --token-file or run corral init",
+            param_hint="'--token-file'",
         ) from None
     click.echo(Tokens(operator).node_token(node_id))
 
@@ -342,19 +351,58 @@ def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
 
 
 # --- monitor ---------------------------------------------------------------------------
+_PASS_KINDS = (
+    ("lease_recovered", "recovered", "lease"),
+    ("node_dead", "terminated", "dead node"),
+    ("node_retired", "retired", "idle node"),
+)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def pass_line(result: Any, now: float) -> str:
+    """One line saying what a monitor pass (``Monitor.tick``'s result) did."""
+    wait = (
+        "" if result.next_deadline is None else f"; next due in {result.next_deadline - now:.1f}s"
+    )
+    if not result.leader:
+        return f"pass: another monitor leads, nothing done{wait}"
+    counts = Counter(e.kind for e in result.events)
+    done = [f"{verb} {_count(counts.pop(kind, 0), noun)}" for kind, verb, noun in _PASS_KINDS]
+    done += [f"{kind} {n}" for kind, n in sorted(counts.items())]
+    a = result.assessment
+    assessed = (
+        "assessment not due"
+        if a is None
+        else f"assessment {a.status} -> {a.recommendation} ({a.pending_tasks} pending, "
+        f"{a.working_count} working, {a.idle_count} idle)"
+    )
+    return f"pass: {', '.join(done)}; {assessed}{wait}"
+
+
 @click.command()
 @click.option("--max-sleep", type=float, default=None, help="Longest sleep between checks (s).")
-@click.option("-v", "--verbose", is_flag=True, help="Log every pass.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log every pass: what it recovered, terminated and retired, the "
+                   "assessment, and when the next duty is due.")  # fmt: skip
 @click.pass_context
 def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""
     from corral.monitor import Monitor
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
+    class VerboseMonitor(Monitor):
+        def tick(self, now: float | None = None) -> Any:
+            result = super().tick(now)
+            logging.getLogger("corral.monitor").info(
+                pass_line(result, self.cluster.clock.now()), extra={"action": "monitor_pass"}
+            )
+            return result
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
-    m = Monitor(client(ctx, create=True), **kwargs)
+    m = (VerboseMonitor if verbose else Monitor)(client(ctx, create=True), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())
     try:
         m.run()

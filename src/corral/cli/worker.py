@@ -15,12 +15,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from typing import Any
 
 import click
+
+from corral.cli._common import Seconds
 
 __all__ = ["register"]
 
@@ -92,29 +95,58 @@ def command_handler(command: tuple[str, ...], node_id: str, *, timeout: float | 
     return handle
 
 
+def _check_command(command: tuple[str, ...]) -> None:
+    """Refuse a COMMAND that cannot be executed before anything is claimed: every task
+    would fail with it."""
+    program = command[0]
+    if shutil.which(program) is not None:
+        return
+    if os.sep not in program:
+        why = "not found on $PATH"
+    elif not os.path.exists(program):
+        why = "no such file"
+    elif os.path.isdir(program):
+        why = "is a directory"
+    else:
+        why = "is not executable"
+    raise click.BadParameter(f"{program}: {why}", param_hint="'COMMAND'")
+
+
+def _node_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from corral.errors import InvalidInputError
+    from corral.validation import check_id
+
+    try:
+        return check_id(value)
+    except InvalidInputError as exc:
+        raise click.BadParameter(exc.message, ctx, param) from None
+
+
 @click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--id", "node_id", required=True, help="This worker's node id.")
+@click.option("--id", "node_id", required=True, callback=_node_id,
+              help="This worker's node id.")  # fmt: skip
 @click.option("--role", required=True, help="The role to register as and claim for.")
 @click.option("--model", default=None, help="Model name (sets the node's strength).")
-@click.option("--heartbeat-interval", type=float, default=5.0, show_default=True,
+@click.option("--heartbeat-interval", type=Seconds(), default=5.0, show_default=True,
               help="Seconds between heartbeats.")  # fmt: skip
-@click.option("--idle-timeout", type=float, default=None,
+@click.option("--idle-timeout", type=Seconds(), default=None,
               help="Seconds to keep trying to claim when idle before retiring "
                    "(default: the cluster's idle_timeout_seconds).")  # fmt: skip
-@click.option("--task-timeout", type=float, default=None,
+@click.option("--task-timeout", type=Seconds(), default=None,
               help="Fail a task whose command runs longer than this (seconds).")  # fmt: skip
-@click.option("--max-tasks", type=int, default=None, help="Exit after this many tasks.")
+@click.option("--max-tasks", type=click.IntRange(min=1), default=None,
+              help="Exit after this many tasks.")  # fmt: skip
 @click.option("--webhook", "webhooks", multiple=True, metavar="URL",
               help="Also POST each heartbeat's JSON here (repeatable).")  # fmt: skip
-@click.option("--metrics-keep", type=int, default=None, metavar="N",
+@click.option("--metrics-keep", type=click.IntRange(min=1), default=None, metavar="N",
               help="Keep a heartbeat metrics series in the store (newest N points).")  # fmt: skip
 @click.option("--github-repo", default=None, metavar="OWNER/NAME",
               help="Comment each heartbeat on a GitHub issue ($GITHUB_TOKEN).")  # fmt: skip
-@click.option("--github-issue", type=int, default=None, metavar="N",
+@click.option("--github-issue", type=click.IntRange(min=1), default=None, metavar="N",
               help="The issue number for --github-repo.")  # fmt: skip
-@click.option("--retry-attempts", type=int, default=3, show_default=True,
+@click.option("--retry-attempts", type=click.IntRange(min=1), default=3, show_default=True,
               help="Attempts per heartbeat destination.")  # fmt: skip
-@click.option("--retry-delay", type=float, default=5.0, show_default=True,
+@click.option("--retry-delay", type=Seconds(zero_ok=True), default=5.0, show_default=True,
               help="Seconds between attempts.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings only.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -140,8 +172,12 @@ def worker(
     """Run COMMAND once per claimed task (put it after --).
 
     The task is JSON on stdin and in $CORRAL_TASK; exit 0 completes it (stdout is
-    the result), any other exit fails it with the stderr tail. Exit codes: 0 retired
-    or shut down, 1 terminated by the cluster, 2 bad arguments.
+    the result), any other exit fails it with the stderr tail. Every option and
+    COMMAND itself (found and executable) are checked before anything is claimed.
+
+    Exit codes: 0 retired, shut down or --max-tasks done; 1 terminated by the cluster
+    (or registration refused at capacity); 2 bad arguments (one line naming the
+    option); 3 store unavailable.
     """
     from corral.destinations import (
         Destination,
@@ -152,12 +188,20 @@ def worker(
     )
     from corral.worker import Worker
 
-    if heartbeat_interval <= 0 or retry_attempts < 1 or retry_delay < 0:
-        raise click.UsageError("intervals must be positive and --retry-attempts at least 1")
     if (github_repo is None) != (github_issue is None):
         raise click.UsageError("--github-repo and --github-issue go together")
-    if metrics_keep is not None and metrics_keep < 1:
-        raise click.UsageError("--metrics-keep must be at least 1")
+    _check_command(command)
+    extra: list[Destination] = []
+    for url in webhooks:
+        try:
+            extra.append(WebhookDestination(url))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--webhook'") from None
+    if github_repo is not None and github_issue is not None:
+        try:
+            extra.append(GitHubDestination(github_repo, github_issue))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--github-repo'") from None
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO,
         format=f"corral-worker {node_id}: %(message)s",
@@ -167,27 +211,19 @@ def worker(
 
     root = ctx.find_root()
     cluster = connect(root.obj.get("url") if isinstance(root.obj, dict) else None)
-    extra: list[Destination] = []
-    try:
-        extra += [WebhookDestination(url) for url in webhooks]
-        if github_repo is not None and github_issue is not None:
-            extra.append(GitHubDestination(github_repo, github_issue))
-    except ValueError as exc:
-        cluster.close()
-        raise click.UsageError(str(exc)) from None
     if metrics_keep is not None:
         extra.append(MetricsDestination(cluster, keep=metrics_keep))
-    w = Worker(
-        node_id,
-        role,
-        cluster=cluster,
-        model=model,
-        heartbeat_interval=heartbeat_interval,
-        idle_timeout_seconds=idle_timeout,
-        destinations=extra,
-        retry=RetryPolicy(retry_attempts=retry_attempts, retry_delay=retry_delay),
-    )
     try:
+        w = Worker(
+            node_id,
+            role,
+            cluster=cluster,
+            model=model,
+            heartbeat_interval=heartbeat_interval,
+            idle_timeout_seconds=idle_timeout,
+            destinations=extra,
+            retry=RetryPolicy(retry_attempts=retry_attempts, retry_delay=retry_delay),
+        )
         return w.run(command_handler(command, node_id, timeout=task_timeout),
                      max_tasks=max_tasks)  # fmt: skip
     finally:
