@@ -44,7 +44,7 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_LAZY = {"HeartbeatMonitor": "corral.heartbeat", "Worker": "corral.worker"}
+_LAZY = {"HeartbeatMonitor": "corral.worker.heartbeat", "Worker": "corral.worker.worker"}
 
 
 def __getattr__(name: str) -> object:

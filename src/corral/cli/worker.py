@@ -143,14 +143,14 @@ def worker(
     the result), any other exit fails it with the stderr tail. Exit codes: 0 retired
     or shut down, 1 terminated by the cluster, 2 bad arguments.
     """
-    from corral.destinations import (
+    from corral.worker import Worker
+    from corral.worker.destinations import (
         Destination,
         GitHubDestination,
         MetricsDestination,
         RetryPolicy,
         WebhookDestination,
     )
-    from corral.worker import Worker
 
     if heartbeat_interval <= 0 or retry_attempts < 1 or retry_delay < 0:
         raise click.UsageError("intervals must be positive and --retry-attempts at least 1")

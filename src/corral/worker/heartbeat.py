@@ -11,7 +11,7 @@ seconds from a background thread (or an asyncio task)::
 CPU (percent of one core used by this process since the previous beat) and memory
 (resident MB) come from psutil; health from ``corral.health.health_status`` with the
 document's thresholds unless others are given. Each heartbeat goes to every
-destination (``corral.destinations``), each with its own retries and alerting; the
+destination (``corral.worker.destinations``), each with its own retries and alerting; the
 cluster destination is the default and runs in the heartbeat thread, the others in
 their own threads, so none can hold up another.
 
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from corral.clock import Clock, SystemClock
-from corral.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
 from corral.health import DEFAULT_THRESHOLDS, HealthThresholds, health_status
+from corral.worker.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
 
 if TYPE_CHECKING:
     import asyncio

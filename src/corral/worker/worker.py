@@ -33,11 +33,11 @@ from types import FrameType
 from typing import Any
 
 from corral.defaults import MANAGER_ROLE
-from corral.destinations import ClusterDestination, Destination, RetryPolicy
 from corral.errors import InvalidInputError, LeaseError, NotFoundError
 from corral.health import HealthThresholds
-from corral.heartbeat import HeartbeatMonitor
 from corral.model import Task
+from corral.worker.destinations import ClusterDestination, Destination, RetryPolicy
+from corral.worker.heartbeat import HeartbeatMonitor
 
 __all__ = ["EXIT_LOST", "EXIT_OK", "Claimed", "TaskFailed", "Worker"]
 
