@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from corral.errors import CorralError, InvalidInputError
+from corral.types import Client
 
 __all__ = ["CONTEXT_SETTINGS", "client", "emit", "json_option", "run_main"]
 
@@ -23,7 +24,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-def client(ctx: click.Context, *, create: bool = False) -> Any:
+def client(ctx: click.Context, *, create: bool = False) -> Client:
     """The client for ``--url`` (opened once per command). An SQLite file that does
     not exist is created only by commands that add to the cluster (``create``); the
     others refuse it, so a mistyped path is an error, not an empty new cluster."""
@@ -43,7 +44,8 @@ def client(ctx: click.Context, *, create: bool = False) -> Any:
         obj["client"] = connect(url)
         root.obj = obj
         ctx.call_on_close(obj["client"].close)
-    return obj["client"]
+    found: Client = obj["client"]
+    return found
 
 
 def _plain(value: Any) -> Any:

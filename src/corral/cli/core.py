@@ -352,7 +352,7 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s"
     )
-    kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
+    kwargs: dict[str, Any] = {} if max_sleep is None else {"max_sleep": max_sleep}
     m = Monitor(client(ctx, create=True), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())
     try:

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from corral.clock import Clock, SystemClock
+from corral.errors import InvalidInputError
 from corral.health import DEFAULT_THRESHOLDS, HealthThresholds, health_status
+from corral.types import Client, HealthStatus
 from corral.worker.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ class HeartbeatMonitor:
     def __init__(
         self,
         worker_id: str,
-        cluster: Any = None,
+        cluster: Client | None = None,
         *,
         heartbeat_interval: float = 5.0,
         capacity: int = 1,
@@ -76,9 +78,11 @@ class HeartbeatMonitor:
         on_node_lost: Callable[[Exception], None] | None = None,
     ) -> None:
         if heartbeat_interval <= 0:
-            raise ValueError("heartbeat_interval must be positive")
+            raise InvalidInputError(
+                "heartbeat_interval must be positive", field="heartbeat_interval"
+            )
         if capacity < 1:
-            raise ValueError("capacity must be at least 1")
+            raise InvalidInputError("capacity must be at least 1", field="capacity")
         self.worker_id = worker_id
         self.cluster = cluster
         self.heartbeat_interval = float(heartbeat_interval)
@@ -90,7 +94,7 @@ class HeartbeatMonitor:
         self.node_lost: Exception | None = None
         if destinations is None:
             if cluster is None:
-                raise ValueError("give a cluster or the destinations")
+                raise InvalidInputError("give a cluster or the destinations", field="cluster")
             destinations = [ClusterDestination(cluster)]
         policy = retry or RetryPolicy()
         self.deliveries = [
@@ -173,7 +177,7 @@ class HeartbeatMonitor:
             "uptime": round(self._mono() - self._started_at, 1),
         }
 
-    def get_health_status(self, metrics: Mapping[str, Any] | None = None) -> str:
+    def get_health_status(self, metrics: Mapping[str, Any] | None = None) -> HealthStatus:
         return health_status(metrics or self.get_metrics(), self.thresholds)
 
     # --- one beat -------------------------------------------------------------------------
