@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral.destinations import (
+from corral.worker.destinations import (
     ClusterDestination,
     Delivery,
     DestinationError,
@@ -25,7 +25,7 @@ from corral.destinations import (
     heartbeat_comment,
     metrics_sample,
 )
-from corral.heartbeat import HeartbeatMonitor
+from corral.worker.heartbeat import HeartbeatMonitor
 from tests.worker_app import wait_for
 
 EXAMPLE = {

@@ -10,7 +10,7 @@ import pytest
 
 import corral
 from corral.health import HealthThresholds
-from corral.heartbeat import HeartbeatMonitor, next_beat
+from corral.worker.heartbeat import HeartbeatMonitor, next_beat
 from tests.worker_app import wait_for
 
 DOC_KEYS = {"worker_id", "timestamp", "health_status", "current_tasks", "capacity_available",

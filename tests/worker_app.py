@@ -51,7 +51,7 @@ def log_text(workdir: Path, node_id: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import corral
-    from corral.destinations import MetricsDestination, RetryPolicy, WebhookDestination
+    from corral.worker.destinations import MetricsDestination, RetryPolicy, WebhookDestination
 
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)

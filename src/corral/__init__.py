@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from corral.client import connect
 from corral.clock import FakeClock, SystemClock
 from corral.cluster import Cluster
@@ -16,12 +18,18 @@ from corral.errors import (
 )
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 from corral.monitor import Monitor
+from corral.types import Client
+
+if TYPE_CHECKING:  # loaded lazily at run time (below), seen as the classes by a checker
+    from corral.worker.heartbeat import HeartbeatMonitor
+    from corral.worker.worker import Worker
 
 __all__ = [
     "Assessment",
     "AuthError",
     "CapacityError",
     "CatchUp",
+    "Client",
     "Cluster",
     "CorralError",
     "Event",
@@ -44,7 +52,7 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_LAZY = {"HeartbeatMonitor": "corral.heartbeat", "Worker": "corral.worker"}
+_LAZY = {"HeartbeatMonitor": "corral.worker.heartbeat", "Worker": "corral.worker.worker"}
 
 
 def __getattr__(name: str) -> object:

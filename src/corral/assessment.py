@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.types import WorkloadStatus
+
 __all__ = ["Counts", "decide"]
 
 
@@ -26,7 +28,7 @@ class Counts:
     architect_only: int = 0
 
 
-def decide(c: Counts) -> tuple[str, str]:
+def decide(c: Counts) -> tuple[WorkloadStatus, str]:
     """(workload_status, spawn_recommendation)."""
     if c.pending == 0 and c.in_progress == 0:
         return "idle", "terminate_idle"

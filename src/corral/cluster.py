@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 from corral import defaults
 from corral.clock import Clock, SystemClock
@@ -30,6 +30,9 @@ from corral.validation import (
     check_text,
 )
 
+if TYPE_CHECKING:
+    from corral.store.stats import ClusterStats
+
 __all__ = ["Cluster"]
 
 _HEARTBEAT_FIELDS = ("health_status", "current_tasks", "capacity_available", "metrics")
@@ -43,7 +46,7 @@ class Cluster:
         self.clock: Clock = clock or SystemClock()
         self.url = url
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -410,7 +413,7 @@ class Cluster:
         """A node's newest heartbeat metrics points (at most ``limit``), oldest first."""
         return self.store.samples(check_id(node_id), check_limit(limit))
 
-    def stats(self) -> Any:
+    def stats(self) -> ClusterStats:
         """Counts for dashboards and ``/metrics`` (a ``ClusterStats``)."""
         from corral.store.stats import read_stats
 

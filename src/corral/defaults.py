@@ -8,7 +8,9 @@ rest are corral's own.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any
+from typing import Any, get_args
+
+from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
 
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",
@@ -16,6 +18,7 @@ __all__ = [
     "DEFAULT_DIR",
     "DEFAULT_ROLE_KEYWORDS",
     "DEFAULT_SQLITE_FILE",
+    "HEALTH_STATUSES",
     "MANAGER_ROLE",
     "MAX_CLAIM_WAIT",
     "MAX_DESCRIPTION",
@@ -36,11 +39,12 @@ __all__ = [
 
 MANAGER_ROLE = "bootstrap_manager"
 
-NODE_STATUSES = ("working", "idle", "waiting", "terminated")
-TASK_STATUSES = ("pending", "in_progress", "done", "failed", "cancelled")
-PRIORITIES = ("high", "medium", "low")
-STRENGTHS = ("high", "medium", "low")
-HEALTH_STATUSES = ("healthy", "degraded", "unhealthy")
+# The value sets are the Literals of corral.types (one declaration each).
+NODE_STATUSES: tuple[str, ...] = get_args(NodeStatus)
+TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
+PRIORITIES: tuple[str, ...] = get_args(Priority)
+STRENGTHS: tuple[str, ...] = get_args(Strength)
+HEALTH_STATUSES: tuple[str, ...] = get_args(HealthStatus)
 
 DEFAULT_ROLE_KEYWORDS: dict[str, list[str]] = {
     "architect": ["design", "architect", "plan"],

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from corral.cluster import Cluster
 from corral.errors import CapacityError, NotFoundError
 from corral.model import Event
 from corral.monitor import Monitor
+from corral.types import Client
 
 __all__ = ["run_demo"]
 
@@ -68,7 +68,7 @@ def _describe(e: Event) -> str | None:
     }.get(e.kind, lambda: None)()
 
 
-def _developer(cluster: Cluster, node_id: str, stop: threading.Event, quirk: str) -> None:
+def _developer(cluster: Client, node_id: str, stop: threading.Event, quirk: str) -> None:
     """anti-idle.md's worker: claim by score, work, and retire when idle past the grace.
     ``quirk`` "crash" goes silent holding a task; "stays" never retires itself."""
     s = cluster.settings()
@@ -101,7 +101,7 @@ def _developer(cluster: Cluster, node_id: str, stop: threading.Event, quirk: str
 
 
 def run_demo(
-    connect: Callable[[], Cluster], echo: Callable[[str], None], *, timeout: float = 60.0
+    connect: Callable[[], Client], echo: Callable[[str], None], *, timeout: float = 60.0
 ) -> dict[str, Any]:
     """Run the scripted fleet on a fresh cluster; returns a summary of what happened."""
     cluster = connect()
@@ -191,4 +191,6 @@ def run_demo(
 
 
 def demo_ok(summary: dict[str, Any]) -> bool:
-    return summary["tasks_done"] == summary["tasks_total"] and summary["lease_recoveries"] >= 1
+    return bool(
+        summary["tasks_done"] == summary["tasks_total"] and summary["lease_recoveries"] >= 1
+    )

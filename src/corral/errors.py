@@ -111,7 +111,7 @@ def error_class(code: str, status: int = 400) -> type[CorralError]:
     ):
         if cls.code == code:
             return cls
-    cls = _ALIASES.get(code)
-    if cls is not None:
-        return cls
+    alias = _ALIASES.get(code)
+    if alias is not None:
+        return alias
     return StoreUnavailableError if status >= 500 else CorralError

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from corral.types import HealthStatus
+
 __all__ = ["HealthThresholds", "health_status"]
 
 
@@ -31,7 +33,7 @@ DEFAULT_THRESHOLDS = HealthThresholds()
 
 def health_status(
     metrics: Mapping[str, Any], thresholds: HealthThresholds = DEFAULT_THRESHOLDS
-) -> str:
+) -> HealthStatus:
     cpu = float(metrics.get("cpu_usage") or 0.0)
     mem = float(metrics.get("memory_usage") or 0.0)
     if cpu > thresholds.cpu_unhealthy or mem > thresholds.mem_unhealthy:

@@ -14,10 +14,12 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from corral.backoff import Backoff
 from corral.cluster import Cluster
 from corral.defaults import MONITOR_MAX_SLEEP
-from corral.errors import StoreUnavailableError
+from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Assessment, Event
+from corral.types import Client
 from corral.validation import check_positive
 
 __all__ = ["Monitor", "TickResult"]
@@ -55,9 +57,15 @@ def _log_event(event: Event) -> None:
 
 
 class Monitor:
-    def __init__(self, cluster: Cluster, *, max_sleep: float = MONITOR_MAX_SLEEP,
+    def __init__(self, cluster: Client, *, max_sleep: float = MONITOR_MAX_SLEEP,
                  name: str | None = None) -> None:  # fmt: skip
-        self.cluster = cluster
+        if not isinstance(cluster, Cluster):  # the duties are store transactions
+            raise InvalidInputError(
+                "the monitor needs the store itself (a sqlite:// or postgresql:// url),"
+                " not a remote client",
+                field="url",
+            )
+        self.cluster: Cluster = cluster
         self.max_sleep = check_positive(max_sleep, "max_sleep")
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._wake = threading.Event()
@@ -101,19 +109,19 @@ class Monitor:
 
     def run(self) -> None:
         """Loop ``tick`` until ``stop()``; store outages are logged and retried."""
-        backoff = 0.1
+        backoff = Backoff(base=0.1, cap=5.0)  # 0.1 s doubling to 5 s while unavailable
         log.info("monitor started", extra={"action": "monitor_started", "monitor": self.name})
         while not self._stop.is_set():
             try:
                 result = self.tick()
-                backoff = 0.1
+                backoff.reset()
                 now = self.cluster.clock.now()
                 wait = self.max_sleep
                 if result.next_deadline is not None:
                     wait = min(wait, max(0.0, result.next_deadline - now))
             except StoreUnavailableError as exc:
                 log.warning("store unavailable: %s", exc, extra={"action": "monitor_retry"})
-                wait, backoff = backoff, min(backoff * 2, 5.0)
+                wait = backoff.next()
             self._wake.wait(wait)
             self._wake.clear()
         log.info("monitor stopped", extra={"action": "monitor_stopped", "monitor": self.name})

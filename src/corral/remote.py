@@ -18,7 +18,7 @@ import re
 import socket
 import threading
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, overload
 from urllib.parse import quote, urlencode, urlsplit
 
 from corral.errors import (
@@ -32,13 +32,20 @@ from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings,
 from corral.operations import OPERATIONS
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from corral.store.stats import ClusterStats
+
 __all__ = ["AuthError", "HttpClient"]
+
+_T = TypeVar("_T", bound="DataclassInstance")
 
 
 _FIELDS: dict[type, frozenset[str]] = {}
 
 
-def _build(cls: type, d: dict[str, Any]) -> Any:
+def _build(cls: type[_T], d: dict[str, Any]) -> _T:
     """``cls`` from a response object, ignoring fields this client does not know (a
     newer server may send more)."""
     names = _FIELDS.get(cls)
@@ -227,7 +234,7 @@ class HttpClient:
         self._head_json = self._head + b"Content-Type: application/json\r\n"
 
     # --- transport ----------------------------------------------------------------
-    def __enter__(self) -> HttpClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -256,6 +263,30 @@ class HttpClient:
         with self._lock:
             if conn in self._conns:
                 self._conns.remove(conn)
+
+    @overload
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, Any] | None = None,
+        raw: Literal[False] = False,
+        timeout: float | None = None,
+    ) -> Any: ...
+
+    @overload
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, Any] | None = None,
+        raw: Literal[True],
+        timeout: float | None = None,
+    ) -> str: ...
 
     def request(
         self,
@@ -319,7 +350,7 @@ class HttpClient:
         except (ValueError, KeyError, TypeError):
             code, message, field = "", payload.decode(errors="replace")[:200], None
         exc = error_class(code, status)(message or f"HTTP {status}", field=field)
-        exc.status = status  # type: ignore[attr-defined]
+        exc.status = status
         return exc
 
     def _call(
@@ -522,7 +553,7 @@ class HttpClient:
         rows = self._call("metrics_series", {"limit": limit}, node=node_id)
         return [_event(e) for e in rows]
 
-    def stats(self) -> Any:
+    def stats(self) -> ClusterStats:
         from corral.store.stats import ClusterStats
 
         return _build(ClusterStats, self._call("stats"))

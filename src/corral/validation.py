@@ -6,7 +6,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from corral import defaults
 from corral.errors import InvalidInputError
@@ -120,7 +120,7 @@ def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
         raise InvalidInputError(
             f"{field} must be {kind} up to {MAX_INT}; got {value!r:.40}", field=field
         )
-    return value
+    return cast("float", value)  # the int or float itself: no rounding of large ints
 
 
 def check_limit(value: Any, field: str = "limit") -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from corral.errors import CorralError, InvalidInputError
+from corral.types import Client
 
 __all__ = [
     "CONTEXT_SETTINGS",
@@ -60,7 +61,7 @@ class Seconds(click.ParamType):
         return number
 
 
-def client(ctx: click.Context, *, create: bool = False) -> Any:
+def client(ctx: click.Context, *, create: bool = False) -> Client:
     """The client for ``--url`` (opened once per command). An SQLite file that does
     not exist is created only by commands that add to the cluster (``create``); the
     others refuse it, so a mistyped path is an error, not an empty new cluster."""
@@ -80,7 +81,8 @@ def client(ctx: click.Context, *, create: bool = False) -> Any:
         obj["client"] = connect(url)
         root.obj = obj
         ctx.call_on_close(obj["client"].close)
-    return obj["client"]
+    found: Client = obj["client"]
+    return found
 
 
 def _plain(value: Any) -> Any:

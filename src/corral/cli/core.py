@@ -401,7 +401,7 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
             return result
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    kwargs = {} if max_sleep is None else {"max_sleep": max_sleep}
+    kwargs: dict[str, Any] = {} if max_sleep is None else {"max_sleep": max_sleep}
     m = (VerboseMonitor if verbose else Monitor)(client(ctx, create=True), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())
     try:

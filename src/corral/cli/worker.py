@@ -179,14 +179,14 @@ def worker(
     (or registration refused at capacity); 2 bad arguments (one line naming the
     option); 3 store unavailable.
     """
-    from corral.destinations import (
+    from corral.worker import Worker
+    from corral.worker.destinations import (
         Destination,
         GitHubDestination,
         MetricsDestination,
         RetryPolicy,
         WebhookDestination,
     )
-    from corral.worker import Worker
 
     if (github_repo is None) != (github_issue is None):
         raise click.UsageError("--github-repo and --github-issue go together")

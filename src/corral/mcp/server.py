@@ -38,6 +38,7 @@ import corral
 from corral.errors import CorralError
 from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
+from corral.types import Client
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
 
@@ -112,7 +113,7 @@ class _CorralMCP(MCPServer[Any]):
             )
 
 
-def build_server(client: Any, *, name: str = "corral") -> MCPServer[Any]:
+def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     """An ``MCPServer`` with corral's tools and prompts over ``client``.
 
     ``client`` is a ``corral.Cluster`` or any client with its methods (the remote

@@ -230,7 +230,7 @@ async def handle(
             except ValidationError as exc:
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
-        waits = op.name == "claim_best_task" and bool(body.wait)
+        waits = op.name == "claim_best_task" and bool(getattr(body, "wait", 0))
         if op.short and not waits and st.short_calls is not None:
             result = await st.short_calls.submit(op.handler, call)
             if result is _HOP:
@@ -300,7 +300,9 @@ class ApiRouter:
         self.mounts = dict(mounts or {})
         self._cache: dict[tuple[str, str], tuple[Op, dict[str, Any]] | None] = {}
         # (method, shape) -> (op, {param: segment index}, params of no digit segment)
-        self._shapes: dict[tuple[str, tuple[str, ...]], tuple[Op, dict[str, int], dict]] = {}
+        self._shapes: dict[
+            tuple[str, tuple[str, ...]], tuple[Op, dict[str, int], dict[str, Any]]
+        ] = {}
         for route in routes:  # a literal all-digit segment would make shapes ambiguous
             if any(_digits(seg) for seg in getattr(route, "path", "").split("/")):
                 raise ValueError(f"route {route.path} has an all-digit segment")

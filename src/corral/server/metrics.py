@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import Any
+from typing import get_args
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -22,18 +22,20 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from corral.cluster import Cluster
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
+from corral.types import WorkloadStatus
 
 __all__ = ["LATENCY_BUCKETS", "ClusterCollector", "LatencyCollector", "Metrics"]
 
-_ASSESSMENT_STATUSES = ("idle", "overloaded", "balanced", "underutilized")
+_ASSESSMENT_STATUSES: tuple[str, ...] = get_args(WorkloadStatus)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class ClusterCollector(Collector):
     """Reads ``cluster.stats()`` once per scrape."""
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
 
     def collect(self) -> Iterator[Metric]:
@@ -68,15 +70,15 @@ class ClusterCollector(Collector):
             "corral_last_event_seq", "The newest event's sequence number.", value=s.last_event
         )
         a = s.assessment
-        status = GaugeMetricFamily(
+        gauge = GaugeMetricFamily(
             "corral_assessment_status",
             "1 for the last assessment's workload status.",
             labels=["status"],
         )
         current = a.get("workload_status")
         for name in sorted({*_ASSESSMENT_STATUSES, *([current] if current else [])}):
-            status.add_metric([name], 1.0 if name == current else 0.0)
-        yield status
+            gauge.add_metric([name], 1.0 if name == current else 0.0)
+        yield gauge
         rec = GaugeMetricFamily(
             "corral_assessment_recommendation",
             "1 for the last assessment's spawn recommendation.",
@@ -100,9 +102,9 @@ class ClusterCollector(Collector):
             "Events each live node has not caught up on.",
             labels=["node"],
         )
-        for n in s.live_nodes:
-            age.add_metric([n["id"], n["role"]], max(0.0, now - n["last_seen"]))
-            inbox.add_metric([n["id"]], n["inbox"])
+        for live in s.live_nodes:
+            age.add_metric([live["id"], live["role"]], max(0.0, now - live["last_seen"]))
+            inbox.add_metric([live["id"]], live["inbox"])
         yield age
         yield inbox
 
@@ -143,7 +145,7 @@ def _bound(value: float) -> str:
 
 
 class Metrics:
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Cluster) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(cluster))
         self.latency = LatencyCollector()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
 from corral.validation import MAX_LIMIT, MAX_SEQ
 
 __all__ = [
@@ -50,10 +51,6 @@ __all__ = [
     "TouchOut",
 ]
 
-NodeStatus = Literal["working", "idle", "waiting", "terminated"]
-TaskStatus = Literal["pending", "in_progress", "done", "failed", "cancelled"]
-Priority = Literal["high", "medium", "low"]
-Strength = Literal["high", "medium", "low"]
 NodeId = str
 TaskRef = int | str
 
@@ -92,7 +89,7 @@ class HeartbeatIn(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    health_status: Literal["healthy", "degraded", "unhealthy"] | None = None
+    health_status: HealthStatus | None = None
     current_tasks: list[TaskRef] | None = None
     capacity_available: int | None = None
     metrics: dict[str, Any] | None = None

@@ -91,7 +91,7 @@ class ConfigureIn(BaseModel):
 
 
 def _with_text(obj: Any) -> dict[str, Any]:
-    d = obj.to_dict()
+    d: dict[str, Any] = obj.to_dict()
     d["text"] = obj.text
     return d
 

@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from corral.errors import CorralError, InvalidInputError
+from corral.types import Client
+
 __all__ = [
     "ClusterDestination",
     "Delivery",
@@ -45,8 +48,13 @@ log = logging.getLogger("corral.heartbeat")
 _STATUS_MARK = {"healthy": "✅", "degraded": "⚠️", "unhealthy": "❌"}
 
 
-class DestinationError(Exception):
+class DestinationError(CorralError):
     """A destination refused or could not take a heartbeat."""
+
+    code = "destination_error"
+    status = 502
+    exit_code = 3
+    hint = "The heartbeat is retried; check that the destination is reachable."
 
 
 class Destination(Protocol):
@@ -127,7 +135,7 @@ class ClusterDestination:
 
     name = "cluster"
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Client) -> None:
         self.cluster = cluster
 
     def send(self, payload: Mapping[str, Any]) -> None:
@@ -168,7 +176,7 @@ class WebhookDestination:
         name: str = "webhook",
     ) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"webhook url must be http(s)://…, got {url!r}")
+            raise InvalidInputError(f"webhook url must be http(s)://…, got {url!r}", field="url")
         self.url = url
         self.headers = dict(headers or {})
         self.timeout = timeout
@@ -198,7 +206,7 @@ class GitHubDestination:
         name: str = "github",
     ) -> None:
         if repo.count("/") != 1 or not all(repo.split("/")):
-            raise ValueError(f"repo must be OWNER/NAME, got {repo!r}")
+            raise InvalidInputError(f"repo must be OWNER/NAME, got {repo!r}", field="repo")
         self.repo = repo
         self.issue = issue
         self.base_url = (
@@ -231,9 +239,11 @@ class MetricsDestination:
 
     name = "metrics"
 
-    def __init__(self, cluster: Any, *, keep: int = 1000, prune_every: int | None = None) -> None:
+    def __init__(
+        self, cluster: Client, *, keep: int = 1000, prune_every: int | None = None
+    ) -> None:
         if keep < 1:
-            raise ValueError("keep must be at least 1")
+            raise InvalidInputError("keep must be at least 1", field="keep")
         self.cluster = cluster
         self.keep = keep
         self.prune_every = prune_every or max(1, keep // 10)

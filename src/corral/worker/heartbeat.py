@@ -11,7 +11,7 @@ seconds from a background thread (or an asyncio task)::
 CPU (percent of one core used by this process since the previous beat) and memory
 (resident MB) come from psutil; health from ``corral.health.health_status`` with the
 document's thresholds unless others are given. Each heartbeat goes to every
-destination (``corral.destinations``), each with its own retries and alerting; the
+destination (``corral.worker.destinations``), each with its own retries and alerting; the
 cluster destination is the default and runs in the heartbeat thread, the others in
 their own threads, so none can hold up another.
 
@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from corral.clock import Clock, SystemClock
-from corral.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
+from corral.errors import InvalidInputError
 from corral.health import DEFAULT_THRESHOLDS, HealthThresholds, health_status
+from corral.types import Client, HealthStatus
+from corral.worker.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
 
 if TYPE_CHECKING:
     import asyncio
@@ -63,7 +65,7 @@ class HeartbeatMonitor:
     def __init__(
         self,
         worker_id: str,
-        cluster: Any = None,
+        cluster: Client | None = None,
         *,
         heartbeat_interval: float = 5.0,
         capacity: int = 1,
@@ -76,9 +78,11 @@ class HeartbeatMonitor:
         on_node_lost: Callable[[Exception], None] | None = None,
     ) -> None:
         if heartbeat_interval <= 0:
-            raise ValueError("heartbeat_interval must be positive")
+            raise InvalidInputError(
+                "heartbeat_interval must be positive", field="heartbeat_interval"
+            )
         if capacity < 1:
-            raise ValueError("capacity must be at least 1")
+            raise InvalidInputError("capacity must be at least 1", field="capacity")
         self.worker_id = worker_id
         self.cluster = cluster
         self.heartbeat_interval = float(heartbeat_interval)
@@ -90,7 +94,7 @@ class HeartbeatMonitor:
         self.node_lost: Exception | None = None
         if destinations is None:
             if cluster is None:
-                raise ValueError("give a cluster or the destinations")
+                raise InvalidInputError("give a cluster or the destinations", field="cluster")
             destinations = [ClusterDestination(cluster)]
         policy = retry or RetryPolicy()
         self.deliveries = [
@@ -173,7 +177,7 @@ class HeartbeatMonitor:
             "uptime": round(self._mono() - self._started_at, 1),
         }
 
-    def get_health_status(self, metrics: Mapping[str, Any] | None = None) -> str:
+    def get_health_status(self, metrics: Mapping[str, Any] | None = None) -> HealthStatus:
         return health_status(metrics or self.get_metrics(), self.thresholds)
 
     # --- one beat -------------------------------------------------------------------------

@@ -30,14 +30,16 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from types import FrameType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
+from corral.backoff import Backoff
 from corral.defaults import MANAGER_ROLE
-from corral.destinations import ClusterDestination, Destination, RetryPolicy
-from corral.errors import InvalidInputError, LeaseError, NotFoundError
+from corral.errors import CorralError, InvalidInputError, LeaseError, NotFoundError
 from corral.health import HealthThresholds
-from corral.heartbeat import HeartbeatMonitor
 from corral.model import Task
+from corral.types import Client
+from corral.worker.destinations import ClusterDestination, Destination, RetryPolicy
+from corral.worker.heartbeat import HeartbeatMonitor
 
 __all__ = ["EXIT_LOST", "EXIT_OK", "Claimed", "TaskFailed", "Worker"]
 
@@ -48,10 +50,21 @@ EXIT_LOST = 1  # the cluster terminated this node (it went silent past its windo
 
 _MAX_WAIT_CHUNK = 1.0  # longest single blocking claim, so a signal is acted on promptly
 _ERROR_TAIL = 4000
+# Polling a client without a blocking claim: 20 ms, doubling up to poll_interval.
+_POLL_FIRST = 0.02
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-class TaskFailed(Exception):
+class TaskFailed(CorralError):
     """Raise from a handler to fail the task with exactly this message."""
+
+    code = "task_failed"
+    hint = "The task was failed with this message; it is retried while attempts remain."
+
+    def __init__(self, message: str = "", *, field: str | None = None) -> None:
+        super().__init__(message, field=field)
 
 
 class _Shutdown(BaseException):
@@ -99,7 +112,7 @@ class Worker:
         role: str,
         *,
         url: str | None = None,
-        cluster: Any = None,
+        cluster: Client | None = None,
         model: str | None = None,
         strength: str | None = None,
         heartbeat_interval: float = 5.0,
@@ -123,7 +136,7 @@ class Worker:
             from corral.client import connect
 
             cluster = connect(url)
-        self.cluster = cluster
+        self.cluster: Client = cluster
         self.idle_timeout_seconds = (
             float(idle_timeout_seconds)
             if idle_timeout_seconds is not None
@@ -207,7 +220,7 @@ class Worker:
         if self._critical == 0:  # else _call raises once the store call is over
             raise _Shutdown
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """A store call the signal must not interrupt halfway."""
         self._critical += 1
         try:
@@ -238,7 +251,7 @@ class Worker:
         if self.monitor.node_lost is not None:
             raise self.monitor.node_lost
         deadline = time.monotonic() + (wait or 0.0)
-        delay = 0.02
+        backoff = Backoff(base=_POLL_FIRST, cap=max(self.poll_interval, _POLL_FIRST))
         while True:
             remaining = deadline - time.monotonic()
             if self._claim_waits and remaining > 0:
@@ -253,8 +266,7 @@ class Worker:
             if remaining <= 0:
                 return None
             if not self._claim_waits:
-                time.sleep(min(delay, remaining))
-                delay = min(delay * 2, self.poll_interval)
+                time.sleep(min(backoff.next(), remaining))
 
     @contextmanager
     def claim(self, wait: float | None = None) -> Iterator[Claimed | None]:
@@ -272,11 +284,11 @@ class Worker:
     def _complete(self, task: Task, result: Any, *, chain: bool = False) -> Task | None:
         """Complete ``task``; with ``chain`` (and a client that has it) claim the next
         one in the same call (one commit per task) and return it."""
-        chained = getattr(self.cluster, "complete_and_claim", None) if chain else None
         nxt = None
         try:
-            if chained is not None:
-                _, nxt = self._call(chained, task.id, self.agent_id, self.role, task.epoch, result)
+            if chain:
+                _, nxt = self._call(self.cluster.complete_and_claim, task.id, self.agent_id,
+                                    self.role, task.epoch, result)  # fmt: skip
             else:
                 self._call(self.cluster.complete_task, task.id, self.agent_id, task.epoch, result)
         except InvalidInputError as exc:
