@@ -27,7 +27,7 @@ from corral.types import Client
 ROOT = Path(__file__).resolve().parent.parent
 
 # Methods only the remote client has: its transport and the server's text view.
-HTTP_ONLY = {"request", "read_state_text", "for_node"}
+HTTP_ONLY = {"request", "for_node"}
 _DUNDERS = {"__enter__", "__exit__"}
 
 
@@ -71,8 +71,8 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "settings", "configure", "register_node", "get_node", "list_nodes",
         "set_agent_status", "terminate_node", "heartbeat", "touch", "add_task",
         "add_tasks", "get_task", "list_tasks", "claim_best_task", "complete_task",
-        "complete_and_claim", "fail_task", "assess_workload", "read_state", "catch_up",
-        "events", "broadcast", "alert", "record_metrics", "metrics_series", "stats",
+        "complete_and_claim", "fail_task", "assess_workload", "read_state", "read_state_text",
+        "catch_up", "events", "broadcast", "alert", "record_metrics", "metrics_series", "stats",
         "close", "__enter__", "__exit__",
     }  # fmt: skip
     assert _protocol_methods() == ops

@@ -57,7 +57,7 @@ from starlette.routing import Route
 
 from corral.backoff import delay
 from corral.mcp.server import build_server
-from corral.types import Client
+from corral.types import Client as CorralClient
 
 __all__ = ["ReconnectingTransport", "build_http_app", "connect", "mcp_http_client"]
 
@@ -80,7 +80,7 @@ def _security(host: str) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
-def build_http_app(client: Client, *, host: str = "127.0.0.1") -> Starlette:
+def build_http_app(client: CorralClient, *, host: str = "127.0.0.1") -> Starlette:
     """corral's MCP server over streamable HTTP for ``client``, answering on every path
     (see the module's docstring for its lifespan). ``host`` is the address the server
     binds: on loopback the Host header is checked against loopback names."""
