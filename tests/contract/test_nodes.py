@@ -132,7 +132,9 @@ def test_list_nodes_filters_by_status_and_role(cluster: Any) -> None:
     ("kwargs", "field"),
     [({"role": "wizard"}, "role"), ({"status": "busy"}, "status"), ({"status": 1}, "status")],
 )
-def test_list_nodes_refuses_unknown_filters(cluster: Any, kwargs: dict[str, Any], field: str) -> None:
+def test_list_nodes_refuses_unknown_filters(
+    cluster: Any, kwargs: dict[str, Any], field: str
+) -> None:
     cluster.register_node("A", "developer")
     with pytest.raises(InvalidInputError) as exc:
         cluster.list_nodes(**kwargs)
