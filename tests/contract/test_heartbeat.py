@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from corral.errors import NotFoundError
+from corral.clock import FakeClock
+from corral.errors import InvalidInputError, NotFoundError
+from tests.contract._world import T0, world
+
+OPERATIONS = ("heartbeat",)
+BAD_INPUT = ("heartbeat",)
 
 
 def _kinds(c: Any) -> list[tuple[str, Any]]:
@@ -51,3 +56,85 @@ def test_beats_of_unknown_or_terminated_nodes_are_refused(cluster: Any) -> None:
         cluster.heartbeat("w1", health_status="healthy")
     after = ([n.to_dict() for n in cluster.list_nodes()], [e.seq for e in cluster.events()])
     assert after == before
+
+
+def test_a_beat_stamps_the_node_and_keeps_its_payload(cluster: Any, clock: FakeClock) -> None:
+    """heartbeat-protocol.md's fields and free-form ones are kept as sent; the node is
+    dead missed_beats x its interval after the beat."""
+    cluster.register_node("w1", "developer", heartbeat_interval=5)
+    clock.advance(4)
+    node = cluster.heartbeat(
+        "w1",
+        current_tasks=[1, "task-2"],
+        capacity_available=0,
+        metrics={"cpu_usage": 12.5},
+        zone="eu",
+    )
+    assert (node.last_heartbeat, node.dead_at, node.health) == (T0 + 4, T0 + 19, "healthy")
+    assert node.heartbeat == {
+        "current_tasks": [1, "task-2"],
+        "capacity_available": 0,
+        "metrics": {"cpu_usage": 12.5},
+        "zone": "eu",
+    }
+    assert cluster.get_node("w1") == node
+    clock.advance(1)
+    assert cluster.heartbeat("w1").heartbeat == {}  # each beat replaces the payload
+
+
+@pytest.mark.parametrize(
+    ("metrics", "health"),
+    [
+        ({"cpu_usage": 70.0, "memory_usage": 4096}, "healthy"),
+        ({"cpu_usage": 70.5}, "degraded"),
+        ({"memory_usage": 4097}, "degraded"),
+        ({"cpu_usage": 90.1, "memory_usage": 10}, "unhealthy"),
+        ({"memory_usage": 8193}, "unhealthy"),
+    ],
+)
+def test_health_is_derived_from_the_metrics(cluster: Any, metrics: Any, health: str) -> None:
+    """heartbeat-protocol.md "Health Status Determination": CPU above 70 % or memory
+    above 4096 MB is degraded, above 90 % or 8192 MB unhealthy; a given
+    health_status wins."""
+    cluster.register_node("w1", "developer")
+    assert cluster.heartbeat("w1", metrics=metrics).health == health
+    given = cluster.heartbeat("w1", metrics=metrics, health_status="healthy")
+    assert given.health == "healthy"
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"current_tasks": "1,2"}, "current_tasks"),
+        ({"capacity_available": 1.5}, "capacity_available"),
+        ({"capacity_available": True}, "capacity_available"),
+        ({"metrics": [1, 2]}, "metrics"),
+        ({"metrics": {"memory_usage": "lots"}}, "metrics.memory_usage"),
+        ({"health_status": "HEALTHY"}, "health_status"),
+    ],
+)
+def test_a_bad_beat_names_the_field_and_changes_nothing(
+    cluster: Any, payload: dict[str, Any], field: str
+) -> None:
+    cluster.register_node("w1", "developer")
+    cluster.heartbeat("w1", health_status="healthy")
+    before = world(cluster)
+    with pytest.raises(InvalidInputError) as exc:
+        cluster.heartbeat("w1", **payload)
+    assert exc.value.field == field
+    assert world(cluster) == before
+
+
+@pytest.mark.differs(
+    "http",
+    reason="the server's HeartbeatIn (current_tasks: list[int | str]) refuses a bad item "
+    "itself and names 'current_tasks.0.int' where Cluster.heartbeat names 'current_tasks' "
+    "(src/corral/server/models.py)",
+)
+def test_a_bad_current_task_item_names_current_tasks(cluster: Any) -> None:
+    cluster.register_node("w1", "developer")
+    before = world(cluster)
+    with pytest.raises(InvalidInputError) as exc:
+        cluster.heartbeat("w1", current_tasks=[1.5])
+    assert exc.value.field == "current_tasks"
+    assert world(cluster) == before
