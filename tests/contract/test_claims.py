@@ -12,6 +12,9 @@ from corral.errors import InvalidInputError
 from corral.store.signal import ReadySignal, signal_for
 from tests.worker_app import wait_for
 
+OPERATIONS = ("claim_best_task",)
+BAD_INPUT = ("claim_best_task",)
+
 
 def _signal(cluster: Any, tmp_path: Any) -> ReadySignal:
     """The wake-up a waiting claim blocks on: the store's, or for the HTTP backend the

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from corral import InvalidInputError, LeaseError
+from corral.clock import FakeClock
+from tests.contract._world import T0
 
 OPERATIONS = ("complete_task", "fail_task", "complete_and_claim")
 BAD_INPUT = ("complete_task", "fail_task", "complete_and_claim")
@@ -159,3 +161,59 @@ def test_complete_and_claim_on_every_backend(cluster: Any) -> None:
     assert nxt is not None and (nxt.id, nxt.assigned_to) == (second.id, "A")
     done, nxt = cluster.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
     assert done.status == "done" and nxt is None
+
+
+def test_fail_task_requeues_with_its_error_and_frees_the_node(
+    cluster: Any, clock: FakeClock
+) -> None:
+    cluster.register_node("A", "developer")
+    task = cluster.add_task("Implement it")
+    held = cluster.claim_best_task("A", "developer")
+    clock.advance(6)
+    back = cluster.fail_task(task.id, "A", held.epoch, error="tests red")
+    assert (back.status, back.assigned_to, back.error, back.attempts, back.epoch) == (
+        "pending",
+        None,
+        "tests red",
+        1,
+        1,
+    )
+    assert (back.updated_at, back.finished_at) == (T0 + 6, None)
+    assert cluster.get_task(task.id) == back
+    assert cluster.get_node("A").current_task_id is None
+
+
+def test_fail_task_refusals_change_nothing(cluster: Any) -> None:
+    cluster.register_node("A", "developer")
+    cluster.register_node("B", "developer")
+    task = cluster.add_task("Implement it")
+    held = cluster.claim_best_task("A", "developer")
+    before = _snapshot(cluster)
+    with pytest.raises(LeaseError):
+        cluster.fail_task(task.id, "B", held.epoch)
+    with pytest.raises(LeaseError):
+        cluster.fail_task(task.id, "A", held.epoch + 1)
+    with pytest.raises(InvalidInputError) as exc:
+        cluster.fail_task(task.id, "A", held.epoch, error="e" * 20_001)
+    assert exc.value.field == "error"
+    with pytest.raises(InvalidInputError) as exc:
+        cluster.fail_task(task.id, "A", held.epoch, error=None)
+    assert exc.value.field == "error"
+    assert _snapshot(cluster) == before
+
+
+def test_a_finished_task_cannot_be_completed_again(cluster: Any) -> None:
+    cluster.register_node("A", "developer")
+    cluster.add_task("Implement it")
+    held = cluster.claim_best_task("A", "developer")
+    cluster.complete_task(held.id, "A", held.epoch, result="ok")
+    before = _snapshot(cluster)
+    with pytest.raises(LeaseError):
+        cluster.complete_task(held.id, "A", held.epoch, result="twice")
+    with pytest.raises(LeaseError):
+        cluster.fail_task(held.id, "A", held.epoch)
+    with pytest.raises(InvalidInputError) as exc:
+        cluster.complete_task(held.id, "A", held.epoch, result="x" * 70_000)
+    assert exc.value.field == "result"
+    assert _snapshot(cluster) == before
+    assert cluster.get_task(held.id).result == "ok"
