@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 import corral
-from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
+from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.remote import HttpClient
 from corral.server import create_app
 from corral.server.auth import Principal, Tokens
@@ -316,28 +316,6 @@ def test_a_lone_call_commits_by_itself_and_two_share_a_group(tmp_path: Path) -> 
     assert other.execute("SELECT count(*) FROM tasks").fetchone()[0] == 3
     other.close()
     c.close()
-
-
-def test_complete_and_claim_on_every_backend(cluster: Any) -> None:
-    """complete_and_claim (one request over HTTP) finishes the held task and claims
-    the next; a stale epoch or an unknown role refuses and changes nothing."""
-    cluster.register_node("A", "developer")
-    first = cluster.add_task("Implement one", priority="high")
-    second = cluster.add_task("Implement two", priority="low")
-    t = cluster.claim_best_task("A", "developer")
-    before = ([x.to_dict() for x in cluster.list_tasks()], [e.seq for e in cluster.events()])
-    with pytest.raises(LeaseError):
-        cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch + 1)
-    with pytest.raises(InvalidInputError):
-        cluster.complete_and_claim(t.id, "A", "wizard", epoch=t.epoch)
-    assert ([x.to_dict() for x in cluster.list_tasks()], [e.seq for e in cluster.events()]) == (
-        before
-    )
-    done, nxt = cluster.complete_and_claim(t.id, "A", "developer", epoch=t.epoch, result=1)
-    assert (done.id, done.status, done.result) == (first.id, "done", 1)
-    assert nxt is not None and (nxt.id, nxt.assigned_to) == (second.id, "A")
-    done, nxt = cluster.complete_and_claim(nxt.id, "A", "developer", epoch=nxt.epoch)
-    assert done.status == "done" and nxt is None
 
 
 def test_remembered_tokens_never_admit_a_wrong_one() -> None:

@@ -12,6 +12,9 @@ from corral.errors import InvalidInputError
 from corral.store.signal import ReadySignal, signal_for
 from tests.worker_app import wait_for
 
+OPERATIONS = ("claim_best_task",)
+BAD_INPUT = ("claim_best_task",)
+
 
 def _signal(cluster: Any, tmp_path: Any) -> ReadySignal:
     """The wake-up a waiting claim blocks on: the store's, or for the HTTP backend the
@@ -65,3 +68,38 @@ def test_wait_is_validated(cluster: Any, bad: Any) -> None:
         cluster.claim_best_task("w1", "developer", wait=bad)
     assert info.value.field == "wait"
     assert cluster.list_tasks(status="pending")
+
+
+# --- claim order (anti-idle.md "Scoring Algorithm"; DESIGN.md §4) -----------------
+def test_ties_go_to_the_older_task(cluster, clock):
+    cluster.register_node("N", "developer")
+    first = cluster.add_task("docs one", priority="medium")
+    clock.advance(1)
+    cluster.add_task("docs two", priority="medium")
+    assert cluster.claim_best_task("N", "developer").id == first.id
+
+
+def test_age_overtakes_priority(cluster, clock):
+    """A low task 21 minutes older beats a fresh high one (10 + 21 > 30)."""
+    cluster.register_node("N", "developer")
+    old = cluster.add_task("docs old", priority="low")
+    clock.advance(21 * 60)
+    cluster.add_task("docs new", priority="high")
+    assert cluster.claim_best_task("N", "developer").id == old.id
+
+
+def test_role_bonus_beats_priority_gap(cluster, clock):
+    """A medium task matching the role (35) beats a high one that does not (30)."""
+    cluster.register_node("N", "architect")
+    cluster.add_task("Write docs", priority="high")
+    match = cluster.add_task("Design the schema", priority="medium")
+    assert cluster.claim_best_task("N", "architect").id == match.id
+
+
+def test_changing_role_keywords_reindexes_pending_tasks(cluster):
+    cluster.register_node("N", "developer")
+    cluster.add_task("Write docs", priority="high")
+    docs = cluster.add_task("Polish docs", priority="medium")
+    cluster.configure(role_keywords={"developer": ["polish"], "architect": ["design"]})
+    assert cluster.get_task(docs.id).roles == ("developer",)
+    assert cluster.claim_best_task("N", "developer").id == docs.id

@@ -6,6 +6,30 @@ import pytest
 
 from corral import InvalidInputError, NotFoundError
 
+OPERATIONS = ("register_node",)
+BAD_INPUT = (
+    "register_node",
+    "set_agent_status",
+    "claim_best_task",
+    "heartbeat",
+    "catch_up",
+    "add_task",
+    "add_tasks",
+    "complete_task",
+    "fail_task",
+    "complete_and_claim",
+    "list_tasks",
+    "list_nodes",
+    "events",
+    "read_state",
+    "configure",
+    "broadcast",
+    "get_node",
+    "get_task",
+    "alert",
+    "record_metrics",
+)
+
 
 def world(cluster):
     """Everything observable: nodes, tasks and the event log."""
@@ -141,3 +165,33 @@ def test_a_limit_past_the_cap_is_capped_on_every_backend(seeded):
     assert [e.seq for e in seeded.events(limit=20_000)] == [
         e.seq for e in seeded.events(limit=10_000)
     ]
+
+
+@pytest.mark.differs(
+    "http",
+    reason="HttpClient.request turns a value JSON cannot carry into InvalidInputError "
+    "without a field (src/corral/remote.py); Cluster names the argument",
+)
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.configure(stale_threshold=float("inf")), "stale_threshold"),
+        (lambda c: c.complete_task(1, "A", result={1, 2}), "result"),
+        (lambda c: c.complete_and_claim(1, "A", "developer", result=float("nan")), "result"),
+        (lambda c: c.alert("disk full", node_id="A", seen=object()), "data"),
+        (lambda c: c.record_metrics("A", {"cpu_usage": float("nan")}), "sample"),
+        (lambda c: c.heartbeat("A", load=float("inf")), "heartbeat"),
+    ],
+)
+def test_values_json_cannot_carry_name_the_argument(seeded, call, field):
+    """NaN, infinities, sets and objects are refused naming the argument that holds
+    them, and nothing is written."""
+    task = seeded.claim_best_task("A", "developer")
+    assert task.id == 1
+    before = world(seeded)
+    settings = seeded.settings()
+    with pytest.raises(InvalidInputError) as exc:
+        call(seeded)
+    assert exc.value.field == field
+    assert world(seeded) == before
+    assert seeded.settings() == settings

@@ -6,6 +6,20 @@ import pytest
 
 from corral import CapacityError
 
+OPERATIONS = (
+    "register_node",
+    "add_tasks",
+    "assess_workload",
+    "claim_best_task",
+    "complete_task",
+    "set_agent_status",
+    "catch_up",
+    "broadcast",
+    "configure",
+    "record_metrics",
+)
+BAD_INPUT = ("register_node",)  # CapacityError at max_agents
+
 
 def test_scenario_1_scaling_up(cluster, clock):
     """A lone manager with 10 tasks is told to spawn; the cluster is balanced once full.

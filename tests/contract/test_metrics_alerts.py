@@ -1,0 +1,150 @@
+"""What the worker SDK records (docs/worker.md): alert, record_metrics,
+metrics_series; and stats, the counts behind /metrics and /v1/stats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral import InvalidInputError
+from corral.clock import FakeClock
+from tests.contract._world import T0, world
+
+OPERATIONS = ("alert", "record_metrics", "metrics_series", "stats")
+BAD_INPUT = ("alert", "record_metrics", "metrics_series")
+
+
+def test_an_alert_is_an_event_with_its_data(cluster: Any, clock: FakeClock) -> None:
+    cluster.register_node("A", "developer")
+    clock.advance(3)
+    ev = cluster.alert("heartbeat destination failed 3 times", node_id="A", failures=3, dest="s3")
+    assert (ev.kind, ev.node_id, ev.task_id, ev.ts) == ("alert", "A", None, T0 + 3)
+    assert ev.data == {
+        "failures": 3,
+        "dest": "s3",
+        "message": "heartbeat destination failed 3 times",
+    }
+    assert cluster.events()[-1] == ev
+    plain = cluster.alert("disk nearly full")
+    assert (plain.node_id, plain.data) == (None, {"message": "disk nearly full"})
+    assert plain.seq > ev.seq
+    assert [e.kind for e in cluster.catch_up("A").events][-2:] == ["alert", "alert"]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.alert(""), "message"),
+        (lambda c: c.alert(" \n "), "message"),
+        (lambda c: c.alert("m" * 20_001), "message"),
+        (lambda c: c.alert("hi", node_id="bad\nid"), "node_id"),
+        (lambda c: c.alert("hi", blob="x" * 70_000), "data"),
+    ],
+)
+def test_alert_refuses_bad_input(cluster: Any, call: Any, field: str) -> None:
+    cluster.register_node("A", "developer")
+    before = world(cluster)
+    with pytest.raises(InvalidInputError) as exc:
+        call(cluster)
+    assert exc.value.field == field
+    assert world(cluster) == before
+
+
+def test_samples_form_a_series_that_keep_prunes(cluster: Any, clock: FakeClock) -> None:
+    cluster.register_node("A", "developer")
+    cluster.register_node("B", "developer")
+    points = []
+    for i in range(5):
+        clock.advance(1)
+        points.append(cluster.record_metrics("A", {"cpu_usage": float(i), "n": i}))
+        cluster.record_metrics("B", {"cpu_usage": 50.0})
+    first = points[0]
+    assert (first.kind, first.node_id, first.ts) == ("heartbeat_sample", "A", T0 + 1)
+    assert first.data == {"cpu_usage": 0.0, "n": 0}
+    assert cluster.metrics_series("A") == points
+    assert cluster.metrics_series("A", limit=2) == points[3:]  # the newest, oldest first
+    assert len(cluster.metrics_series("B")) == 5
+    newest = cluster.record_metrics("A", {"cpu_usage": 9.0}, keep=3)
+    assert cluster.metrics_series("A") == [*points[3:], newest]
+    assert len(cluster.metrics_series("B")) == 5  # keep prunes only A's series
+    assert cluster.metrics_series("Nobody") == []
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.record_metrics("A", [1, 2]), "sample"),
+        (lambda c: c.record_metrics("A", "cpu=3"), "sample"),
+        (lambda c: c.record_metrics("A", {"blob": "x" * 70_000}), "sample"),
+        (lambda c: c.record_metrics("A", {"cpu_usage": 1.0}, keep=0), "keep"),
+        (lambda c: c.record_metrics("A", {"cpu_usage": 1.0}, keep=True), "keep"),
+        (lambda c: c.record_metrics("", {"cpu_usage": 1.0}), "node_id"),
+        (lambda c: c.metrics_series("A", limit=0), "limit"),
+        (lambda c: c.metrics_series("A", limit=2**63), "limit"),
+        (lambda c: c.metrics_series("x" * 65), "node_id"),
+    ],
+)
+def test_metrics_refuse_bad_input(cluster: Any, call: Any, field: str) -> None:
+    cluster.register_node("A", "developer")
+    cluster.record_metrics("A", {"cpu_usage": 1.0})
+    before = world(cluster)
+    with pytest.raises(InvalidInputError) as exc:
+        call(cluster)
+    assert exc.value.field == field
+    assert world(cluster) == before
+    assert len(cluster.metrics_series("A")) == 1
+
+
+def test_stats_count_nodes_tasks_and_claims(cluster: Any, clock: FakeClock) -> None:
+    empty = cluster.stats()
+    assert (empty.nodes, empty.tasks, empty.claims, empty.completions) == ({}, {}, 0, 0)
+    assert (empty.last_event, empty.max_agents, empty.live_nodes) == (0, 4, [])
+    cluster.register_node("BM", "bootstrap_manager")
+    cluster.register_node("A", "developer")
+    cluster.register_node("B", "developer")
+    cluster.terminate_node("B")
+    cluster.add_tasks([{"title": f"Implement {i}"} for i in range(3)])
+    clock.advance(4)
+    t = cluster.claim_best_task("A", "developer")
+    cluster.complete_task(t.id, "A", t.epoch)
+    t = cluster.claim_best_task("A", "developer")
+    a = cluster.assess_workload()
+    s = cluster.stats()
+    assert s.nodes == {
+        "working": {"bootstrap_manager": 1, "developer": 1},
+        "terminated": {"developer": 1},
+    }
+    assert s.tasks == {"done": 1, "in_progress": 1, "pending": 1}
+    assert (s.claims, s.completions, s.lease_recoveries, s.max_agents) == (2, 1, 0, 4)
+    assert s.last_event == cluster.events()[-1].seq
+    assert s.assessment == {
+        "last_assessment": a.assessed_at,
+        "workload_status": a.status,
+        "spawn_recommendation": a.recommendation,
+    }
+    live = {n["id"]: n for n in s.live_nodes}
+    assert set(live) == {"BM", "A"}
+    assert (live["A"]["role"], live["A"]["status"], live["A"]["last_seen"]) == (
+        "developer",
+        "working",
+        T0 + 4,
+    )
+
+
+@pytest.mark.differs(
+    "postgres",
+    reason="stats() computes a node's inbox as last_seq - cursor (src/corral/store/stats.py); "
+    "PostgreSQL's event numbers are not consecutive, so the inbox is not a count of events",
+)
+def test_a_nodes_inbox_counts_the_events_after_its_cursor(cluster: Any) -> None:
+    cluster.register_node("A", "developer")
+    cluster.add_tasks([{"title": f"Implement {i}"} for i in range(3)])
+    cluster.broadcast("hello")
+    # A never caught up: its inbox is every event from its registration on
+    [a] = cluster.stats().live_nodes
+    assert a["inbox"] == len(cluster.events(since=cluster.get_node("A").cursor)) == 5
+    cluster.catch_up("A")
+    cluster.add_task("Implement more")
+    [a] = cluster.stats().live_nodes
+    assert a["inbox"] == 1
