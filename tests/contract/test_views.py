@@ -3,19 +3,16 @@ the work distribution) and read_state (the board, the swarm, the metadata)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corral import InvalidInputError
 from corral.clock import FakeClock
-from tests.backends import http as http_backend
 from tests.contract._world import T0
 
-OPERATIONS = ("assess_workload", "read_state")
-BAD_INPUT = ("read_state",)
+OPERATIONS = ("assess_workload", "read_state", "read_state_text")
+BAD_INPUT = ("read_state", "read_state_text")
 
 
 def test_store_assessment_counts_and_records(cluster):
@@ -119,22 +116,12 @@ def test_read_state_refuses_bad_input(cluster: Any, kwargs: dict[str, Any], fiel
     assert exc.value.field == field
 
 
-@pytest.fixture
-def remote(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
-    """The HTTP backend alone: ``read_state_text`` is the remote client's own."""
-    client = http_backend.make(request, tmp_path, clock)
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def test_read_state_text_is_the_rendered_state(remote: Any, clock: FakeClock) -> None:
-    remote.register_node("A", "developer")
-    remote.add_task("Implement it")
+def test_read_state_text_is_the_rendered_state(cluster: Any, clock: FakeClock) -> None:
+    cluster.register_node("A", "developer")
+    cluster.add_task("Implement it")
     clock.advance(2)
-    assert remote.read_state_text() == remote.read_state().text
-    assert remote.read_state_text(node_id="A", limit=1) == remote.read_state("A", limit=1).text
+    assert cluster.read_state_text() == cluster.read_state().text
+    assert cluster.read_state_text(node_id="A", limit=1) == cluster.read_state("A", limit=1).text
     with pytest.raises(InvalidInputError) as exc:
-        remote.read_state_text(limit=0)
+        cluster.read_state_text(limit=0)
     assert exc.value.field == "limit"
