@@ -429,13 +429,12 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
         self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
     ) -> Task:
         with self._write() as tx:
-            row = tx.one("task_get_for_update", id=task_id)
-            if (
-                row is None
-                or row["status"] != "in_progress"
-                or row["assigned_to"] != node_id
-                or (epoch is not None and row["epoch"] != epoch)
-            ):
+            # Node row, then its task: the order every transaction locks them in, so
+            # a session stopped inside this one holds its node too (the reaper skips
+            # that node rather than wait on the task).
+            tx.one("node_live_for_update", id=node_id)
+            row = tx.one("task_held_for_update", id=task_id, node_id=node_id)
+            if row is None or (epoch is not None and row["epoch"] != epoch):
                 self._refuse(tx, task_id, node_id, epoch)
             if retry and row["attempts"] < row["max_attempts"]:
                 task = self._requeue(
