@@ -17,7 +17,7 @@ from typing import Any
 from corral.errors import InvalidInputError
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 
-__all__ = ["Deadlines", "NodeSpec", "Store", "TaskSpec"]
+__all__ = ["Deadlines", "LockHolder", "NodeSpec", "Store", "TaskSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,15 @@ class Deadlines:
     dead_at: float | None
     idle_retire_at: float | None
     assess_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    """A process holding a backend's write lock (SQLite): its pid, and whether the
+    OS reports it stopped (SIGSTOP, a debugger), so it holds the lock until resumed."""
+
+    pid: int
+    stopped: bool
 
 
 class Store(ABC):
@@ -207,6 +216,16 @@ class Store(ABC):
         """Tag the events this thread writes with ``monitor`` while inside (the
         monitor's duties), so the event log says which monitor acted."""
         return nullcontext()
+
+    # --- the write lock (a backend with one lock for every writer: SQLite) ------------
+    def write_lock_holder(self) -> LockHolder | None:
+        """The process holding the store's write lock right now, when the backend
+        has a single one and can tell (else None)."""
+        return None
+
+    def write_lock_timeouts(self) -> int:
+        """How many of this store's writes gave up waiting for the write lock."""
+        return 0
 
     # --- waiting claims -----------------------------------------------------------
     def ready_token(self) -> Any:

@@ -40,6 +40,7 @@ from corral.defaults import (
 )
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Task
+from corral.store.base import LockHolder
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import dumps, task_from_tuple
@@ -151,6 +152,40 @@ _SLEEP_FIRST_SYNCED = 0.0002
 _SLEEP_MAX_SYNCED = 0.0005
 
 
+def lock_holder(fd: int) -> LockHolder | None:
+    """The process holding an ``flock`` on the file open as ``fd``, from
+    ``/proc/locks`` (Linux), and whether ``/proc/<pid>/stat`` says it is stopped
+    (state ``T``, or ``t`` under a debugger); None when nobody holds it or the
+    platform cannot tell."""
+    try:
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" ("->" marks a waiter)
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != key:
+            continue
+        try:
+            pid = int(fields[4])
+        except ValueError:
+            return None
+        return LockHolder(pid, _stopped(pid)) if pid > 0 else None
+    return None
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
+
+
 class _WriterLock:
     """The queue for SQLite's write lock among corral's processes: an exclusive
     ``flock`` on ``<database>-lock``, taken before ``BEGIN IMMEDIATE`` and released
@@ -172,6 +207,7 @@ class _WriterLock:
             (_SLEEP_FIRST_SYNCED, _SLEEP_MAX_SYNCED) if synced else (_SLEEP_FIRST, _SLEEP_MAX)
         )
         self._spin = _SPIN_SECONDS  # adaptive: see _SPIN_LONG_WAIT
+        self.timeouts = 0  # waits that gave up after the timeout (a store statistic)
         self._path = f"{db_path}-lock"
         if fcntl is not None and str(db_path) != ":memory:":
             self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -204,15 +240,40 @@ class _WriterLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             if time.perf_counter() > deadline:
-                raise StoreUnavailableError(
-                    f"SQLite store unavailable: another process has held the write lock"
-                    f" ({self._path}) for {self._timeout:g} s; it may be stopped inside a"
-                    " transaction; retry the call"
-                )
+                self.timeouts += 1
+                raise StoreUnavailableError(self._held_text())
             pause = min(pause * 2, longest)
         if time.perf_counter() - start >= _SPIN_LONG_WAIT:
             self._spin /= 2  # a long queue: spinning takes CPU from the holder
         return True
+
+    def holder(self) -> LockHolder | None:
+        """The process holding the lock now, as ``/proc/locks`` tells (Linux); None
+        when it is free, not ours to see, or the platform cannot tell."""
+        if self._fd is None:
+            return None
+        return lock_holder(self._fd)
+
+    def _held_text(self) -> str:
+        who = self.holder()
+        if who is None:
+            return (
+                f"SQLite store unavailable: another process has held the write lock"
+                f" ({self._path}) for {self._timeout:g} s; it may be stopped inside a"
+                f" transaction (find it with: fuser -v {self._path}); retry the call"
+            )
+        if who.stopped:
+            return (
+                f"SQLite store unavailable: process {who.pid} is stopped (SIGSTOP, a"
+                f" debugger, a frozen container) holding the write lock ({self._path});"
+                f" every writer fails until it resumes or exits: resume it (kill -CONT"
+                f" {who.pid}) or end it (kill {who.pid}); then retry the call"
+            )
+        return (
+            f"SQLite store unavailable: process {who.pid} has held the write lock"
+            f" ({self._path}) for {self._timeout:g} s; it may be stuck inside a transaction"
+            f" (end it with: kill {who.pid}); retry the call"
+        )
 
     def release(self) -> None:
         if self._fd is not None:
@@ -574,6 +635,12 @@ class SQLiteStore(SQLStore):
                     raise _unavailable(exc) from exc
             time.sleep(pause * (0.5 + random.random()))
             pause = min(pause * 2, 0.002)
+
+    def write_lock_holder(self) -> LockHolder | None:
+        return self._writer.holder()
+
+    def write_lock_timeouts(self) -> int:
+        return self._writer.timeouts
 
     @contextmanager
     def nowait(self) -> Iterator[None]:

@@ -29,6 +29,10 @@ class ClusterStats:
     assessment: dict[str, Any] = field(default_factory=dict)
     # per live node: id, role, status, last_seen, inbox (events after its cursor)
     live_nodes: list[dict[str, Any]] = field(default_factory=list)
+    # the store's write lock (SQLite): this process's writes that gave up waiting for
+    # it, and the process holding it now ({"pid", "stopped"}), if any
+    write_lock_timeouts: int = 0
+    write_lock_holder: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,6 +50,7 @@ def read_stats(store: Store) -> ClusterStats:
         live = tx.all("nodes_live")
         wd = tx.one("meta_get", key="work_distribution")
         settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
+    holder = store.write_lock_holder()
     nodes: dict[str, dict[str, int]] = {}
     for r in node_rows:
         nodes.setdefault(r["status"], {})[r["role"]] = int(r["n"])
@@ -71,4 +76,8 @@ def read_stats(store: Store) -> ClusterStats:
             }
             for r in live
         ],
+        write_lock_timeouts=store.write_lock_timeouts(),
+        write_lock_holder=(
+            None if holder is None else {"pid": holder.pid, "stopped": holder.stopped}
+        ),
     )
