@@ -47,6 +47,14 @@ __all__ = ["PostgresStore"]
 
 log = logging.getLogger("corral.store.postgres")
 
+# psycopg-pool warns "discarding closed connection" for each session the server or the
+# network dropped: the caller already gets StoreUnavailableError for it, so a library
+# user without logging set up would see the same outage twice, as stray stderr lines.
+# Only its errors are kept, unless the application set that logger's level itself.
+_POOL_LOG = logging.getLogger("psycopg.pool")
+if _POOL_LOG.level == logging.NOTSET:
+    _POOL_LOG.setLevel(logging.ERROR)
+
 _QUERIES = load_queries("postgres", pyformat=True)
 _CHANNEL = "corral_ready"
 # Advisory lock keys ("corral" + a number); lock_registry in queries.sql uses ...01.
