@@ -214,7 +214,7 @@ def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
     import signal
     import threading
 
-    from corral.store.sqlite import WouldBlock
+    from corral.store.base import WouldBlock
 
     path = tmp_path / "queue.db"
     c = corral.connect(f"sqlite:///{path}")
@@ -547,7 +547,7 @@ def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(tmp
 
 
 def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_path):
-    from corral.store.sqlite import WouldBlock
+    from corral.store.base import WouldBlock
 
     path = tmp_path / "busy.db"
     c = corral.connect(f"sqlite:///{path}")

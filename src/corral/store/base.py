@@ -10,14 +10,29 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from corral.errors import InvalidInputError
+from corral.errors import CorralError, InvalidInputError
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 
-__all__ = ["Deadlines", "LockHolder", "NodeSpec", "Store", "TaskSpec"]
+if TYPE_CHECKING:
+    from corral.store.stats import ClusterStats
+
+__all__ = ["Deadlines", "LockHolder", "NodeSpec", "Store", "TaskSpec", "WouldBlock"]
+
+
+class WouldBlock(CorralError):
+    """Raised inside ``Store.nowait()`` when a transaction would have to wait for
+    another thread or process; that transaction has done nothing. Internal: the
+    server's event loop catches it and runs the call on a thread instead."""
+
+    code = "would_block"
+    status = 503
+    exit_code = 3
+    hint = "Nothing was changed; run the call where it may wait."
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +75,10 @@ class LockHolder:
 
 class Store(ABC):
     """What every backend implements, with the same behaviour."""
+
+    #: Whether ``nowait()`` can run short calls without waiting (an event loop may run
+    #: them inline, hopping to a thread only on ``WouldBlock``); False: never try.
+    inline_calls: ClassVar[bool] = False
 
     # --- settings -------------------------------------------------------------
     @abstractmethod
@@ -226,6 +245,26 @@ class Store(ABC):
     def write_lock_timeouts(self) -> int:
         """How many of this store's writes gave up waiting for the write lock."""
         return 0
+
+    # --- statistics and the server's fast path ------------------------------------
+    def stats(self) -> ClusterStats:
+        """The counts ``/metrics`` and ``/v1/stats`` show, from one consistent read."""
+        raise NotImplementedError(f"{type(self).__name__} has no statistics")
+
+    @contextmanager
+    def nowait(self) -> Iterator[None]:
+        """Transactions started in this block, on this thread, never wait: when they
+        would, they raise ``WouldBlock`` before doing anything. This default cannot
+        promise that, so the block raises ``WouldBlock`` at its start (see
+        ``inline_calls``)."""
+        raise WouldBlock(f"{type(self).__name__} cannot run a call without waiting")
+        yield  # pragma: no cover - a generator for contextmanager
+
+    def group(self) -> AbstractContextManager[None]:
+        """Write transactions started in this block, on this thread, may share one
+        commit (answer their callers after the block). By default each commits by
+        itself, which keeps every answer as durable."""
+        return nullcontext()
 
     # --- waiting claims -----------------------------------------------------------
     def ready_token(self) -> Any:

@@ -25,6 +25,7 @@ from corral.store.base import NodeSpec, Store, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads, event_from_row, node_from_row, task_from_row
 from corral.store.sqlduties import DutiesMixin
 from corral.store.sqlviews import ViewsMixin
+from corral.store.stats import ClusterStats, stats_in
 
 __all__ = ["SQLStore", "Tx", "event_from_row", "node_from_row", "task_from_row"]
 
@@ -43,6 +44,9 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
             yield
         finally:
             self._actor.name = None
+
+    def stats(self) -> ClusterStats:
+        return stats_in(self, self._read)
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[Tx]:

@@ -40,7 +40,7 @@ from corral.defaults import (
 )
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Task
-from corral.store.base import LockHolder
+from corral.store.base import LockHolder, WouldBlock
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import dumps, task_from_tuple
@@ -70,11 +70,6 @@ class _Flag(threading.local):
     """A per-thread flag, off in every thread until set (``nowait()``)."""
 
     on = False
-
-
-class WouldBlock(Exception):
-    """Raised in ``SQLiteStore.nowait()`` when a transaction would have to wait for
-    another thread or process; that transaction has done nothing."""
 
 
 class _Tx:
@@ -531,6 +526,8 @@ class _Checkpointer:
 class SQLiteStore(SQLStore):
     """One connection per store, shared by the process's threads under a lock.
     Open a new store in each process (never share one across ``fork``)."""
+
+    inline_calls = True  # nowait() and group() below: corral serve's fast path
 
     def __init__(
         self,

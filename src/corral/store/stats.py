@@ -1,6 +1,7 @@
 """Counts for ``/metrics`` and ``/v1/stats``, read in one transaction at scrape time.
 
-Served by every SQL store (``SQLStore``) through named queries ``stats_nodes``,
+``Store.stats()`` is the port's method; every SQL store (``SQLStore``) serves it with
+``stats_in`` over its read transaction and the named queries ``stats_nodes``,
 ``stats_tasks`` and ``stats_event_count`` (plus the shared ``nodes_live``,
 ``events_last``, ``meta_get`` and ``settings_all``).
 """
@@ -8,13 +9,16 @@ Served by every SQL store (``SQLStore``) through named queries ``stats_nodes``,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.config import settings_from_rows
 from corral.store.base import Store
+from corral.store.rows import Tx
 
-__all__ = ["ClusterStats", "read_stats"]
+__all__ = ["ClusterStats", "read_stats", "stats_in"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +43,12 @@ class ClusterStats:
 
 
 def read_stats(store: Store) -> ClusterStats:
-    read = getattr(store, "_read", None)
-    if read is None:
-        raise NotImplementedError(f"{type(store).__name__} has no statistics")
+    """``store.stats()`` (``NotImplementedError`` for a store without statistics)."""
+    return store.stats()
+
+
+def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> ClusterStats:
+    """The statistics of an SQL store, read in one of its ``read`` transactions."""
     with read() as tx:
         node_rows = tx.all("stats_nodes")
         task_rows = tx.all("stats_tasks")
