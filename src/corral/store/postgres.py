@@ -35,6 +35,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from corral import lifecycle, scoring
+from corral.backoff import Backoff
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Event, Task
 from corral.store.base import TaskSpec
@@ -531,14 +532,14 @@ class PostgresStore(SQLStore):
             )
 
     def _listen(self) -> None:
-        backoff = 0.1
+        backoff = Backoff(base=0.1, cap=5.0)  # 0.1 s doubling to 5 s
         while not self._closed:
             try:
                 with psycopg.connect(self._conninfo, **self._conn_kwargs) as conn:
                     conn.execute(f"LISTEN {_CHANNEL}")
                     self._listening.set()
                     self._ready.bump()  # tasks may have come while we were not listening
-                    backoff = 0.1
+                    backoff.reset()
                     while not self._closed:
                         for _ in conn.notifies(timeout=1.0):
                             self._ready.bump()
@@ -548,8 +549,7 @@ class PostgresStore(SQLStore):
                     return
                 log.warning("LISTEN connection lost (%s); reconnecting", exc,
                             extra={"action": "listen_retry"})  # fmt: skip
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                time.sleep(backoff.next())
 
     # --- leader election ----------------------------------------------------------------
     def try_lead(self, holder: str) -> bool:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import lifecycle, scoring
+from corral.backoff import Backoff
 from corral.defaults import (
     BUSY_TIMEOUT_SECONDS,
     SQLITE_CHECKPOINT_EVERY,
@@ -211,7 +212,7 @@ class SQLiteStore(SQLStore):
         doubling to 2 ms, with jitter, up to the busy timeout; then
         ``StoreUnavailableError``."""
         deadline = None
-        pause = 0.00005
+        pauses = Backoff(base=0.00005, cap=0.002)
         while True:
             try:
                 self._conn.execute(sql)
@@ -225,8 +226,7 @@ class SQLiteStore(SQLStore):
                 deadline = deadline or now + self._busy_timeout
                 if now > deadline:
                     raise _unavailable(exc) from exc
-            time.sleep(pause * (0.5 + random.random()))
-            pause = min(pause * 2, 0.002)
+            time.sleep(pauses.next() * (0.5 + random.random()))
 
     def write_lock_holder(self) -> LockHolder | None:
         return self._writer.holder()

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+from corral.backoff import Backoff
 from corral.store.sqlite.writer import fcntl
 
 __all__: list[str] = []
@@ -102,7 +103,7 @@ class _SyncedCommits:
                 self._threads.release()
             return
         with self._threads:
-            pause = _SYNC_POLL_FIRST
+            pauses = Backoff(base=_SYNC_POLL_FIRST, cap=_SYNC_POLL_MAX)
             give_up = time.perf_counter() + _SYNC_LOCK_PATIENCE
             while True:
                 if _covers(words[1], commit):
@@ -113,8 +114,7 @@ class _SyncedCommits:
                     if time.perf_counter() > give_up:
                         self._sync()  # the holder may be stopped: no skipping then
                         return
-                    time.sleep(pause)
-                    pause = min(pause * 2, _SYNC_POLL_MAX)
+                    time.sleep(pauses.next())
                     continue
                 try:
                     self._sync_locked(commit)

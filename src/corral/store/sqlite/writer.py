@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from corral.backoff import Backoff
 from corral.errors import StoreUnavailableError
 from corral.store.base import LockHolder
 
@@ -126,16 +127,16 @@ class _WriterLock:
                 self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)  # it pays
                 return True
         deadline = start + self._timeout
-        pause, longest = self._sleeps
+        first, longest = self._sleeps
+        pauses = Backoff(base=first, cap=longest)
         while True:
-            time.sleep(pause)
+            time.sleep(pauses.next())
             with contextlib.suppress(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             if time.perf_counter() > deadline:
                 self.timeouts += 1
                 raise StoreUnavailableError(self._held_text())
-            pause = min(pause * 2, longest)
         if time.perf_counter() - start >= _SPIN_LONG_WAIT:
             self._spin /= 2  # a long queue: spinning takes CPU from the holder
         return True
