@@ -39,7 +39,7 @@ import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral import scoring
 from corral.store.queries import schema
-from corral.store.sqlite import _CLAIM_TAKE, _TASK_COMPLETE_QUIET
+from corral.store.sqlite.store import _CLAIM_TAKE, _TASK_COMPLETE_QUIET
 from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare, _load_corral
 
 NODE = "anatomy"

@@ -29,7 +29,7 @@ from typing import Any
 import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral.store.queries import load_queries
-from corral.store.sqlite import _TASK_COMPLETE_QUIET
+from corral.store.sqlite.store import _TASK_COMPLETE_QUIET
 from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare
 
 ROLE = "developer"

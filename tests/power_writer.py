@@ -10,7 +10,7 @@ import os
 import sys
 
 import corral
-import corral.store.sqlite as sqlite_store
+import corral.store.sqlite.store as sqlite_store
 
 
 def main(url: str, synchronous: str, node_id: str, steps: int, acks: str) -> None:

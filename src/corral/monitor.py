@@ -71,6 +71,9 @@ class Monitor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._last_prune = float("-inf")
+        # (pid, stopped, since) of a process seen holding the store's write lock while
+        # the duties failed; reported as an alert event once writes go through again
+        self._stall: tuple[int, bool, float] | None = None
 
     def tick(self, now: float | None = None) -> TickResult:
         """Do every duty that is due at ``now``; return what happened and when the
@@ -115,16 +118,56 @@ class Monitor:
             try:
                 result = self.tick()
                 backoff.reset()
+                if self._stall is not None:
+                    self._report_stall()
                 now = self.cluster.clock.now()
                 wait = self.max_sleep
                 if result.next_deadline is not None:
                     wait = min(wait, max(0.0, result.next_deadline - now))
             except StoreUnavailableError as exc:
+                self._note_stall()
                 log.warning("store unavailable: %s", exc, extra={"action": "monitor_retry"})
                 wait = backoff.next()
             self._wake.wait(wait)
             self._wake.clear()
         log.info("monitor stopped", extra={"action": "monitor_stopped", "monitor": self.name})
+
+    def _note_stall(self) -> None:
+        """After a failed pass: a process holding the store's write lock (SQLite) is
+        logged by pid, and remembered for the alert once it lets go."""
+        holder = self.cluster.store.write_lock_holder()
+        if holder is None:
+            return
+        now = self.cluster.clock.now()
+        if self._stall is None or self._stall[0] != holder.pid:
+            self._stall = (holder.pid, holder.stopped, now)
+        elif holder.stopped:
+            self._stall = (holder.pid, True, self._stall[2])
+        state = "stopped " if holder.stopped else ""
+        log.warning(
+            "process %d (%sholding the store's write lock) blocks every writer;"
+            " resume it (kill -CONT %d) or end it",
+            holder.pid,
+            state,
+            holder.pid,
+            extra={"action": "store_lock_held", "pid": holder.pid, "stopped": holder.stopped},
+        )
+
+    def _report_stall(self) -> None:
+        """The store's writes go through again: record how long a process held them."""
+        assert self._stall is not None
+        pid, stopped, since = self._stall
+        now = self.cluster.clock.now()
+        state = "stopped " if stopped else ""
+        self.cluster.store.record_alert(
+            None,
+            f"{state}process {pid} held the store's write lock; writes failed for"
+            f" {now - since:.1f}s",
+            {"reason": "store_lock_held", "pid": pid, "stopped": stopped,
+             "seconds": round(now - since, 3), "monitor": self.name},
+            now,
+        )  # fmt: skip
+        self._stall = None
 
     def start_thread(self) -> threading.Thread:
         """Run the monitor in a daemon thread of this process."""

@@ -39,6 +39,7 @@ from corral.server.errors import ApiError, envelope, from_exception
 from corral.server.metrics import Metrics
 from corral.server.openapi import build_openapi
 from corral.server.routes import OPS
+from corral.store.base import Store, WouldBlock
 
 __all__ = ["MAX_BODY_BYTES", "ServerState", "create_app"]
 
@@ -93,12 +94,10 @@ class ServerState:
         self.would_block: type[Exception] = _NeverRaised
         self.short_calls: ShortCalls | None = None
         store = getattr(cluster, "store", None)
-        if inline and callable(getattr(store, "nowait", None)):
-            from corral.store.sqlite import WouldBlock
-
-            self.nowait = store.nowait  # type: ignore[union-attr]
+        if inline and isinstance(store, Store) and store.inline_calls:
+            self.nowait = store.nowait
             self.would_block = WouldBlock
-            self.short_calls = ShortCalls(self.nowait, WouldBlock, store.group)  # type: ignore[union-attr]
+            self.short_calls = ShortCalls(store.nowait, WouldBlock, store.group)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
         self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)

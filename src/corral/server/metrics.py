@@ -107,6 +107,17 @@ class ClusterCollector(Collector):
             inbox.add_metric([live["id"]], live["inbox"])
         yield age
         yield inbox
+        yield CounterMetricFamily(
+            "corral_store_write_lock_timeouts",
+            "This process's writes that gave up waiting for the store's write lock (SQLite).",
+            value=s.write_lock_timeouts,
+        )
+        held = s.write_lock_holder
+        yield GaugeMetricFamily(
+            "corral_store_write_lock_holder_stopped",
+            "1 while a stopped process (SIGSTOP, a debugger) holds the write lock (SQLite).",
+            value=1.0 if held and held["stopped"] else 0.0,
+        )
 
 
 class _Series:

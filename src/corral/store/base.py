@@ -10,14 +10,29 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from corral.errors import InvalidInputError
+from corral.errors import CorralError, InvalidInputError
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 
-__all__ = ["Deadlines", "NodeSpec", "Store", "TaskSpec"]
+if TYPE_CHECKING:
+    from corral.store.stats import ClusterStats
+
+__all__ = ["Deadlines", "LockHolder", "NodeSpec", "Store", "TaskSpec", "WouldBlock"]
+
+
+class WouldBlock(CorralError):
+    """Raised inside ``Store.nowait()`` when a transaction would have to wait for
+    another thread or process; that transaction has done nothing. Internal: the
+    server's event loop catches it and runs the call on a thread instead."""
+
+    code = "would_block"
+    status = 503
+    exit_code = 3
+    hint = "Nothing was changed; run the call where it may wait."
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +64,21 @@ class Deadlines:
     assess_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    """A process holding a backend's write lock (SQLite): its pid, and whether the
+    OS reports it stopped (SIGSTOP, a debugger), so it holds the lock until resumed."""
+
+    pid: int
+    stopped: bool
+
+
 class Store(ABC):
     """What every backend implements, with the same behaviour."""
+
+    #: Whether ``nowait()`` can run short calls without waiting (an event loop may run
+    #: them inline, hopping to a thread only on ``WouldBlock``); False: never try.
+    inline_calls: ClassVar[bool] = False
 
     # --- settings -------------------------------------------------------------
     @abstractmethod
@@ -206,6 +234,36 @@ class Store(ABC):
     def acting_as(self, monitor: str) -> AbstractContextManager[None]:
         """Tag the events this thread writes with ``monitor`` while inside (the
         monitor's duties), so the event log says which monitor acted."""
+        return nullcontext()
+
+    # --- the write lock (a backend with one lock for every writer: SQLite) ------------
+    def write_lock_holder(self) -> LockHolder | None:
+        """The process holding the store's write lock right now, when the backend
+        has a single one and can tell (else None)."""
+        return None
+
+    def write_lock_timeouts(self) -> int:
+        """How many of this store's writes gave up waiting for the write lock."""
+        return 0
+
+    # --- statistics and the server's fast path ------------------------------------
+    def stats(self) -> ClusterStats:
+        """The counts ``/metrics`` and ``/v1/stats`` show, from one consistent read."""
+        raise NotImplementedError(f"{type(self).__name__} has no statistics")
+
+    @contextmanager
+    def nowait(self) -> Iterator[None]:
+        """Transactions started in this block, on this thread, never wait: when they
+        would, they raise ``WouldBlock`` before doing anything. This default cannot
+        promise that, so the block raises ``WouldBlock`` at its start (see
+        ``inline_calls``)."""
+        raise WouldBlock(f"{type(self).__name__} cannot run a call without waiting")
+        yield  # pragma: no cover - a generator for contextmanager
+
+    def group(self) -> AbstractContextManager[None]:
+        """Write transactions started in this block, on this thread, may share one
+        commit (answer their callers after the block). By default each commits by
+        itself, which keeps every answer as durable."""
         return nullcontext()
 
     # --- waiting claims -----------------------------------------------------------

@@ -7,8 +7,17 @@ complete, bulk add) are single statements. Driver errors become
 ``StoreUnavailableError`` here, at the boundary: a lost connection, a restart, a
 statement or pool timeout is a clear retryable error, never a hang.
 
-Extra URL parameters (removed before connecting): ``pool_size``, ``statement_timeout``
-and ``connect_timeout`` (seconds). Keyword arguments of the same names override them.
+Extra URL parameters (removed before connecting): ``pool_size``, ``statement_timeout``,
+``connect_timeout`` and ``idle_in_transaction_timeout`` (seconds). Keyword arguments of
+the same names override them.
+
+A session of corral's never waits between the statements of a transaction but for
+the next statement (no user code, no I/O inside), so the server ends any session left
+idle inside a transaction longer than ``idle_in_transaction_timeout`` (default 1 s,
+``IDLE_IN_TRANSACTION_TIMEOUT``): a client stopped mid-transaction (SIGSTOP, a
+debugger, a paused VM) releases its row locks within that bound, below the smallest
+liveness window in practice (3 s for a 1 s heartbeat), and the monitor skips locked
+rows meanwhile (``nodes_dead`` ... ``SKIP LOCKED``).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from corral import lifecycle, scoring
+from corral.backoff import Backoff
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Event, Task
 from corral.store.base import TaskSpec
@@ -38,12 +48,23 @@ __all__ = ["PostgresStore"]
 
 log = logging.getLogger("corral.store.postgres")
 
+# psycopg-pool warns "discarding closed connection" for each session the server or the
+# network dropped: the caller already gets StoreUnavailableError for it, so a library
+# user without logging set up would see the same outage twice, as stray stderr lines.
+# Only its errors are kept, unless the application set that logger's level itself.
+_POOL_LOG = logging.getLogger("psycopg.pool")
+if _POOL_LOG.level == logging.NOTSET:
+    _POOL_LOG.setLevel(logging.ERROR)
+
 _QUERIES = load_queries("postgres", pyformat=True)
 _CHANNEL = "corral_ready"
 # Advisory lock keys ("corral" + a number); lock_registry in queries.sql uses ...01.
 _MIGRATE_KEY = 7165071367756054530
 _LEADER_KEY = 7165071367756054531
-_OPTIONS = ("pool_size", "statement_timeout", "connect_timeout")
+_OPTIONS = ("pool_size", "statement_timeout", "connect_timeout", "idle_in_transaction_timeout")
+# Seconds a session may sit idle inside a transaction before the server ends it (and
+# its locks): below the smallest liveness window a cluster should use (3 s).
+IDLE_IN_TRANSACTION_TIMEOUT = 1.0
 _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
 # The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
 # give the hot statements, read by position (tests/test_postgres_store.py checks).
@@ -144,6 +165,7 @@ class PostgresStore(SQLStore):
         pool_size: int | str | None = None,
         statement_timeout: float | str | None = None,
         connect_timeout: float | str | None = None,
+        idle_in_transaction_timeout: float | str | None = None,
     ) -> None:
         super().__init__()
         conninfo, opts = _split_url(url)
@@ -156,12 +178,18 @@ class PostgresStore(SQLStore):
         self._connect_timeout = _seconds(
             connect_timeout or opts.get("connect_timeout", 5), "connect_timeout"
         )
+        self._idle_in_transaction_timeout = _seconds(
+            idle_in_transaction_timeout
+            or opts.get("idle_in_transaction_timeout", IDLE_IN_TRANSACTION_TIMEOUT),
+            "idle_in_transaction_timeout",
+        )
         self._conninfo = conninfo
         self._conn_kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(self._connect_timeout)),
             "options": f"-c statement_timeout={int(self._statement_timeout * 1000)}"
-            f" -c idle_in_transaction_session_timeout={int(self._statement_timeout * 2000)}",
+            " -c idle_in_transaction_session_timeout="
+            f"{max(1, round(self._idle_in_transaction_timeout * 1000))}",
             "keepalives": 1,
             "keepalives_idle": 10,
             "keepalives_interval": 2,
@@ -418,16 +446,16 @@ class PostgresStore(SQLStore):
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         if not specs:
             return []
+        # The roles are matched before the transaction (no idle time inside it), with
+        # the cached settings; again inside only if the settings changed meanwhile.
+        known = self._cached_settings()[1]
+        roles = _match_roles(specs, known)
+        keys = [scoring.sort_key(sp.priority, now) for sp in specs]
         with self._write() as tx:
             s = self._settings_in(tx)
+            if s.role_keywords != known.role_keywords:
+                roles = _match_roles(specs, s)
             ids = sorted(r["id"] for r in tx.all("task_ids_next", n=len(specs)))
-            roles = [
-                " ".join(
-                    scoring.matched_roles(f"{sp.title}\n{sp.description}", s.role_keywords, sp.role)
-                )
-                for sp in specs
-            ]
-            keys = [scoring.sort_key(sp.priority, now) for sp in specs]
             rows = tx.all(
                 "tasks_insert_many",
                 ids=ids,
@@ -504,14 +532,14 @@ class PostgresStore(SQLStore):
             )
 
     def _listen(self) -> None:
-        backoff = 0.1
+        backoff = Backoff(base=0.1, cap=5.0)  # 0.1 s doubling to 5 s
         while not self._closed:
             try:
                 with psycopg.connect(self._conninfo, **self._conn_kwargs) as conn:
                     conn.execute(f"LISTEN {_CHANNEL}")
                     self._listening.set()
                     self._ready.bump()  # tasks may have come while we were not listening
-                    backoff = 0.1
+                    backoff.reset()
                     while not self._closed:
                         for _ in conn.notifies(timeout=1.0):
                             self._ready.bump()
@@ -521,8 +549,7 @@ class PostgresStore(SQLStore):
                     return
                 log.warning("LISTEN connection lost (%s); reconnecting", exc,
                             extra={"action": "listen_retry"})  # fmt: skip
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                time.sleep(backoff.next())
 
     # --- leader election ----------------------------------------------------------------
     def try_lead(self, holder: str) -> bool:
@@ -567,6 +594,16 @@ class PostgresStore(SQLStore):
         with self._lead_lock:
             self._drop_lead()
         self._pool.close()
+
+
+def _match_roles(specs: list[TaskSpec], settings: Any) -> list[str]:
+    """Each task's roles (space-separated), as ``scoring.matched_roles`` finds them."""
+    return [
+        " ".join(
+            scoring.matched_roles(f"{sp.title}\n{sp.description}", settings.role_keywords, sp.role)
+        )
+        for sp in specs
+    ]
 
 
 def _safe(conninfo: str) -> str:

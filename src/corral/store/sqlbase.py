@@ -25,6 +25,7 @@ from corral.store.base import NodeSpec, Store, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads, event_from_row, node_from_row, task_from_row
 from corral.store.sqlduties import DutiesMixin
 from corral.store.sqlviews import ViewsMixin
+from corral.store.stats import ClusterStats, stats_in
 
 __all__ = ["SQLStore", "Tx", "event_from_row", "node_from_row", "task_from_row"]
 
@@ -43,6 +44,9 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
             yield
         finally:
             self._actor.name = None
+
+    def stats(self) -> ClusterStats:
+        return stats_in(self, self._read)
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[Tx]:
@@ -429,13 +433,12 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
         self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
     ) -> Task:
         with self._write() as tx:
-            row = tx.one("task_get_for_update", id=task_id)
-            if (
-                row is None
-                or row["status"] != "in_progress"
-                or row["assigned_to"] != node_id
-                or (epoch is not None and row["epoch"] != epoch)
-            ):
+            # Node row, then its task: the order every transaction locks them in, so
+            # a session stopped inside this one holds its node too (the reaper skips
+            # that node rather than wait on the task).
+            tx.one("node_live_for_update", id=node_id)
+            row = tx.one("task_held_for_update", id=task_id, node_id=node_id)
+            if row is None or (epoch is not None and row["epoch"] != epoch):
                 self._refuse(tx, task_id, node_id, epoch)
             if retry and row["attempts"] < row["max_attempts"]:
                 task = self._requeue(

@@ -13,10 +13,25 @@ from corral.store.rows import Tx, _dumps, event_from_row
 __all__ = ["DutiesMixin"]
 
 _BATCH = 100  # nodes the monitor handles per transaction
+# A due node another session holds locked (a client stopped inside a transaction)
+# is skipped, never waited on; the monitor looks at it again this many seconds later.
+LOCKED_RETRY = 0.05
+
+
+def _after_locked(due: float | None, locked: tuple[float, float] | None) -> float | None:
+    """``due``, or the retry time when the earliest due row is one the last pass at
+    ``locked[0]`` skipped because another session held it locked."""
+    if due is None or locked is None or due > locked[0]:
+        return due
+    return locked[1]
 
 
 class DutiesMixin:
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
+
+    # (pass time, retry time) of the last pass that skipped locked rows, per duty.
+    _locked_dead: tuple[float, float] | None = None
+    _locked_idle: tuple[float, float] | None = None
 
     # --- monitor duties -------------------------------------------------------------
     def deadlines(self) -> Deadlines:
@@ -25,16 +40,18 @@ class DutiesMixin:
             dead = tx.one("next_dead_at")["t"]
             idle = tx.one("next_idle_since")["t"]
             last = self._meta(tx, "work_distribution").get("last_assessment")
+        retire = None if idle is None else idle + s.idle_limit
         return Deadlines(
-            dead_at=dead,
-            idle_retire_at=None if idle is None else idle + s.idle_limit,
+            dead_at=_after_locked(dead, self._locked_dead),
+            idle_retire_at=_after_locked(retire, self._locked_idle),
             assess_at=(last or 0.0) + s.workload_assessment_interval,
         )
 
     def reap_dead(self, now: float) -> list[Event]:
         with self._write() as tx:
             start = tx.one("events_last")
-            for node in tx.all("nodes_dead", now=now, limit=_BATCH):
+            nodes = tx.all("nodes_dead", now=now, limit=_BATCH)
+            for node in nodes:
                 silent = now - max(
                     node["last_activity"], node["last_heartbeat"] or 0.0, node["registered_at"]
                 )
@@ -58,6 +75,8 @@ class DutiesMixin:
                 )
                 if node["role"] == MANAGER_ROLE:
                     self._manager_lost(tx, node, silent, now)
+            locked = len(nodes) < _BATCH and tx.one("nodes_dead_left", now=now) is not None
+            self._locked_dead = (now, now + LOCKED_RETRY) if locked else None
             return self._events_after(tx, start)
 
     def _manager_lost(self, tx: Tx, node: Any, silent: float, now: float) -> None:
@@ -89,7 +108,9 @@ class DutiesMixin:
         with self._write() as tx:
             start = tx.one("events_last")
             s = self._settings_in(tx)
-            for node in tx.all("nodes_idle_expired", cutoff=now - s.idle_limit, limit=_BATCH):
+            cutoff = now - s.idle_limit
+            nodes = tx.all("nodes_idle_expired", cutoff=cutoff, limit=_BATCH)
+            for node in nodes:
                 tx.run("node_terminate", now=now, incarnation=node["incarnation"])
                 self._release_all(
                     tx, node, now, kind="lease_released", counts=False, reason="retired"
@@ -102,6 +123,8 @@ class DutiesMixin:
                     reason="idle",
                     idle_seconds=round(now - node["idle_since"], 3),
                 )
+            locked = len(nodes) < _BATCH and tx.one("nodes_idle_left", cutoff=cutoff) is not None
+            self._locked_idle = (now, now + LOCKED_RETRY) if locked else None
             return self._events_after(tx, start)
 
     def _events_after(self, tx: Tx, start: Any) -> list[Event]:

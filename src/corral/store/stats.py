@@ -1,6 +1,7 @@
 """Counts for ``/metrics`` and ``/v1/stats``, read in one transaction at scrape time.
 
-Served by every SQL store (``SQLStore``) through named queries ``stats_nodes``,
+``Store.stats()`` is the port's method; every SQL store (``SQLStore``) serves it with
+``stats_in`` over its read transaction and the named queries ``stats_nodes``,
 ``stats_tasks`` and ``stats_event_count`` (plus the shared ``nodes_live``,
 ``events_last``, ``meta_get`` and ``settings_all``).
 """
@@ -8,13 +9,16 @@ Served by every SQL store (``SQLStore``) through named queries ``stats_nodes``,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.config import settings_from_rows
 from corral.store.base import Store
+from corral.store.rows import Tx
 
-__all__ = ["ClusterStats", "read_stats"]
+__all__ = ["ClusterStats", "read_stats", "stats_in"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,15 +33,22 @@ class ClusterStats:
     assessment: dict[str, Any] = field(default_factory=dict)
     # per live node: id, role, status, last_seen, inbox (events after its cursor)
     live_nodes: list[dict[str, Any]] = field(default_factory=list)
+    # the store's write lock (SQLite): this process's writes that gave up waiting for
+    # it, and the process holding it now ({"pid", "stopped"}), if any
+    write_lock_timeouts: int = 0
+    write_lock_holder: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def read_stats(store: Store) -> ClusterStats:
-    read = getattr(store, "_read", None)
-    if read is None:
-        raise NotImplementedError(f"{type(store).__name__} has no statistics")
+    """``store.stats()`` (``NotImplementedError`` for a store without statistics)."""
+    return store.stats()
+
+
+def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> ClusterStats:
+    """The statistics of an SQL store, read in one of its ``read`` transactions."""
     with read() as tx:
         node_rows = tx.all("stats_nodes")
         task_rows = tx.all("stats_tasks")
@@ -46,6 +57,7 @@ def read_stats(store: Store) -> ClusterStats:
         live = tx.all("nodes_live")
         wd = tx.one("meta_get", key="work_distribution")
         settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
+    holder = store.write_lock_holder()
     nodes: dict[str, dict[str, int]] = {}
     for r in node_rows:
         nodes.setdefault(r["status"], {})[r["role"]] = int(r["n"])
@@ -71,4 +83,8 @@ def read_stats(store: Store) -> ClusterStats:
             }
             for r in live
         ],
+        write_lock_timeouts=store.write_lock_timeouts(),
+        write_lock_holder=(
+            None if holder is None else {"pid": holder.pid, "stopped": holder.stopped}
+        ),
     )

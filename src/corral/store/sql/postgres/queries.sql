@@ -107,15 +107,24 @@ WHERE incarnation = :incarnation;
 
 -- name: nodes_dead
 -- Locked: a heartbeat racing the reaper waits, and the reaper re-checks dead_at.
+-- SKIP LOCKED: a row another session holds (a client stopped inside a transaction)
+-- never stalls the pass; nodes_dead_left tells the monitor to come back to it.
 SELECT * FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
 ORDER BY dead_at LIMIT :limit
-FOR UPDATE;
+FOR UPDATE SKIP LOCKED;
+
+-- name: nodes_dead_left
+SELECT 1 AS n FROM nodes WHERE status <> 'terminated' AND dead_at <= :now LIMIT 1;
 
 -- name: nodes_idle_expired
 SELECT * FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
   AND idle_since <= :cutoff
 ORDER BY idle_since LIMIT :limit
-FOR UPDATE;
+FOR UPDATE SKIP LOCKED;
+
+-- name: nodes_idle_left
+SELECT 1 AS n FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
+  AND idle_since <= :cutoff LIMIT 1;
 
 -- name: next_dead_at
 SELECT min(dead_at) AS t FROM nodes WHERE status <> 'terminated';
@@ -260,8 +269,10 @@ FOR UPDATE;
 SELECT * FROM nodes WHERE status <> 'terminated'
 FOR UPDATE;
 
--- name: task_get_for_update
-SELECT * FROM tasks WHERE id = :id
+-- name: task_held_for_update
+-- Only the holder's own task is locked, after its node row (the order every
+-- transaction takes them in: node, then its tasks).
+SELECT * FROM tasks WHERE id = :id AND assigned_to = :node_id AND status = 'in_progress'
 FOR UPDATE;
 
 -- name: tasks_held_by_for_update

@@ -110,10 +110,17 @@ WHERE incarnation = :incarnation;
 SELECT * FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
 ORDER BY dead_at LIMIT :limit;
 
+-- name: nodes_dead_left
+SELECT 1 AS n FROM nodes WHERE status <> 'terminated' AND dead_at <= :now LIMIT 1;
+
 -- name: nodes_idle_expired
 SELECT * FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
   AND idle_since <= :cutoff
 ORDER BY idle_since LIMIT :limit;
+
+-- name: nodes_idle_left
+SELECT 1 AS n FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
+  AND idle_since <= :cutoff LIMIT 1;
 
 -- name: next_dead_at
 SELECT min(dead_at) AS t FROM nodes WHERE status <> 'terminated';
@@ -249,8 +256,8 @@ SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
 -- name: nodes_live_for_update
 SELECT * FROM nodes WHERE status <> 'terminated';
 
--- name: task_get_for_update
-SELECT * FROM tasks WHERE id = :id;
+-- name: task_held_for_update
+SELECT * FROM tasks WHERE id = :id AND assigned_to = :node_id AND status = 'in_progress';
 
 -- name: tasks_held_by_for_update
 SELECT * FROM tasks WHERE assigned_to = :node_id AND status = 'in_progress' ORDER BY id;

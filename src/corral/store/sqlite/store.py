@@ -1,4 +1,4 @@
-"""The embedded store: one SQLite file in WAL mode.
+"""The embedded store: one SQLite file in WAL mode (``SQLiteStore``).
 
 Durability: ``synchronous=NORMAL`` (the default) loses nothing when any process
 crashes; a power loss or OS crash can roll back the last transactions committed
@@ -18,11 +18,9 @@ claim or a completion never pays for it.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import random
 import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import lifecycle, scoring
+from corral.backoff import Backoff
 from corral.defaults import (
     BUSY_TIMEOUT_SECONDS,
     SQLITE_CHECKPOINT_EVERY,
@@ -40,18 +39,17 @@ from corral.defaults import (
 )
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Task
+from corral.store.base import LockHolder, WouldBlock
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import dumps, task_from_tuple
 from corral.store.signal import WAKE_QUERIES, doorbell_for, signal_for
 from corral.store.sqlbase import SQLStore
+from corral.store.sqlite.checkpoint import _Checkpointer
+from corral.store.sqlite.synced import _SyncedCommits
+from corral.store.sqlite.writer import _WriterLock, fcntl
 
-if sys.platform != "win32":
-    import fcntl
-else:  # pragma: no cover - no flock: SQLite's own lock and corral's retries only
-    fcntl = None
-
-__all__ = ["SQLiteStore", "WouldBlock"]
+__all__ = ["TASK_COLUMNS", "SQLiteStore", "WouldBlock"]
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _QUERIES = load_queries("sqlite")
@@ -69,11 +67,6 @@ class _Flag(threading.local):
     """A per-thread flag, off in every thread until set (``nowait()``)."""
 
     on = False
-
-
-class WouldBlock(Exception):
-    """Raised in ``SQLiteStore.nowait()`` when a transaction would have to wait for
-    another thread or process; that transaction has done nothing."""
 
 
 class _Tx:
@@ -126,350 +119,11 @@ def _raise_unavailable(exc: BaseException) -> None:
         raise _unavailable(exc) from exc
 
 
-# A writer that finds the lock taken first retries for up to _SPIN_SECONDS, yielding
-# the CPU between tries: a write transaction takes ~0.05 ms, so most waits end there.
-# The spin adapts: a wait longer than _SPIN_LONG_WAIT means a long queue (more writers
-# than cores), where spinning only takes CPU from the holder, so the next spin is
-# halved; a shorter wait doubles it back. After the spin the writer sleeps between
-# tries, _SLEEP_FIRST doubling to _SLEEP_MAX. Sleeping rather than blocking in the
-# kernel's queue lets a holder with more to write go on for a few transactions with
-# its page cache warm (SQLite drops a connection's cache whenever another process has
-# committed); a kernel wake-up hands the lock to another process at every release.
-# Side by side (bench/sqlite_throughput.py, 20,000 jobs, 2 cores, three runs), the
-# worker's loop with 2 to 16 processes ran 1.1-1.7x the blocking variant's rate, with
-# a third as many jobs over 10 ms.
-_SPIN_SECONDS = 0.0003
-_SPIN_STEP = 0.00001
-_SPIN_LONG_WAIT = 0.001
-_SLEEP_FIRST = 0.001
-_SLEEP_MAX = 0.004
-# With synchronous=FULL a holder leaves to sync its commit (``_SyncedCommits``) and
-# cannot take the lock back for ~0.3 ms: waiters sleeping 1-4 ms left the lock idle,
-# and the group commit gained nothing with 4 processes (bench/sqlite_throughput.py);
-# with 0.2-0.5 ms it ran 1.1-1.3x SQLite's own FULL with 2 and 4.
-_SLEEP_FIRST_SYNCED = 0.0002
-_SLEEP_MAX_SYNCED = 0.0005
-
-
-class _WriterLock:
-    """The queue for SQLite's write lock among corral's processes: an exclusive
-    ``flock`` on ``<database>-lock``, taken before ``BEGIN IMMEDIATE`` and released
-    after ``COMMIT``.
-
-    Without it, every writer would poll SQLite's own lock on its busy handler's
-    schedule (1, 2, 5, 10 … ms) and meet "database is locked" at its end. Here a
-    waiter spins briefly, then sleeps between tries (see ``_SLEEP_FIRST``), for up to
-    the store's busy timeout: a holder stopped inside its transaction (``SIGSTOP``, a
-    debugger, a frozen container) makes the others fail with a retryable
-    ``StoreUnavailableError``, never hang. The kernel releases the lock when its holder
-    dies. SQLite's lock stays the authority: a writer that does not take this lock
-    (another program) is still waited out by ``_retrying``."""
-
-    def __init__(self, db_path: Path, timeout: float, synced: bool = False) -> None:
-        self._fd: int | None = None
-        self._timeout = timeout
-        self._sleeps = (
-            (_SLEEP_FIRST_SYNCED, _SLEEP_MAX_SYNCED) if synced else (_SLEEP_FIRST, _SLEEP_MAX)
-        )
-        self._spin = _SPIN_SECONDS  # adaptive: see _SPIN_LONG_WAIT
-        self._path = f"{db_path}-lock"
-        if fcntl is not None and str(db_path) != ":memory:":
-            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-
-    def acquire(self, blocking: bool) -> bool:
-        """Take the lock; ``False`` only when not ``blocking`` and it is taken.
-        Raises ``StoreUnavailableError`` when it stays taken for the timeout."""
-        fd = self._fd
-        if fd is None:
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if not blocking:
-                return False
-        start = time.perf_counter()
-        spin_until = start + self._spin
-        while time.perf_counter() < spin_until:
-            os.sched_yield()
-            with contextlib.suppress(BlockingIOError):
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._spin = min(_SPIN_SECONDS, self._spin * 2 + _SPIN_STEP)  # it pays
-                return True
-        deadline = start + self._timeout
-        pause, longest = self._sleeps
-        while True:
-            time.sleep(pause)
-            with contextlib.suppress(BlockingIOError):
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            if time.perf_counter() > deadline:
-                raise StoreUnavailableError(
-                    f"SQLite store unavailable: another process has held the write lock"
-                    f" ({self._path}) for {self._timeout:g} s; it may be stopped inside a"
-                    " transaction; retry the call"
-                )
-            pause = min(pause * 2, longest)
-        if time.perf_counter() - start >= _SPIN_LONG_WAIT:
-            self._spin /= 2  # a long queue: spinning takes CPU from the holder
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-# A synced commit whose sync lock stays taken this long syncs by itself instead (the
-# holder may be stopped); a waiter re-checks every _SYNC_POLL_FIRST doubling to
-# _SYNC_POLL_MAX seconds (one sync takes ~0.2 ms).
-_SYNC_POLL_FIRST = 0.0001
-_SYNC_POLL_MAX = 0.0004
-_SYNC_LOCK_PATIENCE = 0.05
-_U32 = 0xFFFFFFFF
-
-
-def _covers(synced: int, commit: int) -> bool:
-    """Whether sync count ``synced`` covers commit number ``commit`` (both wrap at
-    2**32: serial-number order)."""
-    return (synced - commit) & _U32 < 0x80000000
-
-
-class _SyncedCommits:
-    """``synchronous=FULL`` as a group commit among corral's processes.
-
-    SQLite at ``FULL`` syncs the WAL inside each commit, under the write lock, so
-    writers queue behind each other's syncs: one job per disk flush, however many
-    processes. Here SQLite runs at ``NORMAL`` (its commits are consistent, not yet
-    durable) and a commit is acknowledged only after ``fdatasync`` of the WAL, done
-    after the write lock is released. One flush covers every commit written before it
-    started, so while one process syncs, the others commit, and the next sync covers
-    them all -- as PostgreSQL's commits share a WAL flush.
-
-    Shared state, in ``<database>-sync`` (mode 0600): two 32-bit counters, mapped into
-    each process -- commits counted (bumped after ``COMMIT``, under the write lock)
-    and commits known synced -- and an ``flock`` on the file that lets one process
-    sync at a time. A commit finds itself already covered, or takes the lock, reads
-    the commit count, syncs, and records it. The counters are only ever read to skip a
-    sync: any state a crash leaves (synced <= counted always holds) is safe, and a
-    sync lock held by a stopped process only makes the others sync by themselves
-    after ``_SYNC_LOCK_PATIENCE``.
-
-    What others can see: a commit is visible to other connections a moment before it
-    is on disk (with SQLite's own ``FULL``, after). Nothing that depends on it can
-    reach the disk without it: the WAL is replayed in order, so a later synced commit
-    brings every earlier frame with it."""
-
-    def __init__(self, db_path: Path) -> None:
-        self._path = f"{db_path}-sync"
-        self._wal_path = f"{db_path}-wal"
-        self._wal: int | None = None
-        self._threads = threading.Lock()  # flock orders processes, this the threads
-        self._opening = threading.Lock()
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            if os.fstat(self._fd).st_size < 8:
-                os.ftruncate(self._fd, 8)  # zeros; never shrinks a file in use
-            self._map = mmap.mmap(self._fd, 8)
-        except BaseException:
-            os.close(self._fd)
-            raise
-        # Aligned 32-bit words: each read and write is one load or store.
-        self._words = memoryview(self._map).cast("I")
-
-    def committed(self) -> int:
-        """Count a commit and return its number. Call under the write lock, after
-        ``COMMIT``: the commit's frames are in the WAL before it is counted."""
-        n = (self._words[0] + 1) & _U32
-        self._words[0] = n
-        return n
-
-    def wait_synced(self, commit: int, patient: bool = True) -> None:
-        """Return once commit number ``commit`` is on disk (OSError if the sync
-        fails). Not ``patient`` (an event loop's call): when another thread or
-        process is syncing, sync by itself at once rather than wait for theirs."""
-        words = self._words
-        if _covers(words[1], commit):
-            return
-        if not patient:
-            if not self._threads.acquire(blocking=False):
-                self._sync()
-                return
-            try:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    self._sync()  # no skipping: the counter is the lock holder's
-                    return
-                try:
-                    self._sync_locked(commit)
-                finally:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
-            finally:
-                self._threads.release()
-            return
-        with self._threads:
-            pause = _SYNC_POLL_FIRST
-            give_up = time.perf_counter() + _SYNC_LOCK_PATIENCE
-            while True:
-                if _covers(words[1], commit):
-                    return
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if time.perf_counter() > give_up:
-                        self._sync()  # the holder may be stopped: no skipping then
-                        return
-                    time.sleep(pause)
-                    pause = min(pause * 2, _SYNC_POLL_MAX)
-                    continue
-                try:
-                    self._sync_locked(commit)
-                    return
-                finally:
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    def _sync_locked(self, commit: int) -> None:
-        """Sync unless ``commit`` is covered by now; holding the sync lock."""
-        words = self._words
-        if not _covers(words[1], commit):
-            upto = words[0]  # every commit counted so far is in the WAL
-            self._sync()
-            words[1] = upto  # only lock holders write it: never goes back
-
-    def _sync(self) -> None:
-        fd = self._wal
-        if fd is None:  # SQLite keeps the WAL while a connection is open
-            fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
-            with self._opening:  # an impatient sync may race the holder of _threads
-                if self._wal is None:
-                    self._wal = fd
-                else:
-                    os.close(fd)
-                    fd = self._wal
-        _fdatasync(fd)
-
-    def close(self) -> None:
-        self._words.release()
-        self._map.close()
-        os.close(self._fd)
-        if self._wal is not None:
-            os.close(self._wal)
-            self._wal = None
-
-
-_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS has fsync only
-
-
-# The checkpoint thread's tries for the writers' lock before a RESTART checkpoint: every
-# _RESTART_POLL seconds for up to _RESTART_PATIENCE, then it waits for its next turn.
-_RESTART_POLL = 0.0005
-_RESTART_PATIENCE = 1.0
-
-
-class _Checkpointer:
-    """Checkpoints the WAL on a background thread every ``every`` commits.
-
-    SQLite's automatic checkpoint runs inside the commit that crosses its threshold:
-    that caller pays for copying the WAL back into the database file (a third of a
-    claim's time, on average). Here the store's own commits wake a thread that runs a
-    ``PASSIVE`` checkpoint on its own connection, which never blocks a reader or a
-    writer. The thread starts at the first checkpoint (a store that only reads never
-    has one) and sleeps, without a timer, between them. The store's connection keeps
-    an automatic checkpoint at ``SQLITE_WAL_LIMIT_PAGES`` as a bound on the WAL should
-    the thread fall behind.
-
-    A ``PASSIVE`` checkpoint never lets the WAL start over while writers keep
-    committing: new frames arrive while it copies, so the WAL grows to that bound.
-    For a store that syncs its commits (``FULL``), when the WAL holds
-    ``restart_after`` frames the thread therefore takes the writers'
-    lock (``_WriterLock``) and finishes with a ``RESTART`` checkpoint, which copies
-    the few frames written since and makes the next commit write from the WAL's start,
-    over the file's existing pages. Writing over existing pages is cheaper to sync
-    than growing the file (about half the ``fdatasync`` time here), and the WAL stays
-    a few MB. The lock is held for that finishing copy only; a reader still on the
-    WAL makes SQLite skip the restart (its busy handler is off), never wait."""
-
-    def __init__(self, path: str, synchronous: str, every: int, restart_after: int = 0) -> None:
-        self._path = path
-        self._sync = synchronous
-        self._every = every
-        self._restart_after = restart_after  # 0: never restart
-        self._count = 0
-        self._wake = threading.Event()
-        self._closed = False
-        self._thread: threading.Thread | None = None
-        self.runs = 0  # checkpoints done (tests wait on it)
-        self.restarts = 0  # RESTART checkpoints that restarted the WAL
-
-    def committed(self) -> None:
-        """Called after each commit, under the store's lock."""
-        self._count += 1
-        if self._count < self._every or self._closed:
-            return
-        self._count = 0
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="corral-sqlite-checkpoint", daemon=True
-            )
-            self._thread.start()
-        self._wake.set()
-
-    def _run(self) -> None:
-        try:
-            conn = sqlite3.connect(self._path, timeout=0, isolation_level=None)
-        except sqlite3.Error:
-            return  # the store's automatic checkpoint still bounds the WAL
-        lock: _WriterLock | None = None
-        try:
-            conn.execute(f"PRAGMA synchronous={self._sync}")
-            if self._restart_after:
-                # Its own open of the lock file: flock excludes per open file, so this
-                # process's writers wait for the thread too (the store's fd would not).
-                lock = _WriterLock(Path(self._path), BUSY_TIMEOUT_SECONDS)
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                if self._closed:
-                    return
-                with contextlib.suppress(sqlite3.Error):  # busy: the next wake-up retries
-                    _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if lock is not None and frames >= self._restart_after:
-                        self._restart(conn, lock)
-                self.runs += 1
-        except OSError:
-            return  # no lock file: the store's automatic checkpoint still bounds the WAL
-        finally:
-            if lock is not None:
-                lock.close()
-            conn.close()
-
-    def _restart(self, conn: sqlite3.Connection, lock: _WriterLock) -> None:
-        deadline = time.monotonic() + _RESTART_PATIENCE
-        while not lock.acquire(blocking=False):
-            if self._closed or time.monotonic() > deadline:
-                return  # the writers keep it: the next wake-up tries again
-            time.sleep(_RESTART_POLL)
-        try:
-            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-            self.restarts += not busy
-        finally:
-            lock.release()
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-
-
 class SQLiteStore(SQLStore):
     """One connection per store, shared by the process's threads under a lock.
     Open a new store in each process (never share one across ``fork``)."""
+
+    inline_calls = True  # nowait() and group() below: corral serve's fast path
 
     def __init__(
         self,
@@ -558,7 +212,7 @@ class SQLiteStore(SQLStore):
         doubling to 2 ms, with jitter, up to the busy timeout; then
         ``StoreUnavailableError``."""
         deadline = None
-        pause = 0.00005
+        pauses = Backoff(base=0.00005, cap=0.002)
         while True:
             try:
                 self._conn.execute(sql)
@@ -572,8 +226,13 @@ class SQLiteStore(SQLStore):
                 deadline = deadline or now + self._busy_timeout
                 if now > deadline:
                     raise _unavailable(exc) from exc
-            time.sleep(pause * (0.5 + random.random()))
-            pause = min(pause * 2, 0.002)
+            time.sleep(pauses.next() * (0.5 + random.random()))
+
+    def write_lock_holder(self) -> LockHolder | None:
+        return self._writer.holder()
+
+    def write_lock_timeouts(self) -> int:
+        return self._writer.timeouts
 
     @contextmanager
     def nowait(self) -> Iterator[None]:
