@@ -189,6 +189,75 @@ async def _read_body(receive: Receive, length: bytes | None) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone (the request's body already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: Receive) -> Any:
+    """A waiting claim (``wait`` > 0) that claims only while its caller is there:
+    the same loop as ``Cluster.claim_best_task`` (take the wake-up token, try a
+    claim, wait for a wake-up until the deadline), the wait on a thread, the
+    client's disconnect watched meanwhile. A caller that is gone is not given a
+    task: it is checked just before each try, and on SQLite the try runs on the
+    event loop (``nowait``) in the same step as that check and the answer, so a
+    disconnect cannot fall between them. A try that had to run on a thread (a busy
+    store, PostgreSQL) and finds its caller gone on return hands the task back at
+    once (``fail_task`` with retry, while it has attempts left). None when the
+    caller is gone."""
+    loop = asyncio.get_running_loop()
+    gone = loop.create_task(_disconnected(receive))
+    store = st.cluster.store
+    now = Call(call.cluster, call.principal, call.tokens, call.path, call.query,
+               call.body.model_copy(update={"wait": 0}))  # fmt: skip
+    deadline = time.monotonic() + call.body.wait
+    try:
+        while True:
+            token = store.ready_token()
+            result = _HOP
+            if gone.done():
+                return None
+            if st.nowait is not None:
+                try:
+                    with st.nowait():
+                        result = op.handler(now)
+                except st.would_block:
+                    result = _HOP
+            if result is _HOP:
+                result = await st.run(op.handler, now)
+                if gone.done():
+                    await _hand_back(st, result["task"])
+                    return None
+            left = deadline - time.monotonic()
+            if result["task"] is not None or left <= 0:
+                return result
+            waiter = loop.run_in_executor(st.wait_pool, store.wait_ready, token, left)
+            await asyncio.wait((waiter, gone), return_when=asyncio.FIRST_COMPLETED)
+            if gone.done():
+                _wake(store)  # free the waiting thread now, not at its deadline
+                return None
+    finally:
+        gone.cancel()
+
+
+async def _hand_back(st: ServerState, task: Any) -> None:
+    if task is None or task.attempts >= task.max_attempts:
+        return  # (on its last attempt a hand-back would fail it: lease recovery decides)
+    try:
+        await st.run(st.cluster.fail_task, task.id, task.assigned_to, task.epoch,
+                     "claim abandoned: its caller disconnected", True)  # fmt: skip
+    except CorralError:
+        log.warning("could not hand back task %s of a gone caller", task.id, exc_info=True)
+
+
+def _wake(store: Any) -> None:
+    """Wake the claims waiting on ``store`` (each re-checks and waits again)."""
+    signal = getattr(store, "_ready", None)
+    if signal is not None:
+        signal.bump()
+
+
 def _query(op: Op, raw: bytes) -> Any:
     params = QueryParams(raw) if raw else None
     if op.query is None:
@@ -231,7 +300,11 @@ async def handle(
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
         waits = op.name == "claim_best_task" and bool(body.wait)
-        if op.short and not waits and st.short_calls is not None:
+        if waits:
+            result = await _claim_while_connected(st, op, call, receive)
+            if result is None:
+                return  # the caller went away: nothing was taken, nobody to answer
+        elif op.short and st.short_calls is not None:
             result = await st.short_calls.submit(op.handler, call)
             if result is _HOP:
                 result = await st.run(op.handler, call)

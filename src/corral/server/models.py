@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.defaults import MAX_CLAIM_WAIT
 from corral.validation import MAX_LIMIT, MAX_SEQ
 
 __all__ = [
@@ -116,7 +117,13 @@ class AddTasksIn(_In):
 
 class ClaimIn(_In):
     role: str | None = Field(None, description="Claim as this role (default: the node's).")
-    wait: float = Field(0, description="Seconds to wait for a task when none is pending.")
+    wait: float = Field(
+        0,
+        ge=0,
+        le=MAX_CLAIM_WAIT,
+        description="Seconds to wait for a task when none is pending; a caller that "
+        "disconnects meanwhile is given none.",
+    )
 
 
 class AlertIn(_In):
