@@ -59,3 +59,28 @@ def test_api_conforms_to_its_openapi_document(case: Any, base_url: str) -> None:
     if case.operation.path == "/v1/nodes/{node_id}/claim" and isinstance(case.body, dict):
         case.body.pop("wait", None)  # a waiting claim would hold the example for its wait
     case.call_and_validate(base_url=base_url, headers=AUTH, checks=CHECKS)
+
+
+_SAMPLE = {"node_id": "w1", "task_id": "1"}
+
+
+def test_every_405_lists_every_method_of_its_path(base_url: str) -> None:
+    """For each documented path, a method it does not serve answers 405 with an
+    ``Allow`` header naming exactly the documented methods (and HEAD with GET)."""
+    import httpx
+
+    checked = 0
+    for template, ops in DOCUMENT["paths"].items():
+        path = template.format(**_SAMPLE)
+        documented = {method.upper() for method in ops}
+        expected = documented | ({"HEAD"} if "GET" in documented else set())
+        for method in ("PUT", "DELETE", "PATCH", "POST"):
+            if method in documented:
+                continue
+            r = httpx.request(method, base_url + path, headers=AUTH)
+            assert r.status_code == 405, (method, path, r.status_code, r.text)
+            allow = {m.strip() for m in r.headers["allow"].split(",")}
+            assert allow == expected, (method, path, allow)
+            assert r.headers.get_list("allow") == [r.headers["allow"]]
+            checked += 1
+    assert checked > 60
