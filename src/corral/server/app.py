@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -144,8 +145,33 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         404: f"no such endpoint {request.url.path}",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(exc.status_code, str(exc.detail))
-    headers = dict(exc.headers or {})
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"}
+    if exc.status_code == 405:
+        # Starlette names the methods of the first route whose path matched; a path
+        # several routes serve (GET and POST /v1/nodes) accepts all of theirs.
+        headers["allow"] = ", ".join(_allowed(request.app.routes, request.url.path))
     return Response(envelope(code, message), exc.status_code, headers=headers, media_type=_JSON)
+
+
+_TEMPLATE_PARAM = re.compile(r"\{[^}]*\}")
+
+
+def _allowed(routes: list[Any], path: str) -> list[str]:
+    """The methods of the resource ``path`` names (HEAD with GET), sorted: those of
+    every route of the most specific template that matches it (the one with the
+    most literal text: ``/v1/nodes/w1/claim`` is ``/v1/nodes/{node_id}/claim``, not
+    the node ``w1/claim``), as the OpenAPI document lists them."""
+    best, methods = -1, set()
+    for route in routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is None or not route.methods or not regex.match(path):
+            continue
+        literal = len(_TEMPLATE_PARAM.sub("", route.path))
+        if literal > best:
+            best, methods = literal, set(route.methods)
+        elif literal == best:
+            methods |= route.methods
+    return sorted(methods)
 
 
 class _McpGate:
