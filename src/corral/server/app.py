@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from corral.server.dispatch import (
     ApiRouter,
     OpEndpoint,
     ShortCalls,
+    allowed_methods,
     dumps,
     send_error,
 )
@@ -149,29 +149,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 405:
         # Starlette names the methods of the first route whose path matched; a path
         # several routes serve (GET and POST /v1/nodes) accepts all of theirs.
-        headers["allow"] = ", ".join(_allowed(request.app.routes, request.url.path))
+        headers["allow"] = ", ".join(allowed_methods(request.app.routes, request.url.path))
     return Response(envelope(code, message), exc.status_code, headers=headers, media_type=_JSON)
-
-
-_TEMPLATE_PARAM = re.compile(r"\{[^}]*\}")
-
-
-def _allowed(routes: list[Any], path: str) -> list[str]:
-    """The methods of the resource ``path`` names (HEAD with GET), sorted: those of
-    every route of the most specific template that matches it (the one with the
-    most literal text: ``/v1/nodes/w1/claim`` is ``/v1/nodes/{node_id}/claim``, not
-    the node ``w1/claim``), as the OpenAPI document lists them."""
-    best, methods = -1, set()
-    for route in routes:
-        regex = getattr(route, "path_regex", None)
-        if regex is None or not route.methods or not regex.match(path):
-            continue
-        literal = len(_TEMPLATE_PARAM.sub("", route.path))
-        if literal > best:
-            best, methods = literal, set(route.methods)
-        elif literal == best:
-            methods |= route.methods
-    return sorted(methods)
 
 
 class _McpGate:
@@ -239,10 +218,29 @@ def create_app(
         inline=inline,
     )
     mcp_app = load_mcp_app(cluster, host) if mcp else None
-    openapi = dumps(build_openapi(OPS, version=corral.__version__))
+    documents: dict[tuple[str, ...] | None, bytes] = {}
 
     async def openapi_json(request: Request) -> Response:
-        return Response(openapi, media_type=_JSON)
+        # The document names the cluster's roles, which change with role_keywords.
+        # Reading them never waits for a busy store: then the last document serves.
+        roles: tuple[str, ...] | None
+        try:
+            if st.nowait is not None:
+                with st.nowait():
+                    roles = tuple(cluster.settings().roles)
+            else:
+                roles = tuple((await st.run(cluster.settings)).roles)
+        except st.would_block:
+            roles = next(iter(documents)) if documents else None
+        except CorralError as exc:
+            return error_response(from_exception(exc))
+        body = documents.get(roles)
+        if body is None:
+            documents.clear()
+            body = documents[roles] = dumps(
+                build_openapi(OPS, version=corral.__version__, roles=roles)
+            )
+        return Response(body, media_type=_JSON)
 
     async def healthz(request: Request) -> Response:
         try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,15 @@ from corral.server.routes import Call, Op
 if TYPE_CHECKING:
     from corral.server.app import ServerState
 
-__all__ = ["MAX_BODY_BYTES", "ApiRouter", "OpEndpoint", "ShortCalls", "dumps", "send_error"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "ApiRouter",
+    "OpEndpoint",
+    "ShortCalls",
+    "allowed_methods",
+    "dumps",
+    "send_error",
+]
 
 log = logging.getLogger("corral.server")
 
@@ -66,6 +75,7 @@ class _Disconnected(Exception):
 
 
 _HOP = object()  # a short call met a busy store: run it on a worker thread
+_NOT_HERE: Any = object()  # a route matched a path that names another resource: 405
 
 
 class ShortCalls:
@@ -344,6 +354,32 @@ class OpEndpoint:
         await handle(self.st, self.op, scope.get("path_params", {}), scope, receive, send)
 
 
+_TEMPLATE_PARAM = re.compile(r"\{[^}]*\}")
+
+
+def _specific(routes: list[Any], path: str) -> tuple[int, list[Any]]:
+    """The routes of the most specific template matching ``path`` (the most literal
+    text: ``/v1/nodes/w1/claim`` is ``/v1/nodes/{node_id}/claim``, not the node
+    ``w1/claim``; ``/v1/tasks/batch`` is not task ``batch``)."""
+    best: tuple[int, list[Any]] = (-1, [])
+    for route in routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is None or not getattr(route, "methods", None) or not regex.match(path):
+            continue
+        literal = len(_TEMPLATE_PARAM.sub("", route.path))
+        if literal > best[0]:
+            best = (literal, [route])
+        elif literal == best[0]:
+            best[1].append(route)
+    return best
+
+
+def allowed_methods(routes: list[Any], path: str) -> list[str]:
+    """The methods of the resource ``path`` names (HEAD with GET), sorted, as the
+    OpenAPI document lists them."""
+    return sorted({m for route in _specific(routes, path)[1] for m in route.methods})
+
+
 def _digits(segment: str) -> bool:
     """An all-ASCII-digit path segment (a task id), the part a route shape blanks."""
     return segment.isascii() and segment.isdigit()
@@ -379,16 +415,18 @@ class ApiRouter:
                 raise ValueError(f"route {route.path} has an all-digit segment")
 
     def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
-        for route in self.routes:
+        """The op of the route that serves the request, among those of the most
+        specific template matching its path; ``_NOT_HERE`` when none takes its
+        method (405); None for what Starlette answers (non-API routes)."""
+        _, specific = _specific(self.routes, scope["path"])
+        for route in specific:
             match, child = route.matches(scope)
             if match is Match.FULL:
                 endpoint = route.endpoint if isinstance(route, Route) else None
                 if isinstance(endpoint, OpEndpoint):
                     return endpoint.op, child.get("path_params", {})
                 return None
-            if match is Match.PARTIAL:
-                return None  # 405 or a later full match: Starlette's rules decide
-        return None
+        return _NOT_HERE if specific else None
 
     def _shaped(self, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
         """The op and params for ``path`` from a shape learnt earlier, or ``None``."""
@@ -436,11 +474,17 @@ class ApiRouter:
                 hit = self._shaped(key[0], path)
                 if hit is None:
                     hit = self._match(scope)
-                    if hit is not None:
+                    if hit is not None and hit is not _NOT_HERE:
                         self._learn(key[0], path, hit)
                     if len(self._cache) >= _ROUTE_CACHE_SIZE:
                         self._cache.clear()
                     self._cache[key] = hit
+            if hit is _NOT_HERE:
+                allow = ", ".join(allowed_methods(self.routes, path))
+                exc = ApiError(405, "method_not_allowed", f"{key[0]} is not allowed on {path}")
+                await _send(send, 405, envelope(exc.code, exc.message), _JSON,
+                            [(b"allow", allow.encode())])  # fmt: skip
+                return
             if hit is not None:
                 op, params = hit
                 await handle(self.st, op, dict(params), scope, receive, send)
