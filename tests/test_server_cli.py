@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -190,3 +191,53 @@ def test_serve_logs_each_request_only_when_asked(tmp_path: Path) -> None:
                 proc.wait(timeout=15)
         text = log_path.read_text()
         assert ('"GET /healthz HTTP/1.1" 200' in text) is logged, text
+
+
+def test_sigterm_removes_the_servers_wait_fifo(tmp_path: Path) -> None:
+    """A served waiting claim makes the server listen on a FIFO in ``<db>-wait/``;
+    SIGTERM ends the process by that signal and its FIFO is gone (uvicorn re-raises
+    the signal after its graceful shutdown, so ``atexit`` handlers do not run)."""
+    port = free_port()
+    db = tmp_path / "c.db"
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
+    env["CORRAL_TOKEN"] = "sigterm-token"
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "--url", f"sqlite:///{db}", "serve",
+         "--port", str(port), "--log-level", "warning", "--no-monitor"],
+        cwd=tmp_path, env=env, stderr=log,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": "Bearer sigterm-token"}
+    wait_dir = tmp_path / "c.db-wait"
+    answers: list[object] = []
+
+    def claim(wait: float) -> None:
+        try:
+            r = httpx.post(f"{url}/v1/nodes/n1/claim", json={"wait": wait}, headers=auth,
+                           timeout=60)  # fmt: skip
+            answers.append(r.json())
+        except httpx.HTTPError as exc:
+            answers.append(exc)
+
+    waiting = threading.Thread(target=claim, args=(60,))
+    try:
+        _wait_healthy(url, proc)
+        assert httpx.post(f"{url}/v1/nodes", json={"node_id": "n1", "role": "developer"},
+                          headers=auth).status_code == 200  # fmt: skip
+        claim(0.2)  # a waiting claim that found nothing
+        assert answers == [{"task": None, "text": "No pending tasks to claim."}]
+        fifos = [p for p in wait_dir.iterdir() if p.name.startswith(f"{proc.pid}-")]
+        assert len(fifos) == 1 and stat.S_ISFIFO(fifos[0].stat().st_mode)
+        waiting.start()  # and one likely still waiting when the signal comes
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+            waiting.join(timeout=15) if waiting.ident else None
+    assert code == -signal.SIGTERM, (tmp_path / "serve.log").read_text()
+    assert [p.name for p in wait_dir.iterdir()] == []

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import socket
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -93,9 +95,41 @@ def serve(
         app, log_level=log_level.lower(), access_log=access_log, timeout_graceful_shutdown=3
     )
     server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    stopped_by = _run_until_stopped(server, sock)
+    if stopped_by is not None:
+        # Die by the signal, as a process stopped by it should (exit status -SIGTERM),
+        # without joining the threads of claims still waiting: the process's own
+        # files go first, since ``atexit`` handlers do not run then.
+        from corral.store.signal import close_listeners
+
+        close_listeners()
+        signal.signal(stopped_by, signal.SIG_DFL)
+        signal.raise_signal(stopped_by)
     if not server.started:
         raise _Unavailable("the server did not start; see the log above")
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _run_until_stopped(server: object, sock: socket.socket) -> int | None:
+    """Run uvicorn; the signal that stopped it, or None. uvicorn shuts down
+    gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler that was
+    there before it: this one, which notes it (and stops the server, for a signal
+    that comes before uvicorn's handlers are in place)."""
+    caught: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+        server.should_exit = True  # type: ignore[attr-defined]  # (before uvicorn's own)
+
+    previous = {sig: signal.signal(sig, note) for sig in _STOP_SIGNALS}
+    try:
+        server.run(sockets=[sock])  # type: ignore[attr-defined]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return caught[-1] if caught else None
 
 
 class _Unavailable(click.ClickException):

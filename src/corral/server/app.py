@@ -32,6 +32,7 @@ from corral.server.dispatch import (
     ApiRouter,
     OpEndpoint,
     ShortCalls,
+    allowed_methods,
     dumps,
     send_error,
 )
@@ -143,7 +144,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         404: f"no such endpoint {request.url.path}",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(exc.status_code, str(exc.detail))
-    headers = dict(exc.headers or {})
+    headers = {k: v for k, v in (exc.headers or {}).items() if k.lower() != "allow"}
+    if exc.status_code == 405:
+        # Starlette names the methods of the first route whose path matched; a path
+        # several routes serve (GET and POST /v1/nodes) accepts all of theirs.
+        headers["allow"] = ", ".join(allowed_methods(request.app.routes, request.url.path))
     return Response(envelope(code, message), exc.status_code, headers=headers, media_type=_JSON)
 
 
@@ -212,10 +217,29 @@ def create_app(
         inline=inline,
     )
     mcp_app = load_mcp_app(cluster, host) if mcp else None
-    openapi = dumps(build_openapi(OPS, version=corral.__version__))
+    documents: dict[tuple[str, ...] | None, bytes] = {}
 
     async def openapi_json(request: Request) -> Response:
-        return Response(openapi, media_type=_JSON)
+        # The document names the cluster's roles, which change with role_keywords.
+        # Reading them never waits for a busy store: then the last document serves.
+        roles: tuple[str, ...] | None
+        try:
+            if st.nowait is not None:
+                with st.nowait():
+                    roles = tuple(cluster.settings().roles)
+            else:
+                roles = tuple((await st.run(cluster.settings)).roles)
+        except st.would_block:
+            roles = next(iter(documents)) if documents else None
+        except CorralError as exc:
+            return error_response(from_exception(exc))
+        body = documents.get(roles)
+        if body is None:
+            documents.clear()
+            body = documents[roles] = dumps(
+                build_openapi(OPS, version=corral.__version__, roles=roles)
+            )
+        return Response(body, media_type=_JSON)
 
     async def healthz(request: Request) -> Response:
         try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,15 @@ from corral.server.routes import Call, Op
 if TYPE_CHECKING:
     from corral.server.app import ServerState
 
-__all__ = ["MAX_BODY_BYTES", "ApiRouter", "OpEndpoint", "ShortCalls", "dumps", "send_error"]
+__all__ = [
+    "MAX_BODY_BYTES",
+    "ApiRouter",
+    "OpEndpoint",
+    "ShortCalls",
+    "allowed_methods",
+    "dumps",
+    "send_error",
+]
 
 log = logging.getLogger("corral.server")
 
@@ -66,6 +75,7 @@ class _Disconnected(Exception):
 
 
 _HOP = object()  # a short call met a busy store: run it on a worker thread
+_NOT_HERE: Any = object()  # a route matched a path that names another resource: 405
 
 
 class ShortCalls:
@@ -189,6 +199,75 @@ async def _read_body(receive: Receive, length: bytes | None) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone (the request's body already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: Receive) -> Any:
+    """A waiting claim (``wait`` > 0) that claims only while its caller is there:
+    the same loop as ``Cluster.claim_best_task`` (take the wake-up token, try a
+    claim, wait for a wake-up until the deadline), the wait on a thread, the
+    client's disconnect watched meanwhile. A caller that is gone is not given a
+    task: it is checked just before each try, and on SQLite the try runs on the
+    event loop (``nowait``) in the same step as that check and the answer, so a
+    disconnect cannot fall between them. A try that had to run on a thread (a busy
+    store, PostgreSQL) and finds its caller gone on return hands the task back at
+    once (``fail_task`` with retry, while it has attempts left). None when the
+    caller is gone."""
+    loop = asyncio.get_running_loop()
+    gone = loop.create_task(_disconnected(receive))
+    store = st.cluster.store
+    now = Call(call.cluster, call.principal, call.tokens, call.path, call.query,
+               call.body.model_copy(update={"wait": 0}))  # fmt: skip
+    deadline = time.monotonic() + call.body.wait
+    try:
+        while True:
+            token = store.ready_token()
+            result = _HOP
+            if gone.done():
+                return None
+            if st.nowait is not None:
+                try:
+                    with st.nowait():
+                        result = op.handler(now)
+                except st.would_block:
+                    result = _HOP
+            if result is _HOP:
+                result = await st.run(op.handler, now)
+                if gone.done():
+                    await _hand_back(st, result["task"])
+                    return None
+            left = deadline - time.monotonic()
+            if result["task"] is not None or left <= 0:
+                return result
+            waiter = loop.run_in_executor(st.wait_pool, store.wait_ready, token, left)
+            await asyncio.wait((waiter, gone), return_when=asyncio.FIRST_COMPLETED)
+            if gone.done():
+                _wake(store)  # free the waiting thread now, not at its deadline
+                return None
+    finally:
+        gone.cancel()
+
+
+async def _hand_back(st: ServerState, task: Any) -> None:
+    if task is None or task.attempts >= task.max_attempts:
+        return  # (on its last attempt a hand-back would fail it: lease recovery decides)
+    try:
+        await st.run(st.cluster.fail_task, task.id, task.assigned_to, task.epoch,
+                     "claim abandoned: its caller disconnected", True)  # fmt: skip
+    except CorralError:
+        log.warning("could not hand back task %s of a gone caller", task.id, exc_info=True)
+
+
+def _wake(store: Any) -> None:
+    """Wake the claims waiting on ``store`` (each re-checks and waits again)."""
+    signal = getattr(store, "_ready", None)
+    if signal is not None:
+        signal.bump()
+
+
 def _query(op: Op, raw: bytes) -> Any:
     params = QueryParams(raw) if raw else None
     if op.query is None:
@@ -231,7 +310,11 @@ async def handle(
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
         waits = op.name == "claim_best_task" and bool(getattr(body, "wait", 0))
-        if op.short and not waits and st.short_calls is not None:
+        if waits:
+            result = await _claim_while_connected(st, op, call, receive)
+            if result is None:
+                return  # the caller went away: nothing was taken, nobody to answer
+        elif op.short and st.short_calls is not None:
             result = await st.short_calls.submit(op.handler, call)
             if result is _HOP:
                 result = await st.run(op.handler, call)
@@ -271,6 +354,32 @@ class OpEndpoint:
         await handle(self.st, self.op, scope.get("path_params", {}), scope, receive, send)
 
 
+_TEMPLATE_PARAM = re.compile(r"\{[^}]*\}")
+
+
+def _specific(routes: list[Any], path: str) -> tuple[int, list[Any]]:
+    """The routes of the most specific template matching ``path`` (the most literal
+    text: ``/v1/nodes/w1/claim`` is ``/v1/nodes/{node_id}/claim``, not the node
+    ``w1/claim``; ``/v1/tasks/batch`` is not task ``batch``)."""
+    best: tuple[int, list[Any]] = (-1, [])
+    for route in routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is None or not getattr(route, "methods", None) or not regex.match(path):
+            continue
+        literal = len(_TEMPLATE_PARAM.sub("", route.path))
+        if literal > best[0]:
+            best = (literal, [route])
+        elif literal == best[0]:
+            best[1].append(route)
+    return best
+
+
+def allowed_methods(routes: list[Any], path: str) -> list[str]:
+    """The methods of the resource ``path`` names (HEAD with GET), sorted, as the
+    OpenAPI document lists them."""
+    return sorted({m for route in _specific(routes, path)[1] for m in route.methods})
+
+
 def _digits(segment: str) -> bool:
     """An all-ASCII-digit path segment (a task id), the part a route shape blanks."""
     return segment.isascii() and segment.isdigit()
@@ -308,16 +417,18 @@ class ApiRouter:
                 raise ValueError(f"route {route.path} has an all-digit segment")
 
     def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
-        for route in self.routes:
+        """The op of the route that serves the request, among those of the most
+        specific template matching its path; ``_NOT_HERE`` when none takes its
+        method (405); None for what Starlette answers (non-API routes)."""
+        _, specific = _specific(self.routes, scope["path"])
+        for route in specific:
             match, child = route.matches(scope)
             if match is Match.FULL:
                 endpoint = route.endpoint if isinstance(route, Route) else None
                 if isinstance(endpoint, OpEndpoint):
                     return endpoint.op, child.get("path_params", {})
                 return None
-            if match is Match.PARTIAL:
-                return None  # 405 or a later full match: Starlette's rules decide
-        return None
+        return _NOT_HERE if specific else None
 
     def _shaped(self, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
         """The op and params for ``path`` from a shape learnt earlier, or ``None``."""
@@ -365,11 +476,17 @@ class ApiRouter:
                 hit = self._shaped(key[0], path)
                 if hit is None:
                     hit = self._match(scope)
-                    if hit is not None:
+                    if hit is not None and hit is not _NOT_HERE:
                         self._learn(key[0], path, hit)
                     if len(self._cache) >= _ROUTE_CACHE_SIZE:
                         self._cache.clear()
                     self._cache[key] = hit
+            if hit is _NOT_HERE:
+                allow = ", ".join(allowed_methods(self.routes, path))
+                exc = ApiError(405, "method_not_allowed", f"{key[0]} is not allowed on {path}")
+                await _send(send, 405, envelope(exc.code, exc.message), _JSON,
+                            [(b"allow", allow.encode())])  # fmt: skip
+                return
             if hit is not None:
                 op, params = hit
                 await handle(self.st, op, dict(params), scope, receive, send)

@@ -9,12 +9,14 @@ here describe them field for field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from corral import defaults
+from corral.defaults import MAX_CLAIM_WAIT
 from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
-from corral.validation import MAX_LIMIT, MAX_SEQ
+from corral.validation import MAX_INT, MAX_LIMIT, MAX_SEQ
 
 __all__ = [
     "AddTaskIn",
@@ -51,8 +53,49 @@ __all__ = [
     "TouchOut",
 ]
 
-NodeId = str
-TaskRef = int | str
+# What the document states for the values the service checks itself (the models
+# parse types; ``corral.validation`` checks these, with its own messages).
+_SPACE_OR_CONTROL = r"\s\x00-\x1f\x7f-\x9f"
+_ID_PATTERN = rf"^[^{_SPACE_OR_CONTROL}](?:[^\x00-\x1f\x7f-\x9f]*[^{_SPACE_OR_CONTROL}])?$"
+ID_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": defaults.MAX_ID_LENGTH,
+    "pattern": _ID_PATTERN,
+}
+TASK_ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": r"^(task-)?[1-9][0-9]{0,17}$"}
+_POSITIVE_INT = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema's integers include ``3.0``: take a whole float as its int."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_INT:
+        return int(value)
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_whole)]
+NodeId = Annotated[str, WithJsonSchema(ID_SCHEMA)]
+PositiveInt = Annotated[int, BeforeValidator(_whole), WithJsonSchema(_POSITIVE_INT)]
+TaskRef = Annotated[
+    int | str,
+    BeforeValidator(_whole),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
+                              TASK_ID_SCHEMA]}),
+]  # fmt: skip
+
+
+def _text(max_len: int, *, empty: bool = True) -> Any:
+    schema: dict[str, Any] = {"type": "string", "maxLength": max_len, "pattern": "^[^\\x00]*$"}
+    if not empty:
+        schema["pattern"] = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
+    return Annotated[str, WithJsonSchema(schema)]
+
+
+Title = _text(defaults.MAX_TITLE, empty=False)
+Text = _text(defaults.MAX_DESCRIPTION)
+Message = _text(defaults.MAX_DESCRIPTION, empty=False)
+Role = Annotated[str, WithJsonSchema({**ID_SCHEMA, "x-corral-role": True})]
 
 
 class _In(BaseModel):
@@ -71,12 +114,16 @@ class _Out(BaseModel):
 # --- requests -------------------------------------------------------------------------
 class RegisterIn(_In):
     node_id: NodeId = Field(description="The node's id (1-64 characters).")
-    role: str = Field(description="bootstrap_manager or a role of the cluster's role_keywords.")
-    model: str | None = Field(None, description="Model name; strength is derived from it.")
+    role: Role = Field(description="bootstrap_manager or a role of the cluster's role_keywords.")
+    model: _text(200) | None = Field(None, description="Model name; strength is derived from it.")  # type: ignore[valid-type]
     strength: Strength | None = None
-    heartbeat_interval: float | None = Field(None, description="Seconds between heartbeats.")
-    host: str | None = None
-    pid: int | None = None
+    heartbeat_interval: float | None = Field(
+        None,
+        description="Seconds between heartbeats.",
+        json_schema_extra={"exclusiveMinimum": 0, "maximum": 9223372036854774784},
+    )
+    host: _text(255) | None = None  # type: ignore[valid-type]
+    pid: PositiveInt | None = None
 
 
 class StatusIn(_In):
@@ -91,16 +138,19 @@ class HeartbeatIn(BaseModel):
 
     health_status: HealthStatus | None = None
     current_tasks: list[TaskRef] | None = None
-    capacity_available: int | None = None
+    capacity_available: (
+        Annotated[int, BeforeValidator(_whole), WithJsonSchema({"type": "integer", "minimum": 0})]
+        | None
+    ) = None
     metrics: dict[str, Any] | None = None
 
 
 class AddTaskIn(_In):
-    title: str
-    description: str = ""
+    title: Title
+    description: Text = ""
     priority: Priority = "medium"
-    role: str | None = None
-    max_attempts: int | None = None
+    role: Role | None = None
+    max_attempts: PositiveInt | None = None
 
 
 class AddTasksIn(_In):
@@ -112,23 +162,29 @@ class AddTasksIn(_In):
 
 
 class ClaimIn(_In):
-    role: str | None = Field(None, description="Claim as this role (default: the node's).")
-    wait: float = Field(0, description="Seconds to wait for a task when none is pending.")
+    role: Role | None = Field(None, description="Claim as this role (default: the node's).")
+    wait: float = Field(
+        0,
+        ge=0,
+        le=MAX_CLAIM_WAIT,
+        description="Seconds to wait for a task when none is pending; a caller that "
+        "disconnects meanwhile is given none.",
+    )
 
 
 class AlertIn(_In):
-    message: str
+    message: Message
     node_id: NodeId | None = Field(None, description="The node it concerns (a node token: itself).")
     data: dict[str, Any] = Field(default_factory=dict)
 
 
 class SampleIn(_In):
     sample: dict[str, Any]
-    keep: int | None = Field(None, description="Keep only the newest this many samples.")
+    keep: PositiveInt | None = Field(None, description="Keep only the newest this many samples.")
 
 
 class SeriesQuery(_Query):
-    limit: int = 100
+    limit: int = Field(100, json_schema_extra={"minimum": 1, "maximum": MAX_INT})
 
 
 class TouchOut(_Out):
@@ -137,45 +193,50 @@ class TouchOut(_Out):
 
 class CompleteIn(_In):
     node_id: NodeId
-    epoch: int | None = Field(None, description="The lease epoch the claim returned.")
+    epoch: PositiveInt | None = Field(None, description="The lease epoch the claim returned.")
     result: Any = None
 
 
 class CompleteAndClaimIn(_In):
     node_id: NodeId
-    role: str = Field(description="Claim the next task as this role.")
-    epoch: int | None = Field(None, description="The lease epoch the claim returned.")
+    role: Role = Field(description="Claim the next task as this role.")
+    epoch: PositiveInt | None = Field(None, description="The lease epoch the claim returned.")
     result: Any = None
 
 
 class FailIn(_In):
     node_id: NodeId
-    epoch: int | None = None
-    error: str = ""
+    epoch: PositiveInt | None = None
+    error: Text = ""
     retry: bool = True
 
 
 class CatchUpIn(_In):
-    since: int | None = Field(
-        None, ge=0, le=MAX_SEQ, description="Start after this event (default: the cursor)."
-    )
-    limit: int = 1000
+    since: (
+        Annotated[
+            int,
+            BeforeValidator(_whole),
+            WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_SEQ}),
+        ]
+        | None
+    ) = Field(None, description="Start after this event (default: the cursor).")
+    limit: Int = Field(1000, json_schema_extra={"minimum": 1, "maximum": MAX_INT})
 
 
 class BroadcastIn(_In):
-    message: str
+    message: Message
     node_id: NodeId | None = Field(None, description="Sender (a node token sends as itself).")
 
 
 class ListNodesQuery(_Query):
     status: NodeStatus | None = None
-    role: str | None = None
+    role: Role | None = None
 
 
 class ListTasksQuery(_Query):
     status: TaskStatus | None = None
     assigned_to: NodeId | None = None
-    limit: int = 100
+    limit: int = Field(100, json_schema_extra={"minimum": 1, "maximum": MAX_INT})
 
 
 class StateQuery(_Query):

@@ -33,7 +33,61 @@ def _ref(model: type[BaseModel]) -> dict[str, Any]:
     return {"$ref": _REF.format(model=model.__name__)}
 
 
-def build_openapi(ops: tuple[Op, ...], *, version: str) -> dict[str, Any]:
+# A node id in a path: no "/" (it would name another endpoint), not "." or "..".
+_PATH_ID = {
+    **m.ID_SCHEMA,
+    "pattern": m.ID_SCHEMA["pattern"]
+    .replace("^[^", "^[^/")
+    .replace("*[^", "*[^/")
+    .replace("(?:[^", "(?:[^/"),
+    "not": {"enum": [".", ".."]},
+}
+_PATH_SCHEMAS = {"node_id": _PATH_ID, "task_id": m.TASK_ID_SCHEMA}
+# The largest float below 2**63: a larger number is refused once read as a float.
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": 9223372036854774784}
+_NOT_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
+_WORD = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": _NOT_BLANK}
+
+
+def _settings_change(schema: dict[str, Any], roles: tuple[str, ...] | None) -> None:
+    """``PATCH /v1/settings`` as ``corral.config.check_changes`` takes it: no nulls,
+    positive numbers, role names that are ids without spaces."""
+    props = schema["properties"]
+    for prop in props.values():
+        kinds = [k for k in prop.pop("anyOf", [prop]) if k.get("type") != "null"]
+        prop.pop("default", None)
+        prop.update(kinds[0])
+        if prop.get("type") == "integer":
+            prop.update(minimum=1, maximum=2**63 - 1)
+        elif prop.get("type") == "number":
+            prop.update(_POSITIVE)
+    props["project_summary"].update(maxLength=20_000, pattern="^[^\\x00]*$")
+    role_name = {**m.ID_SCHEMA, "pattern": "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$",
+                 "not": {"const": "bootstrap_manager"}}  # fmt: skip
+    words = {"type": "array", "items": _WORD}
+    props["role_keywords"] = {"type": "object", "minProperties": 1, "propertyNames": role_name,
+                              "additionalProperties": words}  # fmt: skip
+    props["model_strengths"] = {"type": "array", "items": {
+        "type": "array", "minItems": 2, "maxItems": 2,
+        "prefixItems": [_WORD, {"enum": ["high", "medium", "low"]}]}}  # fmt: skip
+
+
+def _roles(node: Any, roles: tuple[str, ...]) -> Any:
+    """Replace each role placeholder (``x-corral-role``) by the cluster's roles."""
+    if isinstance(node, dict):
+        if node.pop("x-corral-role", False):
+            return {"type": "string", "enum": list(roles)}
+        return {k: _roles(v, roles) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_roles(v, roles) for v in node]
+    return node
+
+
+def build_openapi(
+    ops: tuple[Op, ...], *, version: str, roles: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The document; ``roles`` (the cluster's, which the server checks) become the
+    enum of every role field, else any id."""
     models: list[tuple[type[BaseModel], Any]] = [
         (m.ErrorOut, "serialization"),
         (m.HealthOut, "serialization"),
@@ -47,12 +101,19 @@ def build_openapi(ops: tuple[Op, ...], *, version: str) -> dict[str, Any]:
             models.append((LIST_RESPONSES[op.name], "serialization"))
     _, top = models_json_schema(list(dict.fromkeys(models)), ref_template=_REF)
     schemas = top.get("$defs", {})
+    if "ConfigureIn" in schemas:
+        _settings_change(schemas["ConfigureIn"], roles)
+    if "AddTasksIn" in schemas:
+        schemas["AddTasksIn"]["properties"]["tasks"]["items"] = _ref(m.AddTaskIn)
+        schemas.setdefault("AddTaskIn", m.AddTaskIn.model_json_schema(ref_template=_REF))
+    if "HeartbeatIn" in schemas:
+        schemas["HeartbeatIn"]["properties"]["node_id"] = False  # it goes in the path
 
     paths: dict[str, Any] = {}
     for op in ops:
         path = _PARAM.sub(r"{\1}", op.path)
         params: list[dict[str, Any]] = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            {"name": name, "in": "path", "required": True, "schema": _PATH_SCHEMAS[name]}
             for name in _PARAM.findall(op.path)
         ]
         if op.query is not None:
@@ -87,7 +148,8 @@ def build_openapi(ops: tuple[Op, ...], *, version: str) -> dict[str, Any]:
         if op.scope != "public":
             entry["security"] = [{"bearer": []}]
         if op.body is not None:
-            entry["requestBody"] = {"required": False, "content": _json(_ref(op.body))}
+            needed = bool(op.body.model_json_schema().get("required"))
+            entry["requestBody"] = {"required": needed, "content": _json(_ref(op.body))}
         paths.setdefault(path, {})[op.method.lower()] = entry
 
     error = {"content": _json(_ref(m.ErrorOut))}
@@ -117,7 +179,7 @@ def build_openapi(ops: tuple[Op, ...], *, version: str) -> dict[str, Any]:
             },
         }
     }
-    return {
+    document = {
         "openapi": "3.1.0",
         "info": {
             "title": "corral",
@@ -130,3 +192,14 @@ def build_openapi(ops: tuple[Op, ...], *, version: str) -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+    if roles is None:
+        return _strip_roles(document)
+    return _roles(document, roles)
+
+
+def _strip_roles(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _strip_roles(v) for k, v in node.items() if k != "x-corral-role"}
+    if isinstance(node, list):
+        return [_strip_roles(v) for v in node]
+    return node

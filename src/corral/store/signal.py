@@ -18,7 +18,14 @@ import stat
 import threading
 import time
 
-__all__ = ["WAKE_QUERIES", "Doorbell", "ReadySignal", "doorbell_for", "signal_for"]
+__all__ = [
+    "WAKE_QUERIES",
+    "Doorbell",
+    "ReadySignal",
+    "close_listeners",
+    "doorbell_for",
+    "signal_for",
+]
 
 # Named queries after which a committed transaction may have made a task pending.
 WAKE_QUERIES = frozenset({"task_insert", "task_requeue", "ready_insert"})
@@ -131,6 +138,17 @@ class Doorbell:
                     os.close(fd)
         self._own, self._fds = None, None
 
+    def close(self) -> None:
+        """Remove this process's FIFO (its listener hears nothing more; a waiting
+        claim still re-checks on its own). For a process about to end without
+        running its ``atexit`` handlers (killed by the signal it re-raises after a
+        graceful shutdown, as ``corral serve`` is). Never raises."""
+        with self._lock:
+            if self._pid != os.getpid() or self._own is None:
+                return
+            _unlink(self._own)
+            self._own = None
+
     def _run(self, rfd: int) -> None:
         while True:
             try:
@@ -182,6 +200,14 @@ def _unlink_own(path: str, pid: int) -> None:
 
 
 _doorbells: dict[str, Doorbell] = {}
+
+
+def close_listeners() -> None:
+    """Remove every FIFO this process listens on (``Doorbell.close``)."""
+    with _lock:
+        bells = list(_doorbells.values())
+    for bell in bells:
+        bell.close()
 
 
 def doorbell_for(path: str | os.PathLike[str], signal: ReadySignal) -> Doorbell:
