@@ -7,7 +7,6 @@ its own. Arguments are validated here, at the edge of the core, so a bad call ra
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from typing import Any
@@ -85,7 +84,11 @@ class Cluster:
         pid: int | None = None,
     ) -> Registered:
         """Join the cluster (anti-idle.md "Registration with Capacity Enforcement").
-        ``CapacityError`` at ``max_agents``; the result's ``.text`` is the tool answer."""
+        ``CapacityError`` at ``max_agents``; the result's ``.text`` is the tool answer.
+
+        ``pid`` is recorded only when given: a node's own process passes
+        ``os.getpid()`` (``corral.Worker`` does); a process registering on behalf of a
+        node (``corral node register``, the server, the MCP tools) names none."""
         spec = NodeSpec(
             id=check_id(node_id),
             role=self._role(role),
@@ -97,7 +100,7 @@ class Cluster:
             if heartbeat_interval is None
             else float(check_positive(heartbeat_interval, "heartbeat_interval")),
             host=socket.gethostname() if host is None else check_text(host, "host", max_len=255),
-            pid=os.getpid() if pid is None else int(check_positive(pid, "pid", integer=True)),
+            pid=None if pid is None else int(check_positive(pid, "pid", integer=True)),
         )
         return self.store.register_node(spec, self.clock.now())
 
@@ -163,9 +166,9 @@ class Cluster:
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
 
     def touch(self, node_id: str) -> bool:
-        """Count any call by ``node_id`` as its heartbeat (the MCP tools do): push its
-        death deadline out, keeping its heartbeat payload. False when the node is
-        unknown or terminated."""
+        """Count any call by ``node_id`` as its heartbeat (the MCP tools do): stamp its
+        last heartbeat and push its death deadline out, keeping its heartbeat payload.
+        False when the node is unknown or terminated."""
         return self.store.touch(check_id(node_id), self.clock.now())
 
     # --- tasks --------------------------------------------------------------------

@@ -62,7 +62,11 @@ def _describe(e: Event) -> str | None:
         "node_retired": lambda: (
             f"monitor: {e.node_id} retired after {_seconds(d.get('idle_seconds'))}s idle"
         ),
-        "node_status": lambda: f"{e.node_id}: {d.get('old')} -> {d.get('new')}",
+        "node_status": lambda: (
+            f"{e.node_id}: {d.get('old')} -> {d.get('new')}"
+            if d.get("old") != d.get("new")
+            else f"{e.node_id} says it is {d.get('new')}"  # already so: its last task done
+        ),
         "assessment": lambda: (
             f"assessment of {d.get('pending')} pending, {d.get('active')} live:"
             f" {d.get('status')} -> {d.get('recommendation')}"

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral import defaults
+from corral import defaults, render
 
 __all__ = [
     "Assessment",
@@ -17,7 +17,14 @@ __all__ = [
     "Settings",
     "State",
     "Task",
+    "last_seen",
 ]
+
+
+def last_seen(last_activity: float, last_heartbeat: float | None, registered_at: float) -> float:
+    """A node's last sign of life: its latest heartbeat, call or registration (the
+    one place this is computed: ``Node.last_seen``, the stores and the statistics)."""
+    return max(last_activity, last_heartbeat or 0.0, registered_at)
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
@@ -50,7 +57,7 @@ class Node:
 
     @property
     def last_seen(self) -> float:
-        return max(self.last_activity, self.last_heartbeat or 0.0, self.registered_at)
+        return last_seen(self.last_activity, self.last_heartbeat, self.registered_at)
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
@@ -65,10 +72,7 @@ class Registered(Node):
 
     @property
     def text(self) -> str:
-        return (
-            f"Node {self.id} registered as {self.role} ({self.strength or 'unknown'})."
-            f" Active nodes: {self.active_nodes}/{self.max_agents}"
-        )
+        return render.registered_text(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +180,7 @@ class Assessment:
 
     @property
     def text(self) -> str:
-        from corral.render import render_assessment
-
-        return render_assessment(self)
+        return render.render_assessment(self)
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
@@ -204,9 +206,7 @@ class State:
 
     @property
     def text(self) -> str:
-        from corral.render import render_state
-
-        return render_state(self)
+        return render.render_state(self)
 
     def to_dict(self) -> dict[str, Any]:
         d = _as_dict(self)
