@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 import corral
 from corral import Monitor
-from corral.lifecycle import STAMP_FRACTION, next_idle_since, stamp_due
+from corral.lifecycle import STAMP_FRACTION, idle_expired, next_idle_since, stamp_due
+from corral.model import Node, Settings
 from corral.store.queries import load_queries, schema
 
 times = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
@@ -32,6 +33,56 @@ def test_sql_stamp_condition_equals_stamp_due(dead_at, window, now):
         {"id": "W", "task_id": 1, "now": now, "stamp": 1 - STAMP_FRACTION},
     ).rowcount
     assert bool(written) == stamp_due(dead_at, window, now)
+
+
+_NODE_STATUSES = st.sampled_from(["working", "idle", "waiting", "terminated"])
+_ROLES = st.sampled_from(["developer", "architect", "bootstrap_manager"])
+_SECONDS = st.floats(min_value=0.001, max_value=1e5, allow_nan=False, allow_infinity=False)
+
+
+@given(
+    nodes=st.lists(
+        st.tuples(_NODE_STATUSES, _ROLES, st.one_of(st.none(), times)), min_size=1, max_size=8
+    ),
+    idle_timeout=_SECONDS,
+    grace=_SECONDS,
+    now=times,
+)
+def test_idle_expired_equals_its_sql(nodes, idle_timeout, grace, now):
+    """The monitor retires exactly the nodes ``lifecycle.idle_expired`` names: the
+    SQL query nodes_idle_expired (run on random rows, as the monitor runs it) and the
+    pure rule agree on every node."""
+    settings = Settings(idle_timeout_seconds=idle_timeout, grace_period_seconds=grace)
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(schema("sqlite"))
+    for i, (status, role, idle_since) in enumerate(nodes):
+        conn.execute(
+            "INSERT INTO nodes (id, role, status, idle_since, last_activity, live_window,"
+            " dead_at, registered_at) VALUES (:id, :role, :status, :idle_since, 0, 1, 1, 0)",
+            {"id": f"N{i}", "role": role, "status": status, "idle_since": idle_since},
+        )
+    sql = load_queries("sqlite")["nodes_idle_expired"]
+    params = {"cutoff": now - settings.idle_limit, "limit": 100}
+    got = {r[0] for r in conn.execute(sql.replace("SELECT *", "SELECT id"), params)}
+    want = {
+        f"N{i}"
+        for i, (status, role, idle_since) in enumerate(nodes)
+        if idle_expired(
+            Node(id=f"N{i}", role=role, status=status, idle_since=idle_since), settings, now
+        )
+    }
+    assert got == want
+
+
+def test_idle_expired_sql_is_the_same_on_postgres():
+    """PostgreSQL's nodes_idle_expired selects by the same condition (it adds a row
+    lock), so the property above holds for it too."""
+
+    def condition(dialect: str) -> str:
+        sql = load_queries(dialect)["nodes_idle_expired"]
+        return " ".join(sql.split("WHERE", 1)[1].split("ORDER BY")[0].split())
+
+    assert condition("postgres") == condition("sqlite")
 
 
 def test_idle_since_rule():

@@ -88,8 +88,12 @@ def idle_retire_at(node: Node, settings: Settings) -> float | None:
 
 
 def idle_expired(node: Node, settings: Settings, now: float) -> bool:
-    at = idle_retire_at(node, settings)
-    return at is not None and now >= at
+    """Whether the monitor retires ``node`` at ``now``: the SQL query
+    ``nodes_idle_expired`` encodes exactly this, with the same arithmetic
+    (``idle_since <= now - idle_limit``); tests/test_lifecycle.py proves them equal."""
+    if node.status != "idle" or node.idle_since is None or node.role == MANAGER_ROLE:
+        return False
+    return node.idle_since <= now - settings.idle_limit
 
 
 def derive_strength(model: str | None, table: Sequence[Sequence[str]]) -> str | None:
