@@ -10,23 +10,79 @@ from hypothesis import strategies as st
 
 import corral
 from corral import Monitor
-from corral.lifecycle import STAMP_FRACTION, next_idle_since, stamp_due
-from corral.store.queries import load_queries
+from corral.lifecycle import STAMP_FRACTION, idle_expired, next_idle_since, stamp_due
+from corral.model import Node, Settings
+from corral.store.queries import load_queries, schema
 
 times = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 
 @given(dead_at=times, window=st.floats(min_value=0.01, max_value=1e4), now=times)
 def test_sql_stamp_condition_equals_stamp_due(dead_at, window, now):
-    """node_done_with's WHERE computes exactly lifecycle.stamp_due."""
-    sql = load_queries("sqlite")["node_done_with"]
-    condition = sql.split("AND (current_task_id = :task_id OR ")[1].rstrip(")")
+    """node_done_with's stamp condition computes exactly lifecycle.stamp_due: run on a
+    node row that nothing else would change (it is waiting, names no task)."""
     conn = sqlite3.connect(":memory:")
-    got = conn.execute(
-        f"SELECT {condition.replace('live_window', ':w').replace('dead_at', ':d')}",
-        {"w": window, "d": dead_at, "now": now, "stamp": 1 - STAMP_FRACTION},
-    ).fetchone()[0]
-    assert bool(got) == stamp_due(dead_at, window, now)
+    conn.executescript(schema("sqlite"))
+    conn.execute(
+        "INSERT INTO nodes (id, role, status, last_activity, live_window, dead_at,"
+        " registered_at) VALUES ('W', 'developer', 'waiting', 0, :w, :d, 0)",
+        {"w": window, "d": dead_at},
+    )
+    written = conn.execute(
+        load_queries("sqlite")["node_done_with"],
+        {"id": "W", "task_id": 1, "now": now, "stamp": 1 - STAMP_FRACTION},
+    ).rowcount
+    assert bool(written) == stamp_due(dead_at, window, now)
+
+
+_NODE_STATUSES = st.sampled_from(["working", "idle", "waiting", "terminated"])
+_ROLES = st.sampled_from(["developer", "architect", "bootstrap_manager"])
+_SECONDS = st.floats(min_value=0.001, max_value=1e5, allow_nan=False, allow_infinity=False)
+
+
+@given(
+    nodes=st.lists(
+        st.tuples(_NODE_STATUSES, _ROLES, st.one_of(st.none(), times)), min_size=1, max_size=8
+    ),
+    idle_timeout=_SECONDS,
+    grace=_SECONDS,
+    now=times,
+)
+def test_idle_expired_equals_its_sql(nodes, idle_timeout, grace, now):
+    """The monitor retires exactly the nodes ``lifecycle.idle_expired`` names: the
+    SQL query nodes_idle_expired (run on random rows, as the monitor runs it) and the
+    pure rule agree on every node."""
+    settings = Settings(idle_timeout_seconds=idle_timeout, grace_period_seconds=grace)
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(schema("sqlite"))
+    for i, (status, role, idle_since) in enumerate(nodes):
+        conn.execute(
+            "INSERT INTO nodes (id, role, status, idle_since, last_activity, live_window,"
+            " dead_at, registered_at) VALUES (:id, :role, :status, :idle_since, 0, 1, 1, 0)",
+            {"id": f"N{i}", "role": role, "status": status, "idle_since": idle_since},
+        )
+    sql = load_queries("sqlite")["nodes_idle_expired"]
+    params = {"cutoff": now - settings.idle_limit, "limit": 100}
+    got = {r[0] for r in conn.execute(sql.replace("SELECT *", "SELECT id"), params)}
+    want = {
+        f"N{i}"
+        for i, (status, role, idle_since) in enumerate(nodes)
+        if idle_expired(
+            Node(id=f"N{i}", role=role, status=status, idle_since=idle_since), settings, now
+        )
+    }
+    assert got == want
+
+
+def test_idle_expired_sql_is_the_same_on_postgres():
+    """PostgreSQL's nodes_idle_expired selects by the same condition (it adds a row
+    lock), so the property above holds for it too."""
+
+    def condition(dialect: str) -> str:
+        sql = load_queries(dialect)["nodes_idle_expired"]
+        return " ".join(sql.split("WHERE", 1)[1].split("ORDER BY")[0].split())
+
+    assert condition("postgres") == condition("sqlite")
 
 
 def test_idle_since_rule():
@@ -47,7 +103,7 @@ def test_claims_and_completions_keep_a_silent_node_alive(embedded, clock):
         clock.advance(0.5)
         embedded.complete_task(task.id, "W", task.epoch)
         assert [e.kind for e in monitor.tick(clock.now()).events] == []
-    assert embedded.get_node("W").status == "working"
+    assert embedded.get_node("W").status == "idle"  # its last task done
     clock.advance(3)
     assert [e.kind for e in monitor.tick(clock.now()).events] == ["node_dead"]
 
@@ -73,8 +129,6 @@ def test_sqlite_triggers_use_the_stamp_fraction():
     lifecycle.stamp_due with the same fraction (SQL cannot import it)."""
     import re
 
-    from corral.store.queries import schema
-
     factors = re.findall(r"< live_window \* ([0-9.]+)", schema("sqlite"))
     assert len(factors) == 2  # task_claimed and task_completed
     assert {float(f) for f in factors} == {1 - STAMP_FRACTION}
@@ -82,7 +136,8 @@ def test_sqlite_triggers_use_the_stamp_fraction():
 
 def test_claims_and_completions_stamp_only_when_due(embedded, clock):
     """A busy node's row is re-stamped only once a tenth of its window has passed, or
-    when its state changes (idle -> working); events are recorded every time."""
+    when its state changes (idle -> working, or working -> idle on finishing its last
+    task); events are recorded every time."""
     embedded.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
     for i in range(3):
         embedded.add_task(f"Implement step {i}")
@@ -90,10 +145,11 @@ def test_claims_and_completions_stamp_only_when_due(embedded, clock):
     stamped = embedded.get_node("W").dead_at
     assert stamped == clock.now() + 30
     clock.advance(30 * STAMP_FRACTION * 0.5)  # not due
-    _, second = embedded.complete_and_claim(first.id, "W", "developer", first.epoch)
+    second = embedded.claim_best_task("W", "developer")  # still working
+    embedded.complete_task(second.id, "W", second.epoch)  # still holds the first
     assert embedded.get_node("W").dead_at == stamped
     clock.advance(30 * STAMP_FRACTION)  # due
-    embedded.complete_task(second.id, "W", second.epoch)
+    embedded.complete_task(first.id, "W", first.epoch)
     assert embedded.get_node("W").dead_at == clock.now() + 30
     kinds = [e.kind for e in embedded.events() if e.kind.startswith("task_")]
     assert kinds.count("task_claimed") == 2 and kinds.count("task_completed") == 2
@@ -119,7 +175,7 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     embedded.set_agent_status("W", "working", b.id)  # names b as its current task
     embedded.complete_task(b.id, "W", b.epoch)
     node = embedded.get_node("W")
-    assert node.current_task_id is None and node.status == "working"
+    assert node.current_task_id is None and node.status == "idle"  # nothing else held
 
     c = embedded.claim_best_task("W", "developer")
     embedded.set_agent_status("W", "idle")

@@ -7,7 +7,6 @@ its own. Arguments are validated here, at the edge of the core, so a bad call ra
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from typing import TYPE_CHECKING, Any, Self
@@ -89,7 +88,11 @@ class Cluster:
     ) -> Registered:
         """Register a node in a role; refused with ``CapacityError`` at ``max_agents``
         (a ``bootstrap_manager`` is always admitted). The result's ``.text`` is the
-        one-line answer of the ``register_node`` tool."""
+        one-line answer of the ``register_node`` tool.
+
+        ``pid`` is recorded only when given: a node's own process passes
+        ``os.getpid()`` (``corral.Worker`` does); a process registering on behalf of a
+        node (``corral node register``, the server, the MCP tools) names none."""
         spec = NodeSpec(
             id=check_id(node_id),
             role=self._role(role),
@@ -101,7 +104,7 @@ class Cluster:
             if heartbeat_interval is None
             else float(check_positive(heartbeat_interval, "heartbeat_interval")),
             host=socket.gethostname() if host is None else check_text(host, "host", max_len=255),
-            pid=os.getpid() if pid is None else int(check_positive(pid, "pid", integer=True)),
+            pid=None if pid is None else int(check_positive(pid, "pid", integer=True)),
         )
         return self.store.register_node(spec, self.clock.now())
 
@@ -171,7 +174,8 @@ class Cluster:
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
 
     def touch(self, node_id: str) -> bool:
-        """Count a call by ``node_id`` as its heartbeat, keeping its heartbeat payload.
+        """Count a call by ``node_id`` as its heartbeat: stamp its last heartbeat and
+        push its death deadline out, keeping its heartbeat payload.
 
         The MCP tools do this for every call that names an agent. False when the node
         is unknown or terminated."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -12,10 +13,12 @@ from corral.errors import InvalidInputError
 from corral.model import Settings
 from corral.validation import check_choice, check_id, check_positive, check_text
 
-__all__ = ["FIELDS", "check_changes", "settings_from_rows"]
+__all__ = ["FIELDS", "TYPES", "check_changes", "settings_from_rows"]
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-_INTS = {"max_agents", "retry_attempts", "missed_beats", "max_attempts"}
+TYPES: dict[str, Any] = {name: typing.get_type_hints(Settings)[name] for name in FIELDS}
+"""Each setting's type, from ``model.Settings`` (where the settings are declared)."""
+_INTS = {name for name, t in TYPES.items() if t is int}
 _TIMING = {"heartbeat_interval", "stale_threshold", "missed_beats"}
 
 

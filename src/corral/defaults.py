@@ -1,20 +1,18 @@
-"""Every tunable corral has, with its default, in one place.
+"""corral's local tunables and fixed vocabularies, with their defaults.
 
-Cluster settings (stored in the cluster itself, so every process agrees) come from
-anti-idle.md "Configuration" and heartbeat-protocol.md "Timing Configuration"; the
-rest are corral's own.
+The cluster settings (stored in the cluster itself, so every process agrees) are
+declared once, with their defaults, as the fields of ``corral.model.Settings``; the
+role keywords and model strengths they start from are here.
 """
 
 from __future__ import annotations
 
-from types import MappingProxyType
-from typing import Any, get_args
+from typing import get_args
 
 from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
 
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",
-    "CLUSTER_SETTINGS",
     "DEFAULT_DIR",
     "DEFAULT_ROLE_KEYWORDS",
     "DEFAULT_SQLITE_FILE",
@@ -64,30 +62,6 @@ MODEL_STRENGTHS: list[list[str]] = [
     ["flash", "medium"],
     ["nano", "low"],
 ]
-
-CLUSTER_SETTINGS: MappingProxyType[str, Any] = MappingProxyType(
-    {
-        # anti-idle.md "Configuration"
-        "max_agents": 4,
-        "idle_timeout_seconds": 30.0,
-        "manager_heartbeat_interval": 20.0,
-        "workload_assessment_interval": 25.0,
-        "grace_period_seconds": 30.0,
-        # heartbeat-protocol.md "Timing Configuration"
-        "heartbeat_interval": 300.0,
-        "stale_threshold": 600.0,
-        "detection_interval": 60.0,
-        "retry_attempts": 3,
-        "retry_delay": 5.0,
-        # corral's own
-        "missed_beats": 3,
-        "max_attempts": 3,
-        "role_keywords": DEFAULT_ROLE_KEYWORDS,
-        "model_strengths": MODEL_STRENGTHS,
-        "project_summary": "",
-        "event_retention_seconds": 7 * 24 * 3600.0,
-    }
-)
 
 # Sizes accepted at the edge.
 MAX_ID_LENGTH = 64

@@ -62,8 +62,15 @@ def _describe(e: Event) -> str | None:
         "node_retired": lambda: (
             f"monitor: {e.node_id} retired after {_seconds(d.get('idle_seconds'))}s idle"
         ),
-        "node_status": lambda: f"{e.node_id}: {d.get('old')} -> {d.get('new')}",
-        "assessment": lambda: f"assessment: {d.get('status')} -> {d.get('recommendation')}",
+        "node_status": lambda: (
+            f"{e.node_id}: {d.get('old')} -> {d.get('new')}"
+            if d.get("old") != d.get("new")
+            else f"{e.node_id} says it is {d.get('new')}"  # already so: its last task done
+        ),
+        "assessment": lambda: (
+            f"assessment of {d.get('pending')} pending, {d.get('active')} live:"
+            f" {d.get('status')} -> {d.get('recommendation')}"
+        ),
         "broadcast": lambda: f"{e.node_id or 'operator'} says: {d.get('message')}",
     }.get(e.kind, lambda: None)()
 
@@ -111,24 +118,45 @@ def run_demo(
     cursor = max((e.seq for e in cluster.events(limit=10_000)), default=0)
 
     def show_events() -> None:
+        """Print every event after the cursor, in cursor (seq) order: the order the
+        cluster committed them. A batch of task_added events is one line."""
         nonlocal cursor
+        added: list[Event] = []
+
+        def flush() -> None:
+            if added:
+                echo(f"{added[0].ts - wall:6.2f}s  manager added {len(added)} tasks")
+                added.clear()
+
         for e in cluster.events(since=cursor, limit=10_000):
             cursor = e.seq
+            if e.kind == "task_added":
+                added.append(e)
+                continue
+            flush()
             line = _describe(e)
             if line:
                 echo(f"{e.ts - wall:6.2f}s  {line}")
+        flush()
 
-    monitor = Monitor(connect(), max_sleep=0.1)
-    monitor_thread = monitor.start_thread()
+    def show_refusal(node_id: str, exc: CapacityError) -> None:
+        """The cap doing its job: the point of this step, not a failure."""
+        show_events()
+        echo(
+            f"{time.time() - wall:6.2f}s  the cap at work: {node_id} asked to join a full"
+            f" cluster and was turned away: {exc}"
+        )
+
     stop = threading.Event()
     threads: list[threading.Thread] = []
     refused = 0
+    # The board is filled before the monitor starts, so its first assessment describes
+    # the work there is (not an empty cluster about to be filled).
+    cluster.register_node("Node-BM", "bootstrap_manager", "claude-opus-4", heartbeat_interval=0.5)
+    cluster.add_tasks([{"title": t, "priority": p} for t, p in TASKS])
+    monitor = Monitor(connect(), max_sleep=0.1)
+    monitor_thread = monitor.start_thread()
     try:
-        cluster.register_node(
-            "Node-BM", "bootstrap_manager", "claude-opus-4", heartbeat_interval=0.5
-        )
-        cluster.add_tasks([{"title": t, "priority": p} for t, p in TASKS])
-        echo(f"  0.00s  manager added {len(TASKS)} tasks")
         n = 0
         while time.monotonic() - start < timeout:
             cluster.heartbeat("Node-BM")
@@ -142,7 +170,7 @@ def run_demo(
                                           heartbeat_interval=0.5)  # fmt: skip
                 except CapacityError as exc:
                     refused += 1
-                    echo(f"{time.monotonic() - start:6.2f}s  {exc}")
+                    show_refusal(node_id, exc)
                 else:
                     quirk = {2: "crash", 3: "stays"}.get(n, "")
                     t = threading.Thread(
@@ -156,18 +184,17 @@ def run_demo(
                     cluster.register_node("Dev-extra", "developer", "claude-haiku")
                 except CapacityError as exc:
                     refused += 1
-                    show_events()
-                    echo(f"{time.time() - wall:6.2f}s  Dev-extra: {exc}")
+                    show_refusal("Dev-extra", exc)
             if a.status == "idle" and all(x.role == "bootstrap_manager" for x in live):
                 break
             time.sleep(0.25)
-        show_events()
     finally:
         stop.set()
         for t in threads:
             t.join(timeout=5)
         monitor.stop()
         monitor_thread.join(timeout=5)
+    show_events()
     done = cluster.list_tasks(status="done", limit=1000)
     summary = {
         "tasks_done": len(done),

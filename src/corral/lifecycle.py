@@ -16,6 +16,7 @@ __all__ = [
     "next_idle_since",
     "registration_allowed",
     "stamp_due",
+    "status_after_finishing",
 ]
 
 
@@ -30,6 +31,22 @@ def initial_status(role: str) -> str:
     """A new node is idle until it claims work (so one that never does is retired
     like any idle node); a bootstrap manager starts working: it coordinates."""
     return "working" if role == MANAGER_ROLE else "idle"
+
+
+def status_after_finishing(status: str, role: str, holds_other: bool) -> str:
+    """A node's status once it is done with a task (completed, or given up with
+    ``fail_task``) and claimed nothing in the same call.
+
+    A ``working`` node that holds no other task has nothing to work on: it becomes
+    ``idle`` (its current task cleared, ``idle_since`` set, so it is retired at its
+    idle limit unless it claims again). A bootstrap manager stays ``working`` (it
+    coordinates), and a node that said ``waiting`` keeps saying so. A claim in the same
+    call (``complete_and_claim``) makes the node ``working`` on the new task. Encoded in
+    SQL: the SQLite trigger ``task_completed``, ``node_done_with`` and PostgreSQL's
+    completion statements (tests/test_lifecycle.py checks them against this)."""
+    if status == "working" and role != MANAGER_ROLE and not holds_other:
+        return "idle"
+    return status
 
 
 STAMP_FRACTION = 0.1
@@ -71,8 +88,12 @@ def idle_retire_at(node: Node, settings: Settings) -> float | None:
 
 
 def idle_expired(node: Node, settings: Settings, now: float) -> bool:
-    at = idle_retire_at(node, settings)
-    return at is not None and now >= at
+    """Whether the monitor retires ``node`` at ``now``: the SQL query
+    ``nodes_idle_expired`` encodes exactly this, with the same arithmetic
+    (``idle_since <= now - idle_limit``); tests/test_lifecycle.py proves them equal."""
+    if node.status != "idle" or node.idle_since is None or node.role == MANAGER_ROLE:
+        return False
+    return node.idle_since <= now - settings.idle_limit
 
 
 def derive_strength(model: str | None, table: Sequence[Sequence[str]]) -> str | None:

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral import defaults
+from corral import defaults, render
 
 __all__ = [
     "Assessment",
@@ -17,7 +17,14 @@ __all__ = [
     "Settings",
     "State",
     "Task",
+    "last_seen",
 ]
+
+
+def last_seen(last_activity: float, last_heartbeat: float | None, registered_at: float) -> float:
+    """A node's last sign of life: its latest heartbeat, call or registration (the
+    one place this is computed: ``Node.last_seen``, the stores and the statistics)."""
+    return max(last_activity, last_heartbeat or 0.0, registered_at)
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
@@ -50,7 +57,7 @@ class Node:
 
     @property
     def last_seen(self) -> float:
-        return max(self.last_activity, self.last_heartbeat or 0.0, self.registered_at)
+        return last_seen(self.last_activity, self.last_heartbeat, self.registered_at)
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
@@ -65,10 +72,56 @@ class Registered(Node):
 
     @property
     def text(self) -> str:
-        return (
-            f"Node {self.id} registered as {self.role} ({self.strength or 'unknown'})."
-            f" Active nodes: {self.active_nodes}/{self.max_agents}"
-        )
+        return render.registered_text(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The cluster's settings, declared once: each field's name, type and default.
+
+    Stored in the cluster itself, so every process agrees. ``config.check_changes``
+    validates changes by these fields, and the HTTP API's request and answer models
+    are built from them (``corral.server.models.settings_model``)."""
+
+    # anti-idle.md "Configuration"
+    max_agents: int = 4
+    idle_timeout_seconds: float = 30.0
+    manager_heartbeat_interval: float = 20.0
+    workload_assessment_interval: float = 25.0
+    grace_period_seconds: float = 30.0
+    # heartbeat-protocol.md "Timing Configuration"
+    heartbeat_interval: float = 300.0
+    stale_threshold: float = 600.0
+    detection_interval: float = 60.0
+    retry_attempts: int = 3
+    retry_delay: float = 5.0
+    # corral's own
+    missed_beats: int = 3
+    max_attempts: int = 3
+    role_keywords: dict[str, list[str]] = field(
+        default_factory=lambda: {k: list(v) for k, v in defaults.DEFAULT_ROLE_KEYWORDS.items()}
+    )
+    model_strengths: list[list[str]] = field(
+        default_factory=lambda: [list(p) for p in defaults.MODEL_STRENGTHS]
+    )
+    project_summary: str = ""
+    event_retention_seconds: float = 7 * 24 * 3600.0
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Every role a node may register as or claim for."""
+        return (defaults.MANAGER_ROLE, *sorted(self.role_keywords))
+
+    @property
+    def idle_limit(self) -> float:
+        """Seconds idle after which the monitor retires a node (60 s by default)."""
+        return self.idle_timeout_seconds + self.grace_period_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+
+_DEFAULTS = Settings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +136,7 @@ class Task:
     assigned_to: str | None = None
     epoch: int = 0
     attempts: int = 0
-    max_attempts: int = defaults.CLUSTER_SETTINGS["max_attempts"]
+    max_attempts: int = _DEFAULTS.max_attempts
     created_at: float = 0.0
     claimed_at: float | None = None
     updated_at: float = 0.0
@@ -122,45 +175,6 @@ class CatchUp:
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    """The cluster's numbers; every field has its default in ``defaults.py``."""
-
-    max_agents: int = defaults.CLUSTER_SETTINGS["max_agents"]
-    idle_timeout_seconds: float = defaults.CLUSTER_SETTINGS["idle_timeout_seconds"]
-    manager_heartbeat_interval: float = defaults.CLUSTER_SETTINGS["manager_heartbeat_interval"]
-    workload_assessment_interval: float = defaults.CLUSTER_SETTINGS["workload_assessment_interval"]
-    grace_period_seconds: float = defaults.CLUSTER_SETTINGS["grace_period_seconds"]
-    heartbeat_interval: float = defaults.CLUSTER_SETTINGS["heartbeat_interval"]
-    stale_threshold: float = defaults.CLUSTER_SETTINGS["stale_threshold"]
-    detection_interval: float = defaults.CLUSTER_SETTINGS["detection_interval"]
-    retry_attempts: int = defaults.CLUSTER_SETTINGS["retry_attempts"]
-    retry_delay: float = defaults.CLUSTER_SETTINGS["retry_delay"]
-    missed_beats: int = defaults.CLUSTER_SETTINGS["missed_beats"]
-    max_attempts: int = defaults.CLUSTER_SETTINGS["max_attempts"]
-    role_keywords: dict[str, list[str]] = field(
-        default_factory=lambda: {k: list(v) for k, v in defaults.DEFAULT_ROLE_KEYWORDS.items()}
-    )
-    model_strengths: list[list[str]] = field(
-        default_factory=lambda: [list(p) for p in defaults.MODEL_STRENGTHS]
-    )
-    project_summary: str = defaults.CLUSTER_SETTINGS["project_summary"]
-    event_retention_seconds: float = defaults.CLUSTER_SETTINGS["event_retention_seconds"]
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        """Every role a node may register as or claim for."""
-        return (defaults.MANAGER_ROLE, *sorted(self.role_keywords))
-
-    @property
-    def idle_limit(self) -> float:
-        """Seconds idle after which the monitor retires a node (60 s by default)."""
-        return self.idle_timeout_seconds + self.grace_period_seconds
-
-    def to_dict(self) -> dict[str, Any]:
-        return _as_dict(self)
-
-
-@dataclass(frozen=True, slots=True)
 class Assessment:
     status: str
     recommendation: str
@@ -176,9 +190,7 @@ class Assessment:
 
     @property
     def text(self) -> str:
-        from corral.render import render_assessment
-
-        return render_assessment(self)
+        return render.render_assessment(self)
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
@@ -204,9 +216,7 @@ class State:
 
     @property
     def text(self) -> str:
-        from corral.render import render_state
-
-        return render_state(self)
+        return render.render_state(self)
 
     def to_dict(self) -> dict[str, Any]:
         d = _as_dict(self)

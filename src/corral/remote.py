@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import socket
 import threading
@@ -402,7 +401,7 @@ class HttpClient:
             "strength": strength,
             "heartbeat_interval": heartbeat_interval,
             "host": socket.gethostname() if host is None else host,
-            "pid": os.getpid() if pid is None else pid,
+            "pid": pid,  # only a node's own process names it (Cluster.register_node)
         }
         d = self._call("register_node", body)
         self.node_tokens[d["id"]] = d["token"]

@@ -1,15 +1,108 @@
-"""Text answers, exactly as anti-idle.md shows them. Pure."""
+"""Text answers, exactly as anti-idle.md shows them. Pure.
+
+Every ``.text`` of a record is rendered here. This module reads records through the
+small protocols below and imports nothing from ``corral.model`` (which imports it for
+``.text``), so the two modules do not import each other.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from corral.defaults import MANAGER_ROLE
 
-if TYPE_CHECKING:
-    from corral.model import Assessment, Node, State, Task
+__all__ = [
+    "capacity_error_text",
+    "claim_text",
+    "registered_text",
+    "render_assessment",
+    "render_state",
+]
 
-__all__ = ["capacity_error_text", "claim_text", "render_assessment", "render_state"]
+
+class _TaskView(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def priority(self) -> str: ...
+    @property
+    def assigned_to(self) -> str | None: ...
+
+
+class _NodeView(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def strength(self) -> str | None: ...
+    @property
+    def current_task_id(self) -> int | None: ...
+    @property
+    def last_heartbeat(self) -> float | None: ...
+    @property
+    def dead_at(self) -> float | None: ...
+
+
+class _RegisteredView(_NodeView, Protocol):
+    @property
+    def active_nodes(self) -> int: ...
+    @property
+    def max_agents(self) -> int: ...
+
+
+class _AssessmentView(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def recommendation(self) -> str: ...
+    @property
+    def max_agents(self) -> int: ...
+    @property
+    def active_count(self) -> int: ...
+    @property
+    def idle_count(self) -> int: ...
+    @property
+    def pending_tasks(self) -> int: ...
+    @property
+    def in_progress(self) -> int: ...
+
+
+class _StateView(Protocol):
+    @property
+    def now(self) -> float: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def tasks(self) -> Sequence[_TaskView]: ...
+    @property
+    def tasks_omitted(self) -> int: ...
+    @property
+    def nodes(self) -> Sequence[_NodeView]: ...
+    @property
+    def max_agents(self) -> int: ...
+    @property
+    def pending_tasks(self) -> int: ...
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+    @property
+    def work_distribution(self) -> Mapping[str, Any]: ...
+    @property
+    def last_event_ts(self) -> float | None: ...
+    @property
+    def last_heartbeat(self) -> float | None: ...
+    @property
+    def liveness_window(self) -> float: ...
+
 
 RULE = "=" * 50
 
@@ -18,13 +111,20 @@ def capacity_error_text(max_agents: int) -> str:
     return f"ERROR: Cluster at capacity ({max_agents} nodes). Registration rejected."
 
 
-def claim_text(task: Task | None) -> str:
+def registered_text(node: _RegisteredView) -> str:
+    return (
+        f"Node {node.id} registered as {node.role} ({node.strength or 'unknown'})."
+        f" Active nodes: {node.active_nodes}/{node.max_agents}"
+    )
+
+
+def claim_text(task: _TaskView | None) -> str:
     if task is None:
         return "No pending tasks to claim."
     return f"Claimed task {task.id}: {task.title}"
 
 
-def render_assessment(a: Assessment) -> str:
+def render_assessment(a: _AssessmentView) -> str:
     return "\n".join(
         [
             "📊 Workload Assessment",
@@ -45,24 +145,29 @@ def _ago(now: float, then: float | None) -> str:
     return f"{max(0.0, now - then):.1f}s ago"
 
 
-def _task_line(n: int, t: Task) -> str:
+def _task_line(n: int, t: _TaskView) -> str:
     line = f"{n}. {t.title} [{t.status}]"
     if t.status == "in_progress" and t.assigned_to:
         return f"{line} (assigned to {t.assigned_to})"
     return f"{line} (priority: {t.priority})"
 
 
-def _node_line(node: Node, now: float, window: float) -> str:
-    alive = window <= 0 or node.dead_at is None or now < node.dead_at
-    dot = "🟢" if alive else "🔴"
+def _node_line(node: _NodeView, now: float, window: float) -> str:
+    """🔴 past its death deadline; ⚪ alive but never heartbeated (registration or
+    calls only), said in words too; 🟢 heartbeating within its window."""
+    dead = window > 0 and node.dead_at is not None and now >= node.dead_at
+    silent = node.last_heartbeat is None
+    dot = "🔴" if dead else "⚪" if silent else "🟢"
     model = node.model or "unknown model"
     line = f"{dot} {node.id}: {node.role} [{node.status}] ({model} - {node.strength or 'unknown'})"
     if node.current_task_id is not None:
         line += f" | Task: task-{node.current_task_id}"
+    if silent:
+        line += " | no heartbeat yet"
     return line
 
 
-def render_state(s: State) -> str:
+def render_state(s: _StateView) -> str:
     lines = ["📊 Context Bus State", RULE, "**Summary:**", s.summary or "(no summary set)"]
     lines.append("**Next Steps:**")
     if s.tasks:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model
 
 from corral import defaults
+from corral.config import TYPES
 from corral.defaults import MAX_CLAIM_WAIT
 from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
 from corral.validation import MAX_INT, MAX_LIMIT, MAX_SEQ
@@ -51,6 +52,7 @@ __all__ = [
     "StatusIn",
     "TaskOut",
     "TouchOut",
+    "settings_model",
 ]
 
 # What the document states for the values the service checks itself (the models
@@ -326,23 +328,20 @@ class CatchUpOut(_Out):
     cursor: int
 
 
-class SettingsOut(_Out):
-    max_agents: int
-    idle_timeout_seconds: float
-    manager_heartbeat_interval: float
-    workload_assessment_interval: float
-    grace_period_seconds: float
-    heartbeat_interval: float
-    stale_threshold: float
-    detection_interval: float
-    retry_attempts: int
-    retry_delay: float
-    missed_beats: int
-    max_attempts: int
-    role_keywords: dict[str, list[str]]
-    model_strengths: list[list[str]]
-    project_summary: str
-    event_retention_seconds: float
+def settings_model(name: str, *, changes: bool, doc: str) -> type[BaseModel]:
+    """A pydantic model of the cluster settings, built from ``model.Settings``'s fields
+    (their one declaration): every field required (an answer), or every field optional
+    and strict (a change; unknown keys refused)."""
+    if changes:
+        fields: dict[str, Any] = {n: (t | None, None) for n, t in TYPES.items()}
+        config = ConfigDict(extra="forbid", strict=True)
+    else:
+        fields = {n: (t, ...) for n, t in TYPES.items()}
+        config = _Out.model_config
+    return create_model(name, __config__=config, __doc__=doc, **fields)
+
+
+SettingsOut = settings_model("SettingsOut", changes=False, doc="The cluster's settings.")
 
 
 class AssessmentOut(_Out):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from corral.operations import OPERATIONS, Operation
 from corral.render import claim_text
@@ -67,27 +67,9 @@ class Op:
     short: bool = False
 
 
-class ConfigureIn(BaseModel):
-    """Settings to change; every field is optional."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    max_agents: int | None = None
-    idle_timeout_seconds: float | None = None
-    manager_heartbeat_interval: float | None = None
-    workload_assessment_interval: float | None = None
-    grace_period_seconds: float | None = None
-    heartbeat_interval: float | None = None
-    stale_threshold: float | None = None
-    detection_interval: float | None = None
-    retry_attempts: int | None = None
-    retry_delay: float | None = None
-    missed_beats: int | None = None
-    max_attempts: int | None = None
-    role_keywords: dict[str, list[str]] | None = None
-    model_strengths: list[list[str]] | None = None
-    project_summary: str | None = None
-    event_retention_seconds: float | None = None
+ConfigureIn = m.settings_model(
+    "ConfigureIn", changes=True, doc="Settings to change; every field is optional."
+)
 
 
 def _with_text(obj: Any) -> dict[str, Any]:

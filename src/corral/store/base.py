@@ -118,9 +118,9 @@ class Store(ABC):
 
     @abstractmethod
     def touch(self, node_id: str, now: float) -> bool:
-        """Count a call by a live node as proof of life: one guarded UPDATE of its last
-        activity and death deadline (its heartbeat payload is kept). False when the
-        node is unknown or terminated; nothing is written then."""
+        """Count a call by a live node as its heartbeat: one guarded UPDATE of its last
+        activity, last heartbeat and death deadline (its heartbeat payload is kept).
+        False when the node is unknown or terminated; nothing is written then."""
 
     # --- tasks ----------------------------------------------------------------
     @abstractmethod

@@ -19,7 +19,7 @@ from corral import lifecycle, scoring
 from corral.config import check_changes, settings_from_rows, timing_changed
 from corral.defaults import MANAGER_ROLE
 from corral.errors import CapacityError, InvalidInputError, LeaseError, NotFoundError
-from corral.model import Node, Registered, Settings, Task
+from corral.model import Node, Registered, Settings, Task, last_seen
 from corral.render import capacity_error_text
 from corral.store.base import NodeSpec, Store, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads, event_from_row, node_from_row, task_from_row
@@ -188,8 +188,8 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
             if timing_changed(changes):
                 for row in tx.all("nodes_live_for_update"):
                     window = lifecycle.liveness_window(row["heartbeat_interval"], new)
-                    seen = max(
-                        row["last_activity"], row["last_heartbeat"] or 0, row["registered_at"]
+                    seen = last_seen(
+                        row["last_activity"], row["last_heartbeat"], row["registered_at"]
                     )
                     tx.run(
                         "node_set_window",
@@ -341,7 +341,7 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
 
     def touch(self, node_id: str, now: float) -> bool:
         with self._write() as tx:
-            return tx.run("node_touch", id=node_id, now=now) > 0
+            return tx.run("node_beat_by_call", id=node_id, now=now) > 0
 
     # --- tasks ----------------------------------------------------------------------
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:

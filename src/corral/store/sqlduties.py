@@ -6,7 +6,7 @@ from typing import Any
 
 from corral import scoring
 from corral.defaults import MANAGER_ROLE
-from corral.model import Event
+from corral.model import Event, last_seen
 from corral.store.base import Deadlines
 from corral.store.rows import Tx, _dumps, event_from_row
 
@@ -52,8 +52,8 @@ class DutiesMixin:
             start = tx.one("events_last")
             nodes = tx.all("nodes_dead", now=now, limit=_BATCH)
             for node in nodes:
-                silent = now - max(
-                    node["last_activity"], node["last_heartbeat"] or 0.0, node["registered_at"]
+                silent = now - last_seen(
+                    node["last_activity"], node["last_heartbeat"], node["registered_at"]
                 )
                 tx.run("node_terminate", now=now, incarnation=node["incarnation"])
                 self._release_all(

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from corral.config import settings_from_rows
+from corral.model import last_seen
 from corral.store.base import Store
 from corral.store.rows import Tx
 
@@ -76,9 +77,7 @@ def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> Cl
                 "id": r["id"],
                 "role": r["role"],
                 "status": r["status"],
-                "last_seen": max(
-                    r["last_activity"], r["last_heartbeat"] or 0.0, r["registered_at"]
-                ),
+                "last_seen": last_seen(r["last_activity"], r["last_heartbeat"], r["registered_at"]),
                 "inbox": max(0, last_seq - int(r["cursor"])),
             }
             for r in live

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import signal
 import threading
 import time
@@ -172,7 +173,8 @@ class Worker:
         if not self._registered:
             self._install_signals()
             self._call(self.cluster.register_node, self.agent_id, self.role, self.model,
-                       self.strength, self.heartbeat_interval)  # fmt: skip
+                       self.strength, self.heartbeat_interval,
+                       pid=os.getpid())  # the node's own process  # fmt: skip
             self._registered = True
             self.monitor.start()
             log.info("worker %s registered as %s", self.agent_id, self.role,

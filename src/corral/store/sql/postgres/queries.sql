@@ -66,13 +66,33 @@ UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
--- Writes only when there is something to change: the node named this task as its
--- current one, or its activity stamp is due (lifecycle.stamp_due, encoded here).
-UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NULL
-                                        ELSE current_task_id END,
-                 last_activity = :now, dead_at = :now + live_window
+-- After a task is given up (the task's statement ran first): the node is done with it
+-- (lifecycle.after_finishing: a working node holding no other task becomes idle, a
+-- bootstrap manager stays working). Writes only when there is something to change:
+-- the node named this task as its current one, it becomes idle, or its activity
+-- stamp is due (lifecycle.stamp_due, encoded here).
+UPDATE nodes SET
+    idle_since = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
+                           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                                             AND h.status = 'in_progress' AND h.id <> :task_id)
+                      THEN :now ELSE idle_since END,
+    current_task_id = CASE WHEN current_task_id = :task_id
+                                OR (status = 'working' AND role <> 'bootstrap_manager'
+                                    AND NOT EXISTS (SELECT 1 FROM tasks h
+                                                    WHERE h.assigned_to = :id
+                                                      AND h.status = 'in_progress'
+                                                      AND h.id <> :task_id))
+                           THEN NULL ELSE current_task_id END,
+    status = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
+                       AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                                         AND h.status = 'in_progress' AND h.id <> :task_id)
+                  THEN 'idle' ELSE status END,
+    last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated'
-  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp);
+  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp
+       OR (status = 'working' AND role <> 'bootstrap_manager'
+           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                             AND h.status = 'in_progress' AND h.id <> :task_id)));
 
 -- name: node_held_task
 SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
@@ -388,10 +408,32 @@ take AS (
 )
 SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN take ON true;
 
+-- part: node_finished
+-- The node's update when the completion t happened and no claim follows: it is done
+-- with task :id (lifecycle.after_finishing: a working node, not the bootstrap manager,
+-- that holds no other task becomes idle, idle_since set), its activity stamped when
+-- due. Written only when something changes. The tasks it reads are as before this
+-- statement, when :id was still in progress: hence h.id <> :id.
+    UPDATE nodes SET
+        idle_since = CASE WHEN idle THEN :now ELSE nodes.idle_since END,
+        current_task_id = CASE WHEN idle OR nodes.current_task_id = :id THEN NULL
+                               ELSE nodes.current_task_id END,
+        status = CASE WHEN idle THEN 'idle' ELSE nodes.status END,
+        last_activity = :now, dead_at = :now + nodes.live_window
+    FROM (SELECT incarnation AS inc,
+                 status = 'working' AND role <> 'bootstrap_manager'
+                 AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
+                                   AND h.status = 'in_progress' AND h.id <> :id) AS idle
+          FROM nodes WHERE id = :node_id AND status <> 'terminated') AS f
+    WHERE nodes.incarnation = f.inc AND EXISTS (SELECT 1 FROM t)
+      AND (nodes.current_task_id = :id OR nodes.dead_at - :now < nodes.live_window * :stamp
+           OR f.idle)
+
 -- name: complete_full
 -- The whole complete in one statement: finish the held task (at :epoch if given),
--- release the node from it (node_done_with's rule), record the event (autocommit
--- only, its seq numbered as in claim_full). No row: the caller explains why.
+-- release the node from it (node_done_with's rule: a working node left holding no
+-- task becomes idle), record the event (autocommit only, its seq numbered as in
+-- claim_full). No row: the caller explains why.
 WITH t AS (
     UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                      updated_at = :now
@@ -399,11 +441,7 @@ WITH t AS (
       AND (:epoch::bigint IS NULL OR epoch = :epoch)
     RETURNING *
 ), nd AS (
-    UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :id THEN NULL
-                                            ELSE current_task_id END,
-                     last_activity = :now, dead_at = :now + live_window
-    WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM t)
-      AND (current_task_id = :id OR dead_at - :now < live_window * :stamp)
+    -- include: node_finished
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
@@ -475,7 +513,10 @@ WITH fin AS (
 ), n AS MATERIALIZED (
     SELECT incarnation, status, current_task_id, dead_at, live_window,
            (SELECT value FROM meta WHERE key = 'settings_version')
-               IS NOT DISTINCT FROM :settings_version::text AS fresh
+               IS NOT DISTINCT FROM :settings_version::text AS fresh,
+           status = 'working' AND role <> 'bootstrap_manager'
+               AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
+                                 AND h.status = 'in_progress' AND h.id <> :id) AS free
     FROM nodes
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM fin)
     FOR UPDATE
@@ -486,18 +527,23 @@ take AS (
     WHERE (SELECT fresh FROM n)  -- checked first: a and r run only past it
     -- include: claim_pick
 ), nd AS (
+    -- Nothing taken and nothing else held: the node goes idle (node_finished's rule).
     UPDATE nodes
-    SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
+    SET status = CASE WHEN (SELECT id FROM take) IS NOT NULL THEN 'working'
+                      WHEN (SELECT free FROM n) THEN 'idle' ELSE status END,
         current_task_id = CASE WHEN (SELECT id FROM take) IS NOT NULL OR current_task_id = :id
+                                    OR (SELECT free FROM n)
                                THEN NULL ELSE current_task_id END,
-        idle_since = CASE WHEN (SELECT id FROM take) IS NULL THEN idle_since END,
+        idle_since = CASE WHEN (SELECT id FROM take) IS NOT NULL THEN NULL
+                          WHEN (SELECT free FROM n) THEN :now ELSE idle_since END,
         last_activity = :now, dead_at = :now + live_window
     WHERE incarnation = (
         SELECT incarnation FROM n
         WHERE current_task_id = :id
            OR dead_at - :now < live_window * :stamp
            OR ((SELECT id FROM take) IS NOT NULL
-               AND (status <> 'working' OR current_task_id IS NOT NULL)))
+               AND (status <> 'working' OR current_task_id IS NOT NULL))
+           OR ((SELECT id FROM take) IS NULL AND free))
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
@@ -557,27 +603,24 @@ take AS (
 SELECT n.fresh, n.lean, take.* FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN take ON true;
 
 -- name: complete_lean_quiet
--- complete_full at a known :epoch when the node needs no update (node_done_with's
--- rule, checked on the row the full statement's update would read). One row: lean,
--- and the task's id when it was finished.
-WITH g AS MATERIALIZED (
-    SELECT NOT EXISTS (SELECT 1 FROM nodes
-                       WHERE id = :node_id AND status <> 'terminated'
-                         AND (current_task_id = :id OR dead_at - :now < live_window * :stamp))
-           AS lean
-), t AS (
+-- complete_full at a known :epoch, returning none of the task's columns. Finishing a
+-- task usually changes the node (it becomes idle: node_finished), so this statement
+-- makes that update itself rather than send the caller to complete_full: lean is
+-- always true. One row: lean, and the task's id when it was finished.
+WITH t AS (
     UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                      updated_at = :now
-    WHERE (SELECT lean FROM g)
-      AND id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
+    WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
     RETURNING id, epoch
+), nd AS (
+    -- include: node_finished
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
            '{"epoch": ' || t.epoch::text || '}'
     FROM t
 )
-SELECT g.lean, t.id FROM g LEFT JOIN t ON true;
+SELECT true AS lean, t.id FROM (SELECT 1) AS one LEFT JOIN t ON true;
 
 -- name: complete_claim_lean_quiet
 -- complete_claim_full at a known :epoch for a node that needs no update: the node is
@@ -604,6 +647,15 @@ take AS (
     -- include: claim_set
     WHERE (SELECT fresh FROM n) AND EXISTS (SELECT 1 FROM fin)  -- checked first
     -- include: claim_pick
+), nd AS (
+    -- Nothing taken (the board is empty, or the settings changed) and nothing else
+    -- held: the node goes idle (node_finished's rule; a later claim makes it working).
+    UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL,
+                     last_activity = :now, dead_at = :now + live_window
+    WHERE id = :node_id AND status = 'working' AND role <> 'bootstrap_manager'
+      AND EXISTS (SELECT 1 FROM fin) AND NOT EXISTS (SELECT 1 FROM take)
+      AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
+                        AND h.status = 'in_progress' AND h.id <> :id)
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
@@ -618,3 +670,9 @@ take AS (
 )
 SELECT n.fresh, n.lean, fin.id IS NOT NULL AS done, take.*
 FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN fin ON true LEFT JOIN take ON true;
+
+-- name: node_beat_by_call
+-- A call that counts as the node's heartbeat (Store.touch, the MCP tools): stamped as
+-- a beat, its payload kept.
+UPDATE nodes SET last_activity = :now, last_heartbeat = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';

@@ -64,13 +64,33 @@ UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
--- Writes only when there is something to change: the node named this task as its
--- current one, or its activity stamp is due (lifecycle.stamp_due, encoded here).
-UPDATE nodes SET current_task_id = CASE WHEN current_task_id = :task_id THEN NULL
-                                        ELSE current_task_id END,
-                 last_activity = :now, dead_at = :now + live_window
+-- After a task is given up (the task's statement ran first): the node is done with it
+-- (lifecycle.after_finishing: a working node holding no other task becomes idle, a
+-- bootstrap manager stays working). Writes only when there is something to change:
+-- the node named this task as its current one, it becomes idle, or its activity
+-- stamp is due (lifecycle.stamp_due, encoded here).
+UPDATE nodes SET
+    idle_since = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
+                           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                                             AND h.status = 'in_progress' AND h.id <> :task_id)
+                      THEN :now ELSE idle_since END,
+    current_task_id = CASE WHEN current_task_id = :task_id
+                                OR (status = 'working' AND role <> 'bootstrap_manager'
+                                    AND NOT EXISTS (SELECT 1 FROM tasks h
+                                                    WHERE h.assigned_to = :id
+                                                      AND h.status = 'in_progress'
+                                                      AND h.id <> :task_id))
+                           THEN NULL ELSE current_task_id END,
+    status = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
+                       AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                                         AND h.status = 'in_progress' AND h.id <> :task_id)
+                  THEN 'idle' ELSE status END,
+    last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated'
-  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp);
+  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp
+       OR (status = 'working' AND role <> 'bootstrap_manager'
+           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                             AND h.status = 'in_progress' AND h.id <> :task_id)));
 
 -- name: node_claim_state
 SELECT incarnation, status, current_task_id, dead_at, live_window
@@ -297,3 +317,9 @@ SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks 
 
 -- name: stats_event_count
 SELECT count(*) AS n FROM events WHERE kind = :kind;
+
+-- name: node_beat_by_call
+-- A call that counts as the node's heartbeat (Store.touch, the MCP tools): stamped as
+-- a beat, its payload kept.
+UPDATE nodes SET last_activity = :now, last_heartbeat = :now, dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated';

@@ -1,0 +1,202 @@
+"""A node's record says what the node is doing (issue: a node's record drifts from
+the truth): finishing its last task returns it to idle, ``pid`` is recorded only by
+the node's own process, and a node that never heartbeated is shown as such."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import corral
+from corral import Monitor
+from corral.defaults import MANAGER_ROLE
+from corral.lifecycle import status_after_finishing
+
+
+def _line(c: Any, node_id: str) -> str:
+    text = c.read_state().text
+    return next(x for x in text.splitlines() if f" {node_id}: " in x)
+
+
+# --- completion -----------------------------------------------------------------------
+def test_completing_the_only_task_returns_the_node_to_idle(cluster, clock):
+    """The README's walk-through: after its only task the node is idle, with no
+    current task, idle since the completion (on every backend)."""
+    cluster.register_node("W", "developer", "claude-sonnet-4-5")
+    cluster.add_task("Implement user authentication", priority="high")
+    task = cluster.claim_best_task("W", "developer")
+    assert cluster.get_node("W").status == "working"
+    clock.advance(2)
+    cluster.complete_task(task.id, "W", epoch=task.epoch)
+    node = cluster.get_node("W")
+    assert (node.status, node.current_task_id, node.idle_since) == ("idle", None, clock.now())
+    line = _line(cluster, "W")
+    assert "[idle]" in line and "Task:" not in line, line
+
+
+def test_a_node_that_holds_another_task_keeps_working_on_it(cluster, clock):
+    cluster.register_node("W", "developer")
+    cluster.add_tasks([{"title": "Implement a", "priority": "high"}, {"title": "Implement b"}])
+    a = cluster.claim_best_task("W", "developer")
+    clock.advance(1)
+    b = cluster.claim_best_task("W", "developer")
+    cluster.complete_task(b.id, "W", b.epoch)
+    node = cluster.get_node("W")
+    assert (node.status, node.current_task_id, node.idle_since) == ("working", a.id, None)
+    assert f"| Task: task-{a.id}" in _line(cluster, "W")
+
+
+def test_complete_and_claim_stays_working_only_when_it_claimed(cluster, clock):
+    """A worker's step: working on the next task; idle when there was none."""
+    cluster.register_node("W", "developer")
+    cluster.add_tasks([{"title": "Implement a"}, {"title": "Implement b"}])
+    a = cluster.claim_best_task("W", "developer")
+    clock.advance(1)
+    _, b = cluster.complete_and_claim(a.id, "W", "developer", a.epoch)
+    assert b is not None
+    node = cluster.get_node("W")
+    assert (node.status, node.current_task_id, node.idle_since) == ("working", b.id, None)
+    clock.advance(1)
+    _, nothing = cluster.complete_and_claim(b.id, "W", "developer", b.epoch)
+    assert nothing is None
+    node = cluster.get_node("W")
+    assert (node.status, node.current_task_id, node.idle_since) == ("idle", None, clock.now())
+
+
+def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
+    """Every case of the rule, on each store's SQL (the SQLite trigger and
+    node_done_with, PostgreSQL's completion statements, lean and full): the status a
+    node has after finishing is ``lifecycle.status_after_finishing``; a node that goes
+    idle has no current task and is idle since then, an idle node keeps its
+    idle_since, and a claim in the same call makes it working."""
+    embedded.configure(max_agents=100)
+    ways = ("complete", "complete_twice", "chain_empty", "chain_next", "fail", "fail_final")
+    for n, (status, role, other, way) in enumerate(
+        itertools.product(
+            ("working", "idle", "waiting"), ("developer", MANAGER_ROLE), (False, True), ways
+        )
+    ):
+        node = f"N{n}"
+        embedded.register_node(node, role)
+        embedded.add_tasks([{"title": f"Implement {node} {i}"} for i in range(1 + other)])
+        held = [embedded.claim_best_task(node, "developer") for _ in range(1 + other)]
+        if way == "complete_twice":  # the task of the node's previous lean claim
+            embedded.complete_task(held[0].id, node, held[0].epoch)
+            embedded.add_task(f"Implement {node} again")
+            held[0] = embedded.claim_best_task(node, "developer")
+        if status != "working":
+            embedded.set_agent_status(node, status)
+        before = embedded.get_node(node)
+        if way == "chain_next":
+            embedded.add_task(f"Implement {node} next")
+        clock.advance(1)
+        t = held[0]
+        nxt = None
+        if way in ("complete", "complete_twice"):
+            embedded.complete_task(t.id, node, t.epoch)
+        elif way.startswith("chain"):
+            _, nxt = embedded.complete_and_claim(t.id, node, "developer", t.epoch)
+        else:
+            embedded.fail_task(t.id, node, t.epoch, error="no", retry=way == "fail")
+        got = embedded.get_node(node)
+        case = (status, role, other, way)
+        if nxt is not None:
+            want_next = ("working", nxt.id, None)
+            assert (got.status, got.current_task_id, got.idle_since) == want_next, case
+            continue
+        want = status_after_finishing(status, role, other)
+        assert got.status == want, case
+        if want == "idle" and status != "idle":
+            assert (got.current_task_id, got.idle_since) == (None, clock.now()), case
+        else:
+            assert got.idle_since == before.idle_since, case
+        if want == "working":
+            assert got.current_task_id == (held[1].id if other else None), case
+        for task in (nxt, *held):
+            if task is not None:
+                embedded.get_task(task.id)  # still there
+        embedded.set_agent_status(node, "terminated")
+
+
+def test_a_node_idle_after_its_last_task_is_retired_at_its_idle_limit(embedded, clock):
+    """Idle since its completion, the node is retired by the monitor at its limit."""
+    embedded.register_node("W", "developer", heartbeat_interval=100)
+    embedded.add_task("Implement it")
+    task = embedded.claim_best_task("W", "developer")
+    clock.advance(5)
+    embedded.complete_task(task.id, "W", task.epoch)
+    limit = embedded.settings().idle_limit
+    monitor = Monitor(embedded)
+    clock.advance(limit - 0.5)
+    embedded.heartbeat("W")
+    assert [e.kind for e in monitor.tick(clock.now()).events] == []
+    clock.advance(0.5)
+    assert [e.kind for e in monitor.tick(clock.now()).events] == ["node_retired"]
+
+
+def test_the_manager_stays_working_after_its_task(cluster):
+    cluster.register_node("BM", MANAGER_ROLE)
+    cluster.add_task("Plan the release")
+    task = cluster.claim_best_task("BM", "architect")
+    cluster.complete_task(task.id, "BM", task.epoch)
+    node = cluster.get_node("BM")
+    assert (node.status, node.current_task_id) == ("working", None)
+
+
+# --- pid -------------------------------------------------------------------------------
+def test_a_registration_names_a_pid_only_when_the_caller_gives_one(cluster):
+    """A process registering on behalf of a node (the server, the MCP tools, the
+    CLI) records no pid; a node's own process names its own."""
+    assert cluster.register_node("A", "developer").pid is None
+    assert cluster.get_node("A").pid is None
+    assert cluster.register_node("B", "developer", pid=4242).pid == 4242
+    assert cluster.get_node("B").pid == 4242
+
+
+def test_corral_node_register_does_not_record_its_own_pid(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", url, "node", "register", "N1", "developer"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with corral.connect(url) as c:
+        assert c.get_node("N1").pid is None
+
+
+def test_a_worker_records_its_own_pid(sqlite_cluster):
+    w = corral.Worker("W1", "developer", cluster=sqlite_cluster, handle_signals=False)
+    w.register()
+    try:
+        assert sqlite_cluster.get_node("W1").pid == os.getpid()
+    finally:
+        w.close()
+
+
+# --- heartbeat -------------------------------------------------------------------------
+def test_a_node_that_never_heartbeated_is_not_shown_green(cluster, clock):
+    """⚪ and said in words until its first heartbeat; 🟢 while it beats; 🔴 once
+    silent past its window."""
+    cluster.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
+    line = _line(cluster, "W")
+    assert line.startswith("⚪ W: developer [idle]") and line.endswith("| no heartbeat yet")
+    assert "**Node Heartbeat:** ⚪ NONE" in cluster.read_state().text
+    cluster.heartbeat("W")
+    assert _line(cluster, "W") == "🟢 W: developer [idle] (unknown model - unknown)"
+    clock.advance(31)
+    assert _line(cluster, "W").startswith("🔴 W: ")
+
+
+def test_a_call_that_counts_as_a_heartbeat_is_one(cluster, clock):
+    """The MCP tools count each call by a node as its heartbeat (``touch``): it is
+    shown as one."""
+    cluster.register_node("W", "developer")
+    clock.advance(3)
+    assert cluster.touch("W")
+    node = cluster.get_node("W")
+    assert node.last_heartbeat == clock.now() == node.last_seen
+    assert _line(cluster, "W").startswith("🟢 W: ")
