@@ -1,0 +1,1 @@
+"""corral's process supervisor: manifest, policy decisions, logs."""
