@@ -174,7 +174,7 @@ def test_manifest_error_is_invalid_input_naming_file_agent_and_field(tmp_path: P
         load_manifest(p)
     e = info.value
     assert str(e) == f"{p}: agent user3: restart: must be always, on-failure or never"
-    assert isinstance(e, InvalidInputError) and e.exit_code == 2
+    assert isinstance(e, InvalidInputError) and (e.exit_code, e.code) == (2, "invalid_input")
     assert (e.path, e.agent, e.field) == (str(p), "user3", "restart")
 
 

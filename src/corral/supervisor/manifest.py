@@ -86,7 +86,6 @@ _ENV_KEY = re.compile(r"[^=\x00]+")
 class ManifestError(InvalidInputError):
     """A manifest that cannot be run; ``path``, ``agent`` and ``field`` say where."""
 
-    code = "invalid_manifest"
     hint = "Fix the manifest and start again."
 
     def __init__(
