@@ -213,7 +213,7 @@ def test_terminate_node_refuses_unknown_and_terminated_nodes(cluster: Any) -> No
     assert world(cluster) == before
 
 
-def test_touch_pushes_the_death_deadline_and_keeps_the_payload(
+def test_touch_stamps_the_heartbeat_pushes_the_death_deadline_and_keeps_the_payload(
     cluster: Any, clock: FakeClock
 ) -> None:
     cluster.register_node("A", "developer", heartbeat_interval=10)
@@ -222,7 +222,7 @@ def test_touch_pushes_the_death_deadline_and_keeps_the_payload(
     clock.advance(25)
     assert cluster.touch("A") is True
     node = cluster.get_node("A")
-    assert (node.last_activity, node.dead_at, node.last_heartbeat) == (T0 + 25, T0 + 55, T0)
+    assert (node.last_activity, node.dead_at, node.last_heartbeat) == (T0 + 25, T0 + 55, T0 + 25)
     assert node.heartbeat == {"health_status": "healthy", "capacity_available": 2, "note": "hi"}
     assert node.health == "healthy"
     assert len(cluster.events()) == events  # a touch is not news
