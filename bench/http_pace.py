@@ -8,18 +8,26 @@ code and data out of the CPU's caches. This script times the same operations one
 at a time after a pause (0, 1, 10 and 100 ms by default), on both sides:
 
 - **embedded**: ``corral.connect("sqlite:///...")`` in this process;
-- **HTTP**: ``corral.connect("http://...")`` against ``corral serve``'s app on
-  uvicorn (uvloop + httptools, as ``http_bench.py`` runs it), a node token, its own
-  fresh board seeded like the embedded one;
+- **HTTP**: the remote client against ``corral serve``'s app on uvicorn (uvloop +
+  httptools, as ``http_bench.py`` runs it), a node token, its own fresh board seeded
+  like the embedded one;
 - **floor**: one request to ``http_bench.py``'s floor app (a Starlette route that
   updates one SQLite row), what one HTTP round trip costs at best here.
+
+The HTTP and floor sides run once per transport of the remote client
+(``--transports``, default ``hand,library``): **hand** is corral's ``HttpClient``
+(its hand-written HTTP/1.1 transport), **library** the same client on urllib3's
+pool (``LibraryClient`` below, the candidate that issue asked for). Both call the
+same server and board, each as its own node; the first named is the ``http`` and
+``floor`` side, the other ``http_library`` and ``floor_library``.
 
 Operations: heartbeat; claim_best_task; complete_task; complete_and_claim (a
 worker's step in one call). The sides take turns call by call in a shuffled order
 (seeded), each call after its own pause, so a burst of machine load hits every
 side alike; latency is the call alone, the pause excluded. Ratios are HTTP /
-embedded p50 (and p99) per operation and pause, taken within a round, median over
-``--repeat`` rounds. Run: ``python bench/http_pace.py [--repeat 3] [--out PATH]``.
+embedded p50 (and p99) per operation and pause, and library / hand-written, taken
+within a round, median over ``--repeat`` rounds. Run: ``python bench/http_pace.py
+[--repeat 3] [--scale 0.5] [--transports hand,library] [--out PATH]``.
 """
 
 from __future__ import annotations
@@ -27,9 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -37,6 +43,11 @@ import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
+
+from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError, ReadTimeoutError
+from urllib3.util import Timeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corral
@@ -50,165 +61,96 @@ PAUSES_MS = (0.0, 1.0, 10.0, 100.0)
 SAMPLES = {0.0: 2000, 1.0: 1000, 10.0: 300, 100.0: 30}
 OPS = ("heartbeat", "claim", "complete", "complete_and_claim")
 NODE = "n0"
-HAND_NODE = "n1"  # the hand-written transport's node, on the same server
 
 
-# --- the baseline: the hand-written transport corral used before urllib3 ------------
-# Kept here only, to time it side by side with the library (``--transports``): a
-# minimal HTTP/1.1 client over a socket with TCP_NODELAY that writes each request in
-# one ``send`` and reads just what the server sends. One connection per thread.
-_MAX_HEAD = 64 * 1024
-# The response header fields that frame the body or end the connection: (name, value).
-_FRAMING = re.compile(
-    r"(?:\A|\r\n)[ \t]*(content-length|transfer-encoding|connection)[ \t]*:([^\r]*)"
-)
+# --- the candidate: the same client on urllib3 ----------------------------------------
+# A pool of keep-alive connections (TCP_NODELAY) shared by the client's threads, no
+# urllib3 retries or redirects; the one re-send of the hand-written client (a request
+# on a reused connection that ended before any byte of the answer) kept exactly.
+
+# Connections a client keeps open between calls (one per thread that calls at once;
+# a thread beyond them opens its own and closes it after its call).
+_LIB_POOL_SIZE = 32
+# The errors of a connection the server closed before any of the answer arrived.
+_CLOSED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+_lib_sent = threading.local()  # .reused: whether this thread's last request reused a connection
 
 
-class _Closed(Exception):
-    """The connection ended before a whole response arrived."""
+class _LibConnection(HTTPConnection):
+    """urllib3's connection with two changes. It counts the requests sent since it
+    (re)connected, so a failed request knows whether it went out on a reused
+    connection. And it writes a request with a body in one ``send`` (urllib3 writes
+    the head, then the body), as the hand-written client does."""
 
-    def __init__(self, message: str, *, partial: bool) -> None:
-        super().__init__(message)
-        self.partial = partial  # some of the response had arrived
+    sent = 0
+    _head: bytes | None = None  # the request head held back until its body is sent
 
+    def request(self, method: str, url: str, body: Any = None, *args: Any, **kw: Any) -> None:
+        _lib_sent.reused = self.sent > 0
+        self.sent += 1
+        self._head = b"" if body else None
+        try:
+            super().request(method, url, body, *args, **kw)
+        finally:
+            self._head = None
 
-class _Connection:
-    """One keep-alive HTTP/1.1 connection (plain or TLS), ``TCP_NODELAY`` set."""
-
-    def __init__(self, host: str, port: int, timeout: float, *, tls: bool = False) -> None:
-        sock = socket.create_connection((host, port), timeout=timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls:
-            import ssl
-
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        self.sock = sock
-        self.buf = bytearray()
-        self.timeout = timeout
+    def send(self, data: Any) -> None:
+        head = self._head
+        if head is not None:
+            if not head:  # the head: hold it for the body
+                self._head = bytes(data)
+                return
+            self._head = None
+            data = head + data  # the body: both in one write
+        super().send(data)
 
     def close(self) -> None:
-        self.sock.close()
-
-    def _fill(self, got: bool) -> None:
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise _Closed("the server closed the connection", partial=got or bool(self.buf))
-        self.buf += chunk
-
-    def _take(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self._fill(True)
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def _line(self) -> bytes:
-        while (i := self.buf.find(b"\r\n")) < 0:
-            self._fill(True)
-        out = bytes(self.buf[:i])
-        del self.buf[: i + 2]
-        return out
-
-    def roundtrip(self, message: bytes, timeout: float) -> tuple[int, bytes, bool]:
-        """Send one request; return (status, body, whether the server will close)."""
-        if timeout != self.timeout:
-            self.sock.settimeout(timeout)
-            self.timeout = timeout
-        try:
-            self.sock.sendall(message)
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise _Closed(str(exc), partial=False) from None
-        try:
-            while True:
-                while (end := self.buf.find(b"\r\n\r\n")) < 0:
-                    if len(self.buf) > _MAX_HEAD:
-                        raise _Closed("response headers too large", partial=True)
-                    self._fill(False)
-                head = self.buf[:end].decode("latin-1")
-                del self.buf[: end + 4]
-                line, _, fields = head.partition("\r\n")
-                parts = line.split(" ", 2)
-                if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-                    raise _Closed(f"not an HTTP response: {line[:80]!r}", partial=True)
-                status = int(parts[1])
-                if status >= 200:
-                    break  # 1xx: an interim response, the real one follows
-            length: int | None = None
-            chunked = False
-            close = parts[0] == "HTTP/1.0"
-            # Only these three fields matter here; names are case-insensitive.
-            for name, value in _FRAMING.findall(fields.lower()):
-                if name == "content-length":
-                    length = int(value.strip())
-                elif name == "transfer-encoding":
-                    chunked = "chunked" in value
-                else:
-                    value = value.strip()
-                    close = "close" in value or (close and "keep-alive" not in value)
-            if chunked:
-                body = bytearray()
-                while True:
-                    size = int(self._line().split(b";", 1)[0], 16)
-                    if size == 0:
-                        while self._line():
-                            pass  # trailers
-                        break
-                    body += self._take(size)
-                    self._take(2)
-                return status, bytes(body), close
-            if length is not None:
-                return status, self._take(length), close
-            body = bytearray(self.buf)  # no length: the body runs to the end
-            self.buf.clear()
-            while chunk := self.sock.recv(65536):
-                body += chunk
-            return status, bytes(body), True
-        except ConnectionResetError as exc:
-            raise _Closed(str(exc), partial=bool(self.buf)) from None
-        except ValueError as exc:
-            raise _Closed(f"malformed response: {exc}", partial=True) from None
+        self.sent = 0
+        super().close()
 
 
-class HandWrittenClient(HttpClient):
-    """``HttpClient`` with the hand-written transport (the baseline)."""
+class _LibTLSConnection(_LibConnection, HTTPSConnection):
+    """The same over TLS (the system's trusted certificates, the host name checked)."""
+
+
+class _Pool(HTTPConnectionPool):
+    ConnectionCls = _LibConnection
+
+
+class _TLSPool(HTTPSConnectionPool):
+    ConnectionCls = _LibTLSConnection
+
+
+class LibraryClient(HttpClient):
+    """``HttpClient`` with urllib3's pooled transport (the candidate)."""
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
         super().__init__(url, token=token, timeout=timeout)
-        self._local = threading.local()
-        self._conns: list[_Connection] = []
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        if self._port != (443 if self._https else 80):
-            host = f"{host}:{self._port}"
-        head = f"Host: {host}\r\nAccept: application/json\r\n"
+        self._timeout = Timeout(timeout)
+        headers = {"Accept": "application/json", "User-Agent": "corral"}
         if self.token:
-            head += f"Authorization: Bearer {self.token}\r\n"
-        self._head = head.encode("latin-1")
-        self._head_json = self._head + b"Content-Type: application/json\r\n"
+            headers["Authorization"] = f"Bearer {self.token}"
+        self._headers = headers
+        self._headers_json = {**headers, "Content-Type": "application/json"}
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> HTTPConnectionPool:
+        """A pool of keep-alive connections: thread-safe, never blocking (a thread
+        that finds no idle connection opens one), no retries, no redirects."""
+        kw: dict[str, Any] = {"maxsize": _LIB_POOL_SIZE, "block": False, "retries": False}
+        if self._https:
+            import ssl
+
+            return _TLSPool(self._host, self._port, ssl_context=ssl.create_default_context(), **kw)
+        return _Pool(self._host, self._port, **kw)
 
     def close(self) -> None:
+        """Close the idle connections (one in use closes when its call ends); a later
+        call opens new ones."""
         super().close()
         with self._lock:
-            conns, self._conns = self._conns, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
-
-    def _conn(self) -> tuple[_Connection, bool]:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn, True
-        conn = _Connection(self._host, self._port, self.timeout, tls=self._https)
-        self._local.conn = conn
-        with self._lock:
-            self._conns.append(conn)
-        return conn, False
-
-    def _drop(self, conn: _Connection) -> None:
-        conn.close()
-        self._local.conn = None
-        with self._lock:
-            if conn in self._conns:
-                self._conns.remove(conn)
+            pool, self._pool = self._pool, self._new_pool()
+        pool.close()
 
     def request(
         self,
@@ -224,52 +166,70 @@ class HandWrittenClient(HttpClient):
         target = self._prefix + path
         if query:
             target += "?" + urlencode({k: v for k, v in query.items() if v is not None})
-        data = b""
-        extra = self._head
+        if not target.isascii():
+            raise InvalidInputError(f"not an ASCII request target: {target!r}")
+        data = None
+        headers = self._headers
         if body is not None:
             try:
                 data = _ENCODER.encode(body).encode()
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"arguments must be JSON data: {exc}") from None
-            extra = self._head_json
-        try:
-            line = f"{method} {target} HTTP/1.1\r\n".encode("ascii")
-        except UnicodeEncodeError:
-            raise InvalidInputError(f"not an ASCII request target: {target!r}") from None
-        message = b"".join((line, extra, b"Content-Length: %d\r\n\r\n" % len(data), data))
+            headers = self._headers_json
+        limit = self._timeout if timeout is None else Timeout(timeout)
         for attempt in (0, 1):
+            _lib_sent.reused = False
             try:
-                conn, reused = self._conn()
-            except OSError as exc:
-                raise StoreUnavailableError(
-                    f"cannot reach {self.url}: {exc}; is corral serve running?"
-                ) from None
-            try:
-                status, payload, close = conn.roundtrip(message, timeout or self.timeout)
-            except _Closed as exc:
-                self._drop(conn)
-                if reused and attempt == 0 and not exc.partial:
+                resp = self._pool.urlopen(
+                    method, target, body=data, headers=headers, retries=False,
+                    redirect=False, assert_same_host=False, timeout=limit,
+                    preload_content=False,
+                )  # fmt: skip
+                break
+            except ProtocolError as exc:  # the connection ended before the answer's head
+                cause = exc.args[1] if len(exc.args) > 1 else exc
+                if attempt == 0 and _lib_sent.reused and isinstance(cause, _CLOSED):
                     continue  # the server closed an idle keep-alive connection
-                raise StoreUnavailableError(f"lost the connection to {self.url}: {exc}") from None
-            except OSError as exc:
-                self._drop(conn)
-                raise StoreUnavailableError(
-                    f"cannot reach {self.url}: {exc}; is corral serve running?"
-                ) from None
-            if close:
-                self._drop(conn)
-            break
+                raise self._lost(cause) from None
+            except (HTTPError, OSError) as exc:
+                raise self._unreachable(exc) from None
+        try:
+            payload = resp.data  # the body, the connection back in the pool once read
+        except ProtocolError as exc:
+            raise self._lost(exc.args[1] if len(exc.args) > 1 else exc) from None
+        except (HTTPError, OSError) as exc:
+            raise self._unreachable(exc) from None
+        status = resp.status
         if status >= 400:
             raise self._error(status, payload)
         if raw:
             return payload.decode()
         return json.loads(payload.decode())
 
+    def _lost(self, cause: object) -> StoreUnavailableError:
+        return StoreUnavailableError(f"lost the connection to {self.url}: {cause}")
 
-TRANSPORTS = {"library": HttpClient, "hand": HandWrittenClient}
-# The HTTP sides and floor sides of each transport.
-HTTP_SIDE = {"library": "http", "hand": "http_hand"}
-FLOOR_SIDE = {"library": "floor", "hand": "floor_hand"}
+    def _unreachable(self, exc: BaseException) -> StoreUnavailableError:
+        if isinstance(exc, ReadTimeoutError):
+            reason: object = "timed out waiting for the answer"
+        elif isinstance(exc, NewConnectionError) and exc.__cause__ is not None:
+            reason = exc.__cause__  # the socket's error, e.g. connection refused
+        else:
+            reason = exc
+        return StoreUnavailableError(f"cannot reach {self.url}: {reason}; is corral serve running?")
+
+
+# corral's remote client (hand-written) and the candidate (urllib3). The first named
+# in --transports is timed as "http" (and "floor"), the other as "http_<name>".
+TRANSPORTS = {"hand": HttpClient, "library": LibraryClient}
+
+
+def side_names(transports: list[str]) -> dict[str, tuple[str, str, str]]:
+    """Each transport's HTTP side, floor side and node (on the shared board)."""
+    return {
+        name: ("http", "floor", NODE) if i == 0 else (f"http_{name}", f"floor_{name}", f"n{i}")
+        for i, name in enumerate(transports)
+    }
 
 
 class Side:
@@ -348,16 +308,15 @@ def one_round(
     clients: list[Any] = [embedded, admin]
     try:
         sides: dict[str, Any] = {"embedded": Side(embedded)}
-        for name in transports:
+        for name, (http_side, floor_side, node) in side_names(transports).items():
             cls = TRANSPORTS[name]
-            node = NODE if name == "library" else HAND_NODE
             admin.register_node(node, "developer", heartbeat_interval=3600)
             token = admin.node_tokens[node]
             http = cls(f"http://127.0.0.1:{corral_srv.port}", token=token)
             floor = cls(f"http://127.0.0.1:{floor_srv.port}", token=None)
             clients += [http, floor]
-            sides[HTTP_SIDE[name]] = Side(http, node)
-            sides[FLOOR_SIDE[name]] = FloorSide(floor)
+            sides[http_side] = Side(http, node)
+            sides[floor_side] = FloorSide(floor)
         turns = [(name, op) for name, side in sides.items() for op in side.lat]
         rng = random.Random(seed_ + r)
         for side in sides.values():  # warm every path and connection up, untimed
@@ -393,9 +352,10 @@ def _ratios(res: dict[str, Any], transports: list[str]) -> dict[str, float]:
     hand-written one when both ran), and library / hand-written when both ran."""
     ratios: dict[str, float] = {}
     emb = res["embedded"]
-    for name in transports:
+    names = side_names(transports)
+    for name, (http_side, floor_side, _) in names.items():
         pre = "" if name == transports[0] else f"{name}_"
-        http, floor = res[HTTP_SIDE[name]], res[FLOOR_SIDE[name]]
+        http, floor = res[http_side], res[floor_side]
         for op in OPS:
             for q in ("p50", "p99"):
                 ratios[f"{pre}{op}_{q}"] = http[op][q] / emb[op][q]
@@ -406,12 +366,12 @@ def _ratios(res: dict[str, Any], transports: list[str]) -> dict[str, float]:
             http["heartbeat"]["p50"] / floor["request"]["p50"]
         )
     if {"library", "hand"} <= set(transports):
-        lib, hand = res["http"], res["http_hand"]
+        lib, hand = res[names["library"][0]], res[names["hand"][0]]
         for op in OPS:
             for q in ("p50", "p99"):
                 ratios[f"library_vs_hand_{op}_{q}"] = lib[op][q] / hand[op][q]
         ratios["library_vs_hand_floor_p50"] = (
-            res["floor"]["request"]["p50"] / res["floor_hand"]["request"]["p50"]
+            res[names["library"][1]]["request"]["p50"] / res[names["hand"][1]]["request"]["p50"]
         )
     return ratios
 
@@ -438,8 +398,8 @@ def main() -> None:
         "--transports",
         type=_transports,
         default=list(TRANSPORTS),
-        help="the remote client's transports timed side by side: library (urllib3, "
-        "corral's) and hand (the hand-written baseline); default library,hand",
+        help="the remote client's transports timed side by side: hand (corral's "
+        "hand-written one) and library (urllib3); default hand,library",
     )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "http_pace.json")
@@ -476,8 +436,9 @@ def main() -> None:
         return _median(rounds, *path)
 
     side_ops = [("embedded", OPS)]
-    for name in args.transports:
-        side_ops += [(HTTP_SIDE[name], OPS), (FLOOR_SIDE[name], ("request",))]
+    names = side_names(args.transports)
+    for http_side, floor_side, _ in names.values():
+        side_ops += [(http_side, OPS), (floor_side, ("request",))]
     summary: dict[str, Any] = {}
     for pause in rounds[0]:
         s: dict[str, Any] = {}
@@ -499,21 +460,21 @@ def main() -> None:
             "rounds": rounds,
         },
     )
-    names = {
+    op_names = {
         "heartbeat": "heartbeat",
         "claim": "claim_best_task",
         "complete": "complete_task",
         "complete_and_claim": "complete_and_claim",
     }
     first = args.transports[0]
-    http, floor = HTTP_SIDE[first], FLOOR_SIDE[first]
+    http, floor, _ = names[first]
     print(f"\nOne caller, a pause before each call; ms, median of {args.repeat} rounds")
-    print(f"HTTP: the {first} transport\n")
+    print(f"HTTP: the {first} transport ({TRANSPORTS[first].__name__})\n")
     rows = []
     for pause, s in summary.items():
         for op in OPS:
             e, h, r = s[f"embedded/{op}"], s[f"{http}/{op}"], s["ratios"]
-            rows.append([pause, names[op], e["p50"], h["p50"], r[f"{op}_p50"], e["p99"],
+            rows.append([pause, op_names[op], e["p50"], h["p50"], r[f"{op}_p50"], e["p99"],
                          h["p99"], r[f"{op}_p99"]])  # fmt: skip
         f = s[f"{floor}/request"]
         rows.append([pause, "floor request", None, f["p50"], s["ratios"]
@@ -528,11 +489,12 @@ def main() -> None:
         for pause, s in summary.items():
             r = s["ratios"]
             for op in OPS:
-                lib, hand = s[f"http/{op}"], s[f"http_hand/{op}"]
-                rows.append([pause, names[op], hand["p50"], lib["p50"],
+                lib, hand = s[f"{names['library'][0]}/{op}"], s[f"{names['hand'][0]}/{op}"]
+                rows.append([pause, op_names[op], hand["p50"], lib["p50"],
                              r[f"library_vs_hand_{op}_p50"], hand["p99"], lib["p99"],
                              r[f"library_vs_hand_{op}_p99"]])  # fmt: skip
-            lib, hand = s["floor/request"], s["floor_hand/request"]
+            lib = s[f"{names['library'][1]}/request"]
+            hand = s[f"{names['hand'][1]}/request"]
             ratio = r["library_vs_hand_floor_p50"]
             rows.append([pause, "floor request", hand["p50"], lib["p50"], ratio,
                          hand["p99"], lib["p99"], None])  # fmt: skip

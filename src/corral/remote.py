@@ -2,11 +2,13 @@
 
 Same methods, same results (``corral.model`` records) and same exceptions
 (``corral.errors``) as the embedded ``Cluster``, over the HTTP API of
-``corral serve``. The transport is urllib3: one pool of keep-alive connections per
-client (``TCP_NODELAY``, urllib3's default), shared by its threads, each thread
-taking its own connection for a call; no urllib3 retries, no redirects. A request
-whose reused connection turns out to be closed by the server (an idle keep-alive
-connection ended before the request reached it) is sent again once, on a new one.
+``corral serve``. One keep-alive connection per thread: a minimal HTTP/1.1 client
+over a socket with ``TCP_NODELAY`` that writes each request in one ``send`` and
+reads just what the server sends (``Content-Length`` or chunked bodies). The
+stdlib's ``http.client`` costs ~0.3 ms a call here (a second write for the body,
+e-mail header parsing), more than the operation itself; urllib3's pool, on top of
+it, made a worker's paced step 1.6-1.8x slower side by side (``bench/http_pace.py``,
+``docs/performance.md``), so this client stays.
 """
 
 from __future__ import annotations
@@ -14,21 +16,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import threading
 from dataclasses import fields
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
-
-from urllib3 import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import (
-    HTTPError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-)
-from urllib3.util import Timeout
 
 from corral.errors import (
     AuthError,
@@ -90,59 +83,116 @@ def _read_token() -> str | None:
 
 
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
-# Connections a client keeps open between calls (one per thread that calls at once;
-# a thread beyond them opens its own and closes it after its call).
-_POOL_SIZE = 32
-# The errors of a connection the server closed before any of the answer arrived.
-_CLOSED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
-_sent = threading.local()  # .reused: whether this thread's last request reused a connection
+_MAX_HEAD = 64 * 1024
+# The response header fields that frame the body or end the connection: (name, value).
+_FRAMING = re.compile(
+    r"(?:\A|\r\n)[ \t]*(content-length|transfer-encoding|connection)[ \t]*:([^\r]*)"
+)
 
 
-class _Connection(HTTPConnection):
-    """urllib3's connection with two changes. It counts the requests sent since it
-    (re)connected, so a failed request knows whether it went out on a reused
-    connection. And it writes a request with a body in one ``send``: urllib3 writes
-    the head, then the body; on a busy machine the first write wakes the server,
-    which reads the head and waits, and the second costs another round of waking
-    (measured: ~0.3 ms a call, more than the operation; ``docs/performance.md``)."""
+class _Closed(Exception):
+    """The connection ended before a whole response arrived."""
 
-    sent = 0
-    _head: bytes | None = None  # the request head held back until its body is sent
+    def __init__(self, message: str, *, partial: bool) -> None:
+        super().__init__(message)
+        self.partial = partial  # some of the response had arrived
 
-    def request(self, method: str, url: str, body: Any = None, *args: Any, **kw: Any) -> None:
-        _sent.reused = self.sent > 0
-        self.sent += 1
-        self._head = b"" if body else None
-        try:
-            super().request(method, url, body, *args, **kw)
-        finally:
-            self._head = None
 
-    def send(self, data: Any) -> None:
-        head = self._head
-        if head is not None:
-            if not head:  # the head: hold it for the body
-                self._head = bytes(data)
-                return
-            self._head = None
-            data = head + data  # the body: both in one write
-        super().send(data)
+class _Connection:
+    """One keep-alive HTTP/1.1 connection (plain or TLS), ``TCP_NODELAY`` set."""
+
+    def __init__(self, host: str, port: int, timeout: float, *, tls: bool = False) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls:
+            import ssl
+
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        self.sock = sock
+        self.buf = bytearray()
+        self.timeout = timeout
 
     def close(self) -> None:
-        self.sent = 0
-        super().close()
+        self.sock.close()
 
+    def _fill(self, got: bool) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise _Closed("the server closed the connection", partial=got or bool(self.buf))
+        self.buf += chunk
 
-class _TLSConnection(_Connection, HTTPSConnection):
-    """The same over TLS (the system's trusted certificates, the host name checked)."""
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill(True)
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
 
+    def _line(self) -> bytes:
+        while (i := self.buf.find(b"\r\n")) < 0:
+            self._fill(True)
+        out = bytes(self.buf[:i])
+        del self.buf[: i + 2]
+        return out
 
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TLSPool(HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
+    def roundtrip(self, message: bytes, timeout: float) -> tuple[int, bytes, bool]:
+        """Send one request; return (status, body, whether the server will close)."""
+        if timeout != self.timeout:
+            self.sock.settimeout(timeout)
+            self.timeout = timeout
+        try:
+            self.sock.sendall(message)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise _Closed(str(exc), partial=False) from None
+        try:
+            while True:
+                while (end := self.buf.find(b"\r\n\r\n")) < 0:
+                    if len(self.buf) > _MAX_HEAD:
+                        raise _Closed("response headers too large", partial=True)
+                    self._fill(False)
+                head = self.buf[:end].decode("latin-1")
+                del self.buf[: end + 4]
+                line, _, fields = head.partition("\r\n")
+                parts = line.split(" ", 2)
+                if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+                    raise _Closed(f"not an HTTP response: {line[:80]!r}", partial=True)
+                status = int(parts[1])
+                if status >= 200:
+                    break  # 1xx: an interim response, the real one follows
+            length: int | None = None
+            chunked = False
+            close = parts[0] == "HTTP/1.0"
+            # Only these three fields matter here; names are case-insensitive.
+            for name, value in _FRAMING.findall(fields.lower()):
+                if name == "content-length":
+                    length = int(value.strip())
+                elif name == "transfer-encoding":
+                    chunked = "chunked" in value
+                else:
+                    value = value.strip()
+                    close = "close" in value or (close and "keep-alive" not in value)
+            if chunked:
+                body = bytearray()
+                while True:
+                    size = int(self._line().split(b";", 1)[0], 16)
+                    if size == 0:
+                        while self._line():
+                            pass  # trailers
+                        break
+                    body += self._take(size)
+                    self._take(2)
+                return status, bytes(body), close
+            if length is not None:
+                return status, self._take(length), close
+            body = bytearray(self.buf)  # no length: the body runs to the end
+            self.buf.clear()
+            while chunk := self.sock.recv(65536):
+                body += chunk
+            return status, bytes(body), True
+        except ConnectionResetError as exc:
+            raise _Closed(str(exc), partial=bool(self.buf)) from None
+        except ValueError as exc:
+            raise _Closed(f"malformed response: {exc}", partial=True) from None
 
 
 class HttpClient:
@@ -161,14 +211,17 @@ class HttpClient:
         self.token = token if token is not None else _read_token()
         self.timeout = timeout
         self.node_tokens: dict[str, str] = {}
-        self._timeout = Timeout(timeout)
-        headers = {"Accept": "application/json", "User-Agent": "corral"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        self._headers = headers
-        self._headers_json = {**headers, "Content-Type": "application/json"}
+        self._local = threading.local()
+        self._conns: list[_Connection] = []
         self._lock = threading.Lock()
-        self._pool = self._new_pool()
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        if self._port != (443 if self._https else 80):
+            host = f"{host}:{self._port}"
+        head = f"Host: {host}\r\nAccept: application/json\r\n"
+        if self.token:
+            head += f"Authorization: Bearer {self.token}\r\n"
+        self._head = head.encode("latin-1")
+        self._head_json = self._head + b"Content-Type: application/json\r\n"
 
     # --- transport ----------------------------------------------------------------
     def __enter__(self) -> HttpClient:
@@ -177,22 +230,29 @@ class HttpClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _new_pool(self) -> HTTPConnectionPool:
-        """A pool of keep-alive connections: thread-safe, never blocking (a thread
-        that finds no idle connection opens one), no retries, no redirects."""
-        kw: dict[str, Any] = {"maxsize": _POOL_SIZE, "block": False, "retries": False}
-        if self._https:
-            import ssl
-
-            return _TLSPool(self._host, self._port, ssl_context=ssl.create_default_context(), **kw)
-        return _Pool(self._host, self._port, **kw)
-
     def close(self) -> None:
-        """Close the idle connections (one in use closes when its call ends); a later
-        call opens new ones."""
         with self._lock:
-            pool, self._pool = self._pool, self._new_pool()
-        pool.close()
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+    def _conn(self) -> tuple[_Connection, bool]:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn, True
+        conn = _Connection(self._host, self._port, self.timeout, tls=self._https)
+        self._local.conn = conn
+        with self._lock:
+            self._conns.append(conn)
+        return conn, False
+
+    def _drop(self, conn: _Connection) -> None:
+        conn.close()
+        self._local.conn = None
+        with self._lock:
+            if conn in self._conns:
+                self._conns.remove(conn)
 
     def request(
         self,
@@ -208,57 +268,46 @@ class HttpClient:
         target = self._prefix + path
         if query:
             target += "?" + urlencode({k: v for k, v in query.items() if v is not None})
-        if not target.isascii():
-            raise InvalidInputError(f"not an ASCII request target: {target!r}")
-        data = None
-        headers = self._headers
+        data = b""
+        extra = self._head
         if body is not None:
             try:
                 data = _ENCODER.encode(body).encode()
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"arguments must be JSON data: {exc}") from None
-            headers = self._headers_json
-        limit = self._timeout if timeout is None else Timeout(timeout)
-        for attempt in (0, 1):
-            _sent.reused = False
-            try:
-                resp = self._pool.urlopen(
-                    method, target, body=data, headers=headers, retries=False,
-                    redirect=False, assert_same_host=False, timeout=limit,
-                    preload_content=False,
-                )  # fmt: skip
-                break
-            except ProtocolError as exc:  # the connection ended before the answer's head
-                cause = exc.args[1] if len(exc.args) > 1 else exc
-                if attempt == 0 and _sent.reused and isinstance(cause, _CLOSED):
-                    continue  # the server closed an idle keep-alive connection
-                raise self._lost(cause) from None
-            except (HTTPError, OSError) as exc:
-                raise self._unreachable(exc) from None
+            extra = self._head_json
         try:
-            payload = resp.data  # the body, the connection back in the pool once read
-        except ProtocolError as exc:
-            raise self._lost(exc.args[1] if len(exc.args) > 1 else exc) from None
-        except (HTTPError, OSError) as exc:
-            raise self._unreachable(exc) from None
-        status = resp.status
+            line = f"{method} {target} HTTP/1.1\r\n".encode("ascii")
+        except UnicodeEncodeError:
+            raise InvalidInputError(f"not an ASCII request target: {target!r}") from None
+        message = b"".join((line, extra, b"Content-Length: %d\r\n\r\n" % len(data), data))
+        for attempt in (0, 1):
+            try:
+                conn, reused = self._conn()
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"cannot reach {self.url}: {exc}; is corral serve running?"
+                ) from None
+            try:
+                status, payload, close = conn.roundtrip(message, timeout or self.timeout)
+            except _Closed as exc:
+                self._drop(conn)
+                if reused and attempt == 0 and not exc.partial:
+                    continue  # the server closed an idle keep-alive connection
+                raise StoreUnavailableError(f"lost the connection to {self.url}: {exc}") from None
+            except OSError as exc:
+                self._drop(conn)
+                raise StoreUnavailableError(
+                    f"cannot reach {self.url}: {exc}; is corral serve running?"
+                ) from None
+            if close:
+                self._drop(conn)
+            break
         if status >= 400:
             raise self._error(status, payload)
         if raw:
             return payload.decode()
         return json.loads(payload.decode())
-
-    def _lost(self, cause: object) -> StoreUnavailableError:
-        return StoreUnavailableError(f"lost the connection to {self.url}: {cause}")
-
-    def _unreachable(self, exc: BaseException) -> StoreUnavailableError:
-        if isinstance(exc, ReadTimeoutError):
-            reason: object = "timed out waiting for the answer"
-        elif isinstance(exc, NewConnectionError) and exc.__cause__ is not None:
-            reason = exc.__cause__  # the socket's error, e.g. connection refused
-        else:
-            reason = exc
-        return StoreUnavailableError(f"cannot reach {self.url}: {reason}; is corral serve running?")
 
     def _error(self, status: int, payload: bytes) -> CorralError:
         try:
