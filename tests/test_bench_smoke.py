@@ -178,16 +178,33 @@ def test_http_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
 
 def test_http_pace_quick_run_writes_its_json(tmp_path: Path) -> None:
     """http_pace.py --quick times each operation embedded and over HTTP after each
-    pause, and the floor request, and writes the HTTP / embedded ratios per pause."""
+    pause, and the floor request, with corral's hand-written transport and urllib3's
+    side by side, and writes the HTTP / embedded and library / hand-written ratios per
+    pause; --transports hand times corral's alone, and an unknown name is exit 2."""
     data = run_quick("http_pace.py", tmp_path / "pace.json")
     assert data["bench"] == "http_pace"
     assert set(data["machine"]) >= MACHINE_KEYS
+    assert data["transports"] == ["hand", "library"]
     assert set(data["median"]) == {"0", "1"}
+    ops = ("heartbeat", "claim", "complete", "complete_and_claim")
     for pause in data["median"].values():
-        for side in ("embedded", "http"):
-            for op in ("heartbeat", "claim", "complete", "complete_and_claim"):
+        for side in ("embedded", "http", "http_library"):
+            for op in ops:
                 d = pause[f"{side}/{op}"]
                 assert 0 < d["p50"] <= d["p99"]
-        assert pause["floor/request"]["p50"] > 0
-        assert all(v > 0 for v in pause["ratios"].values())
+        assert pause["floor/request"]["p50"] > 0 and pause["floor_library/request"]["p50"] > 0
+        ratios = pause["ratios"]
+        assert {f"library_vs_hand_{op}_{q}" for op in ops for q in ("p50", "p99")} <= set(ratios)
+        assert all(v > 0 for v in ratios.values())
     assert len(data["rounds"]) == data["repeat"] == 1
+
+    alone = run_quick("http_pace.py", tmp_path / "alone.json", "--transports", "hand")
+    assert alone["transports"] == ["hand"]
+    for pause in alone["median"].values():
+        assert "http/heartbeat" in pause and "http_library/heartbeat" not in pause
+        assert not any(k.startswith("library") for k in pause["ratios"])
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "http_pace.py"), "--quick", "--transports", "curl"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--transports" in bad.stderr

@@ -6,7 +6,9 @@ Same methods, same results (``corral.model`` records) and same exceptions
 over a socket with ``TCP_NODELAY`` that writes each request in one ``send`` and
 reads just what the server sends (``Content-Length`` or chunked bodies). The
 stdlib's ``http.client`` costs ~0.3 ms a call here (a second write for the body,
-e-mail header parsing), more than the operation itself.
+e-mail header parsing), more than the operation itself; urllib3's pool, on top of
+it, made a worker's paced step 1.5-1.8x slower side by side (``bench/http_pace.py``,
+``docs/performance.md``), so this client stays.
 """
 
 from __future__ import annotations
