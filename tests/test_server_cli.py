@@ -216,7 +216,9 @@ def test_sigterm_removes_the_servers_wait_fifo(tmp_path: Path) -> None:
         try:
             r = httpx.post(f"{url}/v1/nodes/n1/claim", json={"wait": wait}, headers=auth,
                            timeout=60)  # fmt: skip
-            answers.append(r.json())
+            # the claim cut short by the shutdown may get uvicorn's own plain 500
+            answers.append(r.json() if r.headers.get("content-type") == "application/json"
+                           else r.status_code)  # fmt: skip
         except httpx.HTTPError as exc:
             answers.append(exc)
 

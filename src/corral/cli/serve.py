@@ -100,9 +100,7 @@ def serve(
         # Die by the signal, as a process stopped by it should (exit status -SIGTERM),
         # without joining the threads of claims still waiting: the process's own
         # files go first, since ``atexit`` handlers do not run then.
-        from corral.store.signal import close_listeners
-
-        close_listeners()
+        cluster.store.close_listeners()
         signal.signal(stopped_by, signal.SIG_DFL)
         signal.raise_signal(stopped_by)
     if not server.started:

@@ -263,9 +263,7 @@ async def _hand_back(st: ServerState, task: Any) -> None:
 
 def _wake(store: Any) -> None:
     """Wake the claims waiting on ``store`` (each re-checks and waits again)."""
-    signal = getattr(store, "_ready", None)
-    if signal is not None:
-        signal.bump()
+    store.wake_waiters()
 
 
 def _query(op: Op, raw: bytes) -> Any:

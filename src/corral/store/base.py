@@ -276,5 +276,16 @@ class Store(ABC):
         ``timeout`` seconds pass). Backends without a wake-up re-check every second."""
         time.sleep(min(timeout, 1.0))
 
+    def wake_waiters(self) -> None:
+        """Wake this process's ``wait_ready`` callers now (each re-checks, then waits
+        again): a server whose caller went away ends that caller's wait at once."""
+        return None  # backends without a wake-up: their waiters re-check every second
+
+    def close_listeners(self) -> None:
+        """Stop listening for other processes' wake-ups (remove what a listener left
+        on disk); the store stays usable. For a process that is about to die by a
+        signal, where exit handlers do not run."""
+        return None  # nothing listens by default
+
     @abstractmethod
     def close(self) -> None: ...

@@ -519,6 +519,9 @@ class PostgresStore(SQLStore):
     def wait_ready(self, token: Any, timeout: float) -> None:
         self._ready.wait(token, timeout)
 
+    def wake_waiters(self) -> None:
+        self._ready.bump()
+
     def _ensure_listener(self) -> None:
         with self._listen_lock:
             if self._listener is None or not self._listener.is_alive():

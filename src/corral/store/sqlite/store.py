@@ -532,6 +532,13 @@ class SQLiteStore(SQLStore):
         re-check (every ``SQLITE_WAIT_RECHECK`` seconds)."""
         self._ready.wait(token, min(timeout, SQLITE_WAIT_RECHECK))
 
+    def wake_waiters(self) -> None:
+        self._ready.bump()
+
+    def close_listeners(self) -> None:
+        if self._bell is not None:
+            self._bell.close()
+
     def close(self) -> None:
         if self._checkpoints is not None:
             self._checkpoints.close()
