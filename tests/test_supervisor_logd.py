@@ -478,3 +478,38 @@ def test_two_hundred_streams_one_small_daemon(logd: LogdClient, state: Path) -> 
         for w in writers:
             os.close(w)
     wait_for(lambda: logd.status() == [], "every stream to reach eof")
+
+
+def test_out_of_file_descriptors_refuses_the_attach_and_keeps_logging(
+    logd: LogdClient, state: Path
+) -> None:
+    daemon = psutil.Process(daemon_pid(state))
+    daemon.rlimit(psutil.RLIMIT_NOFILE, (daemon.num_fds() + 5, daemon.num_fds() + 5))
+    writers: list[int] = []
+    try:
+        with pytest.raises(StoreUnavailableError) as exc:
+            for i in range(10):  # two fds each: the pipe and its log file
+                r, w = os.pipe()
+                writers.append(w)
+                try:
+                    logd.attach(f"a{i}", "stdout", r)
+                finally:
+                    os.close(r)
+        assert "logd" in str(exc.value)  # out of fds, or the connection refused
+        attached = len(logd.status())
+        assert 1 <= attached < 10
+        for i, w in enumerate(writers[:attached]):
+            os.write(w, b"still logged %d\n" % i)
+        for i in range(attached):
+            log = state / "logs" / f"a{i}" / "stdout.log"
+            wait_for(lambda log=log: log.exists() and log.stat().st_size, f"a{i}'s line")
+            assert log_lines(log) == [b"still logged %d" % i]
+    finally:
+        for w in writers:
+            os.close(w)
+    wait_for(lambda: logd.status() == [], "every stream to reach eof")
+    r, w = os.pipe()  # fds freed: attaching works again
+    logd.attach("again", "stdout", r)
+    os.close(r)
+    os.close(w)
+    wait_for(lambda: logd.status() == [], "the last eof")

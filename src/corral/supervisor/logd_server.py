@@ -4,6 +4,8 @@ described in :mod:`corral.supervisor.logd`, which starts it."""
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -15,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from corral.errors import InvalidInputError
+from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES, RotatingLog
 from corral.supervisor.manifest import _ID, RESERVED_IDS
 
@@ -74,6 +76,7 @@ class _Conn:
         self.subscribed = False
         self.dropped = 0
         self.writing = False
+        self.truncated = False
 
 
 class Logd:
@@ -110,6 +113,7 @@ class Logd:
         self.listener.listen(128)
         self.listener.setblocking(False)
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # kept for EMFILE
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
@@ -187,6 +191,13 @@ class Logd:
         try:
             sock, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:  # out of fds: refuse this one rather than spin on it
+            os.close(self._spare)
+            with contextlib.suppress(OSError):
+                self.listener.accept()[0].close()
+            self._spare = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            self._note("accept-failed", error=e.strerror)
             return
         sock.setblocking(False)
         conn = _Conn(self._next_cid, sock)
@@ -267,7 +278,8 @@ class Logd:
         except OSError:
             data, fds, flags = b"", [], 0
         conn.fds.extend(fds)
-        if flags & socket.MSG_CTRUNC:
+        if flags & socket.MSG_CTRUNC:  # the kernel could not give us the fd (EMFILE)
+            conn.truncated = True
             self._note("fds-truncated", client=conn.cid)
         if not data:
             self._close_conn(conn)
@@ -315,6 +327,11 @@ class Logd:
                 {"ok": False, "error": {"code": e.code, "message": e.message, "field": e.field}},
             )
             return
+        except OSError as e:  # out of fds, disk trouble: the caller is told, logd goes on
+            self._note("request-failed", op=op, error=str(e))
+            error = {"code": StoreUnavailableError.code, "message": str(e), "field": None}
+            self._send(conn, {"ok": False, "error": error})
+            return
         self._send(conn, {"ok": True, "result": result})
 
     def _path(self, agent: str, stream: str) -> Path:
@@ -336,6 +353,8 @@ class Logd:
                 raise InvalidInputError("keep: must be an integer >= 0", field="keep")
             if pid is not None and (type(pid) is not int or pid < 1):
                 raise InvalidInputError("pid: must be a positive integer or null", field="pid")
+            if fd is None and conn.truncated:
+                raise OSError(errno.EMFILE, "logd is out of file descriptors")
             if fd is None:
                 raise InvalidInputError("fd: attach carries one file descriptor", field="fd")
             mode = os.fstat(fd).st_mode
@@ -351,7 +370,11 @@ class Logd:
             log.max_bytes, log.keep = max_bytes, keep
             self.logs[key] = (log, refs + 1)
         else:
-            self.logs[key] = (RotatingLog(self._path(agent, stream), max_bytes, keep), 1)
+            try:
+                self.logs[key] = (RotatingLog(self._path(agent, stream), max_bytes, keep), 1)
+            except OSError:
+                os.close(fd)
+                raise
         os.set_blocking(fd, False)
         src = _Source(self._next_sid, agent, stream, fd, pid)
         self._next_sid += 1
@@ -446,4 +469,5 @@ class Logd:
             conn.sock.close()
         (self.dir / PID_NAME).unlink(missing_ok=True)  # still locked: nobody raced us
         self.log.close()
+        os.close(self._spare)
         os.close(self._pidfd)
