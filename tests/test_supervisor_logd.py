@@ -495,7 +495,8 @@ def test_out_of_file_descriptors_refuses_the_attach_and_keeps_logging(
                     logd.attach(f"a{i}", "stdout", r)
                 finally:
                     os.close(r)
-        assert "logd" in str(exc.value)  # out of fds, or the connection refused
+        # out of fds when receiving the pipe or opening its log, or the connection refused
+        assert "could not attach" in str(exc.value) or "log daemon" in str(exc.value)
         attached = len(logd.status())
         assert 1 <= attached < 10
         for i, w in enumerate(writers[:attached]):
@@ -513,3 +514,15 @@ def test_out_of_file_descriptors_refuses_the_attach_and_keeps_logging(
     os.close(r)
     os.close(w)
     wait_for(lambda: logd.status() == [], "the last eof")
+
+
+def test_a_second_daemon_for_the_same_dir_refuses(logd: LogdClient, state: Path) -> None:
+    pid = daemon_pid(state)
+    second = subprocess.run(
+        [sys.executable, "-m", "corral.supervisor.logd", "--state-dir", str(state)],
+        capture_output=True,
+        timeout=DEADLINE,
+    )
+    assert second.returncode == 1
+    assert f"already running (pid {pid})" in second.stderr.decode()
+    assert daemon_pid(state) == pid and logd.status() == []  # the first one still serves

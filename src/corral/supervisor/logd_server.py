@@ -329,7 +329,8 @@ class Logd:
             return
         except OSError as e:  # out of fds, disk trouble: the caller is told, logd goes on
             self._note("request-failed", op=op, error=str(e))
-            error = {"code": StoreUnavailableError.code, "message": str(e), "field": None}
+            message = f"logd could not {op}: {e.strerror or e}"
+            error = {"code": StoreUnavailableError.code, "message": message, "field": None}
             self._send(conn, {"ok": False, "error": error})
             return
         self._send(conn, {"ok": True, "result": result})
