@@ -23,7 +23,13 @@ when it holds no stream and no client: a supervisor that restarts finds it there
 Stopping reads what the pipes hold at that moment, finishes every log (a last
 partial line gets its newline) and removes the socket and pid file; a child that
 writes afterwards gets EPIPE, so a supervisor stops its children first. SIGHUP
-reopens every log (after an outside tool moved the files).
+reopens every log (after an outside tool moved the files). Out of file descriptors,
+an attach is refused (``StoreUnavailableError``) and the held streams keep flowing.
+
+The daemon's parent is init, unless the process that started it is a child
+subreaper (``PR_SET_CHILD_SUBREAPER``): then logd is reparented to that process,
+which should reap it. A supervisor calls :func:`ensure_logd` before becoming a
+subreaper to avoid that.
 
 Events go to every connected supervisor (a subscribed connection) as JSON lines:
 
@@ -35,7 +41,8 @@ Events go to every connected supervisor (a subscribed connection) as JSON lines:
   then ``{"kind": "synced"}``;
 - ``{"kind": "dropped", "count"}`` after events were dropped for this client.
   A client that does not read is never waited for: once ``client_buffer`` bytes are
-  queued for it, its events are dropped (logged in ``logd.log``) until it catches up.
+  queued for it, its ``line`` events are dropped (logged in ``logd.log``) until it
+  catches up; ``eof`` and the other events are always queued.
 - ``{"kind": "shutdown"}`` when logd stops.
 
 Events happening while no supervisor is connected are not kept (the lines are in
