@@ -456,8 +456,12 @@ class Logd:
         except FileNotFoundError:
             pass
         self.listener.close()
+        (self.dir / PID_NAME).unlink(missing_ok=True)  # still locked: nobody raced us
         self._note("shutdown", by="request" if self._stopper else "signal")
-        for conn in list(self.conns.values()):
+        self.log.close()
+        os.close(self._spare)
+        conns = sorted(self.conns.values(), key=lambda c: c is not self._stopper)
+        for conn in conns:  # the one who asked first: everything is finished now
             if conn is self._stopper:
                 conn.out += jsonline({"ok": True, "result": None})
             elif conn.subscribed:
@@ -468,7 +472,4 @@ class Logd:
             except OSError:
                 pass
             conn.sock.close()
-        (self.dir / PID_NAME).unlink(missing_ok=True)  # still locked: nobody raced us
-        self.log.close()
-        os.close(self._spare)
         os.close(self._pidfd)
