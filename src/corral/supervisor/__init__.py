@@ -6,6 +6,9 @@
   backoff and restart limit, timeouts, deadlines, the ``HEARTBEAT`` line).
 - :mod:`corral.supervisor.logs`: per-agent log files rotated without losing a line
   (not re-exported here so that ``python -m corral.supervisor.logs`` runs cleanly).
+- :mod:`corral.supervisor.logd`: the log daemon that reads every child's output pipes
+  and outlives the supervisor (``ensure_logd``, ``LogdClient``; not re-exported
+  either, for ``python -m corral.supervisor.logd``).
 """
 
 from __future__ import annotations
