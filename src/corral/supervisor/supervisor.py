@@ -466,6 +466,7 @@ class Supervisor:
                 if fd >= 0:
                     os.close(fd)
         a.child, a.last_pid = child, child.pid
+        a.started_at = now = self.clock()  # timeouts count from the process's existence
         self._watcher.watch(child, lambda ex: self._on_exit(a, child, ex), self._before_reap)
         self._set(a, State.STARTING, "spawn")
         if self._heartbeat(a) == "none":
