@@ -10,12 +10,14 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from corral.supervisor.manifest import Manifest, parse_manifest
@@ -395,3 +397,173 @@ def test_operator_stop_stays_stopped_and_start_brings_it_back(tmp_path: Path) ->
         assert s["state"] == "RUNNING" and s["pid"] != old
 
     supervise(sup, scenario)
+
+
+# ---- a supervisor killed with SIGKILL and started again -------------------------------
+
+RUN = (
+    "import asyncio, sys\n"
+    "from corral.supervisor.manifest import load_manifest\n"
+    "from corral.supervisor.supervisor import Supervisor\n"
+    "asyncio.run(Supervisor(load_manifest(sys.argv[1]), state_dir=sys.argv[2]).run())\n"
+)
+TICKER = "trap : USR1 USR2; while :; do echo tick; sleep 0.05; done"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := cond()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def write_manifest(tmp_path: Path, orphans: str = "adopt") -> Path:
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        f'[supervisor]\nbackoff_base = 0.05\nbackoff_jitter = 0\norphans = "{orphans}"\n'
+        f'[[agents]]\nid = "relay"\ncmd = "sh"\nargs = ["-c", "{TICKER}"]\n'
+        f'[[agents]]\nid = "user"\ncmd = "sh"\nargs = ["-c", "{TICKER}"]\n'
+        'depends_on = ["relay"]\n'
+    )
+    return path
+
+
+class Daemon:
+    """``Supervisor.run()`` in a real subprocess."""
+
+    def __init__(self, manifest_path: Path, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.proc = subprocess.Popen([PY, "-c", RUN, str(manifest_path), str(state_dir)])
+
+    def pids(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.state_dir / "pids.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        if data.get("supervisor_pid") != self.proc.pid:
+            return {}
+        return data["agents"]
+
+    def running(self, *agents: str) -> dict[str, int] | None:
+        recs = self.pids()
+        if all(recs.get(a, {}).get("state") == "RUNNING" and recs[a]["pid"] for a in agents):
+            return {a: recs[a]["pid"] for a in agents}
+        return None
+
+    def kill(self) -> None:
+        self.proc.kill()
+        assert self.proc.wait(timeout=20) == -signal.SIGKILL
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def log_size(state_dir: Path, agent: str) -> int:
+    return (state_dir / "logs" / agent / "stdout.log").stat().st_size
+
+
+@pytest.mark.slow
+def test_sigkilled_supervisor_adopts_its_children_on_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    m = write_manifest(tmp_path)
+    first = Daemon(m, state)
+    try:
+        pids = wait_for(lambda: first.running("relay", "user"), what="first run")
+    finally:
+        first.kill()
+    starts_before = len([r for r in transitions(state) if r["to"] == "STARTING"])
+    second = Daemon(m, state)
+    try:
+        assert wait_for(lambda: second.running("relay", "user"), what="adopted") == pids
+        log = (state / "logs/supervisor/supervisor.log").read_text()
+        assert log.count('"msg": "adopted"') == 2
+        # no child was restarted: no new STARTING, the same processes
+        assert len([r for r in transitions(state) if r["to"] == "STARTING"]) == starts_before
+        assert all(alive(p) for p in pids.values())
+        size = log_size(state, "relay")
+        wait_for(lambda: log_size(state, "relay") > size, what="relay log growing")
+        # a later crash of an adopted child is seen and handled by its policy
+        os.kill(pids["relay"], signal.SIGKILL)
+        wait_for(
+            lambda: (r := second.running("relay", "user")) and r["relay"] != pids["relay"],
+            what="relay restarted",
+        )
+        relay = second.pids()["relay"]
+        assert relay["last_exit"]["describe"] == "unknown"  # not our child: status unknown
+        assert relay["restarts"] == 1
+        user = [(r["from"], r["to"]) for r in transitions(state, "user")][-2:]
+        assert user == [("RUNNING", "WAITING"), ("WAITING", "RUNNING")]
+        new = second.pids()
+    finally:
+        assert second.stop() == 0
+    assert not alive(new["relay"]["pid"]) and not alive(new["user"]["pid"])
+    assert not alive(pids["user"])
+
+
+@pytest.mark.slow
+def test_children_that_died_meanwhile_get_their_policy_and_a_reused_pid_is_not_adopted(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    m = write_manifest(tmp_path)
+    first = Daemon(m, state)
+    try:
+        pids = wait_for(lambda: first.running("relay", "user"), what="first run")
+    finally:
+        first.kill()
+    for pid in pids.values():
+        os.killpg(pid, signal.SIGKILL)
+    wait_for(lambda: not any(alive(p) for p in pids.values()), what="children gone")
+    # "user"'s pid now names an unrelated process (its start time does not match)
+    data = json.loads((state / "pids.json").read_text())
+    started = data["agents"]["user"]["started_at"]
+    wait_for(lambda: time.time() > started + 0.05, what="a later clock tick")
+    stranger = subprocess.Popen(["sleep", "60"])
+    data["agents"]["user"]["pid"] = stranger.pid
+    (state / "pids.json").write_text(json.dumps(data))
+    second = Daemon(m, state)
+    try:
+        now = wait_for(lambda: second.running("relay", "user"), what="restarted by policy")
+        assert now["user"] != stranger.pid and now["relay"] != pids["relay"]
+        assert stranger.poll() is None  # neither adopted nor signalled
+        recs = second.pids()
+        assert recs["relay"]["last_exit"]["describe"] == "unknown"
+        assert recs["relay"]["restarts"] == 1
+    finally:
+        assert second.stop() == 0
+        stranger.kill()
+        stranger.wait()
+    assert stranger.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("orphans", ["adopt", "kill"])
+def test_marked_orphans_are_adopted_or_killed(tmp_path: Path, orphans: str) -> None:
+    state = tmp_path / "state"
+    m = write_manifest(tmp_path, orphans)
+    first = Daemon(m, state)
+    try:
+        pids = wait_for(lambda: first.running("relay", "user"), what="first run")
+    finally:
+        first.kill()
+    (state / "pids.json").unlink()  # as if the last write was lost
+    second = Daemon(m, state)
+    try:
+        now = wait_for(lambda: second.running("relay", "user"), what="second run")
+        if orphans == "adopt":
+            assert now == pids
+        else:
+            assert set(now.values()).isdisjoint(pids.values())
+            wait_for(lambda: not any(alive(p) for p in pids.values()), what="orphans killed")
+    finally:
+        assert second.stop() == 0

@@ -63,7 +63,9 @@ __all__ = [
 
 MARKER_ENV = "CORRAL_SUPERVISOR"
 AGENT_ENV = "CORRAL_AGENT_ID"
-_START_TOLERANCE = 0.05  # create_time has clock-tick (10 ms) resolution
+# create_time is boot time + start ticks (10 ms each): the same process always gives
+# the same value, another process started a tick or more later does not
+_START_TOLERANCE = 0.005
 
 
 class SpawnError(OSError):
