@@ -567,3 +567,31 @@ def test_marked_orphans_are_adopted_or_killed(tmp_path: Path, orphans: str) -> N
             wait_for(lambda: not any(alive(p) for p in pids.values()), what="orphans killed")
     finally:
         assert second.stop() == 0
+
+
+def test_cluster_heartbeat_is_the_node_of_the_same_id(tmp_path: Path) -> None:
+    import corral
+
+    client = corral.connect(f"sqlite:///{tmp_path / 'corral.db'}")
+    sleeper = py("import time; time.sleep(60)")
+    agent = {"id": "w1", "heartbeat": "cluster", "restart": "never", **sleeper}
+    m = manifest([agent], heartbeat_interval=0.1, heartbeat_timeout=0.5)
+    sup = make(tmp_path, m, client=client)
+
+    async def scenario() -> None:
+        await until(lambda: st(sup, "w1")["state"] == "STARTING", what="STARTING")
+        await asyncio.sleep(0.3)  # no node yet: it stays STARTING
+        assert st(sup, "w1")["state"] == "STARTING"
+        client.register_node("w1", "developer")
+        client.heartbeat("w1")
+        await until(lambda: st(sup, "w1")["state"] == "RUNNING", what="RUNNING by cluster beat")
+        # no further beats: heartbeat timeout, and restart=never stops it
+        await until(lambda: st(sup, "w1")["state"] == "STOPPED", what="heartbeat timeout")
+
+    supervise(sup, scenario)
+    reasons = [r["reason"] for r in transitions(tmp_path / "state", "w1")]
+    assert reasons == ["spawn", "first heartbeat", "heartbeat timeout", "restart=never"]
+    # every transition is an event in the cluster (an alert event for now)
+    alerts = [e for e in client.events() if "supervisor: w1" in str(e)]
+    assert len(alerts) == 4
+    client.close()

@@ -258,7 +258,7 @@ def reap_strays(known: set[int]) -> list[int]:
     """Reap zombie children that are not agents we watch (descendants re-parented
     to us as subreaper); an agent's own status is left for its pidfd. Returns the
     pids reaped."""
-    reaped = []
+    reaped: list[int] = []
     try:
         kids = psutil.Process().children()
     except psutil.Error:

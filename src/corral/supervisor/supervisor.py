@@ -33,6 +33,7 @@ out for missing them).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -287,6 +288,9 @@ class Supervisor:
                 if a.state is not State.STOPPED and a.child is None:
                     self._set(a, State.STOPPED, "shutdown")
         self._save(clean=True)
+        pending = [t for t in self._tasks if t is not asyncio.current_task()]
+        if pending:  # events still being published to the cluster
+            await asyncio.wait(pending, timeout=5)
         if self._done is not None:
             self._done.set()
 
@@ -423,7 +427,7 @@ class Supervisor:
             log = RotatingLog(path, a.spec.log_max_bytes, a.spec.log_keep)
             if a.pipe is not None:
                 a.pipe.close()
-            a.pipe = _Pipe(self._loop, r, log, lambda line, a=a: self._on_line(a, line))
+            a.pipe = _Pipe(self._loop, r, log, functools.partial(self._on_line, a))
             return w
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
