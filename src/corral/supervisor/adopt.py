@@ -31,7 +31,8 @@ from corral.supervisor import process as proc
 from corral.supervisor.policy import EXHAUSTED_FLAG, Exit, State
 
 if TYPE_CHECKING:
-    from corral.supervisor.supervisor import Supervisor, _Agent
+    from corral.supervisor.agent import _Agent
+    from corral.supervisor.supervisor import Supervisor
 
 __all__ = ["recover"]
 

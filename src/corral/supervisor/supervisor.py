@@ -14,20 +14,13 @@ time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``
 ``logs/supervisor/state.log`` (one JSON line per transition) and
 ``logs/supervisor/supervisor.log`` (the supervisor's own JSON log).
 
-Adoption: on start the supervisor reads ``pids.json``; a recorded pid whose start
-time still matches is watched again through a new pidfd (not restarted); one that
-died meanwhile gets its restart policy (its exit status is unknown: the new
-supervisor is neither its parent nor its subreaper ancestor, so the kernel keeps the
-status from it). Marked processes not in ``pids.json`` are orphans: an agent's
-session leader is adopted when ``orphans = "adopt"`` and that agent has no process;
-the rest are killed (``orphans = "kill"`` kills them all).
+Adoption after a supervisor crash: :mod:`corral.supervisor.adopt`. The cluster
+link (transitions as events, the cluster heartbeat): :mod:`corral.supervisor.link`.
 
-Interim output routing (until the log daemon takes over): an agent's stdout and
-stderr are its log files opened for append, so output keeps flowing when the
-supervisor is gone. A ``heartbeat = "pipe"`` agent's stdout is a pipe the supervisor
-reads (appending every line to ``stdout.log``): that pipe does not survive the
-supervisor, and an adopted pipe agent's heartbeats are not read (it is not timed
-out for missing them).
+Interim output routing (until the log daemon): stdout/stderr are the log files
+opened for append, so output flows on when the supervisor is gone; a pipe-heartbeat
+agent's stdout is a pipe this process reads, which does not survive it (an adopted
+pipe agent's beats are not read and it is not timed out for missing them).
 """
 
 from __future__ import annotations
@@ -44,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from corral.errors import NotFoundError
+from corral.supervisor import link
 from corral.supervisor import process as proc
+from corral.supervisor.agent import STDERR_TAIL, _Agent, _Pipe, agent_status, stderr_tail
 from corral.supervisor.logs import RotatingLog
-from corral.supervisor.manifest import AgentSpec, Manifest, dependents, phases, stop_phases
+from corral.supervisor.manifest import Manifest, dependents, phases, stop_phases
 from corral.supervisor.policy import (
     EXHAUSTED_FLAG,
     Exit,
@@ -63,83 +58,6 @@ from corral.supervisor.policy import (
 from corral.supervisor.state import PidFile
 
 __all__ = ["STDERR_TAIL", "Supervisor", "stderr_tail"]
-
-STDERR_TAIL = 50
-_LIVE = (State.STARTING, State.RUNNING, State.WAITING)
-
-
-def stderr_tail(path: Path, lines: int = STDERR_TAIL, *, max_bytes: int = 256 * 1024) -> list[str]:
-    """The last ``lines`` lines of a log file (empty when there is none)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return []
-    return [ln.decode("utf-8", "replace") for ln in data.splitlines()[-lines:]]
-
-
-class _Pipe:
-    """The interim stdout pipe of a pipe-heartbeat agent: read on the loop, every
-    line appended to ``stdout.log``, ``HEARTBEAT`` lines reported."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        fd: int,
-        log: RotatingLog,
-        on_line: Callable[[bytes], object],
-    ) -> None:
-        self.loop, self.fd, self.log, self.on_line = loop, fd, log, on_line
-        os.set_blocking(fd, False)
-        loop.add_reader(fd, self._read)
-
-    def _read(self) -> None:
-        try:
-            data = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
-        if data:
-            self.log.feed(data, self.on_line)
-        else:
-            self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            self.loop.remove_reader(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-            self.log.close()
-
-
-class _Agent:
-    """The runtime record of one agent."""
-
-    def __init__(self, spec: AgentSpec, tracker: RestartTracker) -> None:
-        self.spec = spec
-        self.tracker = tracker
-        self.state = State.STOPPED
-        self.child: proc.Child | None = None
-        self.started_at: float | None = None
-        self.last_beat: float | None = None
-        self.beat_status: str | None = None
-        self.beats_lost = False  # adopted pipe agent: its heartbeats cannot be read
-        self.restart_at: float | None = None
-        self.stop_deadline: float | None = None
-        self.stopping: asyncio.Future[None] | None = None
-        self.stop_reason = ""
-        self.hung: str | None = None  # why it is being killed (startup/heartbeat timeout)
-        self.operator_stopped = False
-        self.auto_start = True
-        self.reached_running = False
-        self.waiting_on: set[str] = set()
-        self.last_exit: dict[str, Any] | None = None
-        self.next_check: float | None = None  # cluster heartbeat
-        self.checking = False
-        self.pipe: _Pipe | None = None
-        self.last_pid: int | None = None  # the process the last transition was about
 
 
 class Supervisor:
@@ -373,19 +291,10 @@ class Supervisor:
         self._dirty()
 
     def _publish(self, rec: dict[str, Any]) -> None:
-        """The transition as an event in the cluster (an ``alert`` event for now)."""
-        client = self.client
-        if client is None or self._loop is None:
-            return
-        msg = f"supervisor: {rec['agent']} {rec['from']} -> {rec['to']} ({rec['reason']})"
+        link.publish(self, rec)
 
-        async def send() -> None:
-            try:
-                await asyncio.to_thread(client.alert, msg[:500], None, supervisor=rec)
-            except Exception as e:  # the cluster being down must not stop supervision
-                self._log("warning", "cannot publish event", error=repr(e))
-
-        self._spawn_task(send)
+    def _check_cluster(self, a: _Agent) -> None:
+        link.check_cluster(self, a)
 
     def _dirty(self) -> None:
         if self._loop is None or self._save_pending:
@@ -638,33 +547,6 @@ class Supervisor:
                     self._spawn(a)
             self._phase += 1
 
-    # ---- cluster heartbeat --------------------------------------------------------
-
-    def _check_cluster(self, a: _Agent) -> None:
-        """Ask the cluster for the node named like the agent; its last heartbeat
-        after the spawn counts as a beat."""
-        a.checking = True
-        a.next_check = None
-        client, child = self.client, a.child
-
-        async def check() -> None:
-            seen = None
-            try:
-                node = await asyncio.to_thread(client.get_node, a.spec.id)
-                seen = getattr(node, "last_heartbeat", None)
-            except Exception as e:  # unknown node yet, or the cluster unreachable
-                self._log("debug", "cluster heartbeat check", agent=a.spec.id, error=repr(e))
-            a.checking = False
-            if a.child is not child:
-                return
-            since = a.last_beat if a.last_beat is not None else (a.started_at or 0)
-            if seen is not None and seen > since:
-                self._beat(a, min(seen, self.clock()), None)
-            a.next_check = self.clock() + a.spec.heartbeat_interval
-            self._kick()
-
-        self._spawn_task(check)
-
     # ---- deadlines ----------------------------------------------------------------
 
     def _deadline(self, a: _Agent) -> float | None:
@@ -699,29 +581,14 @@ class Supervisor:
 
     # ---- status -------------------------------------------------------------------
 
+    def _status(self, a: _Agent) -> dict[str, Any]:
+        return agent_status(a, self.clock())
+
     def _get(self, agent_id: str) -> _Agent:
         try:
             return self.agents[agent_id]
         except KeyError:
             raise NotFoundError(f"no agent {agent_id!r} in the manifest", field="id") from None
-
-    def _status(self, a: _Agent) -> dict[str, Any]:
-        now = self.clock()
-        alive = a.child is not None and a.started_at is not None
-        return {
-            "agent": a.spec.id,
-            "state": a.state.value,
-            "pid": a.child.pid if a.child else None,
-            "restarts": a.tracker.restarts,
-            "uptime": max(0.0, now - a.started_at) if alive and a.started_at else None,
-            "last_beat": a.last_beat,
-            "beat_status": a.beat_status,
-            "heartbeat": a.spec.heartbeat,
-            "flags": list(a.tracker.flags),
-            "last_exit": a.last_exit,
-            "waiting_on": sorted(a.waiting_on),
-            "adopted": bool(a.child and a.child.adopted),
-        }
 
     # ---- adoption -----------------------------------------------------------------
 
