@@ -1,0 +1,600 @@
+"""The supervisor daemon: starts a manifest's agents in dependency order, watches
+them, restarts them by policy, stops them gracefully, and re-attaches to them after
+its own crash.
+
+Everything runs on one asyncio loop with no thread per child and no periodic tick:
+a process exit is its pidfd becoming readable, a pipe heartbeat is a line read from
+the agent's stdout, and the only timers are the deadlines :func:`reconcile` returns
+(startup and heartbeat timeouts, the end of a restart backoff, a stop timeout, the
+next cluster-heartbeat check). The decisions themselves are the pure functions of
+:mod:`corral.supervisor.policy`.
+
+State survives in the state dir: ``pids.json`` (each agent's pid with its start
+time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``,
+``logs/supervisor/state.log`` (one JSON line per transition) and
+``logs/supervisor/supervisor.log`` (the supervisor's own JSON log).
+
+Adoption after a supervisor crash: :mod:`corral.supervisor.adopt`. The cluster
+link (transitions as events, the cluster heartbeat): :mod:`corral.supervisor.link`.
+
+Interim output routing (until the log daemon): stdout/stderr are the log files
+opened for append, so output flows on when the supervisor is gone; a pipe-heartbeat
+agent's stdout is a pipe this process reads, which does not survive it (an adopted
+pipe agent's beats are not read and it is not timed out for missing them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from corral.errors import NotFoundError
+from corral.supervisor import link
+from corral.supervisor import process as proc
+from corral.supervisor.agent import STDERR_TAIL, _Agent, _Pipe, agent_status, stderr_tail
+from corral.supervisor.logs import RotatingLog
+from corral.supervisor.manifest import Manifest, dependents, phases, stop_phases
+from corral.supervisor.policy import (
+    EXHAUSTED_FLAG,
+    Exit,
+    RestartTracker,
+    State,
+    agent_deadline,
+    check_transition,
+    decide,
+    heartbeat_expired,
+    next_deadline,
+    parse_heartbeat,
+    startup_expired,
+)
+from corral.supervisor.state import PidFile
+
+__all__ = ["STDERR_TAIL", "Supervisor", "stderr_tail"]
+
+
+class Supervisor:
+    """Runs a :class:`Manifest`'s agents; see the module docstring."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        state_dir: str | os.PathLike[str],
+        client: Any = None,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+        subreaper: bool = True,
+        url: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.state_dir = Path(state_dir).resolve()
+        self.client = client
+        self.clock = clock
+        self.rand = rand
+        self.subreaper = subreaper
+        self.url = url if url is not None else getattr(client, "url", None)
+        self._operator_token = token if token is not None else getattr(client, "token", None)
+        cfg = manifest.settings.restart_config()
+        self.agents: dict[str, _Agent] = {
+            s.id: _Agent(s, RestartTracker(config=cfg, rand=rand)) for s in manifest.agents
+        }
+        self._phases = [[a.id for a in p] for p in phases(manifest)]
+        self._phase = 0  # the next phase to start
+        self.logs_dir = self.state_dir / "logs"
+        self.pidfile = PidFile(self.state_dir / "pids.json")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watcher: proc.ExitWatcher | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._save_pending = False
+        self._shutting_down = False
+        self._done: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._state_log: RotatingLog | None = None
+        self._log_file: RotatingLog | None = None
+
+    # ---- public API ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Adopt what survives from a previous run, start the rest phase by phase,
+        and serve until :meth:`shutdown` (SIGTERM/SIGINT cascade-stop)."""
+        loop = asyncio.get_running_loop()
+        self._open(loop)
+        handled = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+        loop.add_signal_handler(signal.SIGTERM, self._spawn_task, self.shutdown)
+        loop.add_signal_handler(signal.SIGINT, self._spawn_task, self.shutdown)
+        loop.add_signal_handler(signal.SIGHUP, self.reopen_logs)
+        if self.subreaper and proc.set_subreaper():
+            handled.append(signal.SIGCHLD)
+            loop.add_signal_handler(signal.SIGCHLD, self._reap_strays)
+        try:
+            self._log("info", "supervisor started", pid=os.getpid(), agents=len(self.agents))
+            self._recover()
+            self._kick()
+            assert self._done is not None
+            await self._done.wait()
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+            self._close()
+
+    def reconcile(self, now: float) -> float | None:
+        """Apply every decision due at ``now`` (stop timeouts, due restarts, startup
+        and heartbeat timeouts, the next phase) and return the next deadline."""
+        for a in self.agents.values():
+            if a.stop_deadline is not None and now >= a.stop_deadline:
+                a.stop_deadline = None
+                if a.child is not None:
+                    self._log("warning", "stop timeout: SIGKILL", agent=a.spec.id, pid=a.child.pid)
+                    proc.signal_group(a.child.pid, signal.SIGKILL)
+            if a.restart_at is not None and now >= a.restart_at:
+                a.restart_at = None
+                if not self._shutting_down and a.child is None:
+                    self._spawn(a)
+            if a.child is None or a.stopping is not None or a.hung or a.beats_lost:
+                continue
+            hb = self._heartbeat(a)
+            if hb == "cluster" and a.next_check is not None and now >= a.next_check:
+                self._check_cluster(a)
+            elif hb == "none" or a.checking:
+                continue
+            if a.state is State.STARTING and a.started_at is not None:
+                if startup_expired(a.started_at, a.spec.startup_timeout, now):
+                    self._unhealthy(a, "startup timeout", now)
+            elif (
+                a.state in (State.RUNNING, State.WAITING)
+                and a.last_beat is not None
+                and heartbeat_expired(a.last_beat, a.spec.heartbeat_timeout, now)
+            ):
+                self._unhealthy(a, "heartbeat timeout", now)
+        self._advance_phases()
+        return next_deadline(self._deadline(a) for a in self.agents.values())
+
+    async def start(self, agent_id: str) -> dict[str, Any]:
+        """Start a stopped agent now (clears ``restart-exhausted`` and the backoff)."""
+        a = self._get(agent_id)
+        a.operator_stopped = False
+        a.tracker.operator_start()
+        if a.child is None and not self._shutting_down:
+            a.restart_at = None
+            self._spawn(a)
+            self._kick()
+        return self._status(a)
+
+    async def stop(self, agent_id: str) -> dict[str, Any]:
+        """Stop an agent gracefully; it stays STOPPED whatever its policy."""
+        a = self._get(agent_id)
+        a.operator_stopped = True
+        a.restart_at = None
+        if a.child is not None:
+            await self._stop_child(a, "operator stop")
+        elif a.state is not State.STOPPED:
+            self._set(a, State.STOPPED, "operator stop")
+        self._dirty()
+        return self._status(a)
+
+    async def restart(self, agent_id: str) -> dict[str, Any]:
+        """Stop and start an agent; its dependents wait (SIGUSR1) until it is
+        RUNNING again (SIGUSR2)."""
+        a = self._get(agent_id)
+        a.restart_at = None
+        if a.child is not None:
+            self._pause_dependents(a)
+            await self._stop_child(a, "operator restart")
+        return await self.start(agent_id)
+
+    async def shutdown(self) -> None:
+        """Cascade stop: dependents first (reverse phase order), then exit ``run``."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        self._log("info", "shutdown: cascade stop")
+        for a in self.agents.values():
+            a.restart_at = None
+        for layer in stop_phases(self.manifest):
+            batch = [self.agents[s.id] for s in layer]
+            await asyncio.gather(*(self._stop_child(a, "shutdown") for a in batch if a.child))
+            for a in batch:
+                if a.state is not State.STOPPED and a.child is None:
+                    self._set(a, State.STOPPED, "shutdown")
+        self._save(clean=True)
+        pending = [t for t in self._tasks if t is not asyncio.current_task()]
+        if pending:  # events still being published to the cluster
+            await asyncio.wait(pending, timeout=5)
+        if self._done is not None:
+            self._done.set()
+
+    def status(self) -> list[dict[str, Any]]:
+        """One dict per agent in manifest order: agent, state, pid, restarts,
+        uptime, last_beat, flags, last_exit (and heartbeat, beat_status, waiting_on)."""
+        return [self._status(a) for a in self.agents.values()]
+
+    def reopen_logs(self) -> None:
+        """Reopen the log files this process writes (after an outside rotation)."""
+        for log in (self._state_log, self._log_file):
+            if log is not None:
+                log.reopen()
+        for a in self.agents.values():
+            if a.pipe is not None and a.pipe.fd >= 0:
+                a.pipe.log.reopen()
+
+    # ---- setup and teardown -------------------------------------------------------
+
+    def _open(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._done = asyncio.Event()
+        self._watcher = proc.ExitWatcher(loop, self.clock)
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        own = self.logs_dir / "supervisor"
+        s = self.manifest.settings
+        self._state_log = RotatingLog(own / "state.log", s.log_max_bytes, s.log_keep)
+        self._log_file = RotatingLog(own / "supervisor.log", s.log_max_bytes, s.log_keep)
+
+    def _close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._watcher is not None:
+            self._watcher.close()  # adopted-on-next-start children keep running
+        for a in self.agents.values():
+            if a.pipe is not None:
+                a.pipe.close()
+        if self._save_pending or not self._shutting_down:
+            self._save(clean=self._shutting_down)
+        for log in (self._state_log, self._log_file):
+            if log is not None:
+                log.close()
+
+    def _spawn_task(self, fn: Callable[[], Any]) -> None:
+        task = asyncio.ensure_future(fn())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- logging and persistence --------------------------------------------------
+
+    def _log(self, level: str, msg: str, **fields: Any) -> None:
+        if self._log_file is not None:
+            rec = {"ts": self.clock(), "level": level, "msg": msg, **fields}
+            self._log_file.write_line(json.dumps(rec, default=str).encode())
+
+    def _set(self, a: _Agent, new: State, reason: str, **extra: Any) -> None:
+        """A state transition: checked, applied, written to state.log, published."""
+        old = a.state
+        if old is new:
+            return
+        check_transition(old, new)
+        self._record(a, old, new, reason, **extra)
+
+    def _record(self, a: _Agent, old: State, new: State, reason: str, **extra: Any) -> None:
+        now = self.clock()
+        a.state = new
+        if new is State.RUNNING:
+            a.tracker.mark_running(now)
+            a.reached_running = True
+        elif new in (State.UNHEALTHY, State.STOPPED):
+            a.tracker.mark_down(now)
+        pid = a.child.pid if a.child else a.last_pid
+        rec = {"ts": now, "agent": a.spec.id, "from": old.value, "to": new.value}
+        rec.update(reason=reason, pid=pid, **extra)
+        if self._state_log is not None:
+            self._state_log.write_line(json.dumps(rec, default=str).encode())
+        self._publish(rec)
+        self._dirty()
+
+    def _publish(self, rec: dict[str, Any]) -> None:
+        link.publish(self, rec)
+
+    def _check_cluster(self, a: _Agent) -> None:
+        link.check_cluster(self, a)
+
+    def _dirty(self) -> None:
+        if self._loop is None or self._save_pending:
+            return
+        self._save_pending = True
+        self._loop.call_soon(self._save)
+
+    def _save(self, clean: bool = False) -> None:
+        self._save_pending = False
+        agents = {}
+        for a in self.agents.values():
+            if clean and a.child is None:
+                continue
+            agents[a.spec.id] = {
+                "pid": a.child.pid if a.child else None,
+                "start_time": a.child.start_time if a.child else None,
+                "state": a.state.value,
+                "restarts": a.tracker.restarts,
+                "flags": list(a.tracker.flags),
+                "last_exit": a.last_exit,
+                "started_at": a.started_at,
+                "operator_stopped": a.operator_stopped,
+                "heartbeat": a.spec.heartbeat,
+            }
+        self.pidfile.save({"supervisor_pid": os.getpid(), "agents": agents})
+
+    # ---- spawning and output ------------------------------------------------------
+
+    def _attach_output(self, a: _Agent, stream: str) -> int:
+        """The descriptor the child gets as ``stream`` (``stdout``/``stderr``): its
+        log file opened for append, or for a pipe-heartbeat agent's stdout the write
+        end of a pipe this supervisor reads (the interim until the log daemon)."""
+        d = self.logs_dir / a.spec.id
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{stream}.log"
+        if stream == "stdout" and self._heartbeat(a) == "pipe":
+            assert self._loop is not None
+            r, w = os.pipe()
+            log = RotatingLog(path, a.spec.log_max_bytes, a.spec.log_keep)
+            if a.pipe is not None:
+                a.pipe.close()
+            a.pipe = _Pipe(self._loop, r, log, functools.partial(self._on_line, a))
+            return w
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def _env(self, a: _Agent) -> dict[str, str]:
+        token = None
+        op = self._operator_token
+        if self.url and str(self.url).startswith("http") and op and not op.startswith("node"):
+            from corral.server.auth import Tokens
+
+            token = Tokens(op).node_token(a.spec.id)
+        env, overridden = proc.child_env(
+            a.spec, state_dir=self.state_dir, url=self.url, token=token
+        )
+        if overridden:
+            self._log("warning", "manifest env overridden", agent=a.spec.id, keys=overridden)
+        return env
+
+    def _spawn(self, a: _Agent) -> None:
+        assert self._watcher is not None
+        now = self.clock()
+        a.hung, a.beats_lost = None, False
+        a.last_beat = a.beat_status = None
+        a.waiting_on.clear()
+        a.started_at = now
+        out = err = -1
+        try:
+            out = self._attach_output(a, "stdout")
+            err = self._attach_output(a, "stderr")
+            cwd = a.spec.cwd
+            if cwd is not None and not os.path.isabs(cwd):
+                cwd = str(Path(self.manifest.path).resolve().parent / cwd)
+            child = proc.spawn(a.spec, env=self._env(a), cwd=cwd, stdout_fd=out, stderr_fd=err)
+        except (OSError, ValueError) as e:
+            self._set(a, State.STARTING, "spawn")
+            self._log("error", "spawn failed", agent=a.spec.id, error=str(e))
+            self._exited(a, Exit(code=127, at=now), error=str(e))
+            return
+        finally:
+            for fd in (out, err):
+                if fd >= 0:
+                    os.close(fd)
+        a.child, a.last_pid = child, child.pid
+        a.started_at = now = self.clock()  # timeouts count from the process's existence
+        self._watcher.watch(child, lambda ex: self._on_exit(a, child, ex), self._before_reap)
+        self._set(a, State.STARTING, "spawn")
+        if self._heartbeat(a) == "none":
+            self._set(a, State.RUNNING, "spawned (heartbeat none)")
+            self._resume_dependents(a)
+        elif self._heartbeat(a) == "cluster":
+            a.next_check = now + min(a.spec.heartbeat_interval, a.spec.startup_timeout)
+
+    def _heartbeat(self, a: _Agent) -> str:
+        if a.spec.heartbeat == "cluster" and self.client is None:
+            return "none"  # no cluster to ask: RUNNING once spawned
+        return a.spec.heartbeat
+
+    # ---- events -------------------------------------------------------------------
+
+    def _on_line(self, a: _Agent, line: bytes) -> None:
+        beat = parse_heartbeat(line)
+        if beat is not None and a.child is not None:
+            self._beat(a, self.clock(), beat.status)
+            self._kick()
+
+    def _beat(self, a: _Agent, now: float, status: str | None) -> None:
+        a.last_beat = now
+        a.beat_status = status
+        if a.state is State.STARTING and not a.hung and a.stopping is None:
+            self._set(a, State.RUNNING, "first heartbeat")
+            self._resume_dependents(a)
+
+    def _before_reap(self, child: proc.Child) -> None:
+        # the leader has exited but is not reaped: its pgid cannot be reused yet
+        if not child.adopted:
+            proc.signal_group(child.pid, signal.SIGKILL)
+
+    def _on_exit(self, a: _Agent, child: proc.Child, ex: Exit) -> None:
+        if a.child is not child:
+            return
+        a.child = None
+        a.last_pid = child.pid
+        if child.adopted:  # no group id guarantee after the exit: sweep by marker
+            self._sweep(a)
+        self._exited(a, ex)
+        self._kick()
+
+    def _exited(self, a: _Agent, ex: Exit, error: str | None = None) -> None:
+        now = ex.at if ex.at is not None else self.clock()
+        tail = stderr_tail(self.logs_dir / a.spec.id / "stderr.log")
+        a.last_exit = {
+            "code": ex.code,
+            "signal": ex.signal,
+            "at": now,
+            "describe": ex.describe(),
+            "stderr_tail": tail,
+        }
+        if error:
+            a.last_exit["error"] = error
+        a.stop_deadline = None
+        if a.stopping is not None:
+            fut, a.stopping = a.stopping, None
+            a.hung = None
+            self._sweep(a)
+            self._set(a, State.STOPPED, a.stop_reason, exit=ex.describe())
+            if not fut.done():
+                fut.set_result(None)
+            return
+        hung, a.hung = a.hung, None
+        decision = decide(
+            a.spec.restart,
+            Exit(at=now) if hung else ex,
+            stopped_by_operator=self._shutting_down,
+            tracker=a.tracker,
+            now=now,
+        )
+        why = f"{hung}, then {ex.describe()}" if hung else ex.describe()
+        if not ex.clean or hung:
+            self._log("error", "crash", agent=a.spec.id, exit=why, stderr_tail=tail)
+        if decision.restart:
+            self._set(a, State.UNHEALTHY, why, restart_in=round(decision.delay, 3))
+            a.restart_at = decision.restart_at
+            self._pause_dependents(a)
+        elif decision.exhausted:
+            self._set(a, State.UNHEALTHY, why)
+            self._set(a, State.STOPPED, EXHAUSTED_FLAG)
+            self._log("critical", "restart-exhausted", agent=a.spec.id)
+        elif ex.clean and not hung:
+            self._set(a, State.STOPPED, "exited 0", exit=ex.describe())
+        else:
+            self._set(a, State.UNHEALTHY, why)
+            self._set(a, State.STOPPED, f"restart={a.spec.restart}")
+
+    def _unhealthy(self, a: _Agent, reason: str, now: float) -> None:
+        """A startup or heartbeat timeout: UNHEALTHY, and the process is stopped
+        (stop signal, SIGKILL at stop_timeout); its exit applies the policy."""
+        assert a.child is not None
+        self._set(a, State.UNHEALTHY, reason)
+        a.hung = reason
+        proc.signal_group(a.child.pid, a.spec.stop_signal)
+        a.stop_deadline = now + a.spec.stop_timeout
+
+    async def _stop_child(self, a: _Agent, reason: str) -> None:
+        """Stop signal to the group, SIGKILL at stop_timeout (a deadline, nothing
+        blocks meanwhile), sweep marked descendants; the agent ends STOPPED."""
+        if a.child is None:
+            return
+        if a.stopping is None:
+            assert self._loop is not None
+            a.stopping = self._loop.create_future()
+            a.stop_reason = reason
+            proc.signal_group(a.child.pid, a.spec.stop_signal)
+            deadline = self.clock() + a.spec.stop_timeout
+            if a.stop_deadline is None or deadline < a.stop_deadline:
+                a.stop_deadline = deadline
+            self._kick()
+        await asyncio.shield(a.stopping)
+
+    def _sweep(self, a: _Agent) -> None:
+        """Kill descendants that escaped the agent's group, found by the marker."""
+        live = {x.child.pid for x in self.agents.values() if x.child is not None}
+        for p in proc.find_marked(self.state_dir, a.spec.id):
+            if p.pid in live:
+                continue
+            try:
+                if os.getsid(p.pid) in live:
+                    continue
+            except OSError:
+                continue
+            self._log("warning", "killing escaped descendant", agent=a.spec.id, pid=p.pid)
+            proc.signal_process(p.pid, signal.SIGKILL)
+
+    def _reap_strays(self) -> None:
+        if self._watcher is not None:
+            proc.reap_strays(self._watcher.pids)
+
+    # ---- dependencies -------------------------------------------------------------
+
+    def _pause_dependents(self, a: _Agent) -> None:
+        for spec in dependents(self.manifest, a.spec.id):
+            d = self.agents[spec.id]
+            if d.child is None or d.stopping is not None or d.hung:
+                continue
+            if d.state in (State.RUNNING, State.STARTING):
+                d.waiting_on.add(a.spec.id)
+                self._set(d, State.WAITING, f"{a.spec.id} restarting")
+                proc.signal_process(d.child.pid, signal.SIGUSR1)
+            elif d.state is State.WAITING:
+                d.waiting_on.add(a.spec.id)
+
+    def _resume_dependents(self, a: _Agent) -> None:
+        for d in self.agents.values():
+            if a.spec.id not in d.waiting_on:
+                continue
+            d.waiting_on.discard(a.spec.id)
+            if not d.waiting_on and d.state is State.WAITING and d.child is not None:
+                self._set(d, State.RUNNING, f"{a.spec.id} running again")
+                proc.signal_process(d.child.pid, signal.SIGUSR2)
+
+    def _advance_phases(self) -> None:
+        while self._phase < len(self._phases) and not self._shutting_down:
+            if self._phase > 0:
+                prev = [self.agents[i] for i in self._phases[self._phase - 1]]
+                if not all(p.reached_running or p.operator_stopped for p in prev):
+                    return
+            for agent_id in self._phases[self._phase]:
+                a = self.agents[agent_id]
+                if a.auto_start and a.child is None and a.state is State.STOPPED:
+                    self._spawn(a)
+            self._phase += 1
+
+    # ---- deadlines ----------------------------------------------------------------
+
+    def _deadline(self, a: _Agent) -> float | None:
+        busy = a.child is None or a.stopping is not None or a.hung or a.beats_lost or a.checking
+        hb = self._heartbeat(a)
+        return next_deadline(
+            [
+                agent_deadline(
+                    a.state,
+                    heartbeat="none" if busy else hb,
+                    started_at=a.started_at,
+                    last_beat=a.last_beat,
+                    startup_timeout=a.spec.startup_timeout,
+                    heartbeat_timeout=a.spec.heartbeat_timeout,
+                    restart_at=a.restart_at,
+                    stop_deadline=a.stop_deadline if a.child is not None else None,
+                ),
+                a.next_check if hb == "cluster" and not busy else None,
+            ]
+        )
+
+    def _kick(self) -> None:
+        """Run :meth:`reconcile` now and sleep until the deadline it returns."""
+        if self._loop is None or (self._done is not None and self._done.is_set()):
+            return
+        nxt = self.reconcile(self.clock())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if nxt is not None:
+            self._timer = self._loop.call_later(max(0.0, nxt - self.clock()), self._kick)
+
+    # ---- status -------------------------------------------------------------------
+
+    def _status(self, a: _Agent) -> dict[str, Any]:
+        return agent_status(a, self.clock())
+
+    def _get(self, agent_id: str) -> _Agent:
+        try:
+            return self.agents[agent_id]
+        except KeyError:
+            raise NotFoundError(f"no agent {agent_id!r} in the manifest", field="id") from None
+
+    # ---- adoption -----------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Re-attach to the children a previous run left (``pids.json``), apply the
+        policies to those that died meanwhile, then handle marked orphans."""
+        from corral.supervisor.adopt import recover
+
+        recover(self)
