@@ -329,26 +329,37 @@ def _follow(f: Any, path: Path) -> None:
         f.close()
 
 
+def _rotated(path: Path) -> list[Path] | None:
+    """``path``'s rotated files, oldest (highest number) first, then ``path``; ``None``
+    when the numbers have a gap (a rotation is renaming them right now)."""
+    pattern = re.compile(re.escape(path.name) + r"\.([1-9][0-9]*)")
+    numbers = sorted(
+        int(m.group(1)) for entry in os.listdir(path.parent) if (m := pattern.fullmatch(entry))
+    )
+    if numbers != list(range(1, len(numbers) + 1)):
+        return None
+    return [path.with_name(f"{path.name}.{k}") for k in reversed(numbers)] + [path]
+
+
 def _newer_files(path: Path, old_ino: int) -> list[Any] | None:
     """The files written after the one with inode ``old_ino``, oldest first, open and
     positioned at their start, the last being ``path`` itself; ``None`` if a rotation
     happened while looking (the caller looks again)."""
-    names = [path]
-    k = 1
-    while (rotated := path.with_name(f"{path.name}.{k}")).exists():
-        names.insert(0, rotated)  # oldest (highest number) first
-        k += 1
+    names = _rotated(path)
+    if names is None:
+        return None
     files: list[Any] = []
     try:
         for name in names:
             files.append(open(name, "rb"))  # noqa: SIM115
         inodes = [os.fstat(g.fileno()).st_ino for g in files]
-        if [os.stat(name).st_ino for name in names] != inodes:
+        if _rotated(path) != names or [os.stat(n).st_ino for n in names] != inodes:
             raise FileNotFoundError  # renamed under us
     except FileNotFoundError:
         for g in files:
             g.close()
         return None
+    # Not found: the old file was dropped (past log_keep), so every file is newer.
     cut = inodes.index(old_ino) + 1 if old_ino in inodes else 0
     for g in files[:cut]:
         g.close()
