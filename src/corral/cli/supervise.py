@@ -1,0 +1,384 @@
+"""``corral supervise`` runs a manifest's agents; ``corral ctl`` talks to it.
+
+    corral supervise fleet.toml [--state-dir DIR]
+    corral ctl [--state-dir DIR] status [--json]
+    corral ctl start|stop|restart ID
+    corral ctl logs ID [-f] [--stderr] [-n LINES]
+    corral ctl reopen | shutdown
+
+``ctl``'s subcommands are built from the command registry
+(``corral.supervisor.commands``): each sends one request over
+``<state dir>/control.sock`` and prints the answer (``--json``: as JSON). ``logs``
+reads ``<state dir>/logs/<agent>/stdout.log`` itself and, with ``-f``, follows it
+across rotations, so it works whether or not a supervisor runs. Exit codes: 0 done,
+1 refused, 2 bad input (unknown agent, bad manifest), 3 no supervisor listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from corral.cli._common import CONTEXT_SETTINGS
+from corral.errors import CorralError, InvalidInputError, NotFoundError
+
+__all__ = ["DEFAULT_STATE_DIR", "register"]
+
+DEFAULT_STATE_DIR = ".corral/supervisor"
+_FOLLOW_INTERVAL = 0.2  # seconds between looks at a followed log file
+_AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id rule
+
+
+# ---- corral supervise ---------------------------------------------------------------
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("manifest", metavar="MANIFEST")
+@click.option(
+    "--state-dir",
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    metavar="DIR",
+    help="pids.json, control.sock and logs/ live here (created with mode 0700).",
+)
+@click.pass_context
+def supervise(ctx: click.Context, manifest: str, state_dir: str) -> None:
+    """Run the agents of MANIFEST (TOML, or an agents.json) in the foreground.
+
+    Starts them in dependency order, restarts them by their policies, and answers
+    `corral ctl` on STATE_DIR/control.sock. SIGTERM or SIGINT stops every agent in
+    reverse dependency order. A supervisor started again over the same state dir
+    adopts the agents still running instead of restarting them.
+    """
+    from corral.supervisor.manifest import ManifestError, load_manifest
+
+    try:
+        spec = load_manifest(manifest)
+    except ManifestError as exc:
+        # The message already names the file, the agent and the field: one line.
+        raise InvalidInputError(exc.message) from None
+    try:
+        from corral.supervisor.supervisor import Supervisor
+    except ModuleNotFoundError as exc:
+        if exc.name != "corral.supervisor.supervisor":
+            raise
+        raise CorralError(
+            "this corral has no supervisor runtime (corral.supervisor.supervisor is missing)"
+        ) from None
+    url = (ctx.find_root().obj or {}).get("url")
+    client = None
+    if url:
+        from corral.client import connect
+
+        client = connect(url)
+        ctx.call_on_close(client.close)
+    sup = Supervisor(spec, state_dir=Path(state_dir), client=client)
+    asyncio.run(_serve(sup, Path(state_dir)))
+
+
+async def _serve(sup: Any, state_dir: Path) -> None:
+    """Run ``sup`` with the control socket open for as long as it runs."""
+    from corral.supervisor.commands import dispatcher
+    from corral.supervisor.control import ControlServer
+
+    server = ControlServer(state_dir / "control.sock", dispatcher(sup))
+    await server.start()
+    try:
+        await sup.run()
+    finally:
+        await server.close()  # answers a shutdown in flight before the socket goes
+
+
+# ---- corral ctl ---------------------------------------------------------------------
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--state-dir",
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    envvar="CORRAL_SUPERVISOR",
+    metavar="DIR",
+    help="The supervisor's state dir (env CORRAL_SUPERVISOR, which every supervised "
+    "agent has, so `corral ctl` run by an agent reaches its own supervisor).",
+)
+@click.pass_context
+def ctl(ctx: click.Context, state_dir: str) -> None:
+    """Control a running `corral supervise` (exit 3 when none listens)."""
+    ctx.ensure_object(dict)
+    ctx.obj["state_dir"] = Path(state_dir)
+
+
+def _state_dir(ctx: click.Context) -> Path:
+    found: Path = ctx.find_object(dict)["state_dir"]
+    return found
+
+
+def _ago(ts: Any, now: float) -> str:
+    if not isinstance(ts, int | float):
+        return "-"
+    s = max(0, int(now - ts))
+    if s < 120:
+        return f"{s}s ago"
+    if s < 7200:
+        return f"{s // 60}m ago"
+    return f"{s // 3600}h ago"
+
+
+def _uptime(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "-"
+    minutes = int(seconds) // 60
+    return f"{minutes // 60}h {minutes % 60:02d}m"
+
+
+def _describe_exit(last: Any) -> str:
+    if last is None or isinstance(last, str):
+        return last or ""
+    if isinstance(last, dict):
+        if isinstance(last.get("describe"), str):
+            return str(last["describe"])
+        if last.get("signal") is not None:
+            return f"killed by signal {last['signal']}"
+        if last.get("code") is not None:
+            return f"exit code {last['code']}"
+        return "unknown"
+    return str(last)
+
+
+def status_table(rows: list[dict[str, Any]], now: float | None = None) -> str:
+    """The status table: Agent, State, Last Beat, Uptime, Restarts; then one line
+    per agent with flags or a last exit worth knowing."""
+    now = time.time() if now is None else now
+    header = ("Agent", "State", "Last Beat", "Uptime", "Restarts")
+    body = [
+        (
+            str(r.get("agent", "?")),
+            str(r.get("state", "?")),
+            _ago(r.get("last_beat"), now),
+            _uptime(r.get("uptime")),
+            str(r.get("restarts", 0)),
+        )
+        for r in rows
+    ]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
+    widths = [max(w, 8) for w in widths]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    out = [line(header), "  ".join("─" * w for w in widths)]
+    out += [line(b) for b in body]
+    notes = []
+    for r in rows:
+        parts = list(r.get("flags") or [])
+        if r.get("state") != "RUNNING" and r.get("last_exit"):
+            parts.append("last exit: " + _describe_exit(r["last_exit"]))
+        if parts:
+            notes.append(f"{r.get('agent')}: {'; '.join(parts)}")
+    if notes:
+        out += ["", *notes]
+    return "\n".join(out)
+
+
+def _agent_line(verb: str) -> Any:
+    def text(row: dict[str, Any]) -> str:
+        pid = f" (pid {row['pid']})" if row.get("pid") else ""
+        return f"{verb} {row.get('agent')}: {row.get('state')}{pid}"
+
+    return text
+
+
+_TEXT: dict[str, Any] = {
+    "status": status_table,
+    "start": _agent_line("started"),
+    "stop": _agent_line("stopped"),
+    "restart": _agent_line("restarted"),
+    "reopen": lambda _r: "reopened the log files",
+    "shutdown": lambda _r: "supervisor shut down",
+}
+
+
+def _make_command(cmd: Any) -> click.Command:
+    """A ``corral ctl`` subcommand for registry entry ``cmd``."""
+    params: list[click.Parameter] = []
+    for a in cmd.args:
+        if a.required:
+            params.append(click.Argument([a.name], type=a.type, metavar=a.name.upper()))
+        elif a.type is bool:
+            params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name], is_flag=True))
+        else:
+            params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name], type=a.type))
+    params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
+
+    @click.pass_context
+    def callback(ctx: click.Context, as_json: bool, **args: Any) -> None:
+        from corral.supervisor.control import request
+
+        given = {k: v for k, v in args.items() if v is not None}
+        result = request(_state_dir(ctx) / "control.sock", cmd.name, **given)
+        if as_json:
+            click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+        else:
+            click.echo(_TEXT.get(cmd.name, lambda r: json.dumps(r, default=str))(result))
+
+    return click.Command(
+        cmd.name,
+        params=params,
+        callback=callback,
+        help=cmd.doc,
+        short_help=cmd.summary,
+        context_settings=CONTEXT_SETTINGS,
+    )
+
+
+@click.command("logs", context_settings=CONTEXT_SETTINGS)
+@click.argument("agent_id", metavar="ID")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (across rotations).")
+@click.option("--stderr", "use_stderr", is_flag=True, help="The agent's stderr.log.")
+@click.option(
+    "-n", "--lines", default=20, show_default=True, type=click.IntRange(min=0),
+    help="How many of the last lines to print first.",
+)  # fmt: skip
+@click.pass_context
+def logs(ctx: click.Context, agent_id: str, follow: bool, use_stderr: bool, lines: int) -> None:
+    """Print an agent's log (stdout.log, or stderr.log with --stderr).
+
+    Reads STATE_DIR/logs/ID/ directly, so it works while no supervisor runs; with -f
+    it follows the file across rotations until interrupted.
+    """
+    if not _AGENT_ID.fullmatch(agent_id):
+        raise InvalidInputError("not an agent id", field="id")
+    path = _state_dir(ctx) / "logs" / agent_id / ("stderr.log" if use_stderr else "stdout.log")
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (kept open while following)
+    except FileNotFoundError:
+        raise NotFoundError(f"no log for agent {agent_id} at {path}", field="id") from None
+    if not follow:
+        with f:
+            _write(_last_lines(f, lines))
+        return
+    _write(_last_lines(f, lines))
+    _follow(f, path)
+
+
+def _write(data: bytes) -> None:
+    if data:
+        out = click.get_binary_stream("stdout")
+        out.write(data)
+        out.flush()
+
+
+def _last_lines(f: Any, n: int) -> bytes:
+    """The last ``n`` lines of ``f``, leaving it positioned at its end."""
+    end = f.seek(0, os.SEEK_END)
+    if n == 0:
+        return b""
+    pos, buf = end, b""
+    while pos > 0 and buf.count(b"\n") <= n:
+        step = min(65536, pos)
+        pos -= step
+        f.seek(pos)
+        buf = f.read(step) + buf
+    f.seek(end)
+    kept = buf.splitlines(keepends=True)[-n:]
+    return b"".join(kept)
+
+
+def _follow(f: Any, path: Path) -> None:
+    """Print what is appended to ``path`` until interrupted. When the writer rotates
+    (``path`` now names another file), finish the old file, then every newer rotated
+    file in order (a writer may rotate more than once between two looks), then read
+    the new ``path`` from its start: no line is skipped unless the writer dropped a
+    whole file (past ``log_keep``) before it was read."""
+    try:
+        while True:
+            data = f.read()
+            if data:
+                _write(data)
+                continue
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                time.sleep(_FOLLOW_INTERVAL)  # between the rename and the new file
+                continue
+            if st.st_ino != os.fstat(f.fileno()).st_ino:
+                newer = _newer_files(path, os.fstat(f.fileno()).st_ino)
+                if newer is None:
+                    time.sleep(_FOLLOW_INTERVAL / 10)  # mid-rotation: look again
+                    continue
+                _write(f.read())  # lines written just before the rotation
+                f.close()
+                f = newer.pop()  # the current file, read from its start
+                for g in newer:
+                    _write(g.read())
+                    g.close()
+                continue
+            if st.st_size < f.tell():
+                f.seek(0)  # truncated by someone else: start over
+                continue
+            time.sleep(_FOLLOW_INTERVAL)
+    finally:
+        f.close()
+
+
+def _rotated(path: Path) -> list[Path] | None:
+    """``path``'s rotated files, oldest (highest number) first, then ``path``; ``None``
+    when the numbers have a gap (a rotation is renaming them right now)."""
+    pattern = re.compile(re.escape(path.name) + r"\.([1-9][0-9]*)")
+    numbers = sorted(
+        int(m.group(1)) for entry in os.listdir(path.parent) if (m := pattern.fullmatch(entry))
+    )
+    if numbers != list(range(1, len(numbers) + 1)):
+        return None
+    return [path.with_name(f"{path.name}.{k}") for k in reversed(numbers)] + [path]
+
+
+def _newer_files(path: Path, old_ino: int) -> list[Any] | None:
+    """The files written after the one with inode ``old_ino``, oldest first, open and
+    positioned at their start, the last being ``path`` itself; ``None`` if a rotation
+    happened while looking (the caller looks again)."""
+    names = _rotated(path)
+    if names is None:
+        return None
+    files: list[Any] = []
+    try:
+        for name in names:
+            files.append(open(name, "rb"))  # noqa: SIM115
+        inodes = [os.fstat(g.fileno()).st_ino for g in files]
+        if _rotated(path) != names or [os.stat(n).st_ino for n in names] != inodes:
+            raise FileNotFoundError  # renamed under us
+    except FileNotFoundError:
+        for g in files:
+            g.close()
+        return None
+    # Not found: the old file was dropped (past log_keep), so every file is newer.
+    cut = inodes.index(old_ino) + 1 if old_ino in inodes else 0
+    for g in files[:cut]:
+        g.close()
+    return files[cut:]
+
+
+def ctl_group() -> click.Group:
+    """``corral ctl`` with a subcommand per registry command plus the client ones."""
+    from corral.supervisor.commands import CLIENT_COMMANDS, COMMANDS
+
+    for cmd in COMMANDS:
+        ctl.add_command(_make_command(cmd))
+    local = {"logs": logs}
+    assert set(local) == set(CLIENT_COMMANDS), "every client command needs its click command"
+    for c in local.values():
+        ctl.add_command(c)
+    return ctl
+
+
+def register(group: click.Group) -> None:
+    group.add_command(supervise)
+    group.add_command(ctl_group())
