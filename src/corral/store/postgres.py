@@ -40,9 +40,9 @@ from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Event, Task
 from corral.store.base import TaskSpec
 from corral.store.queries import load_queries, migrations
-from corral.store.rows import task_from_tuple
+from corral.store.rows import _dumps, task_from_tuple
 from corral.store.signal import WAKE_QUERIES, ReadySignal
-from corral.store.sqlbase import SQLStore, _dumps, event_from_row, task_from_row
+from corral.store.sqlbase import SQLStore, event_from_row, task_from_row
 
 __all__ = ["PostgresStore"]
 
