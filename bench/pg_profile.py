@@ -94,7 +94,7 @@ def profile(system: str, jobs: int) -> dict[str, Any]:
             else:
                 client = corral.connect(url, pool_size=1)
                 client.register_node("N", "developer", heartbeat_interval=600)
-                with client.store._pool.connection() as pooled:  # type: ignore[attr-defined]
+                with client.store._sessions.pool.connection() as pooled:  # type: ignore[attr-defined]
                     pid = pooled.info.backend_pid
                 for _ in range(10):
                     task = client.claim_best_task("N", "developer")

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import corral
-from corral.store.postgres import _LEADER_KEY
+from corral.store.postgres.session import _LEADER_KEY
 from tests import pg_procs
 from tests.backends import postgres as pg
 

@@ -289,6 +289,18 @@ class HttpClient:
         timeout: float | None = None,
     ) -> str: ...
 
+    @overload
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, Any] | None = None,
+        raw: bool = False,
+        timeout: float | None = None,
+    ) -> Any: ...
+
     def request(
         self,
         method: str,

@@ -37,7 +37,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 MAX_SECONDS = 2_147_483
 
 
-class Seconds(click.ParamType):
+class Seconds(click.ParamType[float]):
     """A duration option: a finite number of seconds above zero (or from zero, with
     ``zero_ok``) up to ``MAX_SECONDS``. A bad value is a usage error naming the option."""
 

@@ -145,8 +145,7 @@ def node_token(node_id: str, token_file: Path | None) -> None:
         operator = load_token(token_file, create=False)
     except (OSError, ValueError) as exc:
         # The same problems are exit 2 for corral serve: a usage error naming the option.
-        missing = isinstance(exc, FileNotFoundError)
-        why = f"{exc.filename} does not exist" if missing else str(exc)
+        why = f"{exc.filename} does not exist" if isinstance(exc, FileNotFoundError) else str(exc)
         raise click.BadParameter(
             f"no operator token ({why}): set $CORRAL_TOKEN, pass --token-file or run corral init",
             param_hint="'--token-file'",

@@ -31,7 +31,7 @@ from typing import Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 import corral
@@ -87,8 +87,27 @@ class _CorralMCP(MCPServer[Any]):
     JSON types) and whose argument-validation failures and crashes are ``ERROR:``
     answers."""
 
-    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:
-        super().add_tool(fn, name=name, **kwargs)
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+    ) -> None:
+        super().add_tool(
+            fn,
+            name=name,
+            title=title,
+            description=description,
+            annotations=annotations,
+            icons=icons,
+            meta=meta,
+            structured_output=structured_output,
+        )
         tool = self._tool_manager.get_tool(name or fn.__name__)
         if tool is not None:  # clients see that no other argument is taken
             strict.close(tool.parameters)

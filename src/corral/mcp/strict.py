@@ -41,7 +41,8 @@ def _is_number(_checker: Any, instance: Any) -> bool:
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine_many(
     {"integer": _is_integer, "number": _is_number}
 )
-_Strict = validators.extend(Draft202012Validator, type_checker=_TYPES)
+# The jsonschema stubs leave ``extend`` unannotated (its result is a validator class).
+_Strict = validators.extend(Draft202012Validator, type_checker=_TYPES)  # type: ignore[no-untyped-call]
 
 
 def close(schema: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +111,9 @@ def _describe(
             if name not in known
         ]
     if kind == "required":
-        missing = [n for n in error.validator_value if n not in (error.instance or {})]
+        names = error.validator_value if isinstance(error.validator_value, list) else []
+        given = error.instance if isinstance(error.instance, dict) else {}
+        missing = [n for n in names if n not in given]
         prefix = f"{where}." if where else ""
         return [f"{prefix}{name}: required argument missing" for name in missing]
     if kind in ("type", "anyOf", "oneOf"):

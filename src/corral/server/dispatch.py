@@ -225,7 +225,7 @@ async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: R
     try:
         while True:
             token = store.ready_token()
-            result = _HOP
+            result: Any = _HOP  # or the handler's answer
             if gone.done():
                 return None
             if st.nowait is not None:

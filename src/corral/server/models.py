@@ -87,16 +87,19 @@ TaskRef = Annotated[
 ]  # fmt: skip
 
 
-def _text(max_len: int, *, empty: bool = True) -> Any:
+def _text(max_len: int, *, empty: bool = True) -> WithJsonSchema:
+    """The schema of a text field: no NUL, at most ``max_len``, not blank unless ``empty``."""
     schema: dict[str, Any] = {"type": "string", "maxLength": max_len, "pattern": "^[^\\x00]*$"}
     if not empty:
         schema["pattern"] = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
-    return Annotated[str, WithJsonSchema(schema)]
+    return WithJsonSchema(schema)
 
 
-Title = _text(defaults.MAX_TITLE, empty=False)
-Text = _text(defaults.MAX_DESCRIPTION)
-Message = _text(defaults.MAX_DESCRIPTION, empty=False)
+Title = Annotated[str, _text(defaults.MAX_TITLE, empty=False)]
+Text = Annotated[str, _text(defaults.MAX_DESCRIPTION)]
+Message = Annotated[str, _text(defaults.MAX_DESCRIPTION, empty=False)]
+ModelName = Annotated[str, _text(200)]
+HostName = Annotated[str, _text(255)]
 Role = Annotated[str, WithJsonSchema({**ID_SCHEMA, "x-corral-role": True})]
 
 
@@ -117,14 +120,14 @@ class _Out(BaseModel):
 class RegisterIn(_In):
     node_id: NodeId = Field(description="The node's id (1-64 characters).")
     role: Role = Field(description="bootstrap_manager or a role of the cluster's role_keywords.")
-    model: _text(200) | None = Field(None, description="Model name; strength is derived from it.")  # type: ignore[valid-type]
+    model: ModelName | None = Field(None, description="Model name; strength is derived from it.")
     strength: Strength | None = None
     heartbeat_interval: float | None = Field(
         None,
         description="Seconds between heartbeats.",
         json_schema_extra={"exclusiveMinimum": 0, "maximum": 9223372036854774784},
     )
-    host: _text(255) | None = None  # type: ignore[valid-type]
+    host: HostName | None = None
     pid: PositiveInt | None = None
 
 

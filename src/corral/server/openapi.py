@@ -192,9 +192,8 @@ def build_openapi(
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
-    if roles is None:
-        return _strip_roles(document)
-    return _roles(document, roles)
+    out: dict[str, Any] = _strip_roles(document) if roles is None else _roles(document, roles)
+    return out
 
 
 def _strip_roles(node: Any) -> Any:

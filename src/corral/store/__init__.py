@@ -123,7 +123,7 @@ def open_store(url: str, **options: Any) -> Store:
         return SQLiteStore(sqlite_path(url), **{**query, **options})
     if scheme in ("postgresql", "postgres"):
         try:
-            from corral.store.postgres import PostgresStore  # type: ignore[import-not-found]
+            from corral.store.postgres import PostgresStore
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise InvalidInputError(
                 f"PostgreSQL support is not installed ({exc}); pip install 'corral[postgres]'",

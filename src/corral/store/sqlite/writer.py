@@ -18,7 +18,8 @@ if sys.platform != "win32":
 else:  # pragma: no cover - no flock: SQLite's own lock and corral's retries only
     fcntl = None
 
-__all__ = ["lock_holder"]
+# ``fcntl`` is None where the platform has no flock; the other modules ask here.
+__all__ = ["fcntl", "lock_holder"]
 
 
 # A writer that finds the lock taken first retries for up to _SPIN_SECONDS, yielding

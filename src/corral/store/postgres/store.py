@@ -1,0 +1,338 @@
+"""The shared store: PostgreSQL through psycopg 3 and a psycopg-pool pool.
+
+Any number of coordinators, monitors and workers on different hosts open the same
+database. Transactions run at READ COMMITTED with row locks where the shared SQL
+needs them (``*_for_update``, ``lock_registry``); the hot operations (claim,
+complete, bulk add) are single statements. The sessions themselves (the pool, their
+setup, the errors at the driver's boundary, the migrations) are ``session.py``'s;
+the two sessions outside the pool (LISTEN, the monitor leader) ``dedicated.py``'s.
+
+Extra URL parameters (removed before connecting): ``pool_size``, ``statement_timeout``,
+``connect_timeout`` and ``idle_in_transaction_timeout`` (seconds). Keyword arguments of
+the same names override them.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, suppress
+from typing import Any
+
+from corral import lifecycle, scoring
+from corral.errors import InvalidInputError
+from corral.model import Event, Task
+from corral.store.base import TaskSpec
+from corral.store.postgres.dedicated import Leader, Listener
+from corral.store.postgres.session import _QUERIES, Sessions, _Tx
+from corral.store.rows import _dumps, task_from_tuple
+from corral.store.signal import ReadySignal
+from corral.store.sqlbase import SQLStore, event_from_row, task_from_row
+
+__all__ = ["PostgresStore"]
+
+_STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
+# The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
+# give the hot statements, read by position (tests/test_postgres_store.py checks).
+_task = task_from_tuple  # the task whose TASK_COLUMNS start at row[i]
+_CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
+
+
+def _finished(held: tuple[Any, ...], result: str | None, now: float) -> Task:
+    """A remembered claim row (``_held``) as its completion leaves it (complete_full's
+    SET: status done, finished_at and updated_at now, the result, no error)."""
+    return _task((*held[:6], "done", *held[7:14], now, now, result, None))
+
+
+def _completion(
+    task_id: int, node_id: str, epoch: int | None, result: str | None, now: float
+) -> dict[str, Any]:
+    """The parameters every completion statement takes."""
+    return {
+        "id": task_id,
+        "node_id": node_id,
+        "epoch": epoch,
+        "result": result,
+        "now": now,
+        "stamp": _STAMP,
+    }
+
+
+class PostgresStore(SQLStore):
+    """A pool of connections per store (safe to share between threads). Open a new
+    store in each process (never share one across ``fork``)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int | str | None = None,
+        statement_timeout: float | str | None = None,
+        connect_timeout: float | str | None = None,
+        idle_in_transaction_timeout: float | str | None = None,
+    ) -> None:
+        super().__init__()
+        self._sessions = Sessions(
+            url,
+            pool_size=pool_size,
+            statement_timeout=statement_timeout,
+            connect_timeout=connect_timeout,
+            idle_in_transaction_timeout=idle_in_transaction_timeout,
+        )
+        self._hot = self._sessions.hot  # bound once: the hot path's one round trip
+        self._ready = ReadySignal()
+        self._listener = Listener(self._sessions, self._ready)
+        self._leader = Leader(self._sessions)
+        self._analyzed = False  # the claim's tables have statistics (_analyze_if_never)
+        # Claimed task rows by id (their completion's Task), and per node whether its
+        # last claim left it working without a current task (the lean statements).
+        self._claimed: dict[int, tuple[Any, ...]] = {}
+        self._lean: dict[str, bool] = {}
+
+    # --- transactions -----------------------------------------------------------------
+    def _write(self) -> AbstractContextManager[_Tx]:
+        return self._sessions.transaction("BEGIN")
+
+    def _read(self) -> AbstractContextManager[_Tx]:
+        return self._sessions.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    # --- hot operations -----------------------------------------------------------------
+    def _cached_settings(self, refresh: bool = False) -> tuple[Any, Any]:
+        if refresh or self._settings_cache is None:
+            self._settings_cache = None
+            self.settings()
+        assert self._settings_cache is not None
+        return self._settings_cache
+
+    def _settings_for(self, role: str, refresh: bool = False) -> Any:
+        """The cached settings version, once ``role`` is known (re-read if it is not)."""
+        version, settings = self._cached_settings(refresh)
+        if role not in settings.roles and not refresh:
+            version, settings = self._cached_settings(True)
+        if role not in settings.roles:
+            raise InvalidInputError(
+                f"role must be one of {', '.join(settings.roles)}; got {role!r:.40}",
+                field="role",
+            )
+        return version
+
+    def _remember(self, row: tuple[Any, ...], i: int) -> None:
+        """Keep a claimed task's row (its ``TASK_COLUMNS`` from ``row[i]``) for its
+        completion (``_held``)."""
+        claimed = self._claimed
+        if len(claimed) >= _CLAIMED_KEEP:
+            with suppress(KeyError, RuntimeError, StopIteration):
+                del claimed[next(iter(claimed))]
+        claimed[row[i]] = row[i : i + 18]
+
+    def _set_lean(self, node_id: str) -> None:
+        lean = self._lean
+        if len(lean) >= _CLAIMED_KEEP and node_id not in lean:
+            lean.clear()  # a hint only: a node left out takes the full statement once
+        lean[node_id] = True
+
+    def _held(self, task_id: int, epoch: int | None) -> tuple[Any, ...] | None:
+        """The row of ``task_id`` as this store's claim at ``epoch`` returned it, if
+        it is remembered. Only a claim changes an in-progress task's columns but for
+        its completion or release, and every claim changes its epoch: a completion at
+        this epoch finds the task as that claim left it."""
+        held = self._claimed.pop(task_id, None)
+        if held is None or epoch is None or held[8] != epoch:
+            return None
+        return held
+
+    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+        refresh = False
+        lean = self._lean.get(node_id, False)
+        while True:
+            params = {
+                "node_id": node_id,
+                "role": role,
+                "now": now,
+                "bonus": scoring.ROLE_BONUS_SECONDS,
+                "settings_version": self._settings_for(role, refresh),
+                "stamp": _STAMP,
+                "role_json": _dumps(role),
+            }
+            if lean:
+                row = self._hot("claim_lean", params)[0]
+                if row[0] and not row[1]:  # the node needs its update: the full claim
+                    lean = self._lean[node_id] = False
+                    continue
+                i = 2
+            else:
+                row = self._hot("claim_full", params)[0]
+                i = 1
+            fresh = row[0]
+            if fresh is None:  # no live node
+                with self._read() as tx:
+                    self._live(tx, node_id)  # raises NotFoundError
+            if fresh:
+                if row[i] is None:
+                    return None
+                if not lean:  # the node is now working without a current task
+                    self._set_lean(node_id)
+                self._remember(row, i)
+                return _task(row, i)
+            refresh = True  # the settings changed under us: re-check the role, retry
+
+    def complete(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+    ) -> Task:
+        text = None if result is None else _dumps(result)
+        params = _completion(task_id, node_id, epoch, text, now)
+        held = self._held(task_id, epoch)
+        if held is not None:
+            lean, done = self._hot("complete_lean_quiet", params)[0]
+            if lean:
+                if done is None:
+                    with self._read() as tx:
+                        self._refuse(tx, task_id, node_id, epoch)  # raises
+                return _finished(held, text, now)
+        rows = self._hot("complete_full", params)
+        if not rows:
+            with self._read() as tx:
+                self._refuse(tx, task_id, node_id, epoch)  # raises
+        return _task(rows[0])
+
+    def complete_and_claim(
+        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+    ) -> tuple[Task, Task | None]:
+        """One statement, one commit: a worker's finish-then-next costs one round trip."""
+        version = self._settings_for(role)  # bad input changes nothing
+        text = None if result is None else _dumps(result)
+        params = {
+            **_completion(task_id, node_id, epoch, text, now),
+            "role": role,
+            "bonus": scoring.ROLE_BONUS_SECONDS,
+            "settings_version": version,
+            "role_json": _dumps(role),
+        }
+        held = self._held(task_id, epoch)
+        if held is not None and self._lean.get(node_id, False):
+            row = self._hot("complete_claim_lean_quiet", params)[0]
+            fresh, lean = row[0], row[1]
+            if lean:
+                if not row[2]:  # not finished
+                    with self._read() as tx:
+                        self._refuse(tx, task_id, node_id, epoch)  # raises
+                done = _finished(held, text, now)
+                if not fresh:
+                    return done, self.claim(node_id, role, now)  # the settings changed
+                if row[3] is None:
+                    return done, None
+                self._remember(row, 3)
+                return done, _task(row, 3)
+            self._lean[node_id] = False  # the node needs its update: the full statement
+        rows = self._hot("complete_claim_full", params)
+        if not rows:
+            with self._read() as tx:
+                self._refuse(tx, task_id, node_id, epoch)  # raises
+        parts = {r[1]: r for r in rows}  # (fresh, part, task columns...)
+        done = _task(parts["done"], 2)
+        if "next" in parts:
+            self._set_lean(node_id)  # working, without a current task
+            self._remember(parts["next"], 2)
+            return done, _task(parts["next"], 2)
+        if parts["done"][0]:
+            return done, None
+        return done, self.claim(node_id, role, now)  # the settings changed: claim anew
+
+    def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
+        if not specs:
+            return []
+        # The roles are matched before the transaction (no idle time inside it), with
+        # the cached settings; again inside only if the settings changed meanwhile.
+        known = self._cached_settings()[1]
+        roles = _match_roles(specs, known)
+        keys = [scoring.sort_key(sp.priority, now) for sp in specs]
+        with self._write() as tx:
+            s = self._settings_in(tx)
+            if s.role_keywords != known.role_keywords:
+                roles = _match_roles(specs, s)
+            ids = sorted(r["id"] for r in tx.all("task_ids_next", n=len(specs)))
+            rows = tx.all(
+                "tasks_insert_many",
+                ids=ids,
+                titles=[sp.title for sp in specs],
+                descriptions=[sp.description for sp in specs],
+                priorities=[sp.priority for sp in specs],
+                explicit_roles=[sp.role for sp in specs],
+                roles=roles,
+                max_attempts=[sp.max_attempts or s.max_attempts for sp in specs],
+                sort_keys=keys,
+                now=now,
+            )
+            heads = [
+                (r, k, i) for i, k, rs in zip(ids, keys, roles, strict=True) for r in rs.split()
+            ]
+            if heads:
+                tx.run(
+                    "ready_insert_many",
+                    roles=[h[0] for h in heads],
+                    sort_keys=[h[1] for h in heads],
+                    created_ats=[now] * len(heads),
+                    task_ids=[h[2] for h in heads],
+                )
+            tx.run(
+                "events_insert_many",
+                now=now,
+                kind="task_added",
+                task_ids=ids,
+                datas=[
+                    _dumps({"priority": sp.priority, "roles": rs.split()})
+                    for sp, rs in zip(specs, roles, strict=True)
+                ],
+            )
+            tx.wake = True
+        if not self._analyzed:
+            self._analyze_if_never()
+        return [task_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
+
+    def _analyze_if_never(self) -> None:
+        """``ANALYZE`` the claim's tables if they never were, once per store.
+
+        Until autovacuum's first ``ANALYZE`` (up to a minute after the first tasks),
+        the planner has no statistics, and a claim's cached plan can join the role
+        heads against every pending task: O(pending) per claim until the statistics
+        arrive. ``ANALYZE`` blocks no reads or writes; cached plans are replanned."""
+        with self._sessions.connection() as conn:
+            row = conn.execute(_QUERIES["claim_tables_unanalyzed"]).fetchone()
+            if row and row["n"]:
+                conn.execute(_QUERIES["claim_tables_analyze"])
+        self._analyzed = True
+
+    def _events_after(self, tx: Any, start: Any) -> list[Event]:
+        """The events this transaction wrote (the monitor's duties report them)."""
+        return [event_from_row(r) for r in tx.all("events_mine")]
+
+    # --- waiting claims (LISTEN/NOTIFY) ---------------------------------------------
+    def ready_token(self) -> int:
+        self._listener.ensure()
+        return self._ready.token()
+
+    def wait_ready(self, token: Any, timeout: float) -> None:
+        self._ready.wait(token, timeout)
+
+    def wake_waiters(self) -> None:
+        self._ready.bump()
+
+    # --- leader election ----------------------------------------------------------------
+    def try_lead(self, holder: str) -> bool:
+        """The monitor leader holds a session advisory lock on a dedicated connection
+        (``dedicated.Leader``): another monitor takes it when this one's process dies
+        or its connection drops."""
+        return self._leader.try_lead(holder)
+
+    def close(self) -> None:
+        self._listener.close()
+        self._leader.close()
+        self._sessions.close()
+
+
+def _match_roles(specs: list[TaskSpec], settings: Any) -> list[str]:
+    """Each task's roles (space-separated), as ``scoring.matched_roles`` finds them."""
+    return [
+        " ".join(
+            scoring.matched_roles(f"{sp.title}\n{sp.description}", settings.role_keywords, sp.role)
+        )
+        for sp in specs
+    ]
