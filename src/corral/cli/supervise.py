@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,10 @@ def ctl(ctx: click.Context, state_dir: str) -> None:
 
 
 def _state_dir(ctx: click.Context) -> Path:
-    found: Path = ctx.find_object(dict)["state_dir"]
+    obj = ctx.find_object(dict)
+    if obj is None:  # pragma: no cover - ctl always sets it
+        raise click.UsageError("corral ctl: no state dir")
+    found: Path = obj["state_dir"]
     return found
 
 
@@ -218,10 +222,10 @@ def _make_command(cmd: Any) -> click.Command:
             params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name], type=a.type))
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
 
-    @click.pass_context
-    def callback(ctx: click.Context, as_json: bool, **args: Any) -> None:
+    def callback(as_json: bool, **args: Any) -> None:
         from corral.supervisor.control import request
 
+        ctx = click.get_current_context()
         given = {k: v for k, v in args.items() if v is not None}
         result = request(_state_dir(ctx) / "control.sock", cmd.name, **given)
         if as_json:
@@ -271,7 +275,7 @@ def logs(ctx: click.Context, agent_id: str, follow: bool, use_stderr: bool, line
 
 def _write(data: bytes) -> None:
     if data:
-        out = click.get_binary_stream("stdout")
+        out = sys.stdout.buffer
         out.write(data)
         out.flush()
 

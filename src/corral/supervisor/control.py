@@ -311,7 +311,8 @@ def request(
         raise StoreUnavailableError(f"answer from {path} is not for this request")
     if answer.get("ok") is True:
         return answer.get("result")
-    err = answer.get("error") if isinstance(answer.get("error"), dict) else {}
-    status = err.get("status") if isinstance(err.get("status"), int) else 400
+    found = answer.get("error")
+    err: dict[str, Any] = found if isinstance(found, dict) else {}
+    status = err["status"] if isinstance(err.get("status"), int) else 400
     cls = error_class(str(err.get("code", "")), status)
     raise cls(str(err.get("message", "the supervisor refused")), field=err.get("field"))

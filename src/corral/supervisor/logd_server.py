@@ -7,6 +7,7 @@ import collections
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import os
 import selectors
@@ -241,7 +242,7 @@ class Logd:
         src.partial = rest
         for chunk in whole:  # each ends in a newline: the log keeps no partial line
             if HEARTBEAT_PREFIX in chunk:
-                log.feed(chunk, lambda line, s=src: self._on_line(s, line))
+                log.feed(chunk, functools.partial(self._on_line, src))
             else:
                 log.feed(chunk)
 
