@@ -60,6 +60,7 @@ _TASK_COMPLETE = _QUERIES["task_complete"]
 _TASK_COMPLETE_QUIET = _TASK_COMPLETE.removesuffix("RETURNING *").rstrip()
 if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql edit
     raise RuntimeError("task_complete must end with RETURNING *")
+_STAMP = 1 - lifecycle.STAMP_FRACTION  # node_done_with's stamp_due, in SQL
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
@@ -481,6 +482,11 @@ class SQLiteStore(SQLStore):
             self._refuse(tx, task_id, node_id, epoch)
         return _task(rows[0])
 
+    def _done_with(self, tx: _Tx, node_id: str, task_id: int, now: float) -> None:
+        """After a completion that claimed nothing: a working node that holds no
+        other task becomes idle (lifecycle.after_finishing, encoded in the query)."""
+        tx.run("node_done_with", id=node_id, task_id=task_id, now=now, stamp=_STAMP)
+
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         tx = self._begin()
         try:
@@ -498,6 +504,7 @@ class SQLiteStore(SQLStore):
         tx = self._begin()
         try:
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
+            self._done_with(tx, node_id, task_id, now)
         except BaseException as exc:
             self._abort(tx, exc)
             raise
@@ -513,6 +520,8 @@ class SQLiteStore(SQLStore):
             self._check_role(tx, role)
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
+            if nxt is None:  # with a task claimed the node stays working: no write
+                self._done_with(tx, node_id, task_id, now)
         except BaseException as exc:
             self._abort(tx, exc)
             raise

@@ -86,9 +86,10 @@ CREATE TABLE events (
 -- A claim's and a completion's bookkeeping, in the statement that makes them: the
 -- holder's row is re-stamped only when a tenth of its liveness window has passed since
 -- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, each records its
--- event, and a claim drops its role head. A completion returns a working node that
--- holds no other task to idle (lifecycle.after_finishing; a bootstrap manager stays
--- working): a claim in the same transaction makes it working again.
+-- event, and a claim drops its role head. Whether a completion leaves its node idle
+-- (lifecycle.after_finishing) is decided by the store after the claim that may
+-- follow in the same call (the named query node_done_with), so a worker's
+-- complete-and-claim step does not rewrite its node's row twice.
 CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
 WHEN old.status = 'pending' AND new.status = 'in_progress'
 BEGIN
@@ -110,30 +111,11 @@ END;
 CREATE TRIGGER task_completed AFTER UPDATE OF status ON tasks
 WHEN old.status = 'in_progress' AND new.status = 'done'
 BEGIN
-    UPDATE nodes SET
-        idle_since = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
-                               AND NOT EXISTS (SELECT 1 FROM tasks h
-                                               WHERE h.assigned_to = new.assigned_to
-                                                 AND h.status = 'in_progress')
-                          THEN new.finished_at ELSE idle_since END,
-        current_task_id = CASE WHEN current_task_id = new.id
-                                    OR (status = 'working' AND role <> 'bootstrap_manager'
-                                        AND NOT EXISTS (SELECT 1 FROM tasks h
-                                                        WHERE h.assigned_to = new.assigned_to
-                                                          AND h.status = 'in_progress'))
-                               THEN NULL ELSE current_task_id END,
-        status = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
-                           AND NOT EXISTS (SELECT 1 FROM tasks h
-                                           WHERE h.assigned_to = new.assigned_to
-                                             AND h.status = 'in_progress')
-                      THEN 'idle' ELSE status END,
-        last_activity = new.finished_at, dead_at = new.finished_at + live_window
+    UPDATE nodes SET current_task_id = CASE WHEN current_task_id = new.id THEN NULL
+                                            ELSE current_task_id END,
+                     last_activity = new.finished_at, dead_at = new.finished_at + live_window
     WHERE id = new.assigned_to AND status <> 'terminated'
-      AND (current_task_id = new.id OR dead_at - new.finished_at < live_window * 0.9
-           OR (status = 'working' AND role <> 'bootstrap_manager'
-               AND NOT EXISTS (SELECT 1 FROM tasks h
-                               WHERE h.assigned_to = new.assigned_to
-                                 AND h.status = 'in_progress')));
+      AND (current_task_id = new.id OR dead_at - new.finished_at < live_window * 0.9);
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
             json_object('epoch', new.epoch));
