@@ -491,6 +491,15 @@ SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks 
 -- name: stats_event_count
 SELECT count(*) AS n FROM events WHERE kind = :kind;
 
+-- name: stats_inbox
+-- Each live node's inbox: the events after its cursor up to :last (events_last),
+-- counted on the seq index and at most :cap of them (event numbers need not be
+-- consecutive, so a difference of numbers is not a count).
+SELECT n.id, (SELECT count(*) FROM (
+    SELECT 1 FROM events e WHERE e.seq > n.cursor AND e.seq <= :last LIMIT :cap
+) AS after) AS inbox
+FROM nodes n WHERE n.status <> 'terminated';
+
 -- name: events_mine
 -- The events this transaction wrote (its seq block), in order.
 SELECT * FROM events
