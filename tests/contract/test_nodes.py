@@ -222,7 +222,8 @@ def test_touch_pushes_the_death_deadline_and_keeps_the_payload(
     clock.advance(25)
     assert cluster.touch("A") is True
     node = cluster.get_node("A")
-    assert (node.last_activity, node.dead_at, node.last_heartbeat) == (T0 + 25, T0 + 55, T0)
+    # A touch counts as a heartbeat (docs/core.md "Proof of life"): it stamps it too.
+    assert (node.last_activity, node.dead_at, node.last_heartbeat) == (T0 + 25, T0 + 55, T0 + 25)
     assert node.heartbeat == {"health_status": "healthy", "capacity_available": 2, "note": "hi"}
     assert node.health == "healthy"
     assert len(cluster.events()) == events  # a touch is not news
