@@ -146,12 +146,13 @@ class Cluster:
         if health is not None:
             check_choice(health, defaults.HEALTH_STATUSES, "health_status")
         tasks = payload.get("current_tasks")
-        if tasks is not None and (
-            not isinstance(tasks, list) or not all(isinstance(t, str | int) for t in tasks)
-        ):
-            raise InvalidInputError(
-                "current_tasks must be a list of task ids", field="current_tasks"
-            )
+        if tasks is not None:
+            if not isinstance(tasks, list):
+                raise InvalidInputError(
+                    "current_tasks must be a list of task ids", field="current_tasks"
+                )
+            for t in tasks:
+                check_task_id(t, "current_tasks")
         cap = payload.get("capacity_available")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise InvalidInputError(

@@ -94,6 +94,19 @@ def _read_token() -> str | None:
 
 
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
+def _unencodable_key(body: Any) -> str | None:
+    """The first key of ``body`` whose value JSON cannot carry (the argument to name)."""
+    if isinstance(body, dict):
+        for key, value in body.items():
+            try:
+                _ENCODER.encode(value)
+            except (TypeError, ValueError):
+                return str(key)
+    return None
+
+
 _MAX_HEAD = 64 * 1024
 # The response header fields that frame the body or end the connection: (name, value).
 _FRAMING = re.compile(
@@ -275,6 +288,7 @@ class HttpClient:
         query: dict[str, Any] | None = None,
         raw: Literal[False] = False,
         timeout: float | None = None,
+        body_field: str | None = None,
     ) -> Any: ...
 
     @overload
@@ -287,6 +301,7 @@ class HttpClient:
         query: dict[str, Any] | None = None,
         raw: Literal[True],
         timeout: float | None = None,
+        body_field: str | None = None,
     ) -> str: ...
 
     @overload
@@ -310,8 +325,11 @@ class HttpClient:
         query: dict[str, Any] | None = None,
         raw: bool = False,
         timeout: float | None = None,
+        body_field: str | None = None,
     ) -> Any:
-        """One API call; returns the decoded JSON (or text when ``raw``)."""
+        """One API call; returns the decoded JSON (or text when ``raw``). A body that
+        JSON cannot carry is refused naming ``body_field`` (the argument the body is),
+        else the body's key that holds the value."""
         target = self._prefix + path
         if query:
             target += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -321,7 +339,9 @@ class HttpClient:
             try:
                 data = _ENCODER.encode(body).encode()
             except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"arguments must be JSON data: {exc}") from None
+                field = body_field or _unencodable_key(body)
+                raise InvalidInputError(f"{field or 'arguments'} must be JSON data: {exc}",
+                                        field=field) from None  # fmt: skip
             extra = self._head_json
         try:
             line = f"{method} {target} HTTP/1.1\r\n".encode("ascii")
@@ -375,6 +395,7 @@ class HttpClient:
         timeout: float | None = None,
         node: Any = _NO_PATH,
         task: Any = _NO_PATH,
+        body_field: str | None = None,
     ) -> Any:
         """Call operation ``name`` at its route (``corral.operations``) with ``node``
         and ``task`` as its path's node id and task id: ``args`` go in the query
@@ -387,7 +408,7 @@ class HttpClient:
             path = path.replace("{task_id}", str(check_task_id(task)))
         if op.method == "GET":
             return self.request(op.method, path, query=args, raw=raw, timeout=timeout)
-        return self.request(op.method, path, args, raw=raw, timeout=timeout)
+        return self.request(op.method, path, args, raw=raw, timeout=timeout, body_field=body_field)
 
     # --- settings -----------------------------------------------------------------
     def settings(self) -> Settings:
@@ -438,7 +459,8 @@ class HttpClient:
         return _build(Node, self._call("terminate_node", node=node_id))
 
     def heartbeat(self, node_id: str, **payload: Any) -> Node:
-        return _build(Node, self._call("heartbeat", payload, node=node_id))
+        # The payload is one argument to the service (``check_payload(.., "heartbeat")``).
+        return _build(Node, self._call("heartbeat", payload, node=node_id, body_field="heartbeat"))
 
     def touch(self, node_id: str) -> bool:
         return bool(self._call("touch", node=node_id)["touched"])

@@ -24,6 +24,9 @@ __all__ = [
 
 MAX_INT = 2**63 - 1  # the largest integer a store column holds (64 bits, signed)
 MAX_SEQ = MAX_INT  # the largest event number
+# The largest float below 2**63: a number setting (a float) holds at most this; an
+# integer above it would round into range, so it is refused as the float 2**63 is.
+MAX_FLOAT = 9223372036854774784
 MAX_LIMIT = 10_000  # the most rows one read returns (a larger limit is capped)
 
 
@@ -116,9 +119,10 @@ def check_positive(value: Any, field: str, *, integer: bool = False) -> float:
         or value <= 0
     ):
         raise InvalidInputError(f"{field} must be {kind}; got {value!r:.40}", field=field)
-    if value > MAX_INT:  # an int past a float's range, too
+    top = MAX_INT if integer else MAX_FLOAT
+    if value > top:  # an int past a float's range, too
         raise InvalidInputError(
-            f"{field} must be {kind} up to {MAX_INT}; got {value!r:.40}", field=field
+            f"{field} must be {kind} up to {top}; got {value!r:.40}", field=field
         )
     return cast("float", value)  # the int or float itself: no rounding of large ints
 

@@ -132,11 +132,6 @@ def test_stats_count_nodes_tasks_and_claims(cluster: Any, clock: FakeClock) -> N
     )
 
 
-@pytest.mark.differs(
-    "postgres",
-    reason="stats() computes a node's inbox as last_seq - cursor (src/corral/store/stats.py); "
-    "PostgreSQL's event numbers are not consecutive, so the inbox is not a count of events",
-)
 def test_a_nodes_inbox_counts_the_events_after_its_cursor(cluster: Any) -> None:
     cluster.register_node("A", "developer")
     cluster.add_tasks([{"title": f"Implement {i}"} for i in range(3)])

@@ -103,11 +103,6 @@ def test_add_tasks_refuses_the_whole_batch(cluster: Any, bad: Any) -> None:
     assert world(cluster) == before
 
 
-@pytest.mark.differs(
-    "http",
-    reason="the server's AddTasksIn (list[dict]) refuses a non-object item itself, "
-    "naming field 'tasks.<i>' where Cluster.add_tasks names 'tasks' (src/corral/server/models.py)",
-)
 def test_add_tasks_names_the_batch_for_an_item_that_is_not_an_object(cluster: Any) -> None:
     before = world(cluster)
     with pytest.raises(InvalidInputError) as exc:

@@ -167,11 +167,6 @@ def test_a_limit_past_the_cap_is_capped_on_every_backend(seeded):
     ]
 
 
-@pytest.mark.differs(
-    "http",
-    reason="HttpClient.request turns a value JSON cannot carry into InvalidInputError "
-    "without a field (src/corral/remote.py); Cluster names the argument",
-)
 @pytest.mark.parametrize(
     ("call", "field"),
     [

@@ -31,6 +31,7 @@ Per request, on the event loop:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
@@ -214,8 +215,8 @@ async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: R
     event loop (``nowait``) in the same step as that check and the answer, so a
     disconnect cannot fall between them. A try that had to run on a thread (a busy
     store, PostgreSQL) and finds its caller gone on return hands the task back at
-    once (``fail_task`` with retry, while it has attempts left). None when the
-    caller is gone."""
+    once (``Store.release_claim``: pending again, the attempt undone, the node as it
+    was before the try). None when the caller is gone."""
     loop = asyncio.get_running_loop()
     gone = loop.create_task(_disconnected(receive))
     store = st.cluster.store
@@ -235,9 +236,9 @@ async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: R
                 except st.would_block:
                     result = _HOP
             if result is _HOP:
-                result = await st.run(op.handler, now)
+                before, result = await st.run(_try_claim, op, now)
                 if gone.done():
-                    await _hand_back(st, result["task"])
+                    await _hand_back(st, result["task"], before)
                     return None
             left = deadline - time.monotonic()
             if result["task"] is not None or left <= 0:
@@ -251,12 +252,19 @@ async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: R
         gone.cancel()
 
 
-async def _hand_back(st: ServerState, task: Any) -> None:
-    if task is None or task.attempts >= task.max_attempts:
-        return  # (on its last attempt a hand-back would fail it: lease recovery decides)
+def _try_claim(op: Op, call: Call) -> tuple[Any, Any]:
+    """One try of a waiting claim on a thread, with the node as it was just before
+    it (what a hand-back restores)."""
+    return call.cluster.get_node(call.path["node_id"]), op.handler(call)
+
+
+async def _hand_back(st: ServerState, task: Any, before: Any) -> None:
+    """Give back a claim nobody received, as if it had not been made."""
+    if task is None:
+        return
+    release = functools.partial(st.cluster.store.release_claim, before=before)
     try:
-        await st.run(st.cluster.fail_task, task.id, task.assigned_to, task.epoch,
-                     "claim abandoned: its caller disconnected", True)  # fmt: skip
+        await st.run(release, task.id, task.assigned_to, task.epoch, st.cluster.clock.now())
     except CorralError:
         log.warning("could not hand back task %s of a gone caller", task.id, exc_info=True)
 
@@ -272,6 +280,12 @@ def _query(op: Op, raw: bytes) -> Any:
         if params:
             raise ApiError(422, "invalid_input", f"unknown query parameter {next(iter(params))!r}")
         return None
+    if params and len(params.multi_items()) != len(params):
+        # Every query parameter is one value (the document says so): not a list.
+        twice = next(k for k in params if len(params.getlist(k)) > 1)
+        raise ApiError(
+            422, "invalid_input", f"query parameter {twice!r} is given more than once", twice
+        )
     try:
         return op.query.model_validate(dict(params) if params else {})
     except ValidationError as exc:

@@ -17,7 +17,7 @@ from corral import defaults
 from corral.config import TYPES
 from corral.defaults import MAX_CLAIM_WAIT
 from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
-from corral.validation import MAX_INT, MAX_LIMIT, MAX_SEQ
+from corral.validation import MAX_FLOAT, MAX_INT, MAX_LIMIT, MAX_SEQ
 
 __all__ = [
     "AddTaskIn",
@@ -76,15 +76,29 @@ def _whole(value: Any) -> Any:
     return value
 
 
+def _exact(value: Any) -> Any:
+    """A number field is a float: an integer past ``MAX_FLOAT`` would round into
+    range, so it is refused here as the service refuses it."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_FLOAT:
+        raise ValueError(f"must be a number up to {MAX_FLOAT}")
+    return value
+
+
+def _item_whole(value: Any) -> Any:
+    """A batch item's ``max_attempts`` is an integer as ``AddTaskIn``'s is (``_whole``)."""
+    if isinstance(value, dict) and "max_attempts" in value:
+        return {**value, "max_attempts": _whole(value["max_attempts"])}
+    return value
+
+
 Int = Annotated[int, BeforeValidator(_whole)]
+Number = Annotated[float, BeforeValidator(_exact)]
 NodeId = Annotated[str, WithJsonSchema(ID_SCHEMA)]
 PositiveInt = Annotated[int, BeforeValidator(_whole), WithJsonSchema(_POSITIVE_INT)]
-TaskRef = Annotated[
-    int | str,
-    BeforeValidator(_whole),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
-                              TASK_ID_SCHEMA]}),
-]  # fmt: skip
+_TASK_REF = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 10**18 - 1}, TASK_ID_SCHEMA]}
+TaskRef = Annotated[int | str, BeforeValidator(_whole), WithJsonSchema(_TASK_REF)]
+# An item of a list the service checks whole (it names the list, not the item).
+TaskRefItem = Annotated[Any, BeforeValidator(_whole), WithJsonSchema(_TASK_REF)]
 
 
 def _text(max_len: int, *, empty: bool = True) -> WithJsonSchema:
@@ -122,10 +136,10 @@ class RegisterIn(_In):
     role: Role = Field(description="bootstrap_manager or a role of the cluster's role_keywords.")
     model: ModelName | None = Field(None, description="Model name; strength is derived from it.")
     strength: Strength | None = None
-    heartbeat_interval: float | None = Field(
+    heartbeat_interval: Number | None = Field(
         None,
         description="Seconds between heartbeats.",
-        json_schema_extra={"exclusiveMinimum": 0, "maximum": 9223372036854774784},
+        json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_FLOAT},
     )
     host: HostName | None = None
     pid: PositiveInt | None = None
@@ -142,7 +156,7 @@ class HeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
     health_status: HealthStatus | None = None
-    current_tasks: list[TaskRef] | None = None
+    current_tasks: list[TaskRefItem] | None = None
     capacity_available: (
         Annotated[int, BeforeValidator(_whole), WithJsonSchema({"type": "integer", "minimum": 0})]
         | None
@@ -160,9 +174,10 @@ class AddTaskIn(_In):
 
 class AddTasksIn(_In):
     # Items are checked by the service, which names the bad field of the bad item.
-    tasks: list[dict[str, Any]] = Field(
+    tasks: list[Annotated[Any, BeforeValidator(_item_whole)]] = Field(
         description="Items with add_task's fields: title, description, priority, role, "
-        "max_attempts. One bad item refuses the batch."
+        "max_attempts. One bad item refuses the batch.",
+        json_schema_extra={"maxItems": 100_000},
     )
 
 
@@ -336,7 +351,10 @@ def settings_model(name: str, *, changes: bool, doc: str) -> type[BaseModel]:
     (their one declaration): every field required (an answer), or every field optional
     and strict (a change; unknown keys refused)."""
     if changes:
-        fields: dict[str, Any] = {n: (t | None, None) for n, t in TYPES.items()}
+        # Numbers as elsewhere in the API: a whole float is an integer (``_whole``);
+        # an integer past a float's exact range is refused (``_exact``).
+        parse = {float: Number, int: Int}
+        fields: dict[str, Any] = {n: (parse.get(t, t) | None, None) for n, t in TYPES.items()}
         config = ConfigDict(extra="forbid", strict=True)
     else:
         fields = {n: (t, ...) for n, t in TYPES.items()}
@@ -389,6 +407,12 @@ class StatsOut(_Out):
     max_agents: int
     assessment: dict[str, Any]
     live_nodes: list[dict[str, Any]]
+    write_lock_timeouts: int = Field(
+        description="This server's writes that gave up waiting for the store's write lock."
+    )
+    write_lock_holder: dict[str, Any] | None = Field(
+        description="The process holding the write lock now (pid, stopped), if any (SQLite)."
+    )
 
 
 class HealthOut(_Out):

@@ -10,6 +10,7 @@ from pydantic.json_schema import models_json_schema
 
 from corral.server import models as m
 from corral.server.routes import LIST_RESPONSES, Op
+from corral.validation import MAX_FLOAT
 
 __all__ = ["build_openapi"]
 
@@ -44,7 +45,7 @@ _PATH_ID = {
 }
 _PATH_SCHEMAS = {"node_id": _PATH_ID, "task_id": m.TASK_ID_SCHEMA}
 # The largest float below 2**63: a larger number is refused once read as a float.
-_POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": 9223372036854774784}
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FLOAT}
 _NOT_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
 _WORD = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": _NOT_BLANK}
 

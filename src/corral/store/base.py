@@ -171,6 +171,16 @@ class Store(ABC):
     ) -> Task:
         """Fail a held task: back to pending while attempts remain and ``retry``."""
 
+    def release_claim(
+        self, task_id: int, node_id: str, epoch: int, now: float, *, before: Node | None = None
+    ) -> Task:
+        """Hand back a claim its caller never received (the server's waiting claim
+        whose client left): the task pending again with the attempt undone (its epoch
+        stays bumped), the node as ``before`` the claim (else as after finishing
+        it), a ``lease_released`` event (``reason: abandoned``). ``LeaseError`` when
+        ``node_id`` does not hold it at ``epoch``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot hand back a claim")
+
     # --- cluster views ----------------------------------------------------------
     @abstractmethod
     def assess(self, now: float) -> Assessment:

@@ -471,3 +471,44 @@ class SQLStore(ViewsMixin, DutiesMixin, Store):
                 stamp=1 - lifecycle.STAMP_FRACTION,
             )
             return task
+
+    def release_claim(
+        self, task_id: int, node_id: str, epoch: int, now: float, *, before: Node | None = None
+    ) -> Task:
+        with self._write() as tx:
+            # Node row, then its task (the lock order of every transaction).
+            tx.one("node_live_for_update", id=node_id)
+            row = tx.one("task_held_for_update", id=task_id, node_id=node_id)
+            if row is None or row["epoch"] != epoch:
+                self._refuse(tx, task_id, node_id, epoch)
+            new = tx.one("task_release_claim", id=task_id, now=now)
+            self._enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
+            if before is None:
+                tx.run(
+                    "node_done_with",
+                    id=node_id,
+                    task_id=task_id,
+                    now=now,
+                    stamp=1 - lifecycle.STAMP_FRACTION,
+                )
+            else:
+                tx.run(
+                    "node_release_claim",
+                    id=node_id,
+                    task_id=task_id,
+                    status=before.status,
+                    idle_since=before.idle_since,
+                    current_task_id=before.current_task_id,
+                )
+            self._event(
+                tx,
+                now,
+                "lease_released",
+                node_id,
+                task_id,
+                reason="abandoned",
+                outcome="pending",
+                attempt=row["attempts"],
+                epoch=row["epoch"],
+            )
+            return task_from_row(new)

@@ -2,7 +2,7 @@
 
 ``Store.stats()`` is the port's method; every SQL store (``SQLStore``) serves it with
 ``stats_in`` over its read transaction and the named queries ``stats_nodes``,
-``stats_tasks`` and ``stats_event_count`` (plus the shared ``nodes_live``,
+``stats_tasks``, ``stats_event_count`` and ``stats_inbox`` (plus the shared ``nodes_live``,
 ``events_last``, ``meta_get`` and ``settings_all``).
 """
 
@@ -18,8 +18,11 @@ from corral.config import settings_from_rows
 from corral.model import last_seen
 from corral.store.base import Store
 from corral.store.rows import Tx
+from corral.validation import MAX_LIMIT
 
-__all__ = ["ClusterStats", "read_stats", "stats_in"]
+__all__ = ["MAX_INBOX", "ClusterStats", "read_stats", "stats_in"]
+
+MAX_INBOX = MAX_LIMIT  # a node's inbox is counted up to this (the most one read returns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +35,8 @@ class ClusterStats:
     last_event: int = 0
     max_agents: int = 0
     assessment: dict[str, Any] = field(default_factory=dict)
-    # per live node: id, role, status, last_seen, inbox (events after its cursor)
+    # per live node: id, role, status, last_seen, inbox (events after its cursor, at
+    # most MAX_INBOX: a count on the index, bounded)
     live_nodes: list[dict[str, Any]] = field(default_factory=list)
     # the store's write lock (SQLite): this process's writes that gave up waiting for
     # it, and the process holding it now ({"pid", "stopped"}), if any
@@ -56,13 +60,16 @@ def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> Cl
         recovered = tx.one("stats_event_count", kind="lease_recovered")["n"]
         last = tx.one("events_last")
         live = tx.all("nodes_live")
+        last_seq = int(last["seq"]) if last else 0
+        inbox = {
+            r["id"]: int(r["inbox"]) for r in tx.all("stats_inbox", last=last_seq, cap=MAX_INBOX)
+        }
         wd = tx.one("meta_get", key="work_distribution")
         settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
     holder = store.write_lock_holder()
     nodes: dict[str, dict[str, int]] = {}
     for r in node_rows:
         nodes.setdefault(r["status"], {})[r["role"]] = int(r["n"])
-    last_seq = int(last["seq"]) if last else 0
     return ClusterStats(
         nodes=nodes,
         tasks={r["status"]: int(r["n"]) for r in task_rows},
@@ -78,7 +85,7 @@ def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> Cl
                 "role": r["role"],
                 "status": r["status"],
                 "last_seen": last_seen(r["last_activity"], r["last_heartbeat"], r["registered_at"]),
-                "inbox": max(0, last_seq - int(r["cursor"])),
+                "inbox": inbox.get(r["id"], 0),
             }
             for r in live
         ],

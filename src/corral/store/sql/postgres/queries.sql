@@ -491,6 +491,15 @@ SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks 
 -- name: stats_event_count
 SELECT count(*) AS n FROM events WHERE kind = :kind;
 
+-- name: stats_inbox
+-- Each live node's inbox: the events after its cursor up to :last (events_last),
+-- counted on the seq index and at most :cap of them (event numbers need not be
+-- consecutive, so a difference of numbers is not a count).
+SELECT n.id, (SELECT count(*) FROM (
+    SELECT 1 FROM events e WHERE e.seq > n.cursor AND e.seq <= :last LIMIT :cap
+) AS after) AS inbox
+FROM nodes n WHERE n.status <> 'terminated';
+
 -- name: events_mine
 -- The events this transaction wrote (its seq block), in order.
 SELECT * FROM events
@@ -676,3 +685,22 @@ FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN fin ON true LEFT JOIN take 
 -- a beat, its payload kept.
 UPDATE nodes SET last_activity = :now, last_heartbeat = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
+
+-- name: task_release_claim
+-- A claim handed back untouched (Store.release_claim): pending again, its attempt
+-- undone; the epoch stays bumped (a lease number is never reused).
+UPDATE tasks SET status = 'pending', assigned_to = NULL, attempts = attempts - 1,
+                 updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: node_release_claim
+-- The node as it was before the claim it hands back (:status, :idle_since,
+-- :current_task_id), when the claim's change is still there (working, no current
+-- task) and it holds no other task, or it was working already.
+UPDATE nodes SET status = :status::text, idle_since = :idle_since::double precision,
+                 current_task_id = :current_task_id::bigint
+WHERE id = :id AND status = 'working' AND current_task_id IS NULL
+  AND (:status::text = 'working'
+       OR NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                        AND h.status = 'in_progress' AND h.id <> :task_id));
