@@ -314,6 +314,7 @@ class HttpClient:
         query: dict[str, Any] | None = None,
         raw: bool = False,
         timeout: float | None = None,
+        body_field: str | None = None,
     ) -> Any: ...
 
     def request(
