@@ -3,11 +3,11 @@ them, restarts them by policy, stops them gracefully, and re-attaches to them af
 its own crash.
 
 Everything runs on one asyncio loop with no thread per child and no periodic tick:
-a process exit is its pidfd becoming readable, a pipe heartbeat is a line read from
-the agent's stdout, and the only timers are the deadlines :func:`reconcile` returns
-(startup and heartbeat timeouts, the end of a restart backoff, a stop timeout, the
-next cluster-heartbeat check). The decisions themselves are the pure functions of
-:mod:`corral.supervisor.policy`.
+a process exit is its pidfd becoming readable, a pipe heartbeat is an event from
+the log daemon (which reads the agent's stdout), and the only timers are the
+deadlines :func:`reconcile` returns (startup and heartbeat timeouts, the end of a
+restart backoff, a stop timeout, the next cluster-heartbeat check). The decisions
+themselves are the pure functions of :mod:`corral.supervisor.policy`.
 
 State survives in the state dir: ``pids.json`` (each agent's pid with its start
 time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``,
