@@ -46,7 +46,6 @@ __all__ = ["TAIL_GRACE", "Output"]
 
 TAIL_GRACE = 2.0  # seconds to wait for logd to drain a dead child's stderr
 SYNC_TIMEOUT = 10.0  # seconds to wait for logd's attached list on connect
-_EOFS_KEPT = 1024
 
 
 class Output:
@@ -58,7 +57,6 @@ class Output:
         self.held: set[tuple[str, str, int | None]] = set()  # (agent, stream, pid)
         self._fd = -1
         self._closing = False
-        self._eofs: dict[tuple[str, int], None] = {}  # stderr ends not yet claimed
         self._pending: dict[tuple[str, int], tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
 
     # ---- connection ---------------------------------------------------------------
@@ -198,11 +196,8 @@ class Output:
             then(stderr_tail(path))
 
         loop = self.sup._loop
-        drained = pid is not None and (agent, pid) in self._eofs
-        if drained:
-            del self._eofs[(agent, pid)]
-        if pid is None or loop is None or drained or (agent, "stderr", pid) not in self.held:
-            done()
+        if pid is None or loop is None or (agent, "stderr", pid) not in self.held:
+            done()  # nothing to wait for: no pipe, or logd already drained it (eof)
             return
         self._pending[(agent, pid)] = (loop.call_later(TAIL_GRACE, done), done)
 
@@ -211,10 +206,6 @@ class Output:
         if pending is not None:
             pending[0].cancel()
             pending[1]()
-            return
-        self._eofs[(agent, pid)] = None
-        while len(self._eofs) > _EOFS_KEPT:
-            del self._eofs[next(iter(self._eofs))]
 
     # ---- commands -----------------------------------------------------------------
 

@@ -415,13 +415,14 @@ class Supervisor:
         self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
     ) -> None:
         now = ex.at if ex.at is not None else self.clock()
-        a.last_exit = rec = {
+        rec: dict[str, Any] = {
             "code": ex.code,
             "signal": ex.signal,
             "at": now,
             "describe": ex.describe(),
             "stderr_tail": [],  # filled once the log daemon has drained the pipe
         }
+        a.last_exit = rec
         if error:
             rec["error"] = error
         a.stop_deadline = None
