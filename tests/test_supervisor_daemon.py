@@ -128,7 +128,8 @@ def test_crash_records_exit_time_and_last_50_stderr_lines(tmp_path: Path) -> Non
     sup = make(tmp_path, manifest([{"id": "a", "restart": "never", **py(code)}]))
 
     async def scenario() -> None:
-        await until(lambda: st(sup, "a")["last_exit"], what="crash handled")
+        # the tail is read once the log daemon has drained the dead child's stderr
+        await until(lambda: (st(sup, "a")["last_exit"] or {}).get("stderr_tail"), what="tail")
         last = st(sup, "a")["last_exit"]
         assert last["code"] == 3 and last["signal"] is None and last["at"] > 0
         assert last["stderr_tail"] == [f"err {i}" for i in range(30, 80)]

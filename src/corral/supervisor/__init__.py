@@ -9,6 +9,10 @@
 - :mod:`corral.supervisor.logd`: the log daemon that reads every child's output pipes
   and outlives the supervisor (``ensure_logd``, ``LogdClient``; not re-exported
   either, for ``python -m corral.supervisor.logd``).
+- :mod:`corral.supervisor.supervisor`: the daemon (``Supervisor``), with
+  :mod:`~corral.supervisor.output` (its side of the log daemon),
+  :mod:`~corral.supervisor.adopt` (re-attaching after a crash) and
+  :mod:`~corral.supervisor.link` (the cluster).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@
    (:func:`~corral.supervisor.process.same_process`, checked after a pidfd was
    opened, so the check cannot race a pid reuse) is adopted: watched through the
    new pidfd, its state, restarts and flags kept, never restarted. A pid now used
-   by an unrelated process is never adopted (nor signalled).
+   by an unrelated process is never adopted (nor signalled). Its output still flows
+   through the log daemon, and a pipe-heartbeat agent whose stdout the log daemon
+   still holds keeps being read (its heartbeat timeout counts from the adoption).
 2. An agent whose recorded process is gone died while no supervisor watched it:
    its exit status is unknown (the new supervisor is not its parent, and not its
    subreaper ancestor either: the kernel gave the status to whoever reaped it), and
@@ -68,8 +70,11 @@ def _watch(sup: Supervisor, a: _Agent, child: proc.Child, state: State, why: str
     a.reached_running = True
     hb = sup._heartbeat(a)
     if hb == "pipe":
-        a.beats_lost = True  # its stdout pipe died with the previous supervisor
-        sup._log("warning", "adopted pipe agent: heartbeats not read", agent=a.spec.id)
+        if (a.spec.id, "stdout", child.pid) in sup.output.held:
+            a.last_beat = sup.clock()  # beats keep coming through the log daemon
+        else:  # the log daemon that held its stdout is gone: its beats cannot be read
+            a.beats_lost = True
+            sup._log("warning", "adopted pipe agent: heartbeats not read", agent=a.spec.id)
     elif hb == "cluster":
         a.last_beat = sup.clock()
         a.next_check = sup.clock()

@@ -1,19 +1,17 @@
-"""One agent's runtime record, its interim stdout pipe, and its status dict."""
+"""One agent's runtime record, its status dict and its ``pids.json`` record."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from corral.supervisor import process as proc
-from corral.supervisor.logs import RotatingLog
 from corral.supervisor.manifest import AgentSpec
 from corral.supervisor.policy import RestartTracker, State
 
-__all__ = ["STDERR_TAIL", "agent_status", "stderr_tail"]
+__all__ = ["STDERR_TAIL", "agent_record", "agent_status", "stderr_tail"]
 
 STDERR_TAIL = 50
 
@@ -31,39 +29,6 @@ def stderr_tail(path: Path, lines: int = STDERR_TAIL, *, max_bytes: int = 256 * 
     return [ln.decode("utf-8", "replace") for ln in data.splitlines()[-lines:]]
 
 
-class _Pipe:
-    """The interim stdout pipe of a pipe-heartbeat agent: read on the loop, every
-    line appended to ``stdout.log``, ``HEARTBEAT`` lines reported."""
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        fd: int,
-        log: RotatingLog,
-        on_line: Callable[[bytes], object],
-    ) -> None:
-        self.loop, self.fd, self.log, self.on_line = loop, fd, log, on_line
-        os.set_blocking(fd, False)
-        loop.add_reader(fd, self._read)
-
-    def _read(self) -> None:
-        try:
-            data = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
-        if data:
-            self.log.feed(data, self.on_line)
-        else:
-            self.close()
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            self.loop.remove_reader(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-            self.log.close()
-
-
 class _Agent:
     """The runtime record of one agent."""
 
@@ -75,7 +40,7 @@ class _Agent:
         self.started_at: float | None = None
         self.last_beat: float | None = None
         self.beat_status: str | None = None
-        self.beats_lost = False  # adopted pipe agent: its heartbeats cannot be read
+        self.beats_lost = False  # pipe agent whose stdout the log daemon lost
         self.restart_at: float | None = None
         self.stop_deadline: float | None = None
         self.stopping: asyncio.Future[None] | None = None
@@ -88,7 +53,6 @@ class _Agent:
         self.last_exit: dict[str, Any] | None = None
         self.next_check: float | None = None  # cluster heartbeat
         self.checking = False
-        self.pipe: _Pipe | None = None
         self.last_pid: int | None = None  # the process the last transition was about
 
 
@@ -108,4 +72,19 @@ def agent_status(a: _Agent, now: float) -> dict[str, Any]:
         "last_exit": a.last_exit,
         "waiting_on": sorted(a.waiting_on),
         "adopted": bool(a.child and a.child.adopted),
+    }
+
+
+def agent_record(a: _Agent) -> dict[str, Any]:
+    """What ``pids.json`` keeps of one agent (to adopt it after a crash)."""
+    return {
+        "pid": a.child.pid if a.child else None,
+        "start_time": a.child.start_time if a.child else None,
+        "state": a.state.value,
+        "restarts": a.tracker.restarts,
+        "flags": list(a.tracker.flags),
+        "last_exit": a.last_exit,
+        "started_at": a.started_at,
+        "operator_stopped": a.operator_stopped,
+        "heartbeat": a.spec.heartbeat,
     }

@@ -3,11 +3,11 @@ them, restarts them by policy, stops them gracefully, and re-attaches to them af
 its own crash.
 
 Everything runs on one asyncio loop with no thread per child and no periodic tick:
-a process exit is its pidfd becoming readable, a pipe heartbeat is a line read from
-the agent's stdout, and the only timers are the deadlines :func:`reconcile` returns
-(startup and heartbeat timeouts, the end of a restart backoff, a stop timeout, the
-next cluster-heartbeat check). The decisions themselves are the pure functions of
-:mod:`corral.supervisor.policy`.
+a process exit is its pidfd becoming readable, a pipe heartbeat is an event from
+the log daemon (which reads the agent's stdout), and the only timers are the
+deadlines :func:`reconcile` returns (startup and heartbeat timeouts, the end of a
+restart backoff, a stop timeout, the next cluster-heartbeat check). The decisions
+themselves are the pure functions of :mod:`corral.supervisor.policy`.
 
 State survives in the state dir: ``pids.json`` (each agent's pid with its start
 time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``,
@@ -17,16 +17,14 @@ time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``
 Adoption after a supervisor crash: :mod:`corral.supervisor.adopt`. The cluster
 link (transitions as events, the cluster heartbeat): :mod:`corral.supervisor.link`.
 
-Interim output routing (until the log daemon): stdout/stderr are the log files
-opened for append, so output flows on when the supervisor is gone; a pipe-heartbeat
-agent's stdout is a pipe this process reads, which does not survive it (an adopted
-pipe agent's beats are not read and it is not timed out for missing them).
+Output: every child's stdout and stderr are pipes read by the log daemon, which
+outlives the supervisor; pipe heartbeats come back as its events
+(:mod:`corral.supervisor.output`). A clean shutdown stops the children, then logd.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import random
@@ -39,9 +37,16 @@ from typing import Any
 from corral.errors import NotFoundError
 from corral.supervisor import link
 from corral.supervisor import process as proc
-from corral.supervisor.agent import STDERR_TAIL, _Agent, _Pipe, agent_status, stderr_tail
+from corral.supervisor.agent import (
+    STDERR_TAIL,
+    _Agent,
+    agent_record,
+    agent_status,
+    stderr_tail,
+)
 from corral.supervisor.logs import RotatingLog
 from corral.supervisor.manifest import Manifest, dependents, phases, stop_phases
+from corral.supervisor.output import Output
 from corral.supervisor.policy import (
     EXHAUSTED_FLAG,
     Exit,
@@ -100,6 +105,7 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._state_log: RotatingLog | None = None
         self._log_file: RotatingLog | None = None
+        self.output = Output(self)
 
     # ---- public API ---------------------------------------------------------------
 
@@ -192,7 +198,8 @@ class Supervisor:
         return await self.start(agent_id)
 
     async def shutdown(self) -> None:
-        """Cascade stop: dependents first (reverse phase order), then exit ``run``."""
+        """Cascade stop: dependents first (reverse phase order), then the log
+        daemon, then exit ``run``."""
         if self._shutting_down:
             return
         self._shutting_down = True
@@ -209,6 +216,7 @@ class Supervisor:
         pending = [t for t in self._tasks if t is not asyncio.current_task()]
         if pending:  # events still being published to the cluster
             await asyncio.wait(pending, timeout=5)
+        self.output.shutdown()  # the children are gone: logd finishes every log
         if self._done is not None:
             self._done.set()
 
@@ -218,13 +226,12 @@ class Supervisor:
         return [self._status(a) for a in self.agents.values()]
 
     def reopen_logs(self) -> None:
-        """Reopen the log files this process writes (after an outside rotation)."""
+        """Reopen the supervisor's own log files and ask the log daemon to reopen
+        the agents' (after an outside tool moved them)."""
         for log in (self._state_log, self._log_file):
             if log is not None:
                 log.reopen()
-        for a in self.agents.values():
-            if a.pipe is not None and a.pipe.fd >= 0:
-                a.pipe.log.reopen()
+        self.output.reopen()
 
     # ---- setup and teardown -------------------------------------------------------
 
@@ -237,6 +244,7 @@ class Supervisor:
         s = self.manifest.settings
         self._state_log = RotatingLog(own / "state.log", s.log_max_bytes, s.log_keep)
         self._log_file = RotatingLog(own / "supervisor.log", s.log_max_bytes, s.log_keep)
+        self.output.connect(sync=True)  # before becoming a subreaper (see logd)
 
     def _close(self) -> None:
         if self._timer is not None:
@@ -245,9 +253,7 @@ class Supervisor:
             t.cancel()
         if self._watcher is not None:
             self._watcher.close()  # adopted-on-next-start children keep running
-        for a in self.agents.values():
-            if a.pipe is not None:
-                a.pipe.close()
+        self.output.close()  # logd keeps the children's output flowing
         if self._save_pending or not self._shutting_down:
             self._save(clean=self._shutting_down)
         for log in (self._state_log, self._log_file):
@@ -308,37 +314,10 @@ class Supervisor:
         for a in self.agents.values():
             if clean and a.child is None:
                 continue
-            agents[a.spec.id] = {
-                "pid": a.child.pid if a.child else None,
-                "start_time": a.child.start_time if a.child else None,
-                "state": a.state.value,
-                "restarts": a.tracker.restarts,
-                "flags": list(a.tracker.flags),
-                "last_exit": a.last_exit,
-                "started_at": a.started_at,
-                "operator_stopped": a.operator_stopped,
-                "heartbeat": a.spec.heartbeat,
-            }
+            agents[a.spec.id] = agent_record(a)
         self.pidfile.save({"supervisor_pid": os.getpid(), "agents": agents})
 
     # ---- spawning and output ------------------------------------------------------
-
-    def _attach_output(self, a: _Agent, stream: str) -> int:
-        """The descriptor the child gets as ``stream`` (``stdout``/``stderr``): its
-        log file opened for append, or for a pipe-heartbeat agent's stdout the write
-        end of a pipe this supervisor reads (the interim until the log daemon)."""
-        d = self.logs_dir / a.spec.id
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{stream}.log"
-        if stream == "stdout" and self._heartbeat(a) == "pipe":
-            assert self._loop is not None
-            r, w = os.pipe()
-            log = RotatingLog(path, a.spec.log_max_bytes, a.spec.log_keep)
-            if a.pipe is not None:
-                a.pipe.close()
-            a.pipe = _Pipe(self._loop, r, log, functools.partial(self._on_line, a))
-            return w
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     def _env(self, a: _Agent) -> dict[str, str]:
         token = None
@@ -361,23 +340,28 @@ class Supervisor:
         a.last_beat = a.beat_status = None
         a.waiting_on.clear()
         a.started_at = now
-        out = err = -1
+        reads: dict[str, int] = {}  # the pipes' read ends, for the log daemon
+        writes: list[int] = []
         try:
-            out = self._attach_output(a, "stdout")
-            err = self._attach_output(a, "stderr")
+            for stream in ("stdout", "stderr"):
+                reads[stream], w = os.pipe2(os.O_CLOEXEC)
+                writes.append(w)
             cwd = a.spec.cwd
             if cwd is not None and not os.path.isabs(cwd):
                 cwd = str(Path(self.manifest.path).resolve().parent / cwd)
+            out, err = writes
             child = proc.spawn(a.spec, env=self._env(a), cwd=cwd, stdout_fd=out, stderr_fd=err)
         except (OSError, ValueError) as e:
+            for fd in reads.values():
+                os.close(fd)
             self._set(a, State.STARTING, "spawn")
             self._log("error", "spawn failed", agent=a.spec.id, error=str(e))
             self._exited(a, Exit(code=127, at=now), error=str(e))
             return
         finally:
-            for fd in (out, err):
-                if fd >= 0:
-                    os.close(fd)
+            for fd in writes:
+                os.close(fd)
+        self.output.attach(a, child.pid, reads)  # closes our copies of the read ends
         a.child, a.last_pid = child, child.pid
         a.started_at = now = self.clock()  # timeouts count from the process's existence
         self._watcher.watch(child, lambda ex: self._on_exit(a, child, ex), self._before_reap)
@@ -395,9 +379,13 @@ class Supervisor:
 
     # ---- events -------------------------------------------------------------------
 
-    def _on_line(self, a: _Agent, line: bytes) -> None:
+    def _on_line(self, agent: str, stream: str, pid: Any, line: str) -> None:
+        """A ``HEARTBEAT`` line the log daemon read from a child's stdout."""
+        a = self.agents.get(agent)
+        if a is None or stream != "stdout" or a.child is None or a.child.pid != pid:
+            return  # an old child's line, or one of another state dir's agent
         beat = parse_heartbeat(line)
-        if beat is not None and a.child is not None:
+        if beat is not None and self._heartbeat(a) in ("pipe", "none"):
             self._beat(a, self.clock(), beat.status)
             self._kick()
 
@@ -420,22 +408,35 @@ class Supervisor:
         a.last_pid = child.pid
         if child.adopted:  # no group id guarantee after the exit: sweep by marker
             self._sweep(a)
-        self._exited(a, ex)
+        self._exited(a, ex, pid=child.pid)
         self._kick()
 
-    def _exited(self, a: _Agent, ex: Exit, error: str | None = None) -> None:
+    def _exited(
+        self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
+    ) -> None:
         now = ex.at if ex.at is not None else self.clock()
-        tail = stderr_tail(self.logs_dir / a.spec.id / "stderr.log")
-        a.last_exit = {
+        rec: dict[str, Any] = {
             "code": ex.code,
             "signal": ex.signal,
             "at": now,
             "describe": ex.describe(),
-            "stderr_tail": tail,
+            "stderr_tail": [],  # filled once the log daemon has drained the pipe
         }
+        a.last_exit = rec
         if error:
-            a.last_exit["error"] = error
+            rec["error"] = error
         a.stop_deadline = None
+        hung = a.hung if a.stopping is None else None
+        why = f"{hung}, then {ex.describe()}" if hung else ex.describe()
+        crash = a.stopping is None and (not ex.clean or bool(hung))
+
+        def tail_known(tail: list[str]) -> None:
+            rec["stderr_tail"] = tail
+            if crash:
+                self._log("error", "crash", agent=a.spec.id, exit=why, stderr_tail=tail)
+            self._dirty()
+
+        self.output.after_drain(a, pid, tail_known)
         if a.stopping is not None:
             fut, a.stopping = a.stopping, None
             a.hung = None
@@ -444,7 +445,7 @@ class Supervisor:
             if not fut.done():
                 fut.set_result(None)
             return
-        hung, a.hung = a.hung, None
+        a.hung = None
         decision = decide(
             a.spec.restart,
             Exit(at=now) if hung else ex,
@@ -452,9 +453,6 @@ class Supervisor:
             tracker=a.tracker,
             now=now,
         )
-        why = f"{hung}, then {ex.describe()}" if hung else ex.describe()
-        if not ex.clean or hung:
-            self._log("error", "crash", agent=a.spec.id, exit=why, stderr_tail=tail)
         if decision.restart:
             self._set(a, State.UNHEALTHY, why, restart_in=round(decision.delay, 3))
             a.restart_at = decision.restart_at
