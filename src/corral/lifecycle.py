@@ -21,7 +21,7 @@ __all__ = [
 
 
 def registration_allowed(role: str, live_nodes: int, max_agents: int) -> bool:
-    """anti-idle.md "Capacity Calculation": a new node fits while fewer than
+    """Capacity: a new node fits while fewer than
     ``max_agents`` nodes are not terminated; a bootstrap manager always fits.
     (Re-registering a live node is not a new node and is always allowed.)"""
     return role == MANAGER_ROLE or live_nodes < max_agents

@@ -57,7 +57,7 @@ CREATE TABLE tasks (
     error         TEXT,
     claimed_role  TEXT  -- the role its last claim was for (the claim event names it)
 );
--- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus
+-- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus
 -- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
 -- sorts just before 'pending': with few tasks held, a claim changes one index page.
 CREATE INDEX tasks_open ON tasks (status, assigned_to, sort_key, created_at, id)
