@@ -1,4 +1,4 @@
-"""A short scripted fleet run: the whole lifecycle in about ten seconds.
+"""A short scripted fleet run: the whole lifecycle in about five seconds.
 
 A bootstrap manager fills the board and spawns developers while the assessment says
 so; the cap refuses one too many; developers claim by score, one crashes mid-task and

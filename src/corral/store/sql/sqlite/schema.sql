@@ -87,7 +87,7 @@ CREATE TABLE events (
 -- holder's row is re-stamped only when a tenth of its liveness window has passed since
 -- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, each records its
 -- event, and a claim drops its role head. Whether a completion leaves its node idle
--- (lifecycle.after_finishing) is decided by the store after the claim that may
+-- (lifecycle.status_after_finishing) is decided by the store after the claim that may
 -- follow in the same call (the named query node_done_with), so a worker's
 -- complete-and-claim step does not rewrite its node's row twice.
 CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
