@@ -1,4 +1,14 @@
-"""anti-idle.md "Decision Logic", exactly, plus ``spawn_architect``."""
+"""The workload assessment: the cluster's workload status and spawn recommendation.
+
+- nothing pending or in progress: ``idle`` / ``terminate_idle``;
+- at least 3 pending, or any pending while no non-manager node is working, and
+  fewer than ``max_agents`` active nodes: ``overloaded`` / ``spawn_developer``
+  (``spawn_architect`` when more than half the pending tasks match only the
+  architect's keywords);
+- at most 1 pending, more than 1 active node and some node idle:
+  ``underutilized`` / ``terminate_idle``;
+- otherwise ``balanced`` / ``maintain``.
+"""
 
 from __future__ import annotations
 

@@ -49,8 +49,8 @@ DEFAULT_ROLE_KEYWORDS: dict[str, list[str]] = {
     "developer": ["implement", "code", "test"],
 }
 
-# Substrings of a model name -> strength, first match wins (anti-idle.md shows
-# "claude-sonnet-4-5 - high" and "claude-haiku - medium").
+# Substrings of a model name -> strength, first match wins (so "claude-sonnet-4-5"
+# is high and "claude-haiku" medium); no match is medium.
 MODEL_STRENGTHS: list[list[str]] = [
     ["opus", "high"],
     ["sonnet", "high"],

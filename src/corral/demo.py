@@ -1,4 +1,4 @@
-"""A short scripted fleet run: the whole lifecycle in about ten seconds.
+"""A short scripted fleet run: the whole lifecycle in about five seconds.
 
 A bootstrap manager fills the board and spawns developers while the assessment says
 so; the cap refuses one too many; developers claim by score, one crashes mid-task and
@@ -76,7 +76,7 @@ def _describe(e: Event) -> str | None:
 
 
 def _developer(cluster: Client, node_id: str, stop: threading.Event, quirk: str) -> None:
-    """anti-idle.md's worker: claim by score, work, and retire when idle past the grace.
+    """A developer: claim by score, work, and retire when idle past the grace period.
     ``quirk`` "crash" goes silent holding a task; "stays" never retires itself."""
     s = cluster.settings()
     idle_since: float | None = None

@@ -1,4 +1,5 @@
-"""heartbeat-protocol.md "Health Status Determination"."""
+"""A heartbeat's health from its metrics: CPU above 70 % or memory above 4096 MB is
+``degraded``; CPU above 90 % or memory above 8192 MB is ``unhealthy``; else ``healthy``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ __all__ = ["HealthThresholds", "health_status"]
 
 
 class HealthThresholds:
-    """CPU in percent, memory in MB; the document's numbers by default."""
+    """CPU in percent, memory in MB; 70 / 90 % and 4096 / 8192 MB by default."""
 
     __slots__ = ("cpu_degraded", "cpu_unhealthy", "mem_degraded", "mem_unhealthy")
 

@@ -21,7 +21,7 @@ __all__ = [
 
 
 def registration_allowed(role: str, live_nodes: int, max_agents: int) -> bool:
-    """anti-idle.md "Capacity Calculation": a new node fits while fewer than
+    """Capacity: a new node fits while fewer than
     ``max_agents`` nodes are not terminated; a bootstrap manager always fits.
     (Re-registering a live node is not a new node and is always allowed.)"""
     return role == MANAGER_ROLE or live_nodes < max_agents
@@ -42,8 +42,9 @@ def status_after_finishing(status: str, role: str, holds_other: bool) -> str:
     idle limit unless it claims again). A bootstrap manager stays ``working`` (it
     coordinates), and a node that said ``waiting`` keeps saying so. A claim in the same
     call (``complete_and_claim``) makes the node ``working`` on the new task. Encoded in
-    SQL: the SQLite trigger ``task_completed``, ``node_done_with`` and PostgreSQL's
-    completion statements (tests/test_lifecycle.py checks them against this)."""
+    SQL: the named query ``node_done_with`` (both dialects; SQLite runs it after the
+    claim that may follow) and PostgreSQL's one-statement completions (the part
+    ``node_finished``); tests/test_node_truth.py checks every case on each."""
     if status == "working" and role != MANAGER_ROLE and not holds_other:
         return "idle"
     return status

@@ -83,13 +83,13 @@ class Settings:
     validates changes by these fields, and the HTTP API's request and answer models
     are built from them (``corral.server.models.settings_model``)."""
 
-    # anti-idle.md "Configuration"
+    # The fleet: capacity, idle retirement, the manager's and the assessment's pace
     max_agents: int = 4
     idle_timeout_seconds: float = 30.0
     manager_heartbeat_interval: float = 20.0
     workload_assessment_interval: float = 25.0
     grace_period_seconds: float = 30.0
-    # heartbeat-protocol.md "Timing Configuration"
+    # Liveness: the heartbeat window, the longest silence, heartbeat delivery retries
     heartbeat_interval: float = 300.0
     stale_threshold: float = 600.0
     detection_interval: float = 60.0

@@ -1,4 +1,4 @@
-"""The background duties, deadline-driven (DESIGN.md §4).
+"""The background duties, deadline-driven.
 
 ``Monitor.tick(now)`` is one pass: recover the leases of dead nodes, retire idle
 nodes, refresh the assessment, prune old events, and say when the next deadline is.

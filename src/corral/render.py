@@ -1,4 +1,5 @@
-"""Text answers, exactly as anti-idle.md shows them. Pure.
+"""Text answers: the one-line replies (registration, claims, capacity refusals) and
+the ``read_state`` and assessment blocks, character for character. Pure.
 
 Every ``.text`` of a record is rendered here. This module reads records through the
 small protocols below and imports nothing from ``corral.model`` (which imports it for

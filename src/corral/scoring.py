@@ -1,6 +1,7 @@
-"""anti-idle.md "Scoring Algorithm": which pending task a node should claim.
+"""The scoring rule: which pending task a node should claim.
 
-    score = priority_points + role_match_bonus + age_minutes
+    score = priority_points (high 30, medium 20, low 10)
+            + 15 if the task matches the role + age in minutes
 
 The age term grows at the same rate for every task, so the *order* never changes
 with time: ordering by score is ordering by ``sort_key = created_at - 60 * points``

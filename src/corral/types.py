@@ -36,7 +36,7 @@ TaskStatus: TypeAlias = Literal["pending", "in_progress", "done", "failed", "can
 HealthStatus: TypeAlias = Literal["healthy", "degraded", "unhealthy"]
 Priority: TypeAlias = Literal["high", "medium", "low"]
 Strength: TypeAlias = Literal["high", "medium", "low"]
-# anti-idle.md "Decision Logic": what assess_workload finds.
+# What assess_workload finds (corral.assessment.decide).
 WorkloadStatus: TypeAlias = Literal["idle", "overloaded", "balanced", "underutilized"]
 
 NodeId: TypeAlias = str

@@ -1,7 +1,8 @@
 """What every command shares: the client, output, and error-to-exit-code mapping.
 
-Exit codes: 0 done; 1 refused (capacity, lease); 2 bad input (one line naming the
-bad argument); 3 the store is unavailable (retry).
+Exit codes (each error class's ``exit_code``): 0 done; 1 refused (capacity, lease,
+auth); 2 bad input or an unknown node or task (one line naming the bad argument);
+3 the store is unavailable (retry).
 """
 
 from __future__ import annotations

@@ -281,7 +281,7 @@ def _query(op: Op, raw: bytes) -> Any:
             raise ApiError(422, "invalid_input", f"unknown query parameter {next(iter(params))!r}")
         return None
     if params and len(params.multi_items()) != len(params):
-        # Every query parameter is one value (the document says so): not a list.
+        # Every query parameter is one value (the OpenAPI document says so): not a list.
         twice = next(k for k in params if len(params.getlist(k)) > 1)
         raise ApiError(
             422, "invalid_input", f"query parameter {twice!r} is given more than once", twice

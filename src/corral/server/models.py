@@ -55,7 +55,7 @@ __all__ = [
     "settings_model",
 ]
 
-# What the document states for the values the service checks itself (the models
+# What the OpenAPI document states for the values the service checks itself (the models
 # parse types; ``corral.validation`` checks these, with its own messages).
 _SPACE_OR_CONTROL = r"\s\x00-\x1f\x7f-\x9f"
 _ID_PATTERN = rf"^[^{_SPACE_OR_CONTROL}](?:[^\x00-\x1f\x7f-\x9f]*[^{_SPACE_OR_CONTROL}])?$"
@@ -151,7 +151,8 @@ class StatusIn(_In):
 
 
 class HeartbeatIn(BaseModel):
-    """heartbeat-protocol.md's fields; any other field is kept as given."""
+    """A heartbeat's payload: ``health_status``, ``current_tasks``,
+    ``capacity_available`` and ``metrics``; any other field is kept as given."""
 
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -297,7 +298,10 @@ class NodeOut(_Out):
 class RegisteredOut(NodeOut):
     active_nodes: int
     max_agents: int
-    text: str = Field(description="The one-line answer of anti-idle.md.")
+    text: str = Field(
+        description="The one-line answer, e.g. 'Node Node-X9J2 registered as developer "
+        "(high). Active nodes: 3/4'."
+    )
     token: str = Field(description="This node's own bearer token.")
 
 

@@ -142,7 +142,8 @@ class Store(ABC):
 
     @abstractmethod
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
-        """Atomically take the best pending task for ``role`` (anti-idle.md score),
+        """Atomically take the best pending task for ``role`` (highest score:
+        priority points + 15 for a role match + age in minutes),
         bump its epoch and mark the node working on it. None when nothing is pending."""
 
     @abstractmethod

@@ -144,7 +144,7 @@ class ViewsMixin:
     def broadcast(self, node_id: str | None, message: str, now: float) -> Event:
         with self._write() as tx:
             if node_id is not None:
-                # The sender need only exist: anti-idle.md's worker broadcasts its
+                # The sender need only exist: a retiring worker broadcasts its
                 # farewell right after marking itself terminated.
                 if tx.one("node_latest", id=node_id) is None:
                     raise NotFoundError(f"unknown node {node_id}", field="node_id")

@@ -1,7 +1,7 @@
-"""Where heartbeats go (heartbeat-protocol.md "Heartbeat Destinations").
+"""Where heartbeats go: the cluster, a webhook, GitHub issue comments, a metrics store.
 
 A destination is anything with a ``name`` and ``send(payload)`` that raises on
-failure. ``Delivery`` wraps one destination with the document's failure handling:
+failure. ``Delivery`` wraps one destination with its failure handling:
 ``retry_attempts`` tries ``retry_delay`` seconds apart, consecutive failed sends
 counted, and after ``alert_after`` in a row one alert (a log line and an ``alert``
 event in the cluster). A delivery may run in its own thread with a one-slot mailbox,
@@ -9,7 +9,7 @@ so a slow or failing destination never delays the worker or the other destinatio
 
 The destinations: ``ClusterDestination`` (the default: the heartbeat the cluster's
 liveness rests on), ``WebhookDestination`` (HTTP POST of the JSON),
-``GitHubDestination`` (issue comments in the document's Markdown, REST API) and
+``GitHubDestination`` (issue comments rendered by ``heartbeat_comment``, REST API) and
 ``MetricsDestination`` (a time series in the store with a retention limit).
 Only the standard library is used: a worker stays light.
 """
@@ -67,8 +67,8 @@ class Destination(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """heartbeat-protocol.md "Timing Configuration": 3 attempts, 5 s apart; an alert
-    after 3 failed sends in a row."""
+    """By default 3 attempts, 5 s apart (the ``retry_attempts`` and ``retry_delay``
+    settings' defaults); an alert after 3 failed sends in a row."""
 
     retry_attempts: int = 3
     retry_delay: float = 5.0
@@ -94,7 +94,8 @@ def _iso_ms(timestamp_ms: float) -> str:
 
 
 def heartbeat_comment(payload: Mapping[str, Any]) -> str:
-    """The document's "GitHub Issue Comments" Markdown for one heartbeat."""
+    """One heartbeat as a GitHub issue comment in Markdown: a "Worker Heartbeat" header,
+    worker, status, time, tasks and capacity, then the metrics as a list."""
     m = payload.get("metrics") or {}
     health = str(payload.get("health_status", "healthy"))
     return "\n".join(

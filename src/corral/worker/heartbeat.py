@@ -1,4 +1,4 @@
-"""The HeartbeatMonitor of heartbeat-protocol.md, in Python.
+"""The HeartbeatMonitor: a worker's periodic heartbeats, sent from the background.
 
 A worker proves it lives by sending ``HeartbeatData`` every ``heartbeat_interval``
 seconds from a background thread (or an asyncio task)::
@@ -9,8 +9,8 @@ seconds from a background thread (or an asyncio task)::
                  "tasks_failed": 2, "uptime": 7200.0}}
 
 CPU (percent of one core used by this process since the previous beat) and memory
-(resident MB) come from psutil; health from ``corral.health.health_status`` with the
-document's thresholds unless others are given. Each heartbeat goes to every
+(resident MB) come from psutil; health from ``corral.health.health_status`` with its
+default thresholds unless others are given. Each heartbeat goes to every
 destination (``corral.worker.destinations``), each with its own retries and alerting; the
 cluster destination is the default and runs in the heartbeat thread, the others in
 their own threads, so none can hold up another.
@@ -119,7 +119,7 @@ class HeartbeatMonitor:
         self._atask: asyncio.Task[None] | None = None
         self.beats = 0
 
-    # --- the document's API -----------------------------------------------------------
+    # --- the monitor's API -------------------------------------------------------------
     def start(self) -> None:
         """Send a first heartbeat now, then one every ``heartbeat_interval``."""
         if self._thread is not None or self._atask is not None:

@@ -12,9 +12,9 @@ or, one task at a time::
 A ``Worker`` registers (role, heartbeat interval), heartbeats from a
 ``HeartbeatMonitor`` (which also keeps its leases alive), claims the best task for
 its role, completes it with its lease epoch (a late completion after the lease was
-lost is refused: fencing), and follows anti-idle.md STEP 1.5 when there is no work:
-catch up, mark idle, keep trying to claim for ``idle_timeout_seconds``, then mark
-terminated, broadcast and exit. A ``bootstrap_manager`` never retires itself.
+lost is refused: fencing), and retires itself when there is no work: catch up, mark
+idle, keep trying to claim for ``idle_timeout_seconds``, then mark terminated,
+broadcast a farewell and exit. A ``bootstrap_manager`` never retires itself.
 SIGTERM (and SIGINT): one last heartbeat with ``status: "shutting-down"``, the held
 tasks straight back to pending (no attempt is burned beyond the claim's), exit 0.
 """
@@ -378,8 +378,9 @@ class Worker:
         self.monitor.remove_task(task.id)
 
     def _idle(self) -> Task | None:
-        """anti-idle.md STEP 1.5. Returns a task if one arrives, else None once the
-        node is terminated (never for a bootstrap manager, which waits forever)."""
+        """No work: catch up, mark idle, keep claiming for ``idle_timeout_seconds``,
+        then terminate, broadcast and return None. Returns a task if one arrives first
+        (a bootstrap manager never retires: it waits for a task forever)."""
         self.catch_up()
         task = self._claim(None)
         if task is not None:

@@ -67,7 +67,7 @@ WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
 -- After a task is given up (the task's statement ran first): the node is done with it
--- (lifecycle.after_finishing: a working node holding no other task becomes idle, a
+-- (lifecycle.status_after_finishing: a working node holding no other task becomes idle, a
 -- bootstrap manager stays working). Writes only when there is something to change:
 -- the node named this task as its current one, it becomes idle, or its activity
 -- stamp is due (lifecycle.stamp_due, encoded here).
@@ -410,7 +410,7 @@ SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN t
 
 -- part: node_finished
 -- The node's update when the completion t happened and no claim follows: it is done
--- with task :id (lifecycle.after_finishing: a working node, not the bootstrap manager,
+-- with task :id (lifecycle.status_after_finishing: a working node, not the bootstrap manager,
 -- that holds no other task becomes idle, idle_since set), its activity stamped when
 -- due. Written only when something changes. The tasks it reads are as before this
 -- statement, when :id was still in progress: hence h.id <> :id.

@@ -58,7 +58,7 @@ CREATE TABLE tasks (
     result        text,
     error         text
 );
--- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus.
+-- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus.
 CREATE INDEX tasks_ready ON tasks (sort_key, created_at, id) WHERE status = 'pending';
 CREATE INDEX tasks_holder ON tasks (assigned_to, id) WHERE status = 'in_progress';
 -- Finished tasks by status (pending and in-progress ones have the two above).

@@ -65,7 +65,7 @@ WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
 -- After a task is given up (the task's statement ran first): the node is done with it
--- (lifecycle.after_finishing: a working node holding no other task becomes idle, a
+-- (lifecycle.status_after_finishing: a working node holding no other task becomes idle, a
 -- bootstrap manager stays working). Writes only when there is something to change:
 -- the node named this task as its current one, it becomes idle, or its activity
 -- stamp is due (lifecycle.stamp_due, encoded here).

@@ -57,7 +57,7 @@ CREATE TABLE tasks (
     error         TEXT,
     claimed_role  TEXT  -- the role its last claim was for (the claim event names it)
 );
--- The claim index (DESIGN.md §4): pending tasks in score order, without role bonus
+-- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus
 -- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
 -- sorts just before 'pending': with few tasks held, a claim changes one index page.
 CREATE INDEX tasks_open ON tasks (status, assigned_to, sort_key, created_at, id)
@@ -87,7 +87,7 @@ CREATE TABLE events (
 -- holder's row is re-stamped only when a tenth of its liveness window has passed since
 -- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, each records its
 -- event, and a claim drops its role head. Whether a completion leaves its node idle
--- (lifecycle.after_finishing) is decided by the store after the claim that may
+-- (lifecycle.status_after_finishing) is decided by the store after the claim that may
 -- follow in the same call (the named query node_done_with), so a worker's
 -- complete-and-claim step does not rewrite its node's row twice.
 CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
