@@ -161,6 +161,7 @@ class LibraryClient(HttpClient):
         query: dict[str, Any] | None = None,
         raw: bool = False,
         timeout: float | None = None,
+        body_field: str | None = None,  # names a bad argument in errors (not needed here)
     ) -> Any:
         """One API call; returns the decoded JSON (or text when ``raw``)."""
         target = self._prefix + path
