@@ -127,10 +127,15 @@ def test_memory_rlimit_is_enforced_through_prlimit(tmp_path: Path) -> None:
     grab = "b = bytearray(400 * 1024 * 1024); print('got it')"
     limited = agent(tmp_path, grab, rlimits={"memory": 200 * 1024 * 1024, "open_files": 64})
     child = start(tmp_path, limited)
+
     # the pid is the agent's own process (prlimit execs it), with the limits set
-    until(
-        lambda: psutil.Process(child.pid).cmdline()[:1] == [PY] or not psutil.pid_exists(child.pid)
-    )
+    def execed_or_gone() -> bool:
+        try:
+            return psutil.Process(child.pid).cmdline()[:1] == [PY]
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return True  # it already failed its allocation and exited
+
+    until(execed_or_gone, what="the agent exec'd")
     ex = wait_exit(child)
     assert ex.code == 1, (tmp_path / "err.log").read_text()
     assert "MemoryError" in (tmp_path / "err.log").read_text()
