@@ -73,7 +73,8 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "add_tasks", "get_task", "list_tasks", "claim_best_task", "complete_task",
         "complete_and_claim", "fail_task", "assess_workload", "read_state", "read_state_text",
         "catch_up", "events", "broadcast", "alert", "record_metrics", "metrics_series", "stats",
-        "close", "__enter__", "__exit__",
+        "report_processes", "list_processes", "request_process_action", "process_actions",
+        "ack_process_action", "close", "__enter__", "__exit__",
     }  # fmt: skip
     assert _protocol_methods() == ops
 

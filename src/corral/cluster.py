@@ -15,7 +15,17 @@ from corral import defaults
 from corral.clock import Clock, SystemClock
 from corral.errors import InvalidInputError
 from corral.health import health_status
-from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+from corral.model import (
+    Assessment,
+    CatchUp,
+    Event,
+    Node,
+    Process,
+    Registered,
+    Settings,
+    State,
+    Task,
+)
 from corral.store import NodeSpec, Store, TaskSpec
 from corral.validation import (
     MAX_INT,
@@ -35,6 +45,74 @@ if TYPE_CHECKING:
 __all__ = ["Cluster"]
 
 _HEARTBEAT_FIELDS = ("health_status", "current_tasks", "capacity_available", "metrics")
+_PROCESS_KEYS = frozenset(
+    {"agent", "state", "pid", "restarts", "started_at", "last_beat", "flags", "last_exit"}
+)
+
+
+def _process_item(item: Any, i: int) -> Process:
+    """One item of a ``report_processes`` list, checked; errors name ``processes``
+    and say which item and key."""
+    where = f"processes[{i}]"
+
+    def bad(msg: str) -> InvalidInputError:
+        return InvalidInputError(f"{where}{msg}", field="processes")
+
+    if not isinstance(item, dict):
+        raise bad(" must be an object")
+    unknown = set(item) - _PROCESS_KEYS
+    if unknown:
+        raise bad(f" has unknown keys {sorted(unknown)}")
+    for key in ("agent", "state"):
+        if key not in item:
+            raise bad(f" has no {key}")
+    try:
+        agent = check_id(item["agent"], "agent")
+        state = check_choice(item["state"], defaults.PROCESS_STATES, "state")
+    except InvalidInputError as e:
+        raise bad(f".{e.field}: {e}") from None
+    pid = item.get("pid")
+    if pid is not None and (
+        isinstance(pid, bool) or not isinstance(pid, int) or not 1 <= pid <= MAX_INT
+    ):
+        raise bad(".pid must be a positive integer or null")
+    restarts = item.get("restarts", 0)
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or not 0 <= restarts <= MAX_INT:
+        raise bad(".restarts must be a non-negative integer")
+    times = {}
+    for key in ("started_at", "last_beat"):
+        v = item.get(key)
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e12
+        ):
+            raise bad(f".{key} must be a unix time or null")
+        times[key] = None if v is None else float(v)
+    flags = item.get("flags", [])
+    if (
+        not isinstance(flags, list)
+        or len(flags) > 32
+        or not all(isinstance(f, str) and 0 < len(f) <= 64 for f in flags)
+    ):
+        raise bad(".flags must be a list of at most 32 short strings")
+    last_exit = item.get("last_exit")
+    if last_exit is not None:
+        if not isinstance(last_exit, dict):
+            raise bad(".last_exit must be an object or null")
+        try:
+            check_payload(last_exit, "last_exit")
+        except InvalidInputError as e:
+            raise bad(f".last_exit: {e}") from None
+    return Process(
+        host="",
+        agent=agent,
+        state=state,
+        pid=pid,
+        restarts=restarts,
+        started_at=times["started_at"],
+        last_beat=times["last_beat"],
+        flags=list(flags),
+        last_exit=last_exit,
+    )
 
 
 class Cluster:
@@ -423,3 +501,61 @@ class Cluster:
         from corral.store.stats import read_stats
 
         return read_stats(self.store)
+
+    # --- supervised processes (corral supervise) -------------------------------------
+    def report_processes(self, host: str, processes: list[dict[str, Any]]) -> list[Process]:
+        """Replace a host's supervised processes with its supervisor's full view.
+
+        Each item has ``agent``, ``state`` (STOPPED, STARTING, RUNNING, UNHEALTHY or
+        WAITING), ``pid``, ``restarts``, ``started_at``, ``last_beat``, ``flags`` and
+        ``last_exit``; at most 10,000 items (a later item for the same agent replaces an
+        earlier one). A ``process_state`` event
+        is recorded for each agent whose state changed and a ``process_removed`` for
+        each agent the host no longer reports. Returns the stored processes."""
+        host = check_id(host, "host")
+        if not isinstance(processes, list) or len(processes) > defaults.MAX_PROCESSES:
+            raise InvalidInputError(
+                f"processes must be a list of at most {defaults.MAX_PROCESSES} items",
+                field="processes",
+            )
+        # One row per agent: a later item for the same agent replaces an earlier one.
+        items = {p.agent: p for p in (_process_item(x, i) for i, x in enumerate(processes))}
+        return self.store.report_processes(host, list(items.values()), self.clock.now())
+
+    def list_processes(self, host: str | None = None) -> list[Process]:
+        """Supervised processes as their hosts last reported them (or one host's)."""
+        return self.store.list_processes(None if host is None else check_id(host, "host"))
+
+    def request_process_action(self, host: str, agent: str, action: str) -> Event:
+        """Ask a host's supervisor to start, stop or restart one of its agents.
+
+        Records a ``process_action_requested`` event (its ``seq`` is the request's
+        id), which the supervisor reads with ``process_actions`` and answers with
+        ``ack_process_action``. ``NotFoundError`` when the host reports no such
+        agent."""
+        return self.store.request_process_action(
+            check_id(host, "host"),
+            check_id(agent, "agent"),
+            check_choice(action, defaults.PROCESS_ACTIONS, "action"),
+            self.clock.now(),
+        )
+
+    def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]:
+        """The start/stop/restart requests for a host after event ``since``, oldest
+        first (a supervisor's inbox; at most ``limit``)."""
+        return self.store.process_actions(
+            check_id(host, "host"), check_seq(since), check_limit(limit)
+        )
+
+    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
+        """Answer a process action request: a ``process_action_done`` event with the
+        host, agent, action, the request's ``seq``, ``ok`` and a message."""
+        if not isinstance(ok, bool):
+            raise InvalidInputError("ok must be true or false", field="ok")
+        return self.store.ack_process_action(
+            check_id(host, "host"),
+            check_seq(request_seq, "request_seq"),
+            ok,
+            check_text(message, "message", max_len=defaults.MAX_DESCRIPTION),
+            self.clock.now(),
+        )

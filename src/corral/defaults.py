@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import get_args
 
-from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
+from corral.types import (
+    HealthStatus,
+    NodeStatus,
+    Priority,
+    ProcessAction,
+    ProcessState,
+    Strength,
+    TaskStatus,
+)
 
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",
@@ -22,11 +30,14 @@ __all__ = [
     "MAX_DESCRIPTION",
     "MAX_ID_LENGTH",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PROCESSES",
     "MAX_TITLE",
     "MODEL_STRENGTHS",
     "MONITOR_MAX_SLEEP",
     "NODE_STATUSES",
     "PRIORITIES",
+    "PROCESS_ACTIONS",
+    "PROCESS_STATES",
     "SQLITE_CHECKPOINT_EVERY",
     "SQLITE_WAIT_RECHECK",
     "SQLITE_WAL_LIMIT_PAGES",
@@ -43,6 +54,9 @@ TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 PRIORITIES: tuple[str, ...] = get_args(Priority)
 STRENGTHS: tuple[str, ...] = get_args(Strength)
 HEALTH_STATUSES: tuple[str, ...] = get_args(HealthStatus)
+PROCESS_STATES: tuple[str, ...] = get_args(ProcessState)
+PROCESS_ACTIONS: tuple[str, ...] = get_args(ProcessAction)
+MAX_PROCESSES = 10_000  # the most processes one host reports
 
 DEFAULT_ROLE_KEYWORDS: dict[str, list[str]] = {
     "architect": ["design", "architect", "plan"],

@@ -13,6 +13,7 @@ __all__ = [
     "CatchUp",
     "Event",
     "Node",
+    "Process",
     "Registered",
     "Settings",
     "State",
@@ -61,6 +62,28 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         return _as_dict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """A supervised process as its host's supervisor last reported it
+    (``report_processes``): one row per (host, agent)."""
+
+    host: str
+    agent: str
+    state: str  # STOPPED, STARTING, RUNNING, UNHEALTHY or WAITING
+    pid: int | None = None
+    restarts: int = 0
+    started_at: float | None = None
+    last_beat: float | None = None
+    flags: list[str] = field(default_factory=list)
+    last_exit: dict[str, Any] | None = None
+    reported_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _as_dict(self)
+        d["flags"] = list(self.flags)
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +236,7 @@ class State:
     last_event_ts: float | None
     last_heartbeat: float | None
     liveness_window: float = 0.0
+    processes: list[Process] = field(default_factory=list)  # every host's, by host
 
     @property
     def text(self) -> str:
@@ -222,4 +246,5 @@ class State:
         d = _as_dict(self)
         d["tasks"] = [t.to_dict() for t in self.tasks]
         d["nodes"] = [n.to_dict() for n in self.nodes]
+        d["processes"] = [p.to_dict() for p in self.processes]
         return d

@@ -208,6 +208,19 @@ OPERATIONS: tuple[Operation, ...] = (
         adds={"http": {"data": "the free-form fields (keyword arguments in Python)"}},
     ),
     Operation("stats", "GET /v1/stats"),
+    # --- supervised processes (corral supervise; a supervisor uses the operator token)
+    Operation("report_processes", "PUT /v1/processes", caller="operator"),
+    Operation("list_processes", "GET /v1/processes", caller="operator", cli="process list"),
+    Operation(
+        "request_process_action",
+        "POST /v1/processes/actions",
+        caller="operator",
+        status=201,
+        cli="process restart",
+        omits={"cli": {"action": "the command's name: process start, stop or restart"}},
+    ),
+    Operation("process_actions", "GET /v1/processes/actions", caller="operator"),
+    Operation("ack_process_action", "POST /v1/processes/acks", caller="operator"),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}

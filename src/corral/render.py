@@ -78,6 +78,21 @@ class _AssessmentView(Protocol):
     def in_progress(self) -> int: ...
 
 
+class _ProcessView(Protocol):
+    @property
+    def host(self) -> str: ...
+    @property
+    def agent(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def restarts(self) -> int: ...
+    @property
+    def flags(self) -> Sequence[str]: ...
+
+
 class _StateView(Protocol):
     @property
     def now(self) -> float: ...
@@ -103,6 +118,8 @@ class _StateView(Protocol):
     def last_heartbeat(self) -> float | None: ...
     @property
     def liveness_window(self) -> float: ...
+    @property
+    def processes(self) -> Sequence[_ProcessView]: ...
 
 
 RULE = "=" * 50
@@ -168,6 +185,21 @@ def _node_line(node: _NodeView, now: float, window: float) -> str:
     return line
 
 
+def _process_lines(processes: Sequence[_ProcessView]) -> list[str]:
+    """The supervised processes, a header per host: agent, state, pid, restarts."""
+    lines = ["**Processes:**"]
+    host = None
+    for p in processes:
+        if p.host != host:
+            host = p.host
+            lines.append(f"{host}:")
+        line = f"  {p.agent} [{p.state}] pid {p.pid or '-'} | restarts {p.restarts}"
+        if p.flags:
+            line += f" | {', '.join(p.flags)}"
+        lines.append(line)
+    return lines
+
+
 def render_state(s: _StateView) -> str:
     lines = ["📊 Context Bus State", RULE, "**Summary:**", s.summary or "(no summary set)"]
     lines.append("**Next Steps:**")
@@ -207,4 +239,6 @@ def render_state(s: _StateView) -> str:
         fresh = s.liveness_window <= 0 or age < s.liveness_window
         mark = "🟢 ACTIVE" if fresh else "🔴 STALE"
         lines.append(f"**Node Heartbeat:** {mark} ({_ago(s.now, s.last_heartbeat)})")
+    if s.processes:  # only supervised clusters have the section
+        lines += _process_lines(s.processes)
     return "\n".join(lines)

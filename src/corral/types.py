@@ -15,7 +15,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeAlias
 
 if TYPE_CHECKING:
-    from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+    from corral.model import (
+        Assessment,
+        CatchUp,
+        Event,
+        Node,
+        Process,
+        Registered,
+        Settings,
+        State,
+        Task,
+    )
     from corral.store.stats import ClusterStats
 
 __all__ = [
@@ -24,6 +34,8 @@ __all__ = [
     "NodeId",
     "NodeStatus",
     "Priority",
+    "ProcessAction",
+    "ProcessState",
     "Strength",
     "TaskId",
     "TaskRef",
@@ -36,6 +48,10 @@ TaskStatus: TypeAlias = Literal["pending", "in_progress", "done", "failed", "can
 HealthStatus: TypeAlias = Literal["healthy", "degraded", "unhealthy"]
 Priority: TypeAlias = Literal["high", "medium", "low"]
 Strength: TypeAlias = Literal["high", "medium", "low"]
+# A supervised process's state (corral.supervisor.policy.State) and what an operator
+# may ask of it through the cluster.
+ProcessState: TypeAlias = Literal["STOPPED", "STARTING", "RUNNING", "UNHEALTHY", "WAITING"]
+ProcessAction: TypeAlias = Literal["start", "stop", "restart"]
 # What assess_workload finds (corral.assessment.decide).
 WorkloadStatus: TypeAlias = Literal["idle", "overloaded", "balanced", "underutilized"]
 
@@ -162,3 +178,16 @@ class Client(Protocol):
     def metrics_series(self, node_id: NodeId, limit: int = 100) -> list[Event]: ...
 
     def stats(self) -> ClusterStats: ...
+
+    # --- supervised processes ------------------------------------------------------
+    def report_processes(self, host: str, processes: list[dict[str, Any]]) -> list[Process]: ...
+
+    def list_processes(self, host: str | None = None) -> list[Process]: ...
+
+    def request_process_action(self, host: str, agent: str, action: str) -> Event: ...
+
+    def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]: ...
+
+    def ack_process_action(
+        self, host: str, request_seq: int, ok: bool, message: str = ""
+    ) -> Event: ...

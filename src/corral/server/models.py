@@ -16,7 +16,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from corral import defaults
 from corral.config import TYPES
 from corral.defaults import MAX_CLAIM_WAIT
-from corral.types import HealthStatus, NodeStatus, Priority, Strength, TaskStatus
+from corral.types import (
+    HealthStatus,
+    NodeStatus,
+    Priority,
+    ProcessAction,
+    Strength,
+    TaskStatus,
+)
 from corral.validation import MAX_FLOAT, MAX_INT, MAX_LIMIT, MAX_SEQ
 
 __all__ = [
@@ -39,10 +46,16 @@ __all__ = [
     "HealthOut",
     "HeartbeatIn",
     "ListNodesQuery",
+    "ListProcessesQuery",
     "ListTasksQuery",
     "NodeOut",
+    "ProcessAckIn",
+    "ProcessActionIn",
+    "ProcessActionsQuery",
+    "ProcessOut",
     "RegisterIn",
     "RegisteredOut",
+    "ReportProcessesIn",
     "SampleIn",
     "SeriesQuery",
     "SettingsOut",
@@ -272,6 +285,74 @@ class EventsQuery(_Query):
     node: str | None = Field(None, description="Comma-separated node ids to keep.")
 
 
+def _process_whole(value: Any) -> Any:
+    """A process item's ``pid`` and ``restarts`` are integers as elsewhere (``_whole``)."""
+    if isinstance(value, dict):
+        return {k: _whole(v) if k in ("pid", "restarts") else v for k, v in value.items()}
+    return value
+
+
+_NULLABLE_TIME = {"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1e12},
+                            {"type": "null"}]}  # fmt: skip
+_PROCESS_ITEM = {
+    "type": "object",
+    "required": ["agent", "state"],
+    "additionalProperties": False,
+    "properties": {
+        "agent": ID_SCHEMA,
+        "state": {"type": "string", "enum": list(defaults.PROCESS_STATES)},
+        "pid": {"anyOf": [_POSITIVE_INT, {"type": "null"}]},
+        "restarts": {"type": "integer", "minimum": 0, "maximum": MAX_INT},
+        "started_at": _NULLABLE_TIME,
+        "last_beat": _NULLABLE_TIME,
+        "flags": {
+            "type": "array",
+            "maxItems": 32,
+            "items": {"type": "string", "minLength": 1, "maxLength": 64},
+        },
+        "last_exit": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+    },
+}
+ProcessItem = Annotated[Any, BeforeValidator(_process_whole), WithJsonSchema(_PROCESS_ITEM)]
+
+
+class ReportProcessesIn(_In):
+    host: NodeId = Field(description="The supervisor's host (1-64 characters).")
+    # Items are checked by the service, which names the bad item and key.
+    processes: list[ProcessItem] = Field(
+        description="The host's every process: agent, state (STOPPED, STARTING, RUNNING, "
+        "UNHEALTHY, WAITING), pid, restarts, started_at, last_beat, flags, last_exit.",
+        json_schema_extra={"maxItems": defaults.MAX_PROCESSES},
+    )
+
+
+class ListProcessesQuery(_Query):
+    host: NodeId | None = Field(None, description="Only this host's processes.")
+
+
+class ProcessActionIn(_In):
+    host: NodeId
+    agent: NodeId
+    action: ProcessAction
+
+
+class ProcessActionsQuery(_Query):
+    host: NodeId
+    since: int = Field(0, ge=0, le=MAX_SEQ, description="Requests after this event.")
+    limit: int = Field(1000, ge=1, le=MAX_LIMIT)
+
+
+class ProcessAckIn(_In):
+    host: NodeId
+    request_seq: Annotated[
+        int,
+        BeforeValidator(_whole),
+        WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_SEQ}),
+    ] = Field(description="The request's event number.")
+    ok: bool
+    message: Text = ""
+
+
 # --- responses ------------------------------------------------------------------------
 class NodeOut(_Out):
     id: str
@@ -384,6 +465,19 @@ class AssessmentOut(_Out):
     text: str
 
 
+class ProcessOut(_Out):
+    host: str
+    agent: str
+    state: str
+    pid: int | None
+    restarts: int
+    started_at: float | None
+    last_beat: float | None
+    flags: list[str]
+    last_exit: dict[str, Any] | None
+    reported_at: float
+
+
 class StateOut(_Out):
     now: float
     summary: str
@@ -398,6 +492,7 @@ class StateOut(_Out):
     last_event_ts: float | None
     last_heartbeat: float | None
     liveness_window: float
+    processes: list[ProcessOut] = Field(description="Every host's supervised processes.")
     text: str
 
 

@@ -244,6 +244,29 @@ def stats(c: Call) -> Any:
     return c.cluster.stats().to_dict()
 
 
+def report_processes(c: Call) -> Any:
+    return [p.to_dict() for p in c.cluster.report_processes(c.body.host, c.body.processes)]
+
+
+def list_processes(c: Call) -> Any:
+    return [p.to_dict() for p in c.cluster.list_processes(c.query.host)]
+
+
+def request_process_action(c: Call) -> Any:
+    b = c.body
+    return c.cluster.request_process_action(b.host, b.agent, b.action).to_dict()
+
+
+def process_actions(c: Call) -> Any:
+    q = c.query
+    return [e.to_dict() for e in c.cluster.process_actions(q.host, q.since, q.limit)]
+
+
+def ack_process_action(c: Call) -> Any:
+    b = c.body
+    return c.cluster.ack_process_action(b.host, b.request_seq, b.ok, b.message).to_dict()
+
+
 @dataclass(frozen=True, slots=True)
 class _Http:
     """How the server runs one operation of ``corral.operations``."""
@@ -286,6 +309,13 @@ _HTTP: dict[str, _Http] = {
     "broadcast": _Http(broadcast, m.EventOut, body=m.BroadcastIn, short=True),
     "alert": _Http(alert, m.EventOut, body=m.AlertIn, short=True),
     "stats": _Http(stats, m.StatsOut),
+    "report_processes": _Http(report_processes, None, body=m.ReportProcessesIn),
+    "list_processes": _Http(list_processes, None, query=m.ListProcessesQuery),
+    "request_process_action": _Http(
+        request_process_action, m.EventOut, body=m.ProcessActionIn, short=True
+    ),
+    "process_actions": _Http(process_actions, None, query=m.ProcessActionsQuery),
+    "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn, short=True),
 }
 
 
@@ -330,4 +360,7 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "list_tasks": m.TaskOut,
     "events": m.EventOut,
     "metrics_series": m.EventOut,
+    "report_processes": m.ProcessOut,
+    "list_processes": m.ProcessOut,
+    "process_actions": m.EventOut,
 }

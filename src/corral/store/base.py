@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from corral.errors import CorralError, InvalidInputError
-from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
+from corral.model import (
+    Assessment,
+    CatchUp,
+    Event,
+    Node,
+    Process,
+    Registered,
+    Settings,
+    State,
+    Task,
+)
 
 if TYPE_CHECKING:
     from corral.store.stats import ClusterStats
@@ -218,6 +228,32 @@ class Store(ABC):
     @abstractmethod
     def samples(self, node_id: str, limit: int) -> list[Event]:
         """The newest ``limit`` heartbeat samples of ``node_id``, oldest first."""
+
+    # --- supervised processes (corral supervise) -----------------------------------
+    @abstractmethod
+    def report_processes(self, host: str, processes: list[Process], now: float) -> list[Process]:
+        """Replace ``host``'s process rows with ``processes`` (stamped ``now``); a
+        ``process_state`` event per agent whose state changed (or that is new) and a
+        ``process_removed`` per agent no longer reported. Returns the stored rows."""
+
+    @abstractmethod
+    def list_processes(self, host: str | None = None) -> list[Process]:
+        """Every reported process (or ``host``'s), by host then agent."""
+
+    @abstractmethod
+    def request_process_action(self, host: str, agent: str, action: str, now: float) -> Event:
+        """Record a ``process_action_requested`` event; ``NotFoundError`` when ``host``
+        reports no such agent."""
+
+    @abstractmethod
+    def process_actions(self, host: str, since: int, limit: int) -> list[Event]:
+        """``host``'s ``process_action_requested`` events after ``since``, in order."""
+
+    @abstractmethod
+    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str,
+                           now: float) -> Event:  # fmt: skip
+        """Record a ``process_action_done`` event answering request ``request_seq``
+        (``NotFoundError`` unless it is one of ``host``'s requests)."""
 
     # --- the monitor's duties -----------------------------------------------------
     @abstractmethod

@@ -9,6 +9,7 @@ from corral import assessment, lifecycle
 from corral.errors import NotFoundError
 from corral.model import Assessment, CatchUp, Event, Settings, State
 from corral.store.rows import Tx, _dumps, event_from_row, node_from_row, task_from_row
+from corral.store.sqlprocs import process_from_row
 
 __all__ = ["ViewsMixin"]
 
@@ -99,6 +100,7 @@ class ViewsMixin:
                 last_hb = row["last_heartbeat"] if row else None
             else:
                 last_hb = tx.one("last_heartbeat_any")["t"]
+            processes = [process_from_row(r) for r in tx.all("processes_all")]
         tasks = [task_from_row(r) for r in (*working, *pending)][:limit]
         total = counts["pending"] + counts["in_progress"]
         return State(
@@ -115,6 +117,7 @@ class ViewsMixin:
             last_event_ts=last["ts"] if last else None,
             last_heartbeat=last_hb,
             liveness_window=lifecycle.liveness_window(None, s),
+            processes=processes,
         )
 
     def catch_up(self, node_id: str, since: int | None, limit: int, now: float) -> CatchUp:

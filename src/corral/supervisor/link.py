@@ -1,34 +1,184 @@
-"""The supervisor's link to the cluster: every transition published as an event
-(an ``alert`` event carrying the transition, for now), and the ``cluster``
-heartbeat: the node of the same id as the agent, its ``last_heartbeat`` read through
-``client.get_node`` at the heartbeat interval (off the loop, in a worker thread)."""
+"""The supervisor's link to the cluster (when it has a client: ``corral supervise
+--url``).
+
+- **Its processes, reported.** At start and after every transition the supervisor
+  sends its full view (``report_processes(host, ...)``): agent, state, pid, restarts,
+  started_at, last_beat, flags, last_exit. Reports are coalesced: at most one is in
+  flight, and the one sent next carries the state of that moment (the latest wins).
+  The cluster records a ``process_state`` event per changed agent. A report that
+  failed (the cluster unreachable) is sent again at the next poll.
+- **Operators' requests, followed.** ``process_actions(host, since)`` is polled every
+  ``POLL_INTERVAL`` (1 s): the link's only periodic wake-up. Each request
+  (start/stop/restart) runs like the ``corral ctl`` command of the same name and is
+  acknowledged with ``ack_process_action`` (a ``process_action_done`` event). The
+  cursor is kept in ``<state dir>/cluster.cursor``, so a supervisor started again
+  runs the requests made while it was down; a first start skips older requests.
+- **The ``cluster`` heartbeat**: the node of the same id as the agent, its
+  ``last_heartbeat`` read through ``client.get_node`` at the heartbeat interval.
+
+Every call to the cluster runs in a worker thread (``asyncio.to_thread``), off the
+loop; the cluster being down never stops supervision.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from corral.supervisor.agent import _Agent
     from corral.supervisor.supervisor import Supervisor
 
-__all__ = ["check_cluster", "publish"]
+__all__ = ["POLL_INTERVAL", "ClusterLink", "check_cluster", "process_report"]
+
+POLL_INTERVAL = 1.0  # seconds between looks at the cluster for operators' requests
+_TAIL_LINES = 20  # of a last exit's stderr tail, in the cluster's copy
+_TAIL_CHARS = 300
 
 
-def publish(sup: Supervisor, rec: dict[str, Any]) -> None:
-    """The transition as an event in the cluster (an ``alert`` event for now)."""
-    client = sup.client
-    if client is None or sup._loop is None:
-        return
-    msg = f"supervisor: {rec['agent']} {rec['from']} -> {rec['to']} ({rec['reason']})"
+def process_report(sup: Supervisor) -> list[dict[str, Any]]:
+    """The supervisor's processes as ``report_processes`` takes them."""
+    out = []
+    for st in sup.status():
+        a = sup.agents[st["agent"]]
+        last_exit = st["last_exit"]
+        if last_exit is not None:  # bounded: the cluster keeps a short tail
+            tail = [line[:_TAIL_CHARS] for line in last_exit.get("stderr_tail", [])]
+            last_exit = {**last_exit, "stderr_tail": tail[-_TAIL_LINES:]}
+        out.append(
+            {
+                "agent": st["agent"],
+                "state": st["state"],
+                "pid": st["pid"],
+                "restarts": st["restarts"],
+                "started_at": a.started_at if st["pid"] else None,
+                "last_beat": st["last_beat"],
+                "flags": st["flags"],
+                "last_exit": last_exit,
+            }
+        )
+    return out
 
-    async def send() -> None:
+
+class ClusterLink:
+    """Reports and requests between one supervisor and its cluster."""
+
+    def __init__(self, sup: Supervisor, host: str | None = None) -> None:
+        self.sup = sup
+        self.host = host or socket.gethostname()
+        self.poll_interval = POLL_INTERVAL
+        self._dirty = False  # a report is due
+        self._sending = False  # a report is in flight
+        self._failed = False  # the last report did not reach the cluster
+        self._ready = False  # reports wait for the request cursor (see _follow)
+        self._follower: asyncio.Task[None] | None = None
+
+    @property
+    def _cursor_file(self) -> str:
+        return os.path.join(self.sup.state_dir, "cluster.cursor")
+
+    def start(self) -> None:
+        """Start following operators' requests; the first report follows the reading
+        of the request cursor, so a request made once the processes show up in the
+        cluster is never taken for an old one."""
+        if self.sup.client is None:
+            return
+        self._follower = asyncio.ensure_future(self._follow())
+
+    def stop(self) -> None:
+        """Stop following requests (a report in flight still finishes)."""
+        if self._follower is not None:
+            self._follower.cancel()
+            self._follower = None
+
+    def changed(self) -> None:
+        """A transition happened: send a report unless one is in flight (that one's
+        sender sends again when it is done)."""
+        if self.sup.client is None or self.sup._loop is None or not self._ready:
+            return
+        self._dirty = True
+        if not self._sending:
+            self._sending = True
+            self.sup._spawn_task(self._send)
+
+    async def _send(self) -> None:
         try:
-            await asyncio.to_thread(client.alert, msg[:500], None, supervisor=rec)
-        except Exception as e:  # the cluster being down must not stop supervision
-            sup._log("warning", "cannot publish event", error=repr(e))
+            while self._dirty:
+                self._dirty = False
+                report = process_report(self.sup)  # the state of this moment
+                try:
+                    await asyncio.to_thread(self.sup.client.report_processes, self.host, report)
+                    self._failed = False
+                except Exception as e:  # the cluster being down must not stop supervision
+                    self._failed = True
+                    self.sup._log("warning", "cannot report processes", error=repr(e))
+        finally:
+            self._sending = False
 
-    sup._spawn_task(send)
+    # ---- operators' requests ---------------------------------------------------------
+
+    async def _follow(self) -> None:
+        client = self.sup.client
+        since = await asyncio.to_thread(self._initial_cursor)
+        self._ready = True
+        self.changed()
+        while True:
+            try:
+                requests = await asyncio.to_thread(client.process_actions, self.host, since)
+            except Exception as e:
+                self.sup._log("warning", "cannot read process actions", error=repr(e))
+                requests = []
+            for req in requests:
+                if self.sup._shutting_down:
+                    return
+                await self._run(req)
+                since = req.seq
+                await asyncio.to_thread(self._save_cursor, since)
+            if self._failed and not self._sending:
+                self.changed()
+            if not requests:
+                await asyncio.sleep(self.poll_interval)
+
+    async def _run(self, req: Any) -> None:
+        agent, action = req.data.get("agent"), req.data.get("action")
+        self.sup._log("info", "cluster request", agent=agent, action=action, request=req.seq)
+        try:
+            run = {"start": self.sup.start, "stop": self.sup.stop, "restart": self.sup.restart}
+            st = await run[action](agent)
+            ok, message = True, f"{action}: {st['state']}, pid {st['pid']}"
+        except Exception as e:  # an agent not in the manifest, an unknown action
+            ok, message = False, f"{action} {agent}: {e}"
+        try:
+            await asyncio.to_thread(
+                self.sup.client.ack_process_action, self.host, req.seq, ok, message[:500]
+            )
+        except Exception as e:
+            self.sup._log("warning", "cannot acknowledge", request=req.seq, error=repr(e))
+
+    def _initial_cursor(self) -> int:
+        with contextlib.suppress(OSError, ValueError), open(self._cursor_file) as f:
+            return int(f.read().strip())
+        since = 0  # a first start: the requests made before it are not its own
+        while True:
+            try:
+                page = self.sup.client.process_actions(self.host, since, 1000)
+            except Exception:
+                return since
+            if page:
+                since = page[-1].seq
+            if len(page) < 1000:
+                self._save_cursor(since)
+                return since
+
+    def _save_cursor(self, since: int) -> None:
+        tmp = self._cursor_file + ".tmp"
+        with contextlib.suppress(OSError):
+            with open(tmp, "w") as f:
+                f.write(str(since))
+            os.replace(tmp, self._cursor_file)
 
 
 def check_cluster(sup: Supervisor, a: _Agent) -> None:

@@ -15,7 +15,8 @@ time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``
 ``logs/supervisor/supervisor.log`` (the supervisor's own JSON log).
 
 Adoption after a supervisor crash: :mod:`corral.supervisor.adopt`. The cluster
-link (transitions as events, the cluster heartbeat): :mod:`corral.supervisor.link`.
+link (processes reported, operators' requests run, the cluster heartbeat; its 1 s
+poll for requests is the only periodic wake-up): :mod:`corral.supervisor.link`.
 
 Output: every child's stdout and stderr are pipes read by the log daemon, which
 outlives the supervisor; pipe heartbeats come back as its events
@@ -79,6 +80,7 @@ class Supervisor:
         subreaper: bool = True,
         url: str | None = None,
         token: str | None = None,
+        host: str | None = None,
     ) -> None:
         self.manifest = manifest
         self.state_dir = Path(state_dir).resolve()
@@ -106,6 +108,7 @@ class Supervisor:
         self._state_log: RotatingLog | None = None
         self._log_file: RotatingLog | None = None
         self.output = Output(self)
+        self.link = link.ClusterLink(self, host)  # reports and requests (cluster)
 
     # ---- public API ---------------------------------------------------------------
 
@@ -125,6 +128,7 @@ class Supervisor:
             self._log("info", "supervisor started", pid=os.getpid(), agents=len(self.agents))
             self._recover()
             self._kick()
+            self.link.start()
             assert self._done is not None
             await self._done.wait()
         finally:
@@ -149,7 +153,7 @@ class Supervisor:
                 continue
             hb = self._heartbeat(a)
             if hb == "cluster" and a.next_check is not None and now >= a.next_check:
-                self._check_cluster(a)
+                link.check_cluster(self, a)
             elif hb == "none" or a.checking:
                 continue
             if a.state is State.STARTING and a.started_at is not None:
@@ -213,6 +217,7 @@ class Supervisor:
                 if a.state is not State.STOPPED and a.child is None:
                     self._set(a, State.STOPPED, "shutdown")
         self._save(clean=True)
+        self.link.stop()  # the final report still goes (pending below)
         pending = [t for t in self._tasks if t is not asyncio.current_task()]
         if pending:  # events still being published to the cluster
             await asyncio.wait(pending, timeout=5)
@@ -293,14 +298,8 @@ class Supervisor:
         rec.update(reason=reason, pid=pid, **extra)
         if self._state_log is not None:
             self._state_log.write_line(json.dumps(rec, default=str).encode())
-        self._publish(rec)
+        self.link.changed()  # the cluster gets the new state (process_state events)
         self._dirty()
-
-    def _publish(self, rec: dict[str, Any]) -> None:
-        link.publish(self, rec)
-
-    def _check_cluster(self, a: _Agent) -> None:
-        link.check_cluster(self, a)
 
     def _dirty(self) -> None:
         if self._loop is None or self._save_pending:

@@ -222,12 +222,8 @@ SELECT
 INSERT INTO events (ts, kind, node_id, task_id, data)
 VALUES (:ts, :kind, :node_id, :task_id, :data);
 
--- name: events_since
--- Only events below the horizon: seqs follow transaction ids (corral_event_seqs), and
--- every transaction of this database older than the oldest one still in flight in
--- this snapshot has finished, so no event below it can appear later. (In-flight
--- transactions of other databases are left out: they never write here; one the
--- activity list cannot place counts as ours.) A transaction sees its own events.
+-- part: event_horizon
+-- The horizon of events_since (below).
 WITH snap AS MATERIALIZED (
     SELECT pg_current_snapshot() AS s
 ), elsewhere AS MATERIALIZED (
@@ -242,6 +238,14 @@ WITH snap AS MATERIALIZED (
            ) << 20 AS seq
     FROM snap
 )
+
+-- name: events_since
+-- Only events below the horizon: seqs follow transaction ids (corral_event_seqs), and
+-- every transaction of this database older than the oldest one still in flight in
+-- this snapshot has finished, so no event below it can appear later. (In-flight
+-- transactions of other databases are left out: they never write here; one the
+-- activity list cannot place counts as ours.) A transaction sees its own events.
+-- include: event_horizon
 SELECT * FROM events
 WHERE seq > :since
   AND (seq < (SELECT seq FROM horizon)
@@ -251,20 +255,7 @@ ORDER BY seq LIMIT :limit;
 -- name: events_last
 -- The newest event below the horizon (events_since): a cursor starting here misses
 -- nothing committed later.
-WITH snap AS MATERIALIZED (
-    SELECT pg_current_snapshot() AS s
-), elsewhere AS MATERIALIZED (
-    SELECT a.backend_xid::text::bigint AS x FROM pg_stat_get_activity(NULL) AS a
-    WHERE a.backend_xid IS NOT NULL
-      AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
-), horizon AS MATERIALIZED (
-    SELECT least(pg_snapshot_xmax(s)::text::bigint,
-                 pg_current_xact_id_if_assigned()::text::bigint,
-                 (SELECT min(x::text::bigint) FROM pg_snapshot_xip(s) AS x
-                  WHERE x::text::bigint % 4294967296 NOT IN (SELECT x FROM elsewhere))
-           ) << 20 AS seq
-    FROM snap
-)
+-- include: event_horizon
 SELECT seq, ts FROM events WHERE seq < (SELECT seq FROM horizon) ORDER BY seq DESC LIMIT 1;
 
 -- name: events_prune
@@ -704,3 +695,42 @@ WHERE id = :id AND status = 'working' AND current_task_id IS NULL
   AND (:status::text = 'working'
        OR NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
                         AND h.status = 'in_progress' AND h.id <> :task_id));
+
+-- Supervised processes (corral.store.sqlprocs). ------------------------------------
+
+-- name: lock_host_processes
+-- One report of a host at a time (its rows are replaced whole).
+SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended(:host, 17))) AS l;
+
+-- name: processes_of_host
+SELECT * FROM processes WHERE host = :host ORDER BY agent;
+
+-- name: processes_all
+SELECT * FROM processes ORDER BY host, agent;
+
+-- name: processes_clear_host
+DELETE FROM processes WHERE host = :host;
+
+-- name: process_insert
+INSERT INTO processes (host, agent, state, pid, restarts, started_at, last_beat, flags,
+                       last_exit, reported_at)
+VALUES (:host, :agent, :state, :pid, :restarts, :started_at, :last_beat, :flags,
+        :last_exit, :now)
+RETURNING *;
+
+-- name: process_get
+SELECT * FROM processes WHERE host = :host AND agent = :agent;
+
+-- name: process_actions_since
+-- A supervisor's inbox, on the partial index events_process_actions, below the
+-- horizon as events_since reads.
+-- include: event_horizon
+SELECT * FROM events
+WHERE kind = 'process_action_requested' AND (data::jsonb ->> 'host') = :host
+  AND seq > :since
+  AND (seq < (SELECT seq FROM horizon)
+       OR seq >> 20 = pg_current_xact_id_if_assigned()::text::bigint)
+ORDER BY seq LIMIT :limit;
+
+-- name: event_get
+SELECT * FROM events WHERE seq = :seq;

@@ -100,3 +100,22 @@ CREATE TABLE events (
     task_id bigint,
     data    text NOT NULL DEFAULT '{}'
 );
+
+-- The supervised processes: each host's supervisor replaces its rows whole
+-- (report_processes).
+CREATE TABLE processes (
+    host        text NOT NULL,
+    agent       text NOT NULL,
+    state       text NOT NULL,
+    pid         bigint,
+    restarts    bigint NOT NULL DEFAULT 0,
+    started_at  double precision,
+    last_beat   double precision,
+    flags       text NOT NULL DEFAULT '[]',
+    last_exit   text,
+    reported_at double precision NOT NULL,
+    PRIMARY KEY (host, agent)
+);
+-- A supervisor's inbox: the process_action_requested events naming its host.
+CREATE INDEX events_process_actions ON events (((data::jsonb) ->> 'host'), seq)
+    WHERE kind = 'process_action_requested';

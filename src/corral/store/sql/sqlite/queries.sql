@@ -351,3 +351,38 @@ WHERE id = :id AND status = 'working' AND current_task_id IS NULL
   AND (:status = 'working'
        OR NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
                         AND h.status = 'in_progress' AND h.id <> :task_id));
+
+-- Supervised processes (corral.store.sqlprocs). ------------------------------------
+
+-- name: lock_host_processes
+-- SQLite's write transaction already excludes other reports; PostgreSQL locks the host.
+SELECT 1 AS locked;
+
+-- name: processes_of_host
+SELECT * FROM processes WHERE host = :host ORDER BY agent;
+
+-- name: processes_all
+SELECT * FROM processes ORDER BY host, agent;
+
+-- name: processes_clear_host
+DELETE FROM processes WHERE host = :host;
+
+-- name: process_insert
+INSERT INTO processes (host, agent, state, pid, restarts, started_at, last_beat, flags,
+                       last_exit, reported_at)
+VALUES (:host, :agent, :state, :pid, :restarts, :started_at, :last_beat, :flags,
+        :last_exit, :now)
+RETURNING *;
+
+-- name: process_get
+SELECT * FROM processes WHERE host = :host AND agent = :agent;
+
+-- name: process_actions_since
+-- A supervisor's inbox, on the partial index events_process_actions.
+SELECT * FROM events
+WHERE kind = 'process_action_requested' AND json_extract(data, '$.host') = :host
+  AND seq > :since
+ORDER BY seq LIMIT :limit;
+
+-- name: event_get
+SELECT * FROM events WHERE seq = :seq;

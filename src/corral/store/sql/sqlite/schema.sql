@@ -120,3 +120,22 @@ BEGIN
     VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
             json_object('epoch', new.epoch));
 END;
+
+-- The supervised processes: each host's supervisor replaces its rows whole
+-- (report_processes).
+CREATE TABLE processes (
+    host        TEXT NOT NULL,
+    agent       TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    pid         INTEGER,
+    restarts    INTEGER NOT NULL DEFAULT 0,
+    started_at  REAL,
+    last_beat   REAL,
+    flags       TEXT NOT NULL DEFAULT '[]',
+    last_exit   TEXT,
+    reported_at REAL NOT NULL,
+    PRIMARY KEY (host, agent)
+) WITHOUT ROWID;
+-- A supervisor's inbox: the process_action_requested events naming its host.
+CREATE INDEX events_process_actions ON events (json_extract(data, '$.host'), seq)
+    WHERE kind = 'process_action_requested';

@@ -1,0 +1,153 @@
+"""The supervised processes of ``SQLStore``: each host's supervisor reports its
+processes (one row per host and agent), and operators' start/stop/restart requests
+travel to it as events (``process_action_requested``, answered by
+``process_action_done``)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from corral.errors import NotFoundError
+from corral.model import Event, Process
+from corral.store.rows import Tx, _dumps, _loads, event_from_row
+
+__all__ = ["ProcessesMixin", "process_from_row"]
+
+REQUESTED = "process_action_requested"
+
+
+def process_from_row(row: Any) -> Process:
+    return Process(
+        host=row["host"],
+        agent=row["agent"],
+        state=row["state"],
+        pid=row["pid"],
+        restarts=row["restarts"],
+        started_at=_float(row["started_at"]),
+        last_beat=_float(row["last_beat"]),
+        flags=list(_loads(row["flags"]) or []),
+        last_exit=_loads(row["last_exit"]),
+        reported_at=float(row["reported_at"]),
+    )
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+class ProcessesMixin:
+    """Mixed into ``SQLStore``: uses its transactions and helpers."""
+
+    if TYPE_CHECKING:  # what this mixin uses of SQLStore (its host)
+
+        def _write(self) -> AbstractContextManager[Tx]: ...
+        def _read(self) -> AbstractContextManager[Tx]: ...
+        def _event(
+            self,
+            tx: Tx,
+            now: float,
+            kind: str,
+            node_id: str | None = None,
+            task_id: int | None = None,
+            **data: Any,
+        ) -> None: ...
+
+    def report_processes(self, host: str, processes: list[Process], now: float) -> list[Process]:
+        with self._write() as tx:
+            tx.one("lock_host_processes", host=host)  # one report of a host at a time
+            old = {r["agent"]: r for r in tx.all("processes_of_host", host=host)}
+            tx.run("processes_clear_host", host=host)
+            stored = []
+            for p in processes:
+                row = tx.one(
+                    "process_insert",
+                    host=host,
+                    agent=p.agent,
+                    state=p.state,
+                    pid=p.pid,
+                    restarts=p.restarts,
+                    started_at=p.started_at,
+                    last_beat=p.last_beat,
+                    flags=_dumps(list(p.flags)),
+                    last_exit=None if p.last_exit is None else _dumps(p.last_exit),
+                    now=now,
+                )
+                before = old.pop(p.agent, None)
+                if before is None or before["state"] != p.state:
+                    self._event(
+                        tx,
+                        now,
+                        "process_state",
+                        host=host,
+                        agent=p.agent,
+                        **{"from": None if before is None else before["state"]},
+                        to=p.state,
+                        pid=p.pid,
+                        flags=list(p.flags),
+                    )
+                stored.append(process_from_row(row))
+            for agent, before in sorted(old.items()):
+                self._event(
+                    tx, now, "process_removed", host=host, agent=agent, **{"from": before["state"]}
+                )
+            return sorted(stored, key=lambda p: p.agent)
+
+    def list_processes(self, host: str | None = None) -> list[Process]:
+        with self._read() as tx:
+            if host is None:
+                rows = tx.all("processes_all")
+            else:
+                rows = tx.all("processes_of_host", host=host)
+        return [process_from_row(r) for r in rows]
+
+    def request_process_action(self, host: str, agent: str, action: str, now: float) -> Event:
+        with self._write() as tx:
+            if tx.one("process_get", host=host, agent=agent) is None:
+                if not tx.all("processes_of_host", host=host):
+                    raise NotFoundError(f"no supervisor reports host {host}", field="host")
+                raise NotFoundError(f"host {host} reports no agent {agent}", field="agent")
+            row = tx.one(
+                "event_insert_returning",
+                ts=now,
+                kind=REQUESTED,
+                node_id=None,
+                task_id=None,
+                data=_dumps({"host": host, "agent": agent, "action": action}),
+            )
+            return event_from_row(row)
+
+    def process_actions(self, host: str, since: int, limit: int) -> list[Event]:
+        with self._read() as tx:
+            rows = tx.all("process_actions_since", host=host, since=since, limit=limit)
+        return [event_from_row(r) for r in rows]
+
+    def ack_process_action(
+        self, host: str, request_seq: int, ok: bool, message: str, now: float
+    ) -> Event:
+        with self._write() as tx:
+            req = tx.one("event_get", seq=request_seq)
+            data = _loads(req["data"]) if req is not None else {}
+            if req is None or req["kind"] != REQUESTED or data.get("host") != host:
+                raise NotFoundError(
+                    f"no process action request {request_seq} for host {host}",
+                    field="request_seq",
+                )
+            row = tx.one(
+                "event_insert_returning",
+                ts=now,
+                kind="process_action_done",
+                node_id=None,
+                task_id=None,
+                data=_dumps(
+                    {
+                        "host": host,
+                        "agent": data.get("agent"),
+                        "action": data.get("action"),
+                        "request": request_seq,
+                        "ok": ok,
+                        "message": message,
+                    }
+                ),
+            )
+            return event_from_row(row)
