@@ -17,10 +17,11 @@ One run, each system in turn, the same children under each:
 2. **Idle CPU and RSS** with 13 and with 200 such children (blocked in ``pause()``,
    no heartbeats): after a warm-up, the CPU seconds (user + system) of the
    supervisor's own processes over ``--seconds`` (60) and their summed RSS sampled
-   every second. "Own processes" is the supervisor process, every process it
-   started that is not a child under test, and for corral its log daemon
-   (``STATE_DIR/logd.pid``) when it runs one; the JSON lists which processes
-   were counted.
+   every second (psutil's CPU times tick at 10 ms: 0.000 means under 0.01 s), and
+   at the end their PSS and USS (shared pages split, or left out). "Own processes"
+   is the supervisor process, every process it started that is not a child under
+   test, and for corral its log daemon (``STATE_DIR/logd.pid``) when it runs one;
+   the JSON lists which processes were counted.
 3. **Adoption** (corral only): 200 children RUNNING, the supervisor SIGKILLed, a new
    ``corral supervise`` started over the same state dir; the time from starting it
    to ``status`` answering every agent RUNNING with the same pid as before (via the
@@ -216,6 +217,13 @@ class Corral(System):
         except (OSError, ValueError, IndexError, psutil.Error):
             return []
 
+    def stop(self) -> None:
+        super().stop()
+        for p in self.extra_processes():  # the log daemon outlives the supervisor by design
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+                p.wait(10)
+
     def status(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         from corral.supervisor.control import request
 
@@ -370,6 +378,7 @@ def bench_idle(tmp: Path, child: str, config: str, n: int, seconds: float, warmu
             time.sleep(min(1.0, left))
         wall = time.monotonic() - t0
         cpu = sum(cpu_seconds(p) - cpu0[p.pid] for p in procs)
+        full = [p.memory_full_info() for p in procs]  # USS, PSS: shared pages not double-counted
         names = [{"pid": p.pid, "cmd": " ".join(p.cmdline()[1:4])} for p in procs]
         alive = sum(psutil.pid_exists(pid) for pid in pids.values())
     finally:
@@ -379,7 +388,9 @@ def bench_idle(tmp: Path, child: str, config: str, n: int, seconds: float, warmu
         "startup_s": round(startup, 3), "seconds": round(wall, 2),
         "cpu_s": round(cpu, 4), "cpu_percent": round(100 * cpu / wall, 3),
         "rss_mb_mean": round(sum(rss) / len(rss) / 2**20, 1),
-        "rss_mb_peak": round(max(rss) / 2**20, 1), "processes": names,
+        "rss_mb_peak": round(max(rss) / 2**20, 1),
+        "pss_mb": round(sum(m.pss for m in full) / 2**20, 1),
+        "uss_mb": round(sum(m.uss for m in full) / 2**20, 1), "processes": names,
     }  # fmt: skip
 
 
@@ -471,11 +482,13 @@ def print_report(data: dict[str, Any]) -> None:
     rows = [
         [
             r["config"], r["children"], r["seconds"], f"{r['cpu_s']:.3f}",
-            f"{r['cpu_percent']:.3f}", r["rss_mb_mean"], r["rss_mb_peak"], len(r["processes"]),
+            f"{r['cpu_percent']:.3f}", r["rss_mb_mean"], r["rss_mb_peak"], r["pss_mb"],
+            r["uss_mb"], len(r["processes"]),
         ]
         for r in data["idle"]
     ]  # fmt: skip
-    print(table(["system", "children", "s", "CPU s", "CPU %", "RSS MB", "peak MB", "procs"], rows))
+    heads = ["system", "children", "s", "CPU s", "CPU %", "RSS MB", "peak MB", "PSS MB", "USS MB"]
+    print(table([*heads, "procs"], rows))
     a = data["adopt"]
     if a:
         first, watched = a["first_answer_s"] * 1e3, a["all_watched_s"] * 1e3
