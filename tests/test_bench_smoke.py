@@ -208,3 +208,35 @@ def test_http_pace_quick_run_writes_its_json(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "--transports" in bad.stderr
+
+
+def test_supervisor_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """supervisor_bench.py --quick --systems corral (the test extra installs neither
+    supervisord nor circus) times kill -> replacement, idle CPU and RSS at two child
+    counts, and adoption after a SIGKILL of the supervisor with every pid kept; an
+    unknown system is exit 2."""
+    data = run_quick("supervisor_bench.py", tmp_path / "sup.json", "--systems", "corral")
+    assert data["bench"] == "supervisor_bench"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    params = data["params"]
+    assert params["systems"] == ["corral"] and params["kill_configs"] == ["corral"]
+    kill = data["kill"]["corral"]["ms"]
+    assert kill["n"] == params["kills"] and 0 < kill["p50"] <= kill["p90"] <= kill["max"]
+    assert [(r["config"], r["children"]) for r in data["idle"]] == [
+        ("corral", n) for n in params["children"]
+    ]
+    for r in data["idle"]:
+        assert r["children_alive_at_end"] == r["children"]
+        assert r["cpu_s"] >= 0 and 0 < r["rss_mb_mean"] <= r["rss_mb_peak"]
+        assert any("supervise" in p["cmd"] for p in r["processes"])
+    adopt = data["adopt"]
+    assert adopt["children"] == params["adopt"] == adopt["same_pids"]
+    assert adopt["restarts_after_adoption"] == 0
+    assert 0 < adopt["first_answer_s"] <= adopt["all_watched_s"]
+    assert adopt["adopted_kill_to_replacement_ms"]["p50"] > 0
+    assert set(data["targets"]) == {"adoption_all_watched_s"}
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "supervisor_bench.py"), "--quick", "--systems", "runit"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--systems" in bad.stderr
