@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral import scoring
 from corral.defaults import MANAGER_ROLE
-from corral.model import Event, Settings, Task, last_seen
+from corral.model import Event, last_seen
 from corral.store.base import Deadlines
 from corral.store.rows import Tx, _dumps, event_from_row
+from corral.store.sqlhost import SQLHost
 
 __all__ = ["DutiesMixin"]
 
@@ -27,34 +27,12 @@ def _after_locked(due: float | None, locked: tuple[float, float] | None) -> floa
     return locked[1]
 
 
-class DutiesMixin:
+class DutiesMixin(SQLHost):
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
 
     # (pass time, retry time) of the last pass that skipped locked rows, per duty.
     _locked_dead: tuple[float, float] | None = None
     _locked_idle: tuple[float, float] | None = None
-
-    if TYPE_CHECKING:  # what this mixin uses of SQLStore (its host) and defines there
-
-        def _write(self) -> AbstractContextManager[Tx]: ...
-        def _read(self) -> AbstractContextManager[Tx]: ...
-        def _settings_in(self, tx: Tx) -> Settings: ...
-        def _meta(self, tx: Tx, key: str) -> dict[str, Any]: ...
-        def _event(
-            self,
-            tx: Tx,
-            now: float,
-            kind: str,
-            node_id: str | None = None,
-            task_id: int | None = None,
-            **data: Any,
-        ) -> None: ...
-        def _enqueue(
-            self, tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str
-        ) -> None: ...
-        def _release_all(
-            self, tx: Tx, node: Any, now: float, *, kind: str, counts: bool, **data: Any
-        ) -> list[Task]: ...
 
     # --- monitor duties -------------------------------------------------------------
     def deadlines(self) -> Deadlines:

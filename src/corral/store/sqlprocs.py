@@ -5,12 +5,12 @@ travel to it as events (``process_action_requested``, answered by
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral.errors import NotFoundError
 from corral.model import Event, Process
-from corral.store.rows import Tx, _dumps, _loads, event_from_row
+from corral.store.rows import _dumps, _loads, event_from_row
+from corral.store.sqlhost import SQLHost
 
 __all__ = ["ProcessesMixin", "process_from_row"]
 
@@ -36,22 +36,8 @@ def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-class ProcessesMixin:
+class ProcessesMixin(SQLHost):
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
-
-    if TYPE_CHECKING:  # what this mixin uses of SQLStore (its host)
-
-        def _write(self) -> AbstractContextManager[Tx]: ...
-        def _read(self) -> AbstractContextManager[Tx]: ...
-        def _event(
-            self,
-            tx: Tx,
-            now: float,
-            kind: str,
-            node_id: str | None = None,
-            task_id: int | None = None,
-            **data: Any,
-        ) -> None: ...
 
     def report_processes(self, host: str, processes: list[Process], now: float) -> list[Process]:
         with self._write() as tx:

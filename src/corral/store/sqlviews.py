@@ -2,37 +2,20 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral import assessment, lifecycle
 from corral.errors import NotFoundError
-from corral.model import Assessment, CatchUp, Event, Settings, State
-from corral.store.rows import Tx, _dumps, event_from_row, node_from_row, task_from_row
+from corral.model import Assessment, CatchUp, Event, State
+from corral.store.rows import _dumps, event_from_row, node_from_row, task_from_row
+from corral.store.sqlhost import SQLHost
 from corral.store.sqlprocs import process_from_row
 
 __all__ = ["ViewsMixin"]
 
 
-class ViewsMixin:
+class ViewsMixin(SQLHost):
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
-
-    if TYPE_CHECKING:  # what this mixin uses of SQLStore (its host) and defines there
-
-        def _write(self) -> AbstractContextManager[Tx]: ...
-        def _read(self) -> AbstractContextManager[Tx]: ...
-        def _settings_in(self, tx: Tx) -> Settings: ...
-        def _meta(self, tx: Tx, key: str) -> dict[str, Any]: ...
-        def _live(self, tx: Tx, node_id: str, query: str = "node_live") -> Any: ...
-        def _event(
-            self,
-            tx: Tx,
-            now: float,
-            kind: str,
-            node_id: str | None = None,
-            task_id: int | None = None,
-            **data: Any,
-        ) -> None: ...
 
     # --- cluster views --------------------------------------------------------------
     def assess(self, now: float) -> Assessment:
