@@ -128,6 +128,17 @@ def test_every_mcp_tool_is_a_registered_operation_with_its_parameters() -> None:
         assert has_kwargs or not extra, f"tool {name} takes unknown {sorted(extra)}"
 
 
+def test_every_mcp_tool_declares_how_it_renders_its_answer() -> None:
+    from corral.mcp import text
+
+    for op in OPERATIONS:
+        if op.mcp is None:
+            assert op.text is None, f"{op.name} renders text but has no tool"
+            continue
+        assert op.text is not None, f"tool {op.mcp} declares no text rendering"
+        assert op.text == ".text" or callable(getattr(text, op.text, None)), op.text
+
+
 def _command(path: str) -> click.Command:
     cmd: click.Command = corral_cli
     for part in path.split():

@@ -40,6 +40,9 @@ class Operation:
     node: str | None = None  # the parameter a node token must match
     status: int = 200  # the HTTP status of a success
     mcp: str | None = None  # the MCP tool that makes this call, if any
+    # How the tool renders the result as its one-line answer: a function of
+    # ``corral.mcp.text``, or ".text" when the result carries its own.
+    text: str | None = None
     cli: str | None = None  # the CLI command ("task add"), if any
     # Per surface, that surface's name for a method parameter: {"mcp": {"node_id": "agent_id"}}
     names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -88,6 +91,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/nodes",
         node="node_id",
         mcp="register_node",
+        text=".text",
         cli="node register",
         names={"mcp": {"node_id": "agent_id", "model": "model_name"}},
         omits={
@@ -102,6 +106,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/nodes/{node_id}/status",
         node="node_id",
         mcp="set_agent_status",
+        text="status_text",
         cli="node status",
         names={"mcp": _AGENT, "cli": {"current_task_id": "task_id"}},
     ),
@@ -116,6 +121,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/nodes/{node_id}/heartbeat",
         node="node_id",
         mcp="heartbeat",
+        text="heartbeat_text",
         names={"mcp": _AGENT},
     ),
     Operation("touch", "POST /v1/nodes/{node_id}/touch", node="node_id"),
@@ -124,6 +130,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/nodes/{node_id}/catch-up",
         node="node_id",
         mcp="catch_up",
+        text="catch_up_text",
         names={"mcp": _AGENT},
         omits={"mcp": {"since": "the tool reads from the node's cursor", "limit": "fixed"}},
     ),
@@ -135,6 +142,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/tasks",
         status=201,
         mcp="add_task",
+        text="added_text",
         cli="task add",
         omits={"mcp": {"max_attempts": "the cluster's default applies"}},
     ),
@@ -150,6 +158,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/nodes/{node_id}/claim",
         node="node_id",
         mcp="claim_best_task",
+        text="claimed_text",
         cli="task claim",
         names={"mcp": _AGENT},
         omits={
@@ -162,6 +171,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/tasks/{task_id}/complete",
         node="node_id",
         mcp="complete_task",
+        text="completed_text",
         cli="task complete",
         names={"mcp": _AGENT},
     ),
@@ -175,15 +185,19 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/tasks/{task_id}/fail",
         node="node_id",
         mcp="fail_task",
+        text="failed_text",
         cli="task fail",
         names={"mcp": _AGENT, "cli": {"retry": "no_retry"}},
     ),
     # --- views ------------------------------------------------------------------------
-    Operation("assess_workload", "POST /v1/assess", mcp="assess_workload", cli="assess"),
+    Operation(
+        "assess_workload", "POST /v1/assess", mcp="assess_workload", text=".text", cli="assess"
+    ),
     Operation(
         "read_state",
         "GET /v1/state",
         mcp="read_state",
+        text=".text",
         cli="status",
         names={"mcp": _AGENT},
         omits={"mcp": {"limit": "the tool shows the default board"}},
@@ -199,6 +213,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/broadcast",
         node="node_id",
         mcp="broadcast",
+        text="broadcast_text",
         names={"mcp": _AGENT},
     ),
     Operation(

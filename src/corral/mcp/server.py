@@ -38,6 +38,7 @@ import corral
 from corral.errors import CorralError
 from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
+from corral.operations import operation
 from corral.types import Client
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
@@ -132,6 +133,17 @@ class _CorralMCP(MCPServer[Any]):
             )
 
 
+def _render(name: str) -> Callable[..., str]:
+    """How operation ``name``'s tool renders its answer (``corral.operations``)."""
+    how = operation(name).text
+    if how is None:  # pragma: no cover - test_surfaces checks every tool has one
+        raise LookupError(f"operation {name} declares no text rendering")
+    if how == ".text":
+        return lambda result: str(result.text)
+    render: Callable[..., str] = getattr(text, how)
+    return render
+
+
 def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     """An ``MCPServer`` with corral's tools and prompts over ``client``.
 
@@ -190,7 +202,9 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             float | None, Field(description="Seconds between your heartbeats (optional).")
         ] = None,
     ) -> str:
-        return client.register_node(agent_id, role, model_name, strength, heartbeat_interval).text
+        return _render("register_node")(
+            client.register_node(agent_id, role, model_name, strength, heartbeat_interval)
+        )
 
     @tool(
         "Set your status: working, idle, waiting or terminated (terminated is final and "
@@ -203,7 +217,9 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             int | str | None, Field(description="The task you work on, if any.")
         ] = None,
     ) -> str:
-        return text.status_text(client.set_agent_status(agent_id, status, current_task_id))
+        return _render("set_agent_status")(
+            client.set_agent_status(agent_id, status, current_task_id)
+        )
 
     @tool("Proof of life; also renews the leases of the tasks you hold.")
     def heartbeat(
@@ -231,7 +247,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             )
             if v is not None
         }
-        return text.heartbeat_text(client.heartbeat(agent_id, **payload))
+        return _render("heartbeat")(client.heartbeat(agent_id, **payload))
 
     # --- tasks ------------------------------------------------------------------------
     @tool(
@@ -244,7 +260,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     ) -> str:
         task = client.claim_best_task(agent_id, role)
         touch(agent_id)  # claims stamp lazily; a tool call is a heartbeat
-        return text.claimed_text(task)
+        return _render("claim_best_task")(task)
 
     @tool("Finish a task you hold, with an optional result summary.")
     def complete_task(
@@ -255,7 +271,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     ) -> str:
         done = client.complete_task(task_id, agent_id, epoch, result)
         touch(agent_id)
-        return text.completed_text(done)
+        return _render("complete_task")(done)
 
     @tool("Give up a task you hold: back to pending while attempts remain (unless retry is false).")
     def fail_task(
@@ -267,7 +283,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     ) -> str:
         failed = client.fail_task(task_id, agent_id, epoch, error, retry=retry)
         touch(agent_id)
-        return text.failed_text(failed)
+        return _render("fail_task")(failed)
 
     @tool(
         "Put a task on the board. Keywords in title and description (design, plan / "
@@ -281,7 +297,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         agent_id: OptAgentId = None,
     ) -> str:
         touch(agent_id)
-        return text.added_text(client.add_task(title, description, priority, role))
+        return _render("add_task")(client.add_task(title, description, priority, role))
 
     # --- views ------------------------------------------------------------------------
     @tool(
@@ -290,25 +306,26 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     )
     def assess_workload(agent_id: OptAgentId = None) -> str:
         touch(agent_id)
-        return client.assess_workload().text
+        return _render("assess_workload")(client.assess_workload())
 
     @tool("The board, the active nodes, cluster metadata and work distribution.")
     def read_state(agent_id: OptAgentId = None) -> str:
         touch(agent_id)
-        return client.read_state(agent_id).text
+        return _render("read_state")(client.read_state(agent_id))
 
     @tool("Events since your last catch_up (broadcasts, tasks, claims), then the state.")
     def catch_up(agent_id: AgentId) -> str:
         limit = 50
         c = client.catch_up(agent_id, limit=limit)
-        return text.catch_up_text(agent_id, c, client.read_state(agent_id).text, limit=limit)
+        state = _render("read_state")(client.read_state(agent_id))
+        return _render("catch_up")(agent_id, c, state, limit=limit)
 
     @tool("Send a message every node sees on its next catch_up.")
     def broadcast(
         message: Annotated[str, Field(description="The message.")],
         agent_id: OptAgentId = None,
     ) -> str:
-        return text.broadcast_text(client.broadcast(message, agent_id))
+        return _render("broadcast")(client.broadcast(message, agent_id))
 
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(
