@@ -13,6 +13,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.errors import InvalidInputError
+
 __all__ = ["Backoff", "delay"]
 
 
@@ -27,9 +29,11 @@ def delay(
 ) -> float:
     """Seconds to wait before retry number ``attempt`` (0 for the first retry)."""
     if attempt < 0:
-        raise ValueError("attempt must be at least 0")
+        raise InvalidInputError("attempt must be at least 0", field="attempt")
     if not (base >= 0 and cap >= 0 and factor >= 1 and 0 <= jitter <= 1):
-        raise ValueError("need base >= 0, cap >= 0, factor >= 1 and 0 <= jitter <= 1")
+        raise InvalidInputError(
+            "need base >= 0, cap >= 0, factor >= 1 and 0 <= jitter <= 1", field="backoff"
+        )
     if base == 0 or cap == 0:
         raw = 0.0
     elif factor > 1 and attempt * math.log(factor) >= math.log(cap / base):

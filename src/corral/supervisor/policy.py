@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from corral.backoff import delay as _backoff_delay
+from corral.errors import CorralError
 
 __all__ = [
     "EXHAUSTED_FLAG",
@@ -84,8 +85,10 @@ TRANSITIONS: Mapping[State, frozenset[State]] = {
 }
 
 
-class TransitionError(ValueError):
+class TransitionError(CorralError, ValueError):
     """A state change the state machine does not allow (a bug in the caller)."""
+
+    code = "illegal_transition"
 
 
 def can_transition(old: State, new: State) -> bool:

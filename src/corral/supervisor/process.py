@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+from corral.errors import CorralError
 from corral.supervisor.manifest import AgentSpec, Rlimits
 from corral.supervisor.policy import Exit
 
@@ -68,8 +69,15 @@ AGENT_ENV = "CORRAL_AGENT_ID"
 _START_TOLERANCE = 0.005
 
 
-class SpawnError(OSError):
-    """The agent's process could not be started (command not found, bad cwd...)."""
+class SpawnError(CorralError):
+    """The agent's process could not be started (command not found, bad cwd...);
+    ``errno`` is the OS's when it gave one."""
+
+    code = "spawn_failed"
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 @dataclass(slots=True)
@@ -157,7 +165,9 @@ def spawn(
             close_fds=True,
         )
     except OSError as e:
-        raise SpawnError(e.errno, f"cannot start {spec.argv[0]!r}: {e.strerror or e}") from None
+        raise SpawnError(
+            f"cannot start {spec.argv[0]!r}: {e.strerror or e}", errno=e.errno
+        ) from None
     pidfd = os.pidfd_open(popen.pid)
     return Child(popen.pid, create_time(popen.pid) or time.time(), pidfd, popen)
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from corral.errors import NotFoundError
+from corral.errors import CorralError, NotFoundError
 from corral.supervisor import link
 from corral.supervisor import process as proc
 from corral.supervisor.agent import (
@@ -350,7 +350,7 @@ class Supervisor:
                 cwd = str(Path(self.manifest.path).resolve().parent / cwd)
             out, err = writes
             child = proc.spawn(a.spec, env=self._env(a), cwd=cwd, stdout_fd=out, stderr_fd=err)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, CorralError) as e:
             for fd in reads.values():
                 os.close(fd)
             self._set(a, State.STARTING, "spawn")
