@@ -119,3 +119,32 @@ CREATE TABLE processes (
 -- A supervisor's inbox: the process_action_requested events naming its host.
 CREATE INDEX events_process_actions ON events (((data::jsonb) ->> 'host'), seq)
     WHERE kind = 'process_action_requested';
+
+-- The live-node count (meta 'live_nodes': nodes whose status is not 'terminated'),
+-- kept by triggers in the same transaction as the node changes (deferred to the commit,
+-- so the counter row is the last lock a transaction takes).
+INSERT INTO meta (key, value) VALUES ('live_nodes', '0');
+
+CREATE FUNCTION corral_live_nodes() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE meta SET value = (value::bigint + CASE
+        WHEN TG_OP = 'INSERT' THEN 1
+        WHEN TG_OP = 'DELETE' THEN -1
+        WHEN NEW.status <> 'terminated' THEN 1
+        ELSE -1 END)::text
+    WHERE key = 'live_nodes';
+    RETURN NULL;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER nodes_live_insert AFTER INSERT ON nodes
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.status <> 'terminated') EXECUTE FUNCTION corral_live_nodes();
+CREATE CONSTRAINT TRIGGER nodes_live_update AFTER UPDATE OF status ON nodes
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN ((OLD.status <> 'terminated') <> (NEW.status <> 'terminated'))
+    EXECUTE FUNCTION corral_live_nodes();
+CREATE CONSTRAINT TRIGGER nodes_live_delete AFTER DELETE ON nodes
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (OLD.status <> 'terminated') EXECUTE FUNCTION corral_live_nodes();

@@ -35,7 +35,8 @@ WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = nodes.id)
 ORDER BY registered_at, incarnation;
 
 -- name: nodes_count_live
-SELECT count(*) AS n FROM nodes WHERE status <> 'terminated';
+-- The live-node count the triggers keep (one row read, whatever the fleet's size).
+SELECT CAST(value AS INTEGER) AS n FROM meta WHERE key = 'live_nodes';
 
 -- name: node_insert
 INSERT INTO nodes (id, role, model, strength, status, idle_since, last_activity,

@@ -139,3 +139,27 @@ CREATE TABLE processes (
 -- A supervisor's inbox: the process_action_requested events naming its host.
 CREATE INDEX events_process_actions ON events (json_extract(data, '$.host'), seq)
     WHERE kind = 'process_action_requested';
+
+-- The live-node count (meta 'live_nodes': nodes whose status is not 'terminated'),
+-- kept by triggers in the same transaction as the node changes.
+INSERT INTO meta (key, value) VALUES ('live_nodes', '0');
+
+CREATE TRIGGER nodes_live_insert AFTER INSERT ON nodes
+WHEN NEW.status <> 'terminated'
+BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'live_nodes';
+END;
+
+CREATE TRIGGER nodes_live_update AFTER UPDATE OF status ON nodes
+WHEN (OLD.status <> 'terminated') <> (NEW.status <> 'terminated')
+BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER)
+        + (CASE WHEN NEW.status <> 'terminated' THEN 1 ELSE -1 END)
+    WHERE key = 'live_nodes';
+END;
+
+CREATE TRIGGER nodes_live_delete AFTER DELETE ON nodes
+WHEN OLD.status <> 'terminated'
+BEGIN
+    UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'live_nodes';
+END;
