@@ -527,19 +527,45 @@ def test_paths_that_differ_in_a_task_id_route_by_their_shape(tmp_path: Path) -> 
         embedded.close()
 
 
-def test_a_shape_is_learnt_only_when_each_digit_segment_is_one_whole_param(
+def test_a_shape_is_learnt_only_when_each_id_segment_is_one_whole_param(
     local: Any,
 ) -> None:
-    """A param that spans a digit segment (a ``path`` param such as ``q/17``) or two
-    params equal to one value leave no shape; one whole param per digit segment does,
+    """A param that spans an id segment (a ``path`` param such as ``q/17``) or two
+    params equal to one value leave no shape; one whole param per id segment does,
     and other params are kept as they were matched."""
     app = create_app(local, token=TOKEN, monitor=False, mcp=False)
     op = object()
-    app._learn("POST", "/v1/q/17/x/18", (op, {"a": "q/17", "b": "18"}))
-    app._learn("POST", "/v1/17/y/17", (op, {"a": "17", "b": "17"}))
-    app._learn("POST", "/v1/٣/z", (op, {"a": "٣"}))  # not ASCII digits: no shape
-    assert app._shapes == {}
-    app._learn("POST", "/v1/k/17/w/18", (op, {"a": "k", "b": "17", "c": "18"}))
-    assert app._shaped("POST", "/v1/k/3/w/4") == (op, {"a": "k", "b": "3", "c": "4"})
-    assert app._shaped("GET", "/v1/k/3/w/4") is None
-    assert app._shaped("POST", "/v1/m/3/w/4") is None
+
+    def learn(path: str, params: dict[str, Any]) -> Any:
+        segs = path.split("/")
+        return app._learn(segs, app._shape(segs), (op, params))
+
+    assert learn("/v1/q/17/x/18", {"a": "q/17", "b": "18"}) is None
+    assert learn("/v1/17/y/17", {"a": "17", "b": "17"}) is None
+    assert learn("/v1/k/17/tasks/18", {"a": "k", "b": "17", "c": "18"}) == (
+        op, {"a": 2, "b": 3, "c": 5}, {},
+    )  # fmt: skip
+    # A segment that is literal text of some route is kept in the shape, and its
+    # param with it.
+    assert learn("/v1/nodes/tasks/heartbeat", {"node_id": "tasks"}) == (
+        op, {}, {"node_id": "tasks"},
+    )  # fmt: skip
+    shape = app._shape(["", "v1", "nodes", "w-1", "heartbeat"])
+    assert shape == app._shape(["", "v1", "nodes", "w.2%", "heartbeat"])
+    assert shape != app._shape(["", "v1", "nodes", "17", "heartbeat"])
+    assert shape != app._shape(["", "v1", "nodes", "", "heartbeat"])
+
+
+def test_ten_thousand_node_ids_keep_the_route_cache_at_the_routes_size(local: Any) -> None:
+    """Every node beating through its own path: the cache holds one entry per route
+    and method reached, not one per node id, and each id routes to its own node."""
+    app = create_app(local, token=TOKEN, monitor=False, mcp=False)
+    for i in range(10_000):
+        for path in (f"/v1/nodes/w{i}/heartbeat", f"/v1/nodes/w{i}.x/claim"):
+            scope = {"type": "http", "method": "POST", "path": path, "root_path": ""}
+            op, params = app._route(scope, "POST", path)
+            assert params["node_id"] == path.split("/")[3]
+            assert op.path.endswith(path.rsplit("/", 1)[1])
+    routes = sum(len(getattr(r, "methods", None) or ()) for r in app.routes)
+    assert len(app._shapes) <= routes
+    assert len(app._shapes) == 2 and app._cache == {}

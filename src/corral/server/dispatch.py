@@ -2,13 +2,15 @@
 
 Per request, on the event loop:
 
-- **route**: a ``(method, path)`` cache in front of Starlette's own route matching,
+- **route**: a ``(method, shape)`` cache in front of Starlette's own route matching,
   so the rules stay Starlette's (the first full match wins; misses, 404s, 405s and
   redirects go through the Starlette app unchanged) and a node's repeated
-  ``POST /v1/nodes/N/heartbeat`` costs one dict lookup. Paths that differ only in a
-  task id (``POST /v1/tasks/17/complete``, then ``/18/complete``) share one entry
-  by their shape, the path with its all-digit segments blanked, learnt from the
-  first match when each such segment is one path parameter, whole;
+  ``POST /v1/nodes/N/heartbeat`` costs one dict lookup. A path's shape keeps the
+  segments that are literal text of some route and blanks the others (ids: all-digit
+  ones and the rest told apart, for the ``int`` converter), so the cache holds one
+  entry per route and method, however many node and task ids call it. A shape's
+  entry is learnt from the first match when each blanked segment is one path
+  parameter, whole (an id holding ``/`` is matched by Starlette each time);
 - **auth** from the raw ``Authorization`` header (``Tokens`` remembers the header
   values it verified, so a node's repeated calls cost no HMAC);
 - **parse**: pydantic validates the body straight from bytes, the query string with
@@ -393,16 +395,16 @@ def allowed_methods(routes: list[Any], path: str) -> list[str]:
 
 
 def _digits(segment: str) -> bool:
-    """An all-ASCII-digit path segment (a task id), the part a route shape blanks."""
+    """An all-ASCII-digit path segment (a task id)."""
     return segment.isascii() and segment.isdigit()
 
 
-def _shape(segments: list[str]) -> tuple[str, ...]:
-    return tuple("" if _digits(seg) else seg for seg in segments)
+_ID = "\0id"  # a blanked segment (a shape's), never a path's
+_NUM = "\0num"  # a blanked all-digit segment
 
 
 class ApiRouter:
-    """Cached ``(method, path) -> op`` in front of the Starlette app ``fallback``,
+    """Cached ``(method, shape) -> op`` in front of the Starlette app ``fallback``,
     whose routes (in order) decide every match the cache does not hold yet.
     ``mounts`` maps a path prefix (``/mcp``) to the app that serves it and what is
     under it, scope unchanged."""
@@ -419,14 +421,30 @@ class ApiRouter:
         self.routes = routes
         self.st = st
         self.mounts = dict(mounts or {})
+        # (method, shape) -> (op, {param: segment index}, params of no blanked
+        # segment), or _NOT_HERE (405) or None (not an operation: mounts, fallback).
+        self._shapes: dict[tuple[str, tuple[str, ...]], Any] = {}
+        # Paths whose match cannot be keyed by shape (a parameter of several segments).
         self._cache: dict[tuple[str, str], tuple[Op, dict[str, Any]] | None] = {}
-        # (method, shape) -> (op, {param: segment index}, params of no digit segment)
-        self._shapes: dict[
-            tuple[str, tuple[str, ...]], tuple[Op, dict[str, int], dict[str, Any]]
-        ] = {}
-        for route in routes:  # a literal all-digit segment would make shapes ambiguous
-            if any(_digits(seg) for seg in getattr(route, "path", "").split("/")):
-                raise ValueError(f"route {route.path} has an all-digit segment")
+        # The literal segments of every route: a path segment among them is kept in
+        # its shape, any other is an id. A route matches the same way every path of
+        # one shape: its literals meet the same kept segments, and a parameter's
+        # converter (str, int, path) sees a non-empty segment, digits or not.
+        self._literals: set[str] = set()
+        for route in routes:
+            for seg in getattr(route, "path", "").split("/"):
+                if _digits(seg):  # a literal id-like segment would make shapes ambiguous
+                    raise ValueError(f"route {route.path} has an all-digit segment")
+                if "{" in seg and not (seg.startswith("{") and seg.endswith("}")):
+                    raise ValueError(f"route {route.path} has a segment partly a parameter")
+                if "{" not in seg:
+                    self._literals.add(seg)
+
+    def _shape(self, segments: list[str]) -> tuple[str, ...]:
+        lit = self._literals
+        return tuple(
+            seg if seg in lit or not seg else (_NUM if _digits(seg) else _ID) for seg in segments
+        )
 
     def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
         """The op of the route that serves the request, among those of the most
@@ -442,38 +460,58 @@ class ApiRouter:
                 return None
         return _NOT_HERE if specific else None
 
-    def _shaped(self, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
-        """The op and params for ``path`` from a shape learnt earlier, or ``None``."""
-        segs = path.split("/")
-        known = self._shapes.get((method, _shape(segs)))
-        if known is None:
-            return None
-        op, where, fixed = known
-        return op, {**fixed, **{name: segs[i] for name, i in where.items()}}
-
-    def _learn(self, method: str, path: str, hit: tuple[Op, dict[str, Any]]) -> None:
-        """Remember ``hit``'s shape when every all-digit segment of ``path`` is the
-        whole value of one of its params, so another id routes the same way."""
-        segs = path.split("/")
-        digits = {i: seg for i, seg in enumerate(segs) if _digits(seg)}
-        if not digits:
-            return
+    def _learn(
+        self, segs: list[str], shape: tuple[str, ...], hit: tuple[Op, dict[str, Any]]
+    ) -> tuple[Op, dict[str, int], dict[str, Any]] | None:
+        """``hit`` as a shape's entry when every blanked segment of the path is the
+        whole value of one of its params (so another id routes the same way)."""
+        blanked = [i for i, seg in enumerate(shape) if seg is _ID or seg is _NUM]
         op, params = hit
         where: dict[str, int] = {}
         fixed: dict[str, Any] = {}
         for name, value in params.items():
-            spots = [i for i, seg in digits.items() if seg == value]
+            spots = [i for i in blanked if segs[i] == value]
             if len(spots) == 1 and isinstance(value, str):
                 where[name] = spots[0]
             else:
                 fixed[name] = value
-        # Params are disjoint parts of the path: when each digit segment is one whole
+        # Params are disjoint parts of the path: when each blanked segment is one whole
         # param, no other param holds any of it, and the others stay as they are.
-        if sorted(where.values()) != sorted(digits):
-            return
-        if len(self._shapes) >= _ROUTE_CACHE_SIZE:
-            self._shapes.clear()
-        self._shapes[(method, _shape(segs))] = (op, where, fixed)
+        if sorted(where.values()) != blanked:
+            return None
+        return op, where, fixed
+
+    def _route(self, scope: Scope, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
+        """The op and params for the request (or ``_NOT_HERE``, or None), cached."""
+        segs = path.split("/")
+        shape = self._shape(segs)
+        try:
+            known = self._shapes[(method, shape)]
+        except KeyError:
+            pass
+        else:
+            if known is None or known is _NOT_HERE:
+                return known  # type: ignore[no-any-return]
+            op, where, fixed = known
+            return op, {**fixed, **{name: segs[i] for name, i in where.items()}}
+        key = (method, path)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        hit = self._match(scope)
+        entry = hit if hit is None or hit is _NOT_HERE else self._learn(segs, shape, hit)
+        if entry is not None or hit is None or hit is _NOT_HERE:
+            # Junk paths have shapes too (kept where literal): the bound only guards
+            # against a client walking the combinations of the routes' literals.
+            if len(self._shapes) >= _ROUTE_CACHE_SIZE:
+                self._shapes.clear()
+            self._shapes[(method, shape)] = entry
+        else:
+            if len(self._cache) >= _ROUTE_CACHE_SIZE:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -481,21 +519,11 @@ class ApiRouter:
             return
         path = scope["path"]
         if not scope.get("root_path"):
-            key = (scope["method"], path)
-            try:
-                hit = self._cache[key]
-            except KeyError:
-                hit = self._shaped(key[0], path)
-                if hit is None:
-                    hit = self._match(scope)
-                    if hit is not None and hit is not _NOT_HERE:
-                        self._learn(key[0], path, hit)
-                    if len(self._cache) >= _ROUTE_CACHE_SIZE:
-                        self._cache.clear()
-                    self._cache[key] = hit
+            method = scope["method"]
+            hit = self._route(scope, method, path)
             if hit is _NOT_HERE:
                 allow = ", ".join(allowed_methods(self.routes, path))
-                exc = ApiError(405, "method_not_allowed", f"{key[0]} is not allowed on {path}")
+                exc = ApiError(405, "method_not_allowed", f"{method} is not allowed on {path}")
                 await _send(send, 405, envelope(exc.code, exc.message), _JSON,
                             [(b"allow", allow.encode())])  # fmt: skip
                 return
