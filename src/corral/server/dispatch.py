@@ -491,7 +491,7 @@ class ApiRouter:
             pass
         else:
             if known is None or known is _NOT_HERE:
-                return known  # type: ignore[no-any-return]
+                return known
             op, where, fixed = known
             return op, {**fixed, **{name: segs[i] for name, i in where.items()}}
         key = (method, path)
