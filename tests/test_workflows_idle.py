@@ -115,7 +115,7 @@ def test_idle_since_follows_the_transitions(observations: list[tuple[bool, float
 idle_runs = st.lists(
     st.builds(
         IdleRun, st.text("abcdef", min_size=1, max_size=4), st.floats(0, 1000), st.floats(1, 500)
-    ),  # fmt: skip
+    ),
     max_size=20,
     unique_by=lambda r: r.handler_id,
 )
