@@ -29,6 +29,7 @@ TOOLS = {
     "fail_task",
     "heartbeat",
     "broadcast",
+    "list_idle_workflows",
 }
 
 

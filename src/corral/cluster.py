@@ -38,6 +38,7 @@ from corral.validation import (
     check_task_id,
     check_text,
 )
+from corral.workflows.service import WorkflowOperations
 
 if TYPE_CHECKING:
     from corral.store.stats import ClusterStats
@@ -115,7 +116,7 @@ def _process_item(item: Any, i: int) -> Process:
     )
 
 
-class Cluster:
+class Cluster(WorkflowOperations):
     """The embedded client: ``corral.connect("sqlite:///…")`` returns one."""
 
     def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:

@@ -129,6 +129,10 @@ class Settings:
     )
     project_summary: str = ""
     event_retention_seconds: float = 7 * 24 * 3600.0
+    # Workflow runs: release a run idle this long (a host may set its own per
+    # workflow), and keep at most this many idle runs resident on a host
+    idle_release_after: float = 60.0
+    max_resident_idle: int = 10_000
 
     @property
     def roles(self) -> tuple[str, ...]:

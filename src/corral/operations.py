@@ -236,6 +236,34 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation("process_actions", "GET /v1/processes/actions", caller="operator"),
     Operation("ack_process_action", "POST /v1/processes/acks", caller="operator"),
+    # --- workflow runs (corral.workflows; hosts use the operator token) ----------------
+    Operation(
+        "run_workflow",
+        "POST /v1/workflows/{workflow}/runs",
+        status=201,
+        cli="workflows run",
+        adds={"http": {"kwargs": "the start event's fields (keyword arguments in Python)"}},
+    ),
+    Operation(
+        "list_handlers",
+        "GET /v1/handlers",
+        mcp="list_idle_workflows",
+        text="handlers_text",
+        cli="workflows list",
+        omits={
+            "mcp": {
+                "idle": "the tool lists idle runs only",
+                "status": "likewise: resident (running) ones",
+                "limit": "the tool shows at most 50",
+            }
+        },
+    ),
+    Operation("get_handler", "GET /v1/handlers/{handler_id}", cli="workflows show"),
+    Operation("send_event", "POST /v1/handlers/{handler_id}/events", cli="workflows send"),
+    Operation("serve_workflows", "PUT /v1/workflow-hosts/{host}", caller="operator"),
+    Operation("take_workflow_work", "POST /v1/workflow-hosts/{host}/work", caller="operator"),
+    Operation("report_handler", "POST /v1/handlers/{handler_id}/report", caller="operator"),
+    Operation("release_handler", "POST /v1/handlers/{handler_id}/release", caller="operator"),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}

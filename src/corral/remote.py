@@ -43,6 +43,7 @@ from corral.operations import OPERATIONS
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 from corral.wire import Closed as _Closed
 from corral.wire import Connection as _Connection
+from corral.workflows.remote import WorkflowsHttp
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -118,7 +119,7 @@ def _unencodable_key(body: Any) -> str | None:
     return None
 
 
-class HttpClient:
+class HttpClient(WorkflowsHttp):
     """A cluster client over HTTP. ``token`` defaults to ``$CORRAL_TOKEN``, else
     ``.corral/token``. ``node_tokens`` holds the token each registration returned."""
 

@@ -327,6 +327,25 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     ) -> str:
         return _render("broadcast")(client.broadcast(message, agent_id))
 
+    # --- workflow runs ----------------------------------------------------------------
+    @tool(
+        "Workflow runs idle on their hosts (waiting only on an outside event), longest "
+        "idle first, with what each waits for."
+    )
+    def list_idle_workflows(
+        idle_duration_gt: Annotated[
+            float | None, Field(description="Only runs idle for more than these seconds.")
+        ] = None,
+        workflow: Annotated[str | None, Field(description="Only this workflow's runs.")] = None,
+        host: Annotated[str | None, Field(description="Only this host's runs.")] = None,
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        found = client.list_handlers(
+            "running", True, idle_duration_gt, workflow, host, limit=_IDLE_SHOWN
+        )
+        return _render("list_handlers")(found)
+
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(
         name="worker_protocol",
@@ -350,6 +369,9 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
 
     _ = (worker, manager)
     return mcp
+
+
+_IDLE_SHOWN = 50  # the idle runs list_idle_workflows shows at most
 
 
 def _new_id(prefix: str = "") -> str:

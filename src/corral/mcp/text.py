@@ -20,6 +20,7 @@ __all__ = [
     "error_text",
     "event_line",
     "failed_text",
+    "handlers_text",
     "heartbeat_text",
     "invalid_arguments_text",
     "status_text",
@@ -118,3 +119,20 @@ def catch_up_text(node_id: str, c: CatchUp, state_text: str, *, limit: int) -> s
     if n >= limit:
         lines.append("… more events wait: call catch_up again.")
     return "\n".join([*lines, "", state_text])
+
+
+def handlers_text(handlers: list[Any]) -> str:
+    """``2 idle workflow runs: 3f2a… (hitl on h1, idle since 2026-…, waits for
+    Answer); …``, or ``No idle workflow runs.``"""
+    if not handlers:
+        return "No idle workflow runs."
+    parts = []
+    for h in handlers:
+        waits = ", ".join(sorted({str(w.get("event_type")) for w in h.active_waiters})) or "-"
+        d = h.to_dict()
+        parts.append(
+            f"{h.handler_id} ({h.workflow} on {h.host or '-'}, idle since {d['idle_since']},"
+            f" waits for {waits})"
+        )
+    noun = "run" if len(handlers) == 1 else "runs"
+    return f"{len(handlers)} idle workflow {noun}: " + "; ".join(parts)

@@ -44,6 +44,7 @@ _PATH_ID = {
     "not": {"enum": [".", ".."]},
 }
 _PATH_SCHEMAS = {"node_id": _PATH_ID, "task_id": m.TASK_ID_SCHEMA}
+_PATH_SCHEMAS.update(dict.fromkeys(("handler_id", "workflow", "host"), _PATH_ID))
 # The largest float below 2**63: a larger number is refused once read as a float.
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FLOAT}
 _NOT_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"

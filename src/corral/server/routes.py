@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from corral.operations import OPERATIONS, Operation
 from corral.render import claim_text
 from corral.server import models as m
+from corral.server import workflows as wf
 from corral.server.auth import Principal, Tokens
 from corral.server.errors import ApiError
 
@@ -316,12 +317,24 @@ _HTTP: dict[str, _Http] = {
     ),
     "process_actions": _Http(process_actions, None, query=m.ProcessActionsQuery),
     "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn, short=True),
+    # --- workflow runs (corral.server.workflows)
+    "run_workflow": _Http(wf.run_workflow, wf.RunOut, body=wf.RunIn, short=True),
+    "get_handler": _Http(wf.get_handler, wf.HandlerOut, short=True),
+    "list_handlers": _Http(wf.list_handlers, None, query=wf.ListHandlersQuery),
+    "send_event": _Http(wf.send_event, wf.HandlerOut, body=wf.SendEventIn, short=True),
+    "serve_workflows": _Http(wf.serve_workflows, None, body=wf.ServeIn),
+    "take_workflow_work": _Http(wf.take_workflow_work, wf.WorkOut, body=wf.TakeWorkIn),
+    "report_handler": _Http(wf.report_handler, wf.HandlerOut, body=wf.ReportIn, short=True),
+    "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.ReleaseIn),
 }
 
 
 def _starlette(path: str) -> str:
     # A node id may hold any character but "/": ``:path`` keeps "%2F" and dots intact.
-    return path.replace("{node_id}", "{node_id:path}")
+    # A handler id, a workflow or a host may likewise hold dots and "%2F".
+    for name in ("node_id", "handler_id", "workflow", "host"):
+        path = path.replace(f"{{{name}}}", f"{{{name}:path}}")
+    return path
 
 
 def _op(o: Operation) -> Op:
@@ -363,4 +376,6 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "report_processes": m.ProcessOut,
     "list_processes": m.ProcessOut,
     "process_actions": m.EventOut,
+    "list_handlers": wf.HandlerOut,
+    "serve_workflows": wf.WorkflowHostOut,
 }

@@ -30,6 +30,7 @@ from corral.model import (
 
 if TYPE_CHECKING:
     from corral.store.stats import ClusterStats
+    from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
 __all__ = ["Deadlines", "LockHolder", "NodeSpec", "Store", "TaskSpec", "WouldBlock"]
 
@@ -254,6 +255,58 @@ class Store(ABC):
                            now: float) -> Event:  # fmt: skip
         """Record a ``process_action_done`` event answering request ``request_seq``
         (``NotFoundError`` unless it is one of ``host``'s requests)."""
+
+    # --- workflow runs (corral.workflows) --------------------------------------------
+    @abstractmethod
+    def serve_workflows(self, host: str, workflows: list[tuple[str, float | None]],
+                        now: float) -> list[WorkflowHost]:  # fmt: skip
+        """Replace the workflows ``host`` serves (name, its own release delay or None)
+        and stamp it seen; returns them by name."""
+
+    @abstractmethod
+    def take_workflow_work(self, host: str, limit: int, now: float) -> WorkflowWork:
+        """One transaction: stamp ``host`` seen, claim up to ``limit`` runs of its
+        workflows that are due (new, or released with an event or a deadline due; one
+        guarded UPDATE, so a run goes to one host), take the events sent to its
+        running handlers, and pick its idle runs to release (``idle.release_due``).
+        ``NotFoundError`` when the host serves nothing."""
+
+    @abstractmethod
+    def report_handler(self, host: str, handler_id: str, state: str, *,
+                       waiters: list[dict[str, Any]] | None, wake_at: float | None,
+                       result: Any, error: str | None, reason: str | None,
+                       now: float) -> Handler:  # fmt: skip
+        """Record a run's transition on its host (idle, busy, resident, or finished):
+        ``idle_since`` per ``idle.idle_transition`` and its events. ``LeaseError``
+        unless ``host`` runs it."""
+
+    @abstractmethod
+    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any],
+                        now: float) -> Handler:  # fmt: skip
+        """Store an idle run's checkpoint and mark it released in one transaction
+        (resumable from then on). ``LeaseError`` unless ``host`` runs it, it is idle
+        and no event waits for it."""
+
+    @abstractmethod
+    def run_workflow(self, handler_id: str, workflow: str, start: dict[str, Any],
+                     now: float) -> Handler:  # fmt: skip
+        """Add a run for any live host serving ``workflow`` to take; ``NotFoundError``
+        when none does."""
+
+    @abstractmethod
+    def get_handler(self, handler_id: str) -> Handler: ...
+
+    @abstractmethod
+    def send_event(self, handler_id: str, event_type: str, data: dict[str, Any],
+                   now: float) -> Handler:  # fmt: skip
+        """Queue an event for a run; a released run becomes due at once."""
+
+    @abstractmethod
+    def list_handlers(self, *, status: str | None, idle: bool | None,
+                      idle_duration_gt: float | None, workflow: str | None,
+                      host: str | None, limit: int, now: float) -> list[Handler]:  # fmt: skip
+        """Handlers, filtered: idle ones longest idle first (on an index of
+        ``idle_since``), the others oldest first."""
 
     # --- the monitor's duties -----------------------------------------------------
     @abstractmethod

@@ -735,3 +735,119 @@ ORDER BY seq LIMIT :limit;
 
 -- name: event_get
 SELECT * FROM events WHERE seq = :seq;
+
+
+-- Workflow runs (corral.store.sqlworkflows). ---------------------------------------
+
+-- name: wf_hosts_clear
+DELETE FROM workflow_hosts WHERE host = :host;
+
+-- name: wf_host_insert
+INSERT INTO workflow_hosts (workflow, host, idle_release_after, seen_at)
+VALUES (:workflow, :host, :idle_release_after, :now);
+
+-- name: wf_hosts_of
+SELECT * FROM workflow_hosts WHERE host = :host ORDER BY workflow;
+
+-- name: wf_host_seen
+UPDATE workflow_hosts SET seen_at = :now WHERE host = :host;
+
+-- name: wf_host_live
+SELECT 1 AS live FROM workflow_hosts WHERE workflow = :workflow AND seen_at >= :since LIMIT 1;
+
+-- name: handler_insert
+INSERT INTO handlers (handler_id, workflow, status, claim_at, start, created_at, updated_at)
+VALUES (:handler_id, :workflow, 'running', :now, :start, :now, :now);
+
+-- name: handler_get
+SELECT * FROM handlers WHERE handler_id = :handler_id;
+
+-- name: handler_set_idle
+UPDATE handlers SET idle_since = :idle_since, waiters = :waiters, wake_at = :wake_at,
+                    updated_at = :now
+WHERE handler_id = :handler_id;
+
+-- name: handler_resident
+UPDATE handlers SET resident_reason = :reason, updated_at = :now WHERE handler_id = :handler_id;
+
+-- name: handler_finish
+UPDATE handlers SET status = :status, result = :result, error = :error, idle_since = NULL,
+                    wake_at = NULL, claim_at = NULL, finished_at = :now, updated_at = :now
+WHERE handler_id = :handler_id;
+
+-- name: handler_release
+-- The checkpoint and the status in one statement: released means resumable.
+UPDATE handlers SET status = 'released', host = NULL, checkpoint = :checkpoint,
+                    claim_at = wake_at, released_at = :now, updated_at = :now
+WHERE handler_id = :handler_id AND host = :host AND status = 'running';
+
+-- name: handler_wake
+-- An event for a released run: any host serving its workflow may take it now.
+UPDATE handlers SET claim_at = :now, updated_at = :now
+WHERE handler_id = :handler_id AND status = 'released';
+
+-- name: inbox_insert
+INSERT INTO handler_inbox (handler_id, event_type, data, sent_at)
+VALUES (:handler_id, :event_type, :data, :now);
+
+-- name: inbox_count
+SELECT count(*) AS n FROM handler_inbox WHERE handler_id = :handler_id;
+
+-- name: handlers_idle_on_host
+-- The release policy's input: a host's resident idle runs, on handlers_host_idle.
+SELECT handler_id, idle_since, release_after FROM handlers
+WHERE host = :host AND status = 'running' AND idle_since IS NOT NULL
+  AND resident_reason IS NULL
+ORDER BY idle_since, handler_id;
+
+-- name: handler_lock
+SELECT * FROM handlers WHERE handler_id = :handler_id FOR UPDATE;
+
+-- name: handlers_claim
+-- New runs and released runs that are due (an event, a waiter deadline), of the
+-- host's workflows, on handlers_claim; a run another host is taking is skipped.
+UPDATE handlers
+SET host = :host, status = 'running', claim_at = NULL, idle_since = NULL,
+    resumes = resumes + (CASE WHEN status = 'released' THEN 1 ELSE 0 END),
+    updated_at = :now,
+    release_after = (SELECT w.idle_release_after FROM workflow_hosts w
+                     WHERE w.workflow = handlers.workflow AND w.host = :host)
+WHERE handler_id IN (
+    SELECT h.handler_id FROM workflow_hosts w
+    JOIN handlers h ON h.workflow = w.workflow AND h.claim_at IS NOT NULL
+                   AND h.claim_at <= :now
+    WHERE w.host = :host
+    ORDER BY h.claim_at LIMIT :limit
+    FOR UPDATE OF h SKIP LOCKED)
+RETURNING *;
+
+-- name: inbox_take
+-- The events for the host's running handlers, taken (deleted) as they are handed over.
+DELETE FROM handler_inbox WHERE seq IN (
+    SELECT i.seq FROM handler_inbox i JOIN handlers h ON h.handler_id = i.handler_id
+    WHERE h.host = :host AND h.status = 'running' ORDER BY i.seq LIMIT :limit
+    FOR UPDATE OF i SKIP LOCKED)
+RETURNING *;
+
+-- name: handlers_idle_list
+-- Idle runs, longest idle first, on handlers_idle.
+SELECT * FROM handlers
+WHERE idle_since IS NOT NULL AND idle_since < :before
+  AND (:status::text IS NULL OR status = :status::text)
+  AND (:workflow::text IS NULL OR workflow = :workflow::text)
+  AND (:host::text IS NULL OR host = :host::text)
+ORDER BY idle_since, handler_id LIMIT :limit;
+
+-- name: handlers_by_status
+SELECT * FROM handlers
+WHERE status = :status AND (:busy::int IS NULL OR idle_since IS NULL)
+  AND (:workflow::text IS NULL OR workflow = :workflow::text)
+  AND (:host::text IS NULL OR host = :host::text)
+ORDER BY created_at, handler_id LIMIT :limit;
+
+-- name: handlers_all
+SELECT * FROM handlers
+WHERE (:busy::int IS NULL OR idle_since IS NULL)
+  AND (:workflow::text IS NULL OR workflow = :workflow::text)
+  AND (:host::text IS NULL OR host = :host::text)
+ORDER BY created_at, handler_id LIMIT :limit;

@@ -1,0 +1,127 @@
+"""``corral workflows``: workflow runs tracked by the cluster, and the host that runs
+them.
+
+    corral workflows list [--status S] [--idle|--busy] [--idle-duration-gt SECONDS]
+                          [--workflow W] [--host H] [--limit N] [--json]
+    corral workflows show HANDLER_ID [--json]
+    corral workflows run WORKFLOW [--kwargs JSON] [--json]
+    corral workflows send HANDLER_ID EVENT_TYPE [--data JSON] [--json]
+    corral workflows serve MODULE:ATTR [--name NAME] [--idle-release-after SECONDS]
+                           [--host H]
+
+``serve`` hosts a LlamaIndex ``Workflow`` instance (the ``corral[llama]`` extra) on
+the cluster given by the global ``--url``, until interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from corral.cli._common import CONTEXT_SETTINGS, Seconds, client, emit, json_option
+from corral.errors import InvalidInputError
+from corral.workflows.model import HANDLER_STATUSES, Handler
+
+__all__ = ["register"]
+
+
+def _line(h: Handler) -> str:
+    d = h.to_dict()
+    waits = ",".join(sorted({str(w.get("event_type")) for w in h.active_waiters})) or "-"
+    idle = d["idle_since"] or "-"
+    return (
+        f"{h.handler_id:<34} {h.workflow:<20} {h.status:<10} {h.host or '-':<20} {idle:<33} {waits}"
+    )
+
+
+def _table(hs: list[Handler]) -> str:
+    if not hs:
+        return "(no workflow runs)"
+    head = (
+        f"{'HANDLER':<34} {'WORKFLOW':<20} {'STATUS':<10} {'HOST':<20} {'IDLE SINCE':<33} WAITS FOR"
+    )
+    return "\n".join([head, *map(_line, hs)])
+
+
+def _json_object(value: str | None, option: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise InvalidInputError(f"{option} must be a JSON object: {exc}", field=option) from None
+    if not isinstance(parsed, dict):
+        raise InvalidInputError(f"{option} must be a JSON object", field=option)
+    return parsed
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def workflows() -> None:
+    """Workflow runs: list idle ones, start, send events, host a workflow."""
+
+
+@workflows.command("list")
+@click.option("--status", type=click.Choice(HANDLER_STATUSES), default=None)
+@click.option("--idle/--busy", "idle", default=None, help="Only idle runs, or only busy ones.")
+@click.option(
+    "--idle-duration-gt", type=Seconds(zero_ok=True), default=None,
+    help="Only runs idle for more than this many seconds.",
+)  # fmt: skip
+@click.option("--workflow", default=None, help="Only this workflow's runs.")
+@click.option("--host", default=None, help="Only this host's runs.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+@click.pass_context
+def workflows_list(
+    ctx: click.Context,
+    status: str | None,
+    idle: bool | None,
+    idle_duration_gt: float | None,
+    workflow: str | None,
+    host: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List workflow runs: idle ones longest idle first, with what they wait for."""
+    found = client(ctx).list_handlers(status, idle, idle_duration_gt, workflow, host, limit)
+    emit(found, as_json, _table)
+
+
+@workflows.command("show")
+@click.argument("handler_id")
+@json_option
+@click.pass_context
+def workflows_show(ctx: click.Context, handler_id: str, as_json: bool) -> None:
+    """One run: status, idle since, waits, result or error."""
+    emit(client(ctx).get_handler(handler_id), as_json, lambda h: _table([h]))
+
+
+@workflows.command("run")
+@click.argument("workflow")
+@click.option("--kwargs", "kwargs", default=None, help="The start event's fields, a JSON object.")
+@json_option
+@click.pass_context
+def workflows_run(ctx: click.Context, workflow: str, kwargs: str | None, as_json: bool) -> None:
+    """Start a run of WORKFLOW on a host serving it; prints its handler id."""
+    fields = _json_object(kwargs, "--kwargs")
+    emit(client(ctx).run_workflow(workflow, **fields), as_json, str)
+
+
+@workflows.command("send")
+@click.argument("handler_id")
+@click.argument("event_type")
+@click.option("--data", default=None, help="The event's fields, a JSON object.")
+@json_option
+@click.pass_context
+def workflows_send(
+    ctx: click.Context, handler_id: str, event_type: str, data: str | None, as_json: bool
+) -> None:
+    """Send EVENT_TYPE (the event class's name) to a run; a released run resumes."""
+    fields = _json_object(data, "--data")
+    emit(client(ctx).send_event(handler_id, event_type, fields), as_json, lambda h: _table([h]))
+
+
+def register(group: click.Group) -> None:
+    group.add_command(workflows)

@@ -1,0 +1,208 @@
+"""The HTTP side of the workflow operations: request and answer models, and one
+handler per operation (``corral.server.routes`` routes to them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, WithJsonSchema
+
+from corral.server.models import ID_SCHEMA, Int, NodeId, Number, PositiveInt, _In, _Out, _Query
+from corral.validation import MAX_FLOAT
+
+if TYPE_CHECKING:
+    from corral.server.routes import Call
+
+__all__ = [
+    "HandlerOut",
+    "ListHandlersQuery",
+    "ReleaseIn",
+    "ReportIn",
+    "RunIn",
+    "RunOut",
+    "SendEventIn",
+    "ServeIn",
+    "TakeWorkIn",
+    "WorkOut",
+    "WorkflowHostOut",
+]
+
+# What the OpenAPI document states for the values the service checks itself.
+_NOT_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
+_SECONDS = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FLOAT}
+_SERVED = {
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": ID_SCHEMA,
+        "idle_release_after": {"anyOf": [_SECONDS, {"type": "null"}]},
+    },
+}
+_WAITER = {
+    "type": "object",
+    "required": ["step", "event_type"],
+    "additionalProperties": False,
+    "properties": {
+        "step": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NOT_BLANK},
+        "event_type": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
+        "waiter_id": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
+        "deadline": {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_FLOAT},
+                               {"type": "null"}]},
+    },
+}  # fmt: skip
+EventType = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,199}$"})
+]
+Served = Annotated[Any, WithJsonSchema(_SERVED)]
+WaiterItem = Annotated[Any, WithJsonSchema(_WAITER)]
+ErrorText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": 20_000,
+                                           "pattern": "^[^\\x00]*$"})]  # fmt: skip
+Reason = Annotated[
+    str, WithJsonSchema({"type": "string", "maxLength": 2000, "pattern": _NOT_BLANK})
+]
+
+HandlerStatus = Literal["running", "released", "completed", "failed", "cancelled"]
+HostState = Literal["idle", "busy", "resident", "completed", "failed", "cancelled"]
+
+
+# --- requests ---------------------------------------------------------------------------
+class RunIn(_In):
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="The start event's fields (keyword arguments)."
+    )
+
+
+class ListHandlersQuery(_Query):
+    status: HandlerStatus | None = None
+    idle: bool | None = Field(None, description="Only idle runs (true) or only busy ones.")
+    idle_duration_gt: Number | None = Field(
+        None, ge=0, le=MAX_FLOAT, description="Only runs idle for more than this many seconds."
+    )
+    workflow: NodeId | None = None
+    host: NodeId | None = None
+    limit: int = Field(100, json_schema_extra={"minimum": 1})
+
+
+class SendEventIn(_In):
+    event_type: EventType = Field(description="The event class's name, e.g. Answer.")
+    data: dict[str, Any] | None = Field(None, description="The event's fields.")
+
+
+class ServeIn(_In):
+    workflows: list[Served] = Field(
+        description="Each served workflow: name and optionally idle_release_after (seconds)."
+    )
+
+
+class TakeWorkIn(_In):
+    limit: PositiveInt = 100
+
+
+class ReportIn(_In):
+    host: NodeId
+    state: HostState
+    waiters: list[WaiterItem] | None = Field(None, json_schema_extra={"maxItems": 1000})
+    result: Any = None
+    error: ErrorText | None = None
+    reason: Reason | None = None
+
+
+class ReleaseIn(_In):
+    host: NodeId
+    checkpoint: dict[str, Any]
+
+
+# --- answers ----------------------------------------------------------------------------
+class RunOut(_Out):
+    handler_id: str
+
+
+class HandlerOut(_Out):
+    handler_id: str
+    workflow: str
+    status: str
+    host: str | None
+    idle_since: str | None = Field(description="When the run became idle (ISO 8601, UTC).")
+    idle_since_unix: float | None
+    active_waiters: list[dict[str, Any]]
+    wake_at: float | None
+    result: Any
+    error: str | None
+    resident_reason: str | None
+    resumes: Int
+    created_at: float
+    updated_at: float
+    released_at: float | None
+    finished_at: float | None
+
+
+class WorkflowHostOut(_Out):
+    workflow: str
+    host: str
+    idle_release_after: float | None
+    seen_at: float
+
+
+class _RunOut(_Out):
+    handler: HandlerOut
+    start: dict[str, Any]
+    checkpoint: dict[str, Any] | None
+    release_after: float | None
+
+
+class _DeliveryOut(_Out):
+    seq: int
+    handler_id: str
+    event_type: str
+    data: dict[str, Any]
+    sent_at: float
+
+
+class WorkOut(_Out):
+    runs: list[_RunOut]
+    deliveries: list[_DeliveryOut]
+    release: list[str]
+    now: float
+
+
+# --- handlers ---------------------------------------------------------------------------
+def run_workflow(c: Call) -> Any:
+    return {"handler_id": c.cluster.run_workflow(c.path["workflow"], **c.body.kwargs)}
+
+
+def get_handler(c: Call) -> Any:
+    return c.cluster.get_handler(c.path["handler_id"]).to_dict()
+
+
+def list_handlers(c: Call) -> Any:
+    q = c.query
+    found = c.cluster.list_handlers(
+        q.status, q.idle, q.idle_duration_gt, q.workflow, q.host, q.limit
+    )
+    return [h.to_dict() for h in found]
+
+
+def send_event(c: Call) -> Any:
+    b = c.body
+    return c.cluster.send_event(c.path["handler_id"], b.event_type, b.data).to_dict()
+
+
+def serve_workflows(c: Call) -> Any:
+    return [w.to_dict() for w in c.cluster.serve_workflows(c.path["host"], c.body.workflows)]
+
+
+def take_workflow_work(c: Call) -> Any:
+    return c.cluster.take_workflow_work(c.path["host"], c.body.limit).to_dict()
+
+
+def report_handler(c: Call) -> Any:
+    b = c.body
+    return c.cluster.report_handler(
+        b.host, c.path["handler_id"], b.state, b.waiters, b.result, b.error, b.reason
+    ).to_dict()
+
+
+def release_handler(c: Call) -> Any:
+    b = c.body
+    return c.cluster.release_handler(b.host, c.path["handler_id"], b.checkpoint).to_dict()
