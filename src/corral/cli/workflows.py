@@ -123,5 +123,29 @@ def workflows_send(
     emit(client(ctx).send_event(handler_id, event_type, fields), as_json, lambda h: _table([h]))
 
 
+@workflows.command("serve")
+@click.argument("target", metavar="MODULE:ATTR")
+@click.option("--name", default=None, help="The workflow's name in the cluster (default: ATTR).")
+@click.option(
+    "--idle-release-after", type=Seconds(), default=None,
+    help="This workflow's release delay here (default: the cluster's idle_release_after).",
+)  # fmt: skip
+@click.option("--host", default=None, help="This host's id (default: HOSTNAME-PID).")
+@click.pass_context
+def workflows_serve(
+    ctx: click.Context,
+    target: str,
+    name: str | None,
+    idle_release_after: float | None,
+    host: str | None,
+) -> None:
+    """Run the LlamaIndex Workflow instance MODULE:ATTR for the cluster until interrupted."""
+    from corral.workflows.llama.serve import load_workflow, serve
+
+    workflow = load_workflow(target)
+    attr = target.rpartition(":")[2]
+    serve(client(ctx), {name or attr: (workflow, idle_release_after)}, host=host)
+
+
 def register(group: click.Group) -> None:
     group.add_command(workflows)
