@@ -92,6 +92,7 @@ class WorkflowsMixin(SQLHost):
                     idle_release_after=release_after,
                     now=now,
                 )
+            self._event(tx, now, "workflow_host", host=host, workflows=[n for n, _ in workflows])
             return [_host_row(r) for r in tx.all("wf_hosts_of", host=host)]
 
     def take_workflow_work(self, host: str, limit: int, now: float) -> WorkflowWork:

@@ -114,6 +114,7 @@ class LlamaHost:
         self.clock = clock
         self.resident: dict[str, _Run] = {}
         self._watchers: set[asyncio.Task[Any]] = set()
+        self.ready = asyncio.Event()  # set once the cluster knows what this host serves
 
     # --- the loop -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -143,6 +144,7 @@ class LlamaHost:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then release the idle runs and stop the rest."""
         await self.start()
+        self.ready.set()
         try:
             while not stop.is_set():
                 work = await self.step()

@@ -772,7 +772,8 @@ UPDATE handlers SET resident_reason = :reason, updated_at = :now WHERE handler_i
 
 -- name: handler_finish
 UPDATE handlers SET status = :status, result = :result, error = :error, idle_since = NULL,
-                    wake_at = NULL, claim_at = NULL, finished_at = :now, updated_at = :now
+                    waiters = '[]', wake_at = NULL, claim_at = NULL, finished_at = :now,
+                    updated_at = :now
 WHERE handler_id = :handler_id;
 
 -- name: handler_release
