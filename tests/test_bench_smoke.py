@@ -240,3 +240,17 @@ def test_supervisor_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "--systems" in bad.stderr
+
+
+def test_workflows_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """workflows_bench.py --quick exits 0 and writes corral's heap, latency and
+    llama-agents-server's numbers for the same runs."""
+    data = run_quick("workflows_bench.py", tmp_path / "workflows.json")
+    assert data["bench"] == "workflows"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    ours, theirs = data["corral"], data["llama_agents_server"]
+    assert ours["runs"] == theirs["runs"] == data["params"]["runs"]
+    for key in ("idle_detection_ms", "release_ms", "resume_ms"):
+        assert ours[key]["n"] == ours["runs"]
+    assert ours["heap_held_idle_bytes"] > 0
+    assert theirs["resume_ms"]["n"] == theirs["runs"]

@@ -7,6 +7,8 @@ between a release's checkpoint and the run's stop."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -261,3 +263,46 @@ def test_a_thousand_idle_runs_are_released_and_resumed(c: Any) -> None:
     done = asyncio.run(scenario())
     assert [h.result for h in done] == [{"topic": f"t{i}", "answer": f"a{i}"} for i in range(n)]
     assert all(h.resumes == 1 for h in done)
+
+
+@pytest.mark.slow
+def test_the_documented_human_in_the_loop_example_runs_end_to_end(tmp_path: Path) -> None:
+    """docs/workflows.md's commands, with examples/hitl_workflow.py served."""
+    url = f"sqlite:///{tmp_path / 'docs.db'}"
+    env = {**os.environ, "CORRAL_URL": url}
+
+    def corral_cli(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from corral.cli import main; main()", *args],
+            cwd=ROOT / "examples", env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    corral_cli("init")
+    corral_cli("config", "set", "idle_release_after", "0.5")
+    serving = subprocess.Popen(
+        [sys.executable, "-c", "from corral.cli import main; main()",
+         "workflows", "serve", "hitl_workflow:review", "--host", "docs-host"],
+        cwd=ROOT / "examples", env=env,
+    )  # fmt: skip
+    try:
+        with corral.connect(url) as c:
+            asyncio.run(until(lambda: _serving(c, "docs-host"), timeout=20))
+            handler_id = corral_cli("workflows", "run", "review", "--kwargs",
+                                    '{"customer": "Ada"}').strip()  # fmt: skip
+            asyncio.run(until(lambda: handler_id in corral_cli("workflows", "list", "--idle")))
+            assert "Answer" in corral_cli("workflows", "list", "--idle")
+            asyncio.run(until(lambda: c.get_handler(handler_id).status == "released"))
+            assert handler_id in corral_cli("workflows", "list", "--status", "released")
+            corral_cli("workflows", "send", handler_id, "Answer", "--data", '{"approved": true}')
+            asyncio.run(until(lambda: c.get_handler(handler_id).status == "completed"))
+            shown = json.loads(corral_cli("workflows", "show", handler_id, "--json"))
+            assert shown["result"] == {
+                "draft": "Dear Ada, your refund is on its way.",
+                "status": "sent",
+                "note": "",
+            }
+    finally:
+        serving.send_signal(signal.SIGTERM)
+        assert serving.wait(20) == 0
