@@ -182,3 +182,27 @@ def test_list_handlers_returns_exactly_the_models_selection(
                 assert got == [h.handler_id for h in want], f
         finally:
             c.close()
+
+
+def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) -> None:
+    """SQLite's plans: idle handlers by idle_since, a host's idle runs by (host,
+    idle_since), due runs by (workflow, claim_at): index searches, no table scan."""
+    import sqlite3
+
+    from corral.store.queries import load_queries, schema
+
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(schema("sqlite"))
+    queries = load_queries("sqlite")
+    params = {"before": 1.0, "status": None, "workflow": None, "host": "h", "limit": 10,
+              "now": 1.0}  # fmt: skip
+
+    def plan(name: str) -> str:
+        sql = queries[name]
+        used = {k: v for k, v in params.items() if f":{k}" in sql}
+        return " | ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, used))
+
+    assert "USING INDEX handlers_idle" in plan("handlers_idle_list")
+    assert "USING INDEX handlers_host_idle" in plan("handlers_idle_on_host")
+    claim = plan("handlers_claim")
+    assert "handlers_claim" in claim and "SCAN h" not in claim
