@@ -206,3 +206,5 @@ def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) ->
     assert "USING INDEX handlers_host_idle" in plan("handlers_idle_on_host")
     claim = plan("handlers_claim")
     assert "handlers_claim" in claim and "SCAN h" not in claim
+    take = plan("inbox_take")  # from the inbox (pending events only), not every handler
+    assert "SCAN i" in take and "handlers_by_status" not in take

@@ -474,8 +474,9 @@ RETURNING *;
 
 -- name: inbox_take
 -- The events for the host's running handlers, taken (deleted) as they are handed over.
+-- The inbox holds only undelivered events: read it first (CROSS JOIN keeps that order).
 DELETE FROM handler_inbox WHERE seq IN (
-    SELECT i.seq FROM handler_inbox i JOIN handlers h ON h.handler_id = i.handler_id
+    SELECT i.seq FROM handler_inbox i CROSS JOIN handlers h ON h.handler_id = i.handler_id
     WHERE h.host = :host AND h.status = 'running' ORDER BY i.seq LIMIT :limit)
 RETURNING *;
 
