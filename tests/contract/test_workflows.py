@@ -4,13 +4,16 @@ work; a run's idle state follows its host's reports; idle runs are released by p
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from corral import InvalidInputError, LeaseError, NotFoundError
 from corral.clock import FakeClock
-from tests.contract._world import T0, kinds
+from tests.contract._world import T0
+from tests.contract._world import kinds as _kinds
 
 OPERATIONS = (
     "serve_workflows",
@@ -37,12 +40,35 @@ BAD_INPUT = (
 WAIT = {"step": "ask", "event_type": "Answer", "waiter_id": "w1", "deadline": None}
 
 
+def _settled(c: Any, read: Callable[[], Any]) -> Any:
+    """``read()`` once it has not changed for 60 ms, on PostgreSQL: an event committed
+    a moment ago shows in the log once no older transaction may still add one below it
+    (on a busy server, a moment later). Elsewhere at once."""
+    if type(getattr(c, "store", None)).__name__ != "PostgresStore":
+        return read()
+    last, since = read(), time.monotonic()
+    deadline = since + 2.0
+    while time.monotonic() - since < 0.06 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 def wf_world(c: Any) -> tuple[Any, ...]:
-    return (
-        [h.to_dict() for h in c.list_handlers(limit=10_000)],
-        [e.to_dict() for e in c.events(limit=10_000)],
-        c.settings(),
-    )
+    def read() -> tuple[Any, ...]:
+        return (
+            [h.to_dict() for h in c.list_handlers(limit=10_000)],
+            [e.to_dict() for e in c.events(limit=10_000)],
+            c.settings(),
+        )
+
+    return _settled(c, read)
+
+
+def kinds(c: Any) -> list[str]:
+    return list(_settled(c, lambda: _kinds(c)))
 
 
 def started(c: Any, host: str = "h1", workflow: str = "hitl", **kwargs: Any) -> str:
@@ -96,6 +122,23 @@ def test_idle_since_follows_the_reported_transitions(hosts: Any, clock: FakeCloc
     clock.advance(1)
     assert idle(c, handler_id).idle_since == T0 + 3
     assert kinds(c).count("workflow_idle") == 2
+
+
+def test_raw_step_state_is_judged_by_the_idle_rule(hosts: Any, clock: FakeClock) -> None:
+    """A host may report its steps' queues, work and waits: corral decides."""
+    c = hosts
+    handler_id = started(c)
+    wait = {"event_type": "Answer", "waiter_id": "w", "deadline": T0 + 9}
+    busy = {"ask": {"queue": 1, "waiters": [wait]}, "other": {}}
+    assert c.report_handler("h1", handler_id, "steps", steps=busy).idle_since is None
+    clock.advance(1)
+    idle_steps = {"ask": {"waiters": [wait]}, "other": {"queue": 0, "in_progress": 0}}
+    h = c.report_handler("h1", handler_id, "steps", steps=idle_steps)
+    assert (h.idle_since, h.wake_at) == (T0 + 1, T0 + 9)
+    assert h.active_waiters == [{"step": "ask", **wait}]
+    backoff = {"ask": {"waiters": [wait]}, "retrying": {"backoff": 1}}
+    assert c.report_handler("h1", handler_id, "steps", steps=backoff).idle_since is None
+    assert kinds(c)[-2:] == ["workflow_idle", "workflow_resumed"]
 
 
 def test_list_handlers_filters_and_orders(hosts: Any, clock: FakeClock) -> None:
@@ -292,6 +335,14 @@ def test_unknown_handlers_hosts_and_workflows_are_not_found(hosts: Any, clock: F
         (lambda c, h: c.send_event(h, "not a class"), "event_type"),
         (lambda c, h: c.send_event(h, "Answer", [1]), "data"),
         (lambda c, h: c.send_event("bad\nid", "Answer"), "handler_id"),
+        (lambda c, h: c.report_handler("h1", h, "steps"), "steps"),
+        (lambda c, h: c.report_handler("h1", h, "busy", steps={}), "steps"),
+        (lambda c, h: c.report_handler("h1", h, "steps", steps={"a": {"queue": -1}}), "steps"),
+        (lambda c, h: c.report_handler("h1", h, "steps", steps={"a": {"color": 1}}), "steps"),
+        (
+            lambda c, h: c.report_handler("h1", h, "steps", steps={"a": {"waiters": [{}]}}),
+            "waiters",
+        ),
         (lambda c, h: c.list_handlers(status="asleep"), "status"),
         (lambda c, h: c.list_handlers(idle="yes"), "idle"),
         (lambda c, h: c.list_handlers(idle_duration_gt=-1), "idle_duration_gt"),

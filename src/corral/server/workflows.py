@@ -63,7 +63,7 @@ Reason = Annotated[
 ]
 
 HandlerStatus = Literal["running", "released", "completed", "failed", "cancelled"]
-HostState = Literal["idle", "busy", "resident", "completed", "failed", "cancelled"]
+HostState = Literal["idle", "busy", "steps", "resident", "completed", "failed", "cancelled"]
 
 
 # --- requests ---------------------------------------------------------------------------
@@ -106,6 +106,9 @@ class ReportIn(_In):
     result: Any = None
     error: ErrorText | None = None
     reason: Reason | None = None
+    steps: dict[str, Any] | None = Field(
+        None, description="The run's raw step state: queue, in_progress, backoff, waiters."
+    )
 
 
 class ReleaseIn(_In):
@@ -199,7 +202,7 @@ def take_workflow_work(c: Call) -> Any:
 def report_handler(c: Call) -> Any:
     b = c.body
     return c.cluster.report_handler(
-        b.host, c.path["handler_id"], b.state, b.waiters, b.result, b.error, b.reason
+        b.host, c.path["handler_id"], b.state, b.waiters, b.result, b.error, b.reason, b.steps
     ).to_dict()
 
 

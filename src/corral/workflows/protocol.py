@@ -41,6 +41,7 @@ class WorkflowClient(Protocol):
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
+        steps: dict[str, Any] | None = None,
     ) -> Handler: ...
 
     def release_handler(

@@ -118,6 +118,7 @@ class WorkflowsHttp:
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
+        steps: dict[str, Any] | None = None,
     ) -> Handler:
         body = {
             "host": host,
@@ -126,6 +127,7 @@ class WorkflowsHttp:
             "result": result,
             "error": error,
             "reason": reason,
+            "steps": steps,
         }
         return Handler.from_dict(
             self._wf("report_handler", body, handler_id=_seg(handler_id, "handler_id"))

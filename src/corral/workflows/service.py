@@ -22,7 +22,7 @@ from corral.validation import (
     check_payload,
     check_text,
 )
-from corral.workflows.idle import Waiter, wake_at
+from corral.workflows.idle import RunState, StepState, Waiter, active_waiters, is_idle, wake_at
 from corral.workflows.model import (
     FINISHED,
     HANDLER_STATUSES,
@@ -40,12 +40,14 @@ __all__ = [
     "MAX_CHECKPOINT_BYTES",
     "WorkflowOperations",
     "check_bool",
+    "check_steps",
     "check_waiters",
 ]
 
-HOST_STATES = ("idle", "busy", "resident", *FINISHED)
-"""What a host reports of a run: idle (with its waits), busy, resident (idle but not
-releasable, with the reason), or finished (completed, failed, cancelled)."""
+HOST_STATES = ("idle", "busy", "steps", "resident", *FINISHED)
+"""What a host reports of a run: idle (with its waits), busy, its raw step state
+(``steps``: corral decides idle or busy), resident (idle but not releasable, with the
+reason), or finished (completed, failed, cancelled)."""
 MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 MAX_WAITERS = 1000
 _EVENT_TYPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
@@ -117,6 +119,45 @@ def check_waiters(value: Any) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+_STEP_KEYS = frozenset({"queue", "in_progress", "backoff", "waiters"})
+
+
+def check_steps(value: Any) -> RunState:
+    """A run's raw step state as a host reports it: step name -> ``queue``,
+    ``in_progress``, ``backoff`` (counts) and ``waiters`` (``event_type``,
+    ``waiter_id``, ``deadline``)."""
+    field = "steps"
+    if not isinstance(value, dict) or len(value) > MAX_WAITERS:
+        raise InvalidInputError(f"{field} must map step names to their state", field=field)
+    steps = {}
+    for name, st in value.items():
+        where = f"{field}[{name!r:.40}]"
+        check_text(name, field, max_len=200, allow_empty=False)
+        if not isinstance(st, dict) or set(st) - _STEP_KEYS:
+            raise InvalidInputError(
+                f"{where} must be an object with queue, in_progress, backoff, waiters",
+                field=field,
+            )
+        counts = []
+        for key in ("queue", "in_progress", "backoff"):
+            n = st.get(key, 0)
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 2**31:
+                raise InvalidInputError(f"{where}.{key} must be a count", field=field)
+            counts.append(n)
+        raw = st.get("waiters", [])
+        if not isinstance(raw, list):
+            raise InvalidInputError(f"{where}.waiters must be a list", field=field)
+        waits = check_waiters([{**w, "step": name} if isinstance(w, dict) else w for w in raw])
+        queue, in_progress, backoff = counts
+        steps[name] = StepState(
+            queue,
+            in_progress,
+            backoff,
+            tuple(Waiter(w["event_type"], w["waiter_id"], w["deadline"]) for w in waits),
+        )
+    return RunState(steps=steps)
 
 
 class WorkflowOperations:
@@ -217,15 +258,30 @@ class WorkflowOperations:
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
+        steps: dict[str, Any] | None = None,
     ) -> Handler:
         """Report a run's transition from the host running it: ``idle`` (with its
         ``waiters``), ``busy``, ``resident`` (idle but not releasable: ``reason``),
-        ``completed`` (``result``), ``failed`` (``error``) or ``cancelled``.
+        ``completed`` (``result``), ``failed`` (``error``) or ``cancelled``; or
+        ``steps``, its raw step state (``steps``: each step's queue, in_progress,
+        backoff and waiters), from which corral decides idle or busy.
 
         ``idle_since`` is set on the transition into idleness and cleared when work
         resumes; ``workflow_idle`` and ``workflow_resumed`` events mark them."""
         state = check_choice(state, HOST_STATES, "state")
         checked = None if waiters is None else check_waiters(waiters)
+        if state == "steps" or steps is not None:
+            if state != "steps" or steps is None or waiters is not None:
+                raise InvalidInputError(
+                    "steps goes with state steps, without waiters", field="steps"
+                )
+            run = check_steps(steps)
+            state = "idle" if is_idle(run) else "busy"
+            checked = [
+                {"step": name, "event_type": w.event_type, "waiter_id": w.waiter_id,
+                 "deadline": w.deadline}
+                for name, w in active_waiters(run)
+            ]  # fmt: skip
         if result is not None:
             check_payload(result, "result")
         if error is not None:
