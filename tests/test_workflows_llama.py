@@ -306,3 +306,32 @@ def test_the_documented_human_in_the_loop_example_runs_end_to_end(tmp_path: Path
     finally:
         serving.send_signal(signal.SIGTERM)
         assert serving.wait(20) == 0
+
+
+@pytest.mark.slow
+def test_two_hosts_on_postgresql_share_the_runs_and_resume_each_once(
+    request: pytest.FixtureRequest,
+) -> None:
+    url = pg.fresh_database(request)
+    n = 200
+    with corral.connect(url) as c, corral.connect(url) as a, corral.connect(url) as b:
+        c.configure(idle_release_after=0.3)
+
+        async def scenario() -> list[Any]:
+            async with (
+                hosting(a, {"hitl": hitl}, host="pg-a"),
+                hosting(b, {"hitl": hitl}, host="pg-b"),
+            ):
+                ids = [c.run_workflow("hitl", topic=f"p{i}") for i in range(n)]
+                await until(lambda: len(c.list_handlers(status="released", limit=n)) == n, 60)
+                for i, handler_id in enumerate(ids):
+                    c.send_event(handler_id, "Answer", {"text": f"a{i}"})
+                await until(lambda: len(c.list_handlers(status="completed", limit=n)) == n, 60)
+                return [c.get_handler(h) for h in ids]
+
+        done = asyncio.run(scenario())
+        assert [h.result for h in done] == [{"topic": f"p{i}", "answer": f"a{i}"} for i in range(n)]
+        assert {h.resumes for h in done} == {1}
+        restored = [e.data["handler_id"] for e in c.events(limit=10_000)
+                    if e.kind == "workflow_resumed" and e.data.get("restored")]  # fmt: skip
+        assert sorted(restored) == sorted(h.handler_id for h in done)  # each exactly once
