@@ -51,7 +51,8 @@ def run(cluster: corral.Cluster, script: Any) -> Any:
 
 
 def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluster) -> None:
-    """The eleven tools of the issue, each described in one short sentence or two."""
+    """The eleven tools of the issue and list_idle_workflows, each described in one
+    short sentence or two."""
 
     async def script(call: Any, client: Client) -> None:
         tools = (await client.list_tools()).tools
