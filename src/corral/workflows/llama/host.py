@@ -147,16 +147,21 @@ class LlamaHost:
         self.ready.set()
         try:
             while not stop.is_set():
-                work = await self.step()
-                if len(work.runs) < self.batch and len(work.deliveries) < self.batch:
+                try:
+                    work = await self.step()
+                    busy = len(work.runs) >= self.batch or len(work.deliveries) >= self.batch
+                except CorralError as exc:  # the cluster unreachable a moment: try again
+                    log.warning("taking work failed: %s", exc)
+                    busy = False
+                if not busy:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self.poll_interval)
         finally:
             await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Release every idle run; a busy run is reported failed (the host stopped
-        under it) and cancelled."""
+        """Release every idle run; any other (busy, or not checkpointable) is reported
+        failed (the host stopped under it) and cancelled."""
         for handler_id in list(self.resident):
             run = self.resident.get(handler_id)
             if run is None:
@@ -165,7 +170,7 @@ class LlamaHost:
                 continue
             run.stopping = True
             await self._call(self.client.report_handler, self.host, handler_id, "failed",
-                             error="the host stopped while the run was busy")  # fmt: skip
+                             error="the host stopped and could not release the run")  # fmt: skip
             await self._stop(run)
         await asyncio.to_thread(self.client.serve_workflows, self.host, [])
 
