@@ -335,3 +335,21 @@ def test_two_hosts_on_postgresql_share_the_runs_and_resume_each_once(
         restored = [e.data["handler_id"] for e in c.events(limit=10_000)
                     if e.kind == "workflow_resumed" and e.data.get("restored")]  # fmt: skip
         assert sorted(restored) == sorted(h.handler_id for h in done)  # each exactly once
+
+
+@pytest.mark.parametrize("cluster", ["http"], indirect=True)
+def test_a_host_over_http_runs_releases_and_resumes(cluster: Any) -> None:
+    """The host's operations over the HTTP API (operator token), with a real workflow."""
+    c = cluster
+
+    async def scenario() -> Any:
+        async with hosting(c, {"hitl": hitl}, host="http-host") as host:
+            handler_id = c.run_workflow("hitl", topic="over-http")
+            await until(lambda: c.get_handler(handler_id).idle_since is not None)
+            assert await host.release(handler_id)
+            assert c.get_handler(handler_id).status == "released"
+            c.send_event(handler_id, "Answer", {"text": "via http"})
+            return await until(status(c, handler_id, "completed"))
+
+    done = asyncio.run(scenario())
+    assert (done.result, done.resumes) == ({"topic": "over-http", "answer": "via http"}, 1)
