@@ -104,6 +104,9 @@ def _rewind(store: Any) -> None:
             raw.execute(f"DROP TRIGGER {trigger}{on}")
         raw.execute("DELETE FROM meta WHERE key = 'live_nodes'")
         if hasattr(tx, "_cur"):
+            # A database last opened before the counter lacks the later migrations too.
+            for table in ("handler_inbox", "handlers", "workflow_hosts"):  # 0006
+                raw.execute(f"DROP TABLE {table}")
             raw.execute("PRAGMA user_version = 3")
         else:
             raw.execute("DROP FUNCTION corral_live_nodes()")

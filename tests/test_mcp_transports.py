@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 TOOLS = {"register_node", "set_agent_status", "claim_best_task", "assess_workload",
          "read_state", "catch_up", "add_task", "complete_task", "fail_task", "heartbeat",
-         "broadcast"}  # fmt: skip
+         "broadcast", "list_idle_workflows"}  # fmt: skip
 
 UVICORN = """
 import sys, uvicorn, corral

@@ -263,6 +263,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("serve_workflows", "PUT /v1/workflow-hosts/{host}", caller="operator"),
     Operation("take_workflow_work", "POST /v1/workflow-hosts/{host}/work", caller="operator"),
     Operation("report_handler", "POST /v1/handlers/{handler_id}/report", caller="operator"),
+    Operation("report_steps", "POST /v1/handlers/{handler_id}/steps", caller="operator"),
     Operation("release_handler", "POST /v1/handlers/{handler_id}/release", caller="operator"),
 )
 

@@ -19,6 +19,7 @@ OPERATIONS = (
     "serve_workflows",
     "take_workflow_work",
     "report_handler",
+    "report_steps",
     "release_handler",
     "run_workflow",
     "get_handler",
@@ -30,6 +31,7 @@ BAD_INPUT = (
     "serve_workflows",
     "take_workflow_work",
     "report_handler",
+    "report_steps",
     "release_handler",
     "run_workflow",
     "get_handler",
@@ -130,14 +132,14 @@ def test_raw_step_state_is_judged_by_the_idle_rule(hosts: Any, clock: FakeClock)
     handler_id = started(c)
     wait = {"event_type": "Answer", "waiter_id": "w", "deadline": T0 + 9}
     busy = {"ask": {"queue": 1, "waiters": [wait]}, "other": {}}
-    assert c.report_handler("h1", handler_id, "steps", steps=busy).idle_since is None
+    assert c.report_steps("h1", handler_id, busy).idle_since is None
     clock.advance(1)
     idle_steps = {"ask": {"waiters": [wait]}, "other": {"queue": 0, "in_progress": 0}}
-    h = c.report_handler("h1", handler_id, "steps", steps=idle_steps)
+    h = c.report_steps("h1", handler_id, idle_steps)
     assert (h.idle_since, h.wake_at) == (T0 + 1, T0 + 9)
     assert h.active_waiters == [{"step": "ask", **wait}]
     backoff = {"ask": {"waiters": [wait]}, "retrying": {"backoff": 1}}
-    assert c.report_handler("h1", handler_id, "steps", steps=backoff).idle_since is None
+    assert c.report_steps("h1", handler_id, backoff).idle_since is None
     assert kinds(c)[-2:] == ["workflow_idle", "workflow_resumed"]
 
 
@@ -335,14 +337,11 @@ def test_unknown_handlers_hosts_and_workflows_are_not_found(hosts: Any, clock: F
         (lambda c, h: c.send_event(h, "not a class"), "event_type"),
         (lambda c, h: c.send_event(h, "Answer", [1]), "data"),
         (lambda c, h: c.send_event("bad\nid", "Answer"), "handler_id"),
-        (lambda c, h: c.report_handler("h1", h, "steps"), "steps"),
-        (lambda c, h: c.report_handler("h1", h, "busy", steps={}), "steps"),
-        (lambda c, h: c.report_handler("h1", h, "steps", steps={"a": {"queue": -1}}), "steps"),
-        (lambda c, h: c.report_handler("h1", h, "steps", steps={"a": {"color": 1}}), "steps"),
-        (
-            lambda c, h: c.report_handler("h1", h, "steps", steps={"a": {"waiters": [{}]}}),
-            "waiters",
-        ),
+        (lambda c, h: c.report_steps("h1", h, [1]), "steps"),
+        (lambda c, h: c.report_steps("h1", h, {"a": {"queue": -1}}), "steps"),
+        (lambda c, h: c.report_steps("h1", h, {"a": {"color": 1}}), "steps"),
+        (lambda c, h: c.report_steps("h1", h, {"a": {"waiters": [{}]}}), "waiters"),
+        (lambda c, h: c.report_steps("bad\nhost", h, {}), "host"),
         (lambda c, h: c.list_handlers(status="asleep"), "status"),
         (lambda c, h: c.list_handlers(idle="yes"), "idle"),
         (lambda c, h: c.list_handlers(idle_duration_gt=-1), "idle_duration_gt"),

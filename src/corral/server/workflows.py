@@ -22,6 +22,7 @@ __all__ = [
     "RunOut",
     "SendEventIn",
     "ServeIn",
+    "StepsIn",
     "TakeWorkIn",
     "WorkOut",
     "WorkflowHostOut",
@@ -39,18 +40,45 @@ _SERVED = {
         "idle_release_after": {"anyOf": [_SECONDS, {"type": "null"}]},
     },
 }
-_WAITER = {
-    "type": "object",
-    "required": ["step", "event_type"],
-    "additionalProperties": False,
-    "properties": {
+_WAITER_PROPS: dict[str, Any] = {
         "step": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NOT_BLANK},
         "event_type": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
         "waiter_id": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
         "deadline": {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_FLOAT},
                                {"type": "null"}]},
-    },
 }  # fmt: skip
+_WAITER = {
+    "type": "object",
+    "required": ["step", "event_type"],
+    "additionalProperties": False,
+    "properties": _WAITER_PROPS,
+}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 2**31}
+_STEP = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "queue": _COUNT,
+        "in_progress": _COUNT,
+        "backoff": _COUNT,
+        "waiters": {
+            "type": "array",
+            "maxItems": 1000,
+            "items": {
+                "type": "object",
+                "required": ["event_type"],
+                "additionalProperties": False,
+                "properties": {k: v for k, v in _WAITER_PROPS.items() if k != "step"},
+            },
+        },
+    },
+}
+_STEPS = {
+    "type": "object",
+    "maxProperties": 1000,
+    "propertyNames": {"minLength": 1, "maxLength": 200, "pattern": _NOT_BLANK},
+    "additionalProperties": _STEP,
+}
 EventType = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,199}$"})
 ]
@@ -63,7 +91,7 @@ Reason = Annotated[
 ]
 
 HandlerStatus = Literal["running", "released", "completed", "failed", "cancelled"]
-HostState = Literal["idle", "busy", "steps", "resident", "completed", "failed", "cancelled"]
+HostState = Literal["idle", "busy", "resident", "completed", "failed", "cancelled"]
 
 
 # --- requests ---------------------------------------------------------------------------
@@ -106,8 +134,12 @@ class ReportIn(_In):
     result: Any = None
     error: ErrorText | None = None
     reason: Reason | None = None
-    steps: dict[str, Any] | None = Field(
-        None, description="The run's raw step state: queue, in_progress, backoff, waiters."
+
+
+class StepsIn(_In):
+    host: NodeId
+    steps: Annotated[dict[str, Any], WithJsonSchema(_STEPS)] = Field(
+        description="Each step's queue, in_progress and backoff counts and its waiters."
     )
 
 
@@ -202,8 +234,13 @@ def take_workflow_work(c: Call) -> Any:
 def report_handler(c: Call) -> Any:
     b = c.body
     return c.cluster.report_handler(
-        b.host, c.path["handler_id"], b.state, b.waiters, b.result, b.error, b.reason, b.steps
+        b.host, c.path["handler_id"], b.state, b.waiters, b.result, b.error, b.reason
     ).to_dict()
+
+
+def report_steps(c: Call) -> Any:
+    b = c.body
+    return c.cluster.report_steps(b.host, c.path["handler_id"], b.steps).to_dict()
 
 
 def release_handler(c: Call) -> Any:

@@ -41,8 +41,9 @@ class WorkflowClient(Protocol):
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
-        steps: dict[str, Any] | None = None,
     ) -> Handler: ...
+
+    def report_steps(self, host: str, handler_id: str, steps: dict[str, Any]) -> Handler: ...
 
     def release_handler(
         self, host: str, handler_id: str, checkpoint: dict[str, Any]

@@ -118,7 +118,6 @@ class WorkflowsHttp:
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
-        steps: dict[str, Any] | None = None,
     ) -> Handler:
         body = {
             "host": host,
@@ -127,10 +126,15 @@ class WorkflowsHttp:
             "result": result,
             "error": error,
             "reason": reason,
-            "steps": steps,
         }
         return Handler.from_dict(
             self._wf("report_handler", body, handler_id=_seg(handler_id, "handler_id"))
+        )
+
+    def report_steps(self, host: str, handler_id: str, steps: dict[str, Any]) -> Handler:
+        body = {"host": host, "steps": steps}
+        return Handler.from_dict(
+            self._wf("report_steps", body, handler_id=_seg(handler_id, "handler_id"))
         )
 
     def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any]) -> Handler:

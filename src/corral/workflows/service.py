@@ -44,10 +44,9 @@ __all__ = [
     "check_waiters",
 ]
 
-HOST_STATES = ("idle", "busy", "steps", "resident", *FINISHED)
-"""What a host reports of a run: idle (with its waits), busy, its raw step state
-(``steps``: corral decides idle or busy), resident (idle but not releasable, with the
-reason), or finished (completed, failed, cancelled)."""
+HOST_STATES = ("idle", "busy", "resident", *FINISHED)
+"""What a host reports of a run: idle (with its waits), busy, resident (idle but not
+releasable, with the reason), or finished (completed, failed, cancelled)."""
 MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 MAX_WAITERS = 1000
 _EVENT_TYPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
@@ -143,6 +142,8 @@ def check_steps(value: Any) -> RunState:
         counts = []
         for key in ("queue", "in_progress", "backoff"):
             n = st.get(key, 0)
+            if isinstance(n, float) and n.is_integer():
+                n = int(n)  # JSON's integers include 3.0
             if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 2**31:
                 raise InvalidInputError(f"{where}.{key} must be a count", field=field)
             counts.append(n)
@@ -258,30 +259,15 @@ class WorkflowOperations:
         result: Any = None,
         error: str | None = None,
         reason: str | None = None,
-        steps: dict[str, Any] | None = None,
     ) -> Handler:
         """Report a run's transition from the host running it: ``idle`` (with its
         ``waiters``), ``busy``, ``resident`` (idle but not releasable: ``reason``),
-        ``completed`` (``result``), ``failed`` (``error``) or ``cancelled``; or
-        ``steps``, its raw step state (``steps``: each step's queue, in_progress,
-        backoff and waiters), from which corral decides idle or busy.
+        ``completed`` (``result``), ``failed`` (``error``) or ``cancelled``.
 
         ``idle_since`` is set on the transition into idleness and cleared when work
         resumes; ``workflow_idle`` and ``workflow_resumed`` events mark them."""
         state = check_choice(state, HOST_STATES, "state")
         checked = None if waiters is None else check_waiters(waiters)
-        if state == "steps" or steps is not None:
-            if state != "steps" or steps is None or waiters is not None:
-                raise InvalidInputError(
-                    "steps goes with state steps, without waiters", field="steps"
-                )
-            run = check_steps(steps)
-            state = "idle" if is_idle(run) else "busy"
-            checked = [
-                {"step": name, "event_type": w.event_type, "waiter_id": w.waiter_id,
-                 "deadline": w.deadline}
-                for name, w in active_waiters(run)
-            ]  # fmt: skip
         if result is not None:
             check_payload(result, "result")
         if error is not None:
@@ -302,6 +288,29 @@ class WorkflowOperations:
             result=result,
             error=error,
             reason=reason,
+            now=self.clock.now(),
+        )
+
+    def report_steps(self, host: str, handler_id: str, steps: dict[str, Any]) -> Handler:
+        """Report a run's raw step state from the host running it (each step's
+        ``queue``, ``in_progress``, ``backoff`` counts and ``waiters``): corral judges
+        it idle or busy by the idle rule (``corral.workflows.idle.is_idle``) and
+        records the transition as ``report_handler`` does."""
+        run = check_steps(steps)
+        waiters = [
+            {"step": name, "event_type": w.event_type, "waiter_id": w.waiter_id,
+             "deadline": w.deadline}
+            for name, w in active_waiters(run)
+        ]  # fmt: skip
+        return self.store.report_handler(
+            check_id(host, "host"),
+            check_id(handler_id, "handler_id"),
+            "idle" if is_idle(run) else "busy",
+            waiters=waiters,
+            wake_at=wake_at(w for _, w in active_waiters(run)),
+            result=None,
+            error=None,
+            reason=None,
             now=self.clock.now(),
         )
 
