@@ -71,6 +71,9 @@ def test_the_cli_lists_idle_runs_starts_and_sends(wf_cli: Any) -> None:
         (["workflows", "send", "abc", "not a class"], "event_type"),
         (["workflows", "send", "abc", "Answer", "--data", "{"], "--data"),
         (["workflows", "show", "nope"], "handler_id"),
+        (["workflows", "serve", "no_such_module_here:wf"], "MODULE:ATTR"),
+        (["workflows", "serve", "tests.workflow_app:REACHED"], "MODULE:ATTR"),
+        (["workflows", "serve", "no-colon"], "MODULE:ATTR"),
     ],
 )
 def test_cli_bad_input_exits_2_naming_the_field(wf_cli: Any, args: list[str], field: str) -> None:

@@ -140,7 +140,12 @@ def workflows_serve(
     host: str | None,
 ) -> None:
     """Run the LlamaIndex Workflow instance MODULE:ATTR for the cluster until interrupted."""
-    from corral.workflows.llama.serve import load_workflow, serve
+    try:
+        from corral.workflows.llama.serve import load_workflow, serve
+    except ImportError as exc:
+        raise click.ClickException(
+            f"corral workflows serve needs the llama extra (pip install 'corral[llama]'): {exc}"
+        ) from None
 
     workflow = load_workflow(target)
     attr = target.rpartition(":")[2]
