@@ -211,3 +211,61 @@ def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) ->
     assert "handlers_claim" in claim and "SCAN h" not in claim
     take = plan("inbox_take")  # from the inbox (pending events only), not every handler
     assert "SCAN i" in take and "handlers_by_status" not in take
+
+
+# --- the release policy in SQL agrees with idle.release_due -----------------------------
+_RUNS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.sampled_from(["idle", "idle", "busy", "resident"]),
+        st.integers(0, 30),  # seconds advanced before it goes idle
+    ),
+    max_size=15,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    _RUNS,
+    st.none() | st.integers(1, 40),  # workflow a's own delay (b: the cluster's)
+    st.none() | st.integers(1, 40),  # ... re-declared before the take
+    st.integers(1, 40),  # the cluster's idle_release_after
+    st.integers(1, 16),  # max_resident_idle
+    st.integers(0, 60),  # seconds after the last run went idle
+)
+def test_the_hosts_release_list_is_the_rule_over_all_its_idle_runs(
+    runs: list[tuple[str, str, int]],
+    delay_a: int | None,
+    redeclared: int | None,
+    cluster_delay: int,
+    cap: int,
+    later: int,
+) -> None:
+    from corral.workflows.idle import IdleRun, release_due
+
+    clock = FakeClock(1_700_000_000.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        c = corral.connect(f"sqlite:///{tmp}/r.db", clock=clock)
+        try:
+            c.serve_workflows("h", [{"name": "a", "idle_release_after": delay_a}, {"name": "b"}])
+            c.configure(idle_release_after=cluster_delay, max_resident_idle=cap)
+            for workflow, state, wait in runs:
+                clock.advance(wait)
+                handler_id = c.run_workflow(workflow)
+                c.take_workflow_work("h", limit=1)
+                if state != "busy":
+                    c.report_handler("h", handler_id, "idle", [WAIT])
+                if state == "resident":
+                    c.report_handler("h", handler_id, "resident", reason="cannot checkpoint")
+            c.serve_workflows("h", [{"name": "a", "idle_release_after": redeclared}, {"name": "b"}])
+            clock.advance(later)
+            delays = {"a": redeclared or cluster_delay, "b": cluster_delay}
+            idle = [
+                IdleRun(h.handler_id, h.idle_since, delays[h.workflow])
+                for h in c.list_handlers(status="running", idle=True, limit=10_000)
+                if h.resident_reason is None
+            ]
+            expected = release_due(idle, clock.now(), cap)
+            assert c.take_workflow_work("h").release == expected
+        finally:
+            c.close()

@@ -26,6 +26,7 @@ __all__ = ["HOST_WINDOW", "WorkflowsMixin", "handler_from_row"]
 HOST_WINDOW = 30.0
 """Seconds after its last poll that a host still counts as serving its workflows."""
 _NO_BOUND = 1e18
+_SLACK = 1e-3  # the SQL bound is looser than the rule; the rule decides
 
 
 def handler_from_row(row: Any) -> Handler:
@@ -92,6 +93,7 @@ class WorkflowsMixin(SQLHost):
                     idle_release_after=release_after,
                     now=now,
                 )
+            tx.run("handlers_release_after", host=host)  # its runs follow its delays
             self._event(tx, now, "workflow_host", host=host, workflows=[n for n, _ in workflows])
             return [_host_row(r) for r in tx.all("wf_hosts_of", host=host)]
 
@@ -132,22 +134,43 @@ class WorkflowsMixin(SQLHost):
                 ),
                 key=lambda d: d.seq,
             )
-            settings = self._settings_in(tx)
-            idle = [
-                IdleRun(
-                    r["handler_id"],
-                    float(r["idle_since"]),
-                    settings.idle_release_after
-                    if r["release_after"] is None
-                    else float(r["release_after"]),
-                )
-                for r in tx.all("handlers_idle_on_host", host=host)
-            ]
             pending = {d.handler_id for d in deliveries}
-            release = [
-                h for h in release_due(idle, now, settings.max_resident_idle) if h not in pending
-            ]
+            release = [h for h in self._release_due(tx, host, now) if h not in pending]
             return WorkflowWork(runs=runs, deliveries=deliveries, release=release, now=now)
+
+    def _release_due(self, tx: Tx, host: str, now: float) -> list[str]:
+        """``idle.release_due`` over the host's idle runs, read through the index: only
+        the candidates (idle longer than the shortest delay any of them has, and the
+        oldest beyond the cap), which give the function's answer on all of them."""
+        settings = self._settings_in(tx)
+        cap = settings.max_resident_idle
+        total = int(tx.one("handlers_idle_count_on_host", host=host)["n"])
+        if total == 0:
+            return []
+        delays = [settings.idle_release_after] + [
+            float(r["idle_release_after"])
+            for r in tx.all("wf_hosts_of", host=host)
+            if r["idle_release_after"] is not None
+        ]
+        excess = max(0, total - cap)
+        candidates = [
+            IdleRun(
+                r["handler_id"],
+                float(r["idle_since"]),
+                settings.idle_release_after
+                if r["release_after"] is None
+                else float(r["release_after"]),
+            )
+            for r in tx.all(
+                "handlers_idle_on_host",
+                host=host,
+                before=now - min(delays) + _SLACK,
+                oldest=excess,
+            )
+        ]
+        # The candidates hold the oldest ``excess`` runs: a cap lowered by the runs
+        # left out keeps the same excess.
+        return release_due(candidates, now, cap - (total - len(candidates)))
 
     def report_handler(
         self,

@@ -446,12 +446,38 @@ VALUES (:handler_id, :event_type, :data, :now);
 -- name: inbox_count
 SELECT count(*) AS n FROM handler_inbox WHERE handler_id = :handler_id;
 
--- name: handlers_idle_on_host
--- The release policy's input: a host's resident idle runs, on handlers_host_idle.
-SELECT handler_id, idle_since, release_after FROM handlers
+-- part: host_idle
+-- A host's releasable idle runs, on handlers_host_idle.
+FROM handlers
 WHERE host = :host AND status = 'running' AND idle_since IS NOT NULL
   AND resident_reason IS NULL
+
+-- name: handlers_idle_count_on_host
+SELECT count(*) AS n
+-- include: host_idle
+;
+
+-- name: handlers_idle_on_host
+-- The release policy's candidates (idle.release_due decides): the runs idle since
+-- before :before (now less the shortest release delay any of them has), and the
+-- :oldest longest idle (those beyond max_resident_idle).
+SELECT handler_id, idle_since, release_after
+-- include: host_idle
+  AND idle_since < :before
+UNION
+SELECT * FROM (
+    SELECT handler_id, idle_since, release_after
+    -- include: host_idle
+    ORDER BY idle_since, handler_id LIMIT :oldest
+) AS oldest
 ORDER BY idle_since, handler_id;
+
+-- name: handlers_release_after
+-- A host's declared release delays on its resident runs (serve_workflows).
+UPDATE handlers
+SET release_after = (SELECT w.idle_release_after FROM workflow_hosts w
+                     WHERE w.workflow = handlers.workflow AND w.host = :host)
+WHERE host = :host AND status = 'running';
 
 -- name: handler_lock
 SELECT * FROM handlers WHERE handler_id = :handler_id;
