@@ -198,7 +198,7 @@ def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) ->
     conn.executescript(schema("sqlite"))
     queries = load_queries("sqlite")
     params = {"before": 1.0, "status": None, "workflow": None, "host": "h", "limit": 10,
-              "now": 1.0}  # fmt: skip
+              "now": 1.0, "oldest": 5}  # fmt: skip
 
     def plan(name: str) -> str:
         sql = queries[name]
