@@ -150,7 +150,14 @@ class SQLiteStore(SQLStore):
         self.path = Path(path)
         memory = str(path) == ":memory:"
         if not memory:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InvalidInputError(
+                    f"cannot create the directory of the SQLite file {self.path}: "
+                    f"{exc.strerror or exc}",
+                    field="url",
+                ) from None
             _create_private(self.path)
         self._lock = threading.RLock()
         self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
