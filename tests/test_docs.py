@@ -102,7 +102,7 @@ def test_the_readme_layout_is_the_map_of_the_tree() -> None:
     stale = sorted(
         w
         for w in words
-        if (w.endswith(".py") or w.endswith("/")) and w.rstrip("/").rsplit("/", 1)[-1]
-        not in everything
+        if (w.endswith(".py") or w.endswith("/"))
+        and w.rstrip("/").rsplit("/", 1)[-1] not in everything
     )
     assert stale == [], f"README's Layout names what is not in the tree: {stale}"
