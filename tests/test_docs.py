@@ -106,3 +106,25 @@ def test_the_readme_layout_is_the_map_of_the_tree() -> None:
         and w.rstrip("/").rsplit("/", 1)[-1] not in everything
     )
     assert stale == [], f"README's Layout names what is not in the tree: {stale}"
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """README's test command is one line, and ``.ci/run`` ends by running exactly it;
+    the script it names is executable and installs the extras, promtool and strace,
+    and starts PostgreSQL when it is not running."""
+    import os
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    command = next(b.strip() for b in blocks if "scripts/test" in b)
+    assert "\n" not in command
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip()]
+    assert ci[-1].strip() == command
+    script = ROOT / command.split()[0]
+    assert os.access(script, os.X_OK)
+    text = script.read_text()
+    for needed in ("pg_isready", "pg_ctlcluster", "prometheus", "strace", ".[all,test]"):
+        assert needed in text, needed
+    first = next(b.strip() for b in blocks)
+    assert first.endswith("corral demo"), first  # command 1: the main job (tests/test_demo.py)
