@@ -14,13 +14,14 @@ import selectors
 import signal
 import socket
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from corral.errors import InvalidInputError, StoreUnavailableError
+from corral.supervisor.ids import AGENT_ID, RESERVED_IDS
 from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES, RotatingLog
-from corral.supervisor.manifest import _ID, RESERVED_IDS
 
 __all__ = [
     "CHUNK",
@@ -345,7 +346,7 @@ class Logd:
             agent, stream = req.get("agent"), req.get("stream")
             max_bytes, keep = req.get("max_bytes", DEFAULT_MAX_BYTES), req.get("keep", DEFAULT_KEEP)
             pid = req.get("pid")
-            if not isinstance(agent, str) or not _ID.fullmatch(agent) or agent in RESERVED_IDS:
+            if not isinstance(agent, str) or not AGENT_ID.fullmatch(agent) or agent in RESERVED_IDS:
                 raise InvalidInputError(f"agent: not a valid agent id: {agent!r}", field="agent")
             if stream not in STREAMS:
                 raise InvalidInputError("stream: must be stdout or stderr", field="stream")
@@ -474,3 +475,80 @@ class Logd:
                 pass
             conn.sock.close()
         os.close(self._pidfd)
+
+
+# ---- the daemon's process ----
+
+
+def _serve(state_dir: Path, client_buffer: int, ready: int | None) -> int:
+    try:
+        daemon = Logd(state_dir, client_buffer=client_buffer)
+        daemon.install_signals()
+    except Exception as e:  # told to the launcher, which prints it
+        if ready is not None:
+            os.write(ready, f"logd: {state_dir}: {e}\n".encode())
+            os.close(ready)
+        else:
+            print(f"logd: {state_dir}: {e}", file=sys.stderr)
+        return 1
+    if ready is not None:
+        os.write(ready, b"ok\n")
+        os.close(ready)
+    daemon.serve()
+    return 0
+
+
+def run(
+    state_dir: str | os.PathLike[str],
+    client_buffer: int = DEFAULT_CLIENT_BUFFER,
+    *,
+    foreground: bool = False,
+) -> int:
+    """Start the daemon for ``state_dir`` (double fork, a session of its own, standard
+    streams on ``/dev/null``, cwd ``/``) and return 0 once it listens, 1 with the
+    reason on stderr if it could not start; ``foreground``: serve in this process.
+    The body of ``python -m corral.supervisor.logd``, and of :func:`boot_main`."""
+    state = Path(state_dir).resolve()
+    try:
+        import resource
+
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+    if foreground:
+        return _serve(state, client_buffer, None)
+    r, w = os.pipe()
+    if os.fork():  # the launcher: wait for the grandchild's word
+        os.close(w)
+        msg = b""
+        while part := os.read(r, 4096):
+            msg += part
+        os.wait()
+        if msg == b"ok\n":
+            return 0
+        sys.stderr.write(msg.decode(errors="replace") or "logd: exited before listening\n")
+        return 1
+    os.close(r)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    os.chdir("/")
+    null = os.open(os.devnull, os.O_RDWR)
+    for n in (0, 1, 2):
+        os.dup2(null, n)
+    os.close(null)
+    code = 1
+    try:
+        code = _serve(state, client_buffer, w)
+    finally:
+        os._exit(code)
+
+
+def boot_main(argv: list[str]) -> int:
+    """:func:`run` for ``[state_dir, client_buffer]``: what
+    :func:`~corral.supervisor.logd.start_logd` runs through
+    :func:`corral.supervisor.boot.argv` (no ``argparse``: the daemon keeps what its
+    launcher imported)."""
+    state_dir, client_buffer = argv
+    return run(state_dir, int(client_buffer))

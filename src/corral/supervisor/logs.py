@@ -28,10 +28,7 @@ the process that started it.
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -218,6 +215,10 @@ class RotatingLog:
 
 def main(argv: list[str] | None = None) -> int:
     """Copy standard input into a :class:`RotatingLog` until EOF; SIGHUP reopens."""
+    import argparse  # here, not at the top: the log daemon imports this module
+    import signal
+    import sys
+
     parser = argparse.ArgumentParser(prog="python -m corral.supervisor.logs")
     parser.add_argument("path")
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
