@@ -22,8 +22,8 @@ and the policies' imports (``tomllib``, ``dataclasses``, ``random``...), and
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not typing's: the log daemon does not load typing
 if TYPE_CHECKING:  # seen as the real names by a checker, loaded lazily at run time
     from corral.supervisor.manifest import (
         AgentSpec,

@@ -16,12 +16,16 @@ import socket
 import stat
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.supervisor.ids import AGENT_ID, RESERVED_IDS
-from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES, RotatingLog
+from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES, RotatingLog, unlink
+
+# Annotations only: the daemon does not import typing (nor pathlib; its paths are
+# strings), to stay a small process. A checker reads TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CHUNK",
@@ -88,11 +92,11 @@ class Logd:
     def __init__(
         self, state_dir: str | os.PathLike[str], *, client_buffer: int = DEFAULT_CLIENT_BUFFER
     ) -> None:
-        self.dir = Path(state_dir).resolve()
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.dir = os.path.realpath(state_dir)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         self.client_buffer = client_buffer
         self._pidfd = self._lock_pidfile()
-        self.log = RotatingLog(self.dir / "logs" / "supervisor" / "logd.log")
+        self.log = RotatingLog(os.path.join(self.dir, "logs", "supervisor", "logd.log"))
         self.sel = selectors.DefaultSelector()
         self.sources: dict[int, _Source] = {}
         self.logs: dict[tuple[str, str], tuple[RotatingLog, int]] = {}
@@ -102,12 +106,12 @@ class Logd:
         self._stop = False
         self._hup = False
         self._stopper: _Conn | None = None
-        self.sock_path = self.dir / SOCKET_NAME
-        self.sock_path.unlink(missing_ok=True)  # stale: the pid lock says nobody serves
+        self.sock_path = os.path.join(self.dir, SOCKET_NAME)
+        unlink(self.sock_path)  # stale: the pid lock says nobody serves
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            self.listener.bind(str(self.sock_path))
+            self.listener.bind(self.sock_path)
         finally:
             os.umask(old)
         os.chmod(self.sock_path, 0o600)
@@ -120,12 +124,12 @@ class Logd:
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
-        self._note("start", pid=os.getpid(), socket=str(self.sock_path))
+        self._note("start", pid=os.getpid(), socket=self.sock_path)
 
     # ---- setup ----
 
     def _lock_pidfile(self) -> int:
-        path = self.dir / PID_NAME
+        path = os.path.join(self.dir, PID_NAME)
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
@@ -315,7 +319,7 @@ class Logd:
                 result = self._reopen(agent, "request")
             elif op == "status":
                 result = [
-                    {**s.describe("attached"), "path": str(self._path(*s.key))}
+                    {**s.describe("attached"), "path": self._path(*s.key)}
                     for s in self.sources.values()
                 ]
             elif op == "shutdown":
@@ -337,8 +341,8 @@ class Logd:
             return
         self._send(conn, {"ok": True, "result": result})
 
-    def _path(self, agent: str, stream: str) -> Path:
-        return self.dir / "logs" / agent / f"{stream}.log"
+    def _path(self, agent: str, stream: str) -> str:
+        return os.path.join(self.dir, "logs", agent, f"{stream}.log")
 
     def _attach(self, conn: _Conn, req: dict[str, Any]) -> dict[str, Any]:
         fd = conn.fds.popleft() if conn.fds else None
@@ -384,7 +388,7 @@ class Logd:
         self.sources[src.sid] = src
         self.sel.register(fd, selectors.EVENT_READ, ("src", src))
         self._note("attach", sid=src.sid, agent=agent, stream=stream, pid=pid)
-        return {"sid": src.sid, "path": str(self._path(agent, stream))}
+        return {"sid": src.sid, "path": self._path(agent, stream)}
 
     def _subscribe(self, conn: _Conn) -> None:
         conn.subscribed = True
@@ -454,11 +458,11 @@ class Logd:
             self._close_source(src, "stopped")
         try:
             if os.stat(self.sock_path).st_ino == self._sock_ino:
-                self.sock_path.unlink()
+                os.unlink(self.sock_path)
         except FileNotFoundError:
             pass
         self.listener.close()
-        (self.dir / PID_NAME).unlink(missing_ok=True)  # still locked: nobody raced us
+        unlink(os.path.join(self.dir, PID_NAME))  # still locked: nobody raced us
         self._note("shutdown", by="request" if self._stopper else "signal")
         self.log.close()
         os.close(self._spare)
@@ -480,7 +484,7 @@ class Logd:
 # ---- the daemon's process ----
 
 
-def _serve(state_dir: Path, client_buffer: int, ready: int | None) -> int:
+def _serve(state_dir: str, client_buffer: int, ready: int | None) -> int:
     try:
         daemon = Logd(state_dir, client_buffer=client_buffer)
         daemon.install_signals()
@@ -508,7 +512,7 @@ def run(
     streams on ``/dev/null``, cwd ``/``) and return 0 once it listens, 1 with the
     reason on stderr if it could not start; ``foreground``: serve in this process.
     The body of ``python -m corral.supervisor.logd``, and of :func:`boot_main`."""
-    state = Path(state_dir).resolve()
+    state = os.path.realpath(state_dir)
     try:
         import resource
 
