@@ -16,9 +16,19 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["PACKAGE_DIR", "argv"]
+__all__ = ["PACKAGE_DIR", "argv", "preamble"]
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def preamble() -> str:
+    """Python code registering ``corral`` as a bare package over its directory."""
+    return (
+        "import sys, types\n"
+        "pkg = types.ModuleType('corral')\n"
+        f"pkg.__path__ = [{PACKAGE_DIR!r}]\n"
+        "sys.modules['corral'] = pkg\n"
+    )
 
 
 def argv(target: str, label: str, *args: str) -> list[str]:
@@ -27,12 +37,5 @@ def argv(target: str, label: str, *args: str) -> list[str]:
     right after the code and names the process in ``ps``; the function sees only
     ``args``."""
     module, func = target.split(":")
-    code = (
-        "import sys, types\n"
-        "pkg = types.ModuleType('corral')\n"
-        f"pkg.__path__ = [{PACKAGE_DIR!r}]\n"
-        "sys.modules['corral'] = pkg\n"
-        f"from {module} import {func}\n"
-        f"sys.exit({func}(sys.argv[2:]))\n"
-    )
+    code = f"{preamble()}from {module} import {func}\nsys.exit({func}(sys.argv[2:]))\n"
     return [sys.executable, "-c", code, label, *args]
