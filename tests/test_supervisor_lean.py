@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -83,11 +84,11 @@ def _env() -> dict[str, str]:
 def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> None:
     manifest = tmp_path / "fleet.toml"
     manifest.write_text('[[agents]]\nid = "a"\ncmd = "sleep"\nargs = ["300"]\nheartbeat = "none"\n')
-    state = tmp_path / "state"
-    cmd = [PY, "-m", "corral", "supervise", str(manifest), "--state-dir", str(state)]
+    state = tmp_path / ".corral" / "supervisor"  # the default state dir, under the cwd
+    cmd = [PY, "-m", "corral", "supervise", "fleet.toml"]
     out = tmp_path / "supervise.out"
     with open(out, "wb") as f:
-        sup = subprocess.Popen(cmd, env=_env(), start_new_session=True,
+        sup = subprocess.Popen(cmd, env=_env(), start_new_session=True, cwd=tmp_path,
                                stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
     try:
 
@@ -106,6 +107,10 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
         assert psutil.Process(child).ppid() == sup.pid
         logd = psutil.Process(int((state / "logd.pid").read_text().split()[0]))
         assert "corral.supervisor.logd" in logd.cmdline()
+        files = ["pids.json", "control.sock", "logs/a/stdout.log", "logs/a/stderr.log",
+                 "logs/supervisor/state.log", "logs/supervisor/supervisor.log"]  # fmt: skip
+        assert [f for f in files if not (state / f).exists()] == []
+        assert stat.S_IMODE(state.stat().st_mode) == 0o700
         sup.send_signal(signal.SIGTERM)  # handled by the continued process: cascade stop
         assert sup.wait(30) == 0
         assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
