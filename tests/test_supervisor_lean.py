@@ -85,7 +85,7 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
     manifest = tmp_path / "fleet.toml"
     manifest.write_text('[[agents]]\nid = "a"\ncmd = "sleep"\nargs = ["300"]\nheartbeat = "none"\n')
     state = tmp_path / ".corral" / "supervisor"  # the default state dir, under the cwd
-    cmd = [PY, "-m", "corral", "supervise", "fleet.toml"]
+    cmd = [PY, "-X", "faulthandler", "-m", "corral", "supervise", "fleet.toml"]
     out = tmp_path / "supervise.out"
     with open(out, "wb") as f:
         sup = subprocess.Popen(cmd, env=_env(), start_new_session=True, cwd=tmp_path,
@@ -103,7 +103,9 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
         child = wait_for(running, what="agent a RUNNING")
         # the same process (the one the caller started and signals), now the lean one
         me = psutil.Process(sup.pid)
-        assert "corral-supervise" in me.cmdline() and me.cmdline()[1] == "-c"
+        assert "corral-supervise" in me.cmdline() and "-c" in me.cmdline()
+        flags = me.cmdline()[1 : me.cmdline().index("-c")]
+        assert "faulthandler" in flags  # the interpreter's options are kept
         assert psutil.Process(child).ppid() == sup.pid
         logd = psutil.Process(int((state / "logd.pid").read_text().split()[0]))
         assert "corral.supervisor.logd" in logd.cmdline()

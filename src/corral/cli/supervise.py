@@ -68,7 +68,8 @@ def supervise(ctx: click.Context, manifest: str, state_dir: str) -> None:
 
         sys.stdout.flush()
         sys.stderr.flush()
-        argv = boot.argv("corral.supervisor.entry:main", "corral-supervise", manifest, state_dir)
+        argv = boot.argv("corral.supervisor.entry:main", "corral-supervise", manifest, state_dir,
+                         same_flags=True)  # fmt: skip
         os.execv(argv[0], argv)
     client = None
     if url:

@@ -31,11 +31,17 @@ def preamble() -> str:
     )
 
 
-def argv(target: str, label: str, *args: str) -> list[str]:
+def argv(target: str, label: str, *args: str, same_flags: bool = False) -> list[str]:
     """The command line calling ``target`` ("module:function", given the list
     ``args`` and returning an exit code) with ``sys.executable``. ``label`` comes
     right after the code and names the process in ``ps``; the function sees only
-    ``args``."""
+    ``args``. ``same_flags``: with this interpreter's options (``-W``, ``-X``, ``-O``
+    ..., as ``subprocess`` and ``multiprocessing`` pass them on)."""
     module, func = target.split(":")
     code = f"{preamble()}from {module} import {func}\nsys.exit({func}(sys.argv[2:]))\n"
-    return [sys.executable, "-c", code, label, *args]
+    flags: list[str] = []
+    if same_flags:
+        import subprocess
+
+        flags = list(getattr(subprocess, "_args_from_interpreter_flags", list)())
+    return [sys.executable, *flags, "-c", code, label, *args]
