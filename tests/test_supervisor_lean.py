@@ -148,3 +148,17 @@ def test_a_second_supervisor_on_the_same_state_dir_says_why_in_one_line(tmp_path
                 os.kill(int(f.read().split()[0]), signal.SIGTERM)
         except (OSError, ValueError, IndexError):
             pass
+
+
+def test_the_command_called_in_process_is_not_replaced() -> None:
+    # a program that calls the CLI in-process (this test runner) keeps its process:
+    # only the `corral` program itself re-executes (checked end to end above)
+    from corral.cli.supervise import _is_the_corral_program
+
+    assert _is_the_corral_program() is False
+    code = (
+        "import sys; sys.argv[0] = 'corral'\n"
+        "from corral.cli.supervise import _is_the_corral_program as f\nprint(f())"
+    )
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"  # named corral, but its main is not corral's
