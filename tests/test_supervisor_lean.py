@@ -6,6 +6,7 @@ interpreter and looks at what got imported; the end-to-end test runs the real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import psutil
 from corral.errors import StoreUnavailableError
 from corral.supervisor import boot
 from corral.supervisor.control import request
+from corral.supervisor.process import find_marked
 
 PY = sys.executable
 
@@ -120,6 +122,9 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
         if sup.poll() is None:
             os.killpg(sup.pid, signal.SIGKILL)
             sup.wait()
+        for p in find_marked(state):  # agents outlive a killed supervisor
+            with contextlib.suppress(psutil.Error):
+                p.kill()
         try:
             with open(state / "logd.pid") as f:
                 os.kill(int(f.read().split()[0]), signal.SIGTERM)

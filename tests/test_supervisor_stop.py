@@ -21,6 +21,7 @@ import pytest
 
 from corral.errors import StoreUnavailableError
 from corral.supervisor.control import request
+from corral.supervisor.process import find_marked
 from tests.test_supervisor_daemon import make, manifest, st, supervise, transitions, until
 from tests.test_supervisor_e2e import env, wait_for
 
@@ -121,6 +122,9 @@ class Run:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        for p in find_marked(self.state):  # agents outlive a killed supervisor
+            with contextlib.suppress(psutil.Error):
+                p.kill()
         with contextlib.suppress(OSError, ValueError, IndexError):
             os.kill(int((self.state / "logd.pid").read_text().split()[0]), signal.SIGTERM)
 
