@@ -357,6 +357,18 @@ def cpu_seconds(p: psutil.Process) -> float:
     return t.user + t.system
 
 
+def describe(cmdline: list[str]) -> str:
+    """A process's command in short: its first arguments after the interpreter's
+    options, or for ``python … -c CODE LABEL ARGS`` (corral's processes, see
+    ``corral.supervisor.boot``) the label and arguments instead of the code."""
+    args = cmdline[1:]
+    while args and args[0].startswith("-") and args[0] not in ("-c", "-m"):
+        args = args[2:] if args[0] in ("-X", "-W") else args[1:]
+    if args[:1] == ["-c"] and len(args) > 1 and "\n" in args[1]:
+        return " ".join(args[2:5])
+    return " ".join(args[:3])
+
+
 def bench_idle(tmp: Path, child: str, config: str, n: int, seconds: float, warmup: float) -> dict:
     system, opts = KILL_CONFIGS[config]
     sys_ = CLASSES[system](tmp / f"idle-{config}-{n}", child, n, **opts)
@@ -379,7 +391,7 @@ def bench_idle(tmp: Path, child: str, config: str, n: int, seconds: float, warmu
         wall = time.monotonic() - t0
         cpu = sum(cpu_seconds(p) - cpu0[p.pid] for p in procs)
         full = [p.memory_full_info() for p in procs]  # USS, PSS: shared pages not double-counted
-        names = [{"pid": p.pid, "cmd": " ".join(p.cmdline()[1:4])} for p in procs]
+        names = [{"pid": p.pid, "cmd": describe(p.cmdline())} for p in procs]
         alive = sum(psutil.pid_exists(pid) for pid in pids.values())
     finally:
         sys_.stop()

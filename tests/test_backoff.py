@@ -52,3 +52,34 @@ def test_backoff_state_resets_after_success() -> None:
 def test_bad_parameters_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         delay(0, **kwargs)
+
+
+def test_no_retry_loop_outside_backoff_draws_its_own_jitter_or_doubles_a_delay() -> None:
+    """Each rule once: a module other than ``corral.backoff`` neither calls
+    ``random.*`` (a ``rand`` default passed on to backoff is a reference, not a call)
+    nor doubles a variable it sleeps on (``x *= 2`` / ``x = x * 2``)."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).parents[1] / "src" / "corral"
+    found: list[str] = []
+    for path in sorted(src.rglob("*.py")):
+        if path.name == "backoff.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(src)}:{getattr(node, 'lineno', 0)}"
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "random"
+            ):
+                found.append(f"{where} random.{node.func.attr}()")
+            if (
+                isinstance(node, ast.AugAssign)
+                and isinstance(node.op, ast.Mult)
+                and isinstance(node.value, ast.Constant)
+                and node.value.value == 2
+            ):
+                found.append(f"{where} *= 2")
+    assert not found, found

@@ -178,6 +178,24 @@ def test_commands_that_do_not_add_refuse_a_database_that_is_not_there(tmp_path, 
     assert "Implement it" in capsys.readouterr().out
 
 
+def test_a_database_path_whose_directory_cannot_be_made_exits_2_naming_the_url(tmp_path, capsys):
+    """``corral init`` where the file's directory cannot be created (under a regular
+    file here): one line naming the url, exit 2, no traceback; the library raises
+    ``InvalidInputError`` (a ``CorralError``), not ``OSError``."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = blocker / "sub" / "corral.db"
+    code = run_main(cli, ["--url", f"sqlite:///{path}", "init"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines() == [
+        f"error: url: cannot create the directory of the SQLite file {path}: Not a directory"
+    ]
+    with pytest.raises(corral.InvalidInputError) as caught:
+        corral.connect(f"sqlite:///{path}")
+    assert caught.value.field == "url"
+
+
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
 def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value):
     """``corral monitor --max-sleep`` below zero, zero, NaN or infinite: exit 2 with

@@ -202,3 +202,28 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     finished = embedded.complete_task(e.id, "W", e.epoch, result={"ok": True})
     assert finished.status == "done" and finished.result == {"ok": True}
     assert embedded.get_task(e.id) == finished
+
+
+def test_last_seen_is_computed_in_one_place():
+    """A node's last sign of life is ``corral.model.last_seen`` and nothing else:
+    no other module of ``src/corral`` computes ``max(...)`` over the node's
+    ``last_activity`` / ``last_heartbeat`` / ``registered_at``."""
+    import ast
+    from pathlib import Path
+
+    src = Path(corral.__file__).parent
+    fields = {"last_activity", "last_heartbeat", "registered_at"}
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path == src / "model.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "max"
+                and any(f in ast.unparse(node) for f in fields)
+            ):
+                found.append(f"{path.relative_to(src)}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+    assert Node(id="N", role="developer", status="idle", last_activity=5.0, last_heartbeat=7.0,
+                registered_at=1.0).last_seen == 7.0  # fmt: skip

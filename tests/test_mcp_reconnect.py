@@ -180,3 +180,11 @@ def connect_with(endpoint: str, http: Any, mode: str) -> Any:
     from mcp.client.streamable_http import streamable_http_client
 
     return Client(streamable_http_client(endpoint, http_client=http), mode=mode)
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan")])
+def test_a_negative_or_nan_reconnect_for_is_invalid_input(value: float) -> None:
+    """Bad input to the transport is corral's ``InvalidInputError`` naming the field."""
+    with pytest.raises(corral.InvalidInputError) as caught:
+        ReconnectingTransport(reconnect_for=value)
+    assert caught.value.field == "reconnect_for"

@@ -187,3 +187,28 @@ def test_mcp_is_mounted_behind_the_bearer_token(tmp_path: Path) -> None:
         forged = Tokens("another-operator").node_token("w1")
         r = h.post("/mcp", json=init, headers={**accept, "Authorization": f"Bearer {forged}"})
         assert r.status_code == 401
+
+
+def test_token_problems_are_invalid_input_naming_the_field(tmp_path, monkeypatch):
+    """A missing, unreadable or empty token file and an empty operator token are
+    ``InvalidInputError`` (a ``CorralError`` and still a ``ValueError``) naming what is
+    wrong, not a bare ``OSError`` / ``ValueError``."""
+    from corral.errors import CorralError, InvalidInputError
+    from corral.server.auth import Tokens, load_token
+
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    (tmp_path / "empty").write_text(" \n")
+    (tmp_path / "dir").mkdir()
+    cases = [
+        (tmp_path / "missing", f"{tmp_path / 'missing'} does not exist"),
+        (tmp_path / "empty", f"token file {tmp_path / 'empty'} is empty"),
+        (tmp_path / "dir", f"cannot read the token file {tmp_path / 'dir'}: Is a directory"),
+    ]
+    for path, message in cases:
+        with pytest.raises(InvalidInputError) as caught:
+            load_token(path, create=False)
+        assert (str(caught.value), caught.value.field) == (message, "token_file")
+        assert isinstance(caught.value, CorralError) and isinstance(caught.value, ValueError)
+    with pytest.raises(InvalidInputError) as caught:
+        Tokens("")
+    assert caught.value.field == "token"

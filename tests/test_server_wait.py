@@ -124,13 +124,19 @@ def test_a_claim_whose_caller_left_during_the_try_is_handed_back_uncounted(
                 what="the server to see the client gone",
             )
             locker.commit()  # the try goes on: it takes the task, then sees its caller gone
+        # (Not "the task is pending": it is, before the try takes it.)
         wait_for(
-            lambda: client.get_task(task.id).status == "pending",
+            lambda: any(e.kind == "lease_released" for e in client.events()),
             timeout=10,
             what="the task handed back",
         )
         back = client.get_task(task.id)
-        assert (back.assigned_to, back.attempts, back.epoch) == (None, 0, 1)
+        assert (back.status, back.assigned_to, back.attempts, back.epoch) == (
+            "pending",
+            None,
+            0,
+            1,
+        )
         node = client.get_node("n1")
         assert (node.status, node.idle_since, node.current_task_id) == (
             before.status,
@@ -181,13 +187,19 @@ def test_a_claim_hopping_to_a_thread_on_sqlite_is_handed_back_uncounted(tmp_path
             locker.execute("COMMIT")  # the try goes on on its thread and takes the task
         finally:
             locker.close()
+        # (Not "the task is pending": it is, before the try takes it.)
         wait_for(
-            lambda: client.get_task(task.id).status == "pending",
+            lambda: any(e.kind == "lease_released" for e in client.events()),
             timeout=10,
             what="the task handed back",
         )
         back = client.get_task(task.id)
-        assert (back.assigned_to, back.attempts, back.epoch) == (None, 0, 1)
+        assert (back.status, back.assigned_to, back.attempts, back.epoch) == (
+            "pending",
+            None,
+            0,
+            1,
+        )
         node = client.get_node("n1")
         assert (node.status, node.idle_since) == (before.status, before.idle_since)
         assert [e.data["reason"] for e in client.events() if e.kind == "lease_released"] == [

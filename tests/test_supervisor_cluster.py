@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 import corral
@@ -203,3 +204,33 @@ def test_a_restart_through_corral_serve_reaches_the_supervisor(
         sup.close()
         c.close()
     assert os.path.exists(state / "cluster.cursor")
+
+
+def test_a_supervised_sdk_worker_joins_through_its_environment(
+    tmp_path: Path, state: Path, server: str
+) -> None:
+    """A `corral worker` given only its id and role finds the cluster and its node
+    token in the environment the supervisor gave it, registers and heartbeats, and
+    those beats (heartbeat = "cluster") make it RUNNING."""
+    path = tmp_path / "fleet.toml"
+    args = json.dumps(["-m", "corral", "worker", "--id", "w1", "--role", "developer",
+                       "--heartbeat-interval", "0.2", "--", "true"])  # fmt: skip
+    path.write_text(
+        "[supervisor]\nheartbeat_interval = 0.2\nheartbeat_timeout = 10\n"
+        f'[[agents]]\nid = "w1"\ncmd = {json.dumps(PY)}\nargs = {args}\nheartbeat = "cluster"\n'
+    )
+    c = corral.connect(server, token=TOKEN)
+    sup = ClusterSupervise(server, path, state)
+    try:
+        wait_for(lambda: sup.running("w1"), what="w1 RUNNING by its cluster heartbeat")
+        node = c.get_node("w1")
+        assert node.role == "developer" and node.last_heartbeat is not None
+        reasons = [t["reason"] for t in e2e.transitions(state, "w1")]
+        assert reasons[:2] == ["spawn", "first heartbeat"]
+        pid = sup.status()["w1"]["pid"]
+        environ = psutil.Process(pid).environ()
+        assert environ["CORRAL_URL"] == server and environ["CORRAL_AGENT_ID"] == "w1"
+        assert environ["CORRAL_TOKEN"] != TOKEN  # a node token for w1, not the operator's
+    finally:
+        sup.close()
+        c.close()

@@ -3,7 +3,7 @@
 Real Unix sockets and real `python -m corral` processes. The supervisor is
 ``TableSupervisor`` below: a small class with the ``Supervisor`` methods the commands
 call (status, start, stop, restart, shutdown, reopen_logs, run) over real state, served
-by the same code `corral supervise` runs (``corral.cli.supervise._serve``) in a thread.
+by the same code `corral supervise` runs (``corral.supervisor.entry._serve``) in a thread.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from corral.cli import cli
-from corral.cli.supervise import _serve, status_table
+from corral.cli.supervise import status_table
 from corral.errors import CorralError, InvalidInputError, NotFoundError, StoreUnavailableError
 from corral.supervisor.commands import CLIENT_COMMANDS, COMMANDS, dispatcher
 from corral.supervisor.control import MAX_REQUEST, ControlServer, request
+from corral.supervisor.entry import _serve
 from corral.supervisor.logs import RotatingLog
 from tests.worker_app import wait_for
 

@@ -135,6 +135,7 @@ def node_token(node_id: str, token_file: Path | None) -> None:
     """Print NODE_ID's bearer token, derived from the operator token. With it a client
     (corral.connect, an MCP client on /mcp) acts only as NODE_ID; changing the
     operator token revokes it."""
+    from corral.errors import InvalidInputError
     from corral.server.auth import Tokens, load_token
     from corral.validation import check_id
 
@@ -143,11 +144,10 @@ def node_token(node_id: str, token_file: Path | None) -> None:
         raise click.BadParameter(f"{token_file} does not exist", param_hint="'--token-file'")
     try:
         operator = load_token(token_file, create=False)
-    except (OSError, ValueError) as exc:
+    except InvalidInputError as exc:
         # The same problems are exit 2 for corral serve: a usage error naming the option.
-        why = f"{exc.filename} does not exist" if isinstance(exc, FileNotFoundError) else str(exc)
         raise click.BadParameter(
-            f"no operator token ({why}): set $CORRAL_TOKEN, pass --token-file or run corral init",
+            f"no operator token ({exc}): set $CORRAL_TOKEN, pass --token-file or run corral init",
             param_hint="'--token-file'",
         ) from None
     click.echo(Tokens(operator).node_token(node_id))

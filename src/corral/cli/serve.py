@@ -67,7 +67,9 @@ def serve(
     try:
         import uvicorn
 
-        from corral.server import create_app, load_token
+        from corral.cluster import Cluster
+        from corral.server.app import create_app
+        from corral.server.auth import load_token
     except ImportError as exc:
         raise click.ClickException(
             f"the server is not installed ({exc}); pip install 'corral[server]'"
@@ -82,7 +84,7 @@ def serve(
             raise click.BadParameter(str(exc), param_hint="--token-file") from None
         raise click.ClickException(f"cannot read the token: {exc}") from None
     cluster = client(ctx, create=True)
-    if not hasattr(cluster, "store"):
+    if not isinstance(cluster, Cluster):
         raise click.UsageError("corral serve needs a sqlite:// or postgresql:// --url")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     app = create_app(

@@ -16,7 +16,6 @@ across rotations, so it works whether or not a supervisor runs. Exit codes: 0 do
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -28,7 +27,7 @@ from typing import Any
 import click
 
 from corral.cli._common import CONTEXT_SETTINGS
-from corral.errors import CorralError, InvalidInputError, NotFoundError
+from corral.errors import InvalidInputError, NotFoundError
 
 __all__ = ["DEFAULT_STATE_DIR", "register"]
 
@@ -58,43 +57,40 @@ def supervise(ctx: click.Context, manifest: str, state_dir: str) -> None:
     reverse dependency order. A supervisor started again over the same state dir
     adopts the agents still running instead of restarting them.
     """
-    from corral.supervisor.manifest import ManifestError, load_manifest
+    from corral.supervisor import entry
 
-    try:
-        spec = load_manifest(manifest)
-    except ManifestError as exc:
-        # The message already names the file, the agent and the field: one line.
-        raise InvalidInputError(exc.message) from None
-    try:
-        from corral.supervisor.supervisor import Supervisor
-    except ModuleNotFoundError as exc:
-        if exc.name != "corral.supervisor.supervisor":
-            raise
-        raise CorralError(
-            "this corral has no supervisor runtime (corral.supervisor.supervisor is missing)"
-        ) from None
+    spec = entry.load(manifest)  # a bad manifest: exit 2 before anything starts
     url = (ctx.find_root().obj or {}).get("url")
+    if url is None and _is_the_corral_program():
+        # The supervisor stays up for as long as its agents: it continues in a
+        # leaner interpreter (same pid; see corral.supervisor.entry).
+        from corral.supervisor import boot
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        argv = boot.argv("corral.supervisor.entry:main", "corral-supervise", manifest, state_dir,
+                         same_flags=True)  # fmt: skip
+        os.execv(argv[0], argv)
     client = None
     if url:
         from corral.client import connect
 
         client = connect(url)
         ctx.call_on_close(client.close)
-    sup = Supervisor(spec, state_dir=Path(state_dir), client=client)
-    asyncio.run(_serve(sup, Path(state_dir)))
+    entry.serve(spec, Path(state_dir), client)
 
 
-async def _serve(sup: Any, state_dir: Path) -> None:
-    """Run ``sup`` with the control socket open for as long as it runs."""
-    from corral.supervisor.commands import dispatcher
-    from corral.supervisor.control import ControlServer
-
-    server = ControlServer(state_dir / "control.sock", dispatcher(sup))
-    await server.start()
-    try:
-        await sup.run()
-    finally:
-        await server.close()  # answers a shutdown in flight before the socket goes
+def _is_the_corral_program() -> bool:
+    """Whether this process is the ``corral`` command itself (the console script or
+    ``python -m corral``), not a program that called the CLI in-process (a test's
+    runner), which must not be replaced by ``execv``."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "corral.__main__":
+        return True
+    cli = sys.modules.get("corral.cli")
+    ours = cli is not None and getattr(main, "main", None) is getattr(cli, "main", False)
+    return ours and os.path.basename(sys.argv[0]) == "corral"
 
 
 # ---- corral ctl ---------------------------------------------------------------------

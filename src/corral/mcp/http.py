@@ -56,6 +56,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from corral.backoff import delay
+from corral.errors import InvalidInputError
 from corral.mcp.server import build_server
 from corral.types import Client as CorralClient
 
@@ -149,7 +150,9 @@ class ReconnectingTransport(httpx2.AsyncBaseTransport):
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not reconnect_for >= 0:
-            raise ValueError("reconnect_for must be at least 0 seconds")
+            raise InvalidInputError(
+                "reconnect_for must be at least 0 seconds", field="reconnect_for"
+            )
         self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
         self.reconnect_for = reconnect_for
         self._monotonic = monotonic

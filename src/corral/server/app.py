@@ -13,7 +13,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -41,6 +41,10 @@ from corral.server.metrics import Metrics
 from corral.server.openapi import build_openapi
 from corral.server.routes import OPS
 from corral.store.base import Store, WouldBlock
+from corral.types import Client
+
+if TYPE_CHECKING:
+    from corral.cluster import Cluster
 
 __all__ = ["MAX_BODY_BYTES", "ServerState", "create_app"]
 
@@ -74,7 +78,7 @@ class ServerState:
 
     def __init__(
         self,
-        cluster: Any,
+        cluster: Cluster,
         tokens: Tokens,
         *,
         metrics_auth: bool = True,
@@ -181,7 +185,7 @@ class _McpGate:
             self.caller.reset(reset)
 
 
-def load_mcp_app(cluster: Any, host: str = "127.0.0.1") -> ASGIApp | None:
+def load_mcp_app(cluster: Client, host: str = "127.0.0.1") -> ASGIApp | None:
     """The MCP server's streamable-HTTP app (``corral.mcp``), or None when it is not
     installed. The one place the MCP server is mounted."""
     try:
@@ -193,7 +197,7 @@ def load_mcp_app(cluster: Any, host: str = "127.0.0.1") -> ASGIApp | None:
 
 
 def create_app(
-    cluster: Any,
+    cluster: Cluster,
     *,
     token: str,
     metrics_auth: bool = True,

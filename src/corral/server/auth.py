@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral import defaults
+from corral.errors import InvalidInputError
 
 __all__ = [
     "TOKEN_ENV",
@@ -51,9 +52,16 @@ def ensure_token_file(path: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _read(path: Path) -> str:
-    token = path.read_text().strip()
+    try:
+        token = path.read_text().strip()
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path} does not exist", field="token_file") from None
+    except OSError as exc:
+        raise InvalidInputError(
+            f"cannot read the token file {path}: {exc.strerror or exc}", field="token_file"
+        ) from None
     if not token:
-        raise ValueError(f"token file {path} is empty")
+        raise InvalidInputError(f"token file {path} is empty", field="token_file")
     return token
 
 
@@ -111,7 +119,7 @@ class Tokens:
 
     def __init__(self, operator_token: str) -> None:
         if not operator_token:
-            raise ValueError("the operator token must not be empty")
+            raise InvalidInputError("the operator token must not be empty", field="token")
         self._operator = operator_token.encode()
         self._key = hashlib.sha256(b"corral-node-token\0" + self._operator).digest()
         self._verified: dict[str, Principal] = {}

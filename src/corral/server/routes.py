@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -23,6 +23,9 @@ from corral.server import workflows as wf
 from corral.server.auth import Principal, Tokens
 from corral.server.errors import ApiError
 
+if TYPE_CHECKING:
+    from corral.cluster import Cluster
+
 __all__ = ["OPS", "Call", "Op"]
 
 
@@ -30,7 +33,7 @@ __all__ = ["OPS", "Call", "Op"]
 class Call:
     """Everything a handler sees."""
 
-    cluster: Any
+    cluster: Cluster
     principal: Principal
     tokens: Tokens
     path: dict[str, Any]

@@ -36,7 +36,6 @@ import json
 import os
 import socket
 import stat
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -267,6 +266,8 @@ def request(
     when nothing listens there. ``timeout`` bounds the whole exchange (``None``: wait
     for the answer; a ``stop`` takes up to the agent's ``stop_timeout``).
     """
+    import uuid  # the client's side only: not loaded by the supervisor
+
     rid = uuid.uuid4().hex
     payload = json.dumps({"id": rid, "command": command, "args": args}).encode() + b"\n"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)

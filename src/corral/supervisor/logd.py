@@ -61,19 +61,18 @@ events.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import os
 import select
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from corral.errors import StoreUnavailableError, error_class
+from corral.supervisor import boot
 from corral.supervisor.logd_server import (
     CHUNK,
     DEFAULT_CLIENT_BUFFER,
@@ -81,6 +80,7 @@ from corral.supervisor.logd_server import (
     STREAMS,
     Logd,
     jsonline,
+    run,
 )
 from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES
 
@@ -239,12 +239,16 @@ class LogdClient:
 def start_logd(
     state_dir: str | os.PathLike[str], *, timeout: float = 10.0, client_buffer: int | None = None
 ) -> None:
-    """Run ``python -m corral.supervisor.logd --state-dir DIR`` (in a new session,
+    """Run the log daemon for ``state_dir`` like ``python -m corral.supervisor.logd
+    --state-dir DIR`` does (in a new session,
     no inherited fds, without the agents' environment markers) and wait until it
     accepts connections. Raises ``StoreUnavailableError`` with its message if not."""
-    argv = [sys.executable, "-m", "corral.supervisor.logd", "--state-dir", str(state_dir)]
-    if client_buffer is not None:
-        argv += ["--client-buffer", str(client_buffer)]
+    if client_buffer is None:
+        client_buffer = DEFAULT_CLIENT_BUFFER
+    # The same daemon as ``python -m corral.supervisor.logd``, in an interpreter that
+    # does not load the package corral's __init__ (see corral.supervisor.boot).
+    argv = boot.argv("corral.supervisor.logd_server:boot_main", "corral.supervisor.logd",
+                     str(state_dir), str(int(client_buffer)))  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in _CHILD_MARKERS}
     try:
         done = subprocess.run(
@@ -295,67 +299,17 @@ def ensure_logd(
 # ---- the command ----
 
 
-def _serve(state_dir: Path, client_buffer: int, ready: int | None) -> int:
-    try:
-        daemon = Logd(state_dir, client_buffer=client_buffer)
-        daemon.install_signals()
-    except Exception as e:  # told to the launcher, which prints it
-        if ready is not None:
-            os.write(ready, f"logd: {state_dir}: {e}\n".encode())
-            os.close(ready)
-        else:
-            print(f"logd: {state_dir}: {e}", file=sys.stderr)
-        return 1
-    if ready is not None:
-        os.write(ready, b"ok\n")
-        os.close(ready)
-    daemon.serve()
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Start the daemon for ``--state-dir``; exit 0 once it listens (``--foreground``:
     run it in this process instead)."""
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m corral.supervisor.logd")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--client-buffer", type=int, default=DEFAULT_CLIENT_BUFFER)
     parser.add_argument("--foreground", action="store_true")
     args = parser.parse_args(argv)
-    state = Path(args.state_dir).resolve()
-    try:
-        import resource
-
-        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ValueError, OSError):
-        pass
-    if args.foreground:
-        return _serve(state, args.client_buffer, None)
-    r, w = os.pipe()
-    if os.fork():  # the launcher: wait for the grandchild's word
-        os.close(w)
-        msg = b""
-        while part := os.read(r, 4096):
-            msg += part
-        os.wait()
-        if msg == b"ok\n":
-            return 0
-        sys.stderr.write(msg.decode(errors="replace") or "logd: exited before listening\n")
-        return 1
-    os.close(r)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    os.chdir("/")
-    null = os.open(os.devnull, os.O_RDWR)
-    for n in (0, 1, 2):
-        os.dup2(null, n)
-    os.close(null)
-    code = 1
-    try:
-        code = _serve(state, args.client_buffer, w)
-    finally:
-        os._exit(code)
+    return run(args.state_dir, args.client_buffer, foreground=args.foreground)
 
 
 if __name__ == "__main__":

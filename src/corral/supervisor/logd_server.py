@@ -14,13 +14,18 @@ import selectors
 import signal
 import socket
 import stat
+import sys
 import time
-from pathlib import Path
-from typing import Any
 
 from corral.errors import InvalidInputError, StoreUnavailableError
-from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES, RotatingLog
-from corral.supervisor.manifest import _ID, RESERVED_IDS
+from corral.supervisor.ids import AGENT_ID, RESERVED_IDS
+from corral.supervisor.logs import DEFAULT_KEEP, DEFAULT_MAX_BYTES, RotatingLog, unlink
+
+# Annotations only: the daemon does not import typing (nor pathlib; its paths are
+# strings), to stay a small process. A checker reads TYPE_CHECKING as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CHUNK",
@@ -87,11 +92,11 @@ class Logd:
     def __init__(
         self, state_dir: str | os.PathLike[str], *, client_buffer: int = DEFAULT_CLIENT_BUFFER
     ) -> None:
-        self.dir = Path(state_dir).resolve()
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.dir = os.path.realpath(state_dir)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
         self.client_buffer = client_buffer
         self._pidfd = self._lock_pidfile()
-        self.log = RotatingLog(self.dir / "logs" / "supervisor" / "logd.log")
+        self.log = RotatingLog(os.path.join(self.dir, "logs", "supervisor", "logd.log"))
         self.sel = selectors.DefaultSelector()
         self.sources: dict[int, _Source] = {}
         self.logs: dict[tuple[str, str], tuple[RotatingLog, int]] = {}
@@ -101,12 +106,12 @@ class Logd:
         self._stop = False
         self._hup = False
         self._stopper: _Conn | None = None
-        self.sock_path = self.dir / SOCKET_NAME
-        self.sock_path.unlink(missing_ok=True)  # stale: the pid lock says nobody serves
+        self.sock_path = os.path.join(self.dir, SOCKET_NAME)
+        unlink(self.sock_path)  # stale: the pid lock says nobody serves
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            self.listener.bind(str(self.sock_path))
+            self.listener.bind(self.sock_path)
         finally:
             os.umask(old)
         os.chmod(self.sock_path, 0o600)
@@ -119,12 +124,12 @@ class Logd:
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
         self.sel.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
-        self._note("start", pid=os.getpid(), socket=str(self.sock_path))
+        self._note("start", pid=os.getpid(), socket=self.sock_path)
 
     # ---- setup ----
 
     def _lock_pidfile(self) -> int:
-        path = self.dir / PID_NAME
+        path = os.path.join(self.dir, PID_NAME)
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
@@ -314,7 +319,7 @@ class Logd:
                 result = self._reopen(agent, "request")
             elif op == "status":
                 result = [
-                    {**s.describe("attached"), "path": str(self._path(*s.key))}
+                    {**s.describe("attached"), "path": self._path(*s.key)}
                     for s in self.sources.values()
                 ]
             elif op == "shutdown":
@@ -336,8 +341,8 @@ class Logd:
             return
         self._send(conn, {"ok": True, "result": result})
 
-    def _path(self, agent: str, stream: str) -> Path:
-        return self.dir / "logs" / agent / f"{stream}.log"
+    def _path(self, agent: str, stream: str) -> str:
+        return os.path.join(self.dir, "logs", agent, f"{stream}.log")
 
     def _attach(self, conn: _Conn, req: dict[str, Any]) -> dict[str, Any]:
         fd = conn.fds.popleft() if conn.fds else None
@@ -345,7 +350,7 @@ class Logd:
             agent, stream = req.get("agent"), req.get("stream")
             max_bytes, keep = req.get("max_bytes", DEFAULT_MAX_BYTES), req.get("keep", DEFAULT_KEEP)
             pid = req.get("pid")
-            if not isinstance(agent, str) or not _ID.fullmatch(agent) or agent in RESERVED_IDS:
+            if not isinstance(agent, str) or not AGENT_ID.fullmatch(agent) or agent in RESERVED_IDS:
                 raise InvalidInputError(f"agent: not a valid agent id: {agent!r}", field="agent")
             if stream not in STREAMS:
                 raise InvalidInputError("stream: must be stdout or stderr", field="stream")
@@ -383,7 +388,7 @@ class Logd:
         self.sources[src.sid] = src
         self.sel.register(fd, selectors.EVENT_READ, ("src", src))
         self._note("attach", sid=src.sid, agent=agent, stream=stream, pid=pid)
-        return {"sid": src.sid, "path": str(self._path(agent, stream))}
+        return {"sid": src.sid, "path": self._path(agent, stream)}
 
     def _subscribe(self, conn: _Conn) -> None:
         conn.subscribed = True
@@ -453,11 +458,11 @@ class Logd:
             self._close_source(src, "stopped")
         try:
             if os.stat(self.sock_path).st_ino == self._sock_ino:
-                self.sock_path.unlink()
+                os.unlink(self.sock_path)
         except FileNotFoundError:
             pass
         self.listener.close()
-        (self.dir / PID_NAME).unlink(missing_ok=True)  # still locked: nobody raced us
+        unlink(os.path.join(self.dir, PID_NAME))  # still locked: nobody raced us
         self._note("shutdown", by="request" if self._stopper else "signal")
         self.log.close()
         os.close(self._spare)
@@ -474,3 +479,80 @@ class Logd:
                 pass
             conn.sock.close()
         os.close(self._pidfd)
+
+
+# ---- the daemon's process ----
+
+
+def _serve(state_dir: str, client_buffer: int, ready: int | None) -> int:
+    try:
+        daemon = Logd(state_dir, client_buffer=client_buffer)
+        daemon.install_signals()
+    except Exception as e:  # told to the launcher, which prints it
+        if ready is not None:
+            os.write(ready, f"logd: {state_dir}: {e}\n".encode())
+            os.close(ready)
+        else:
+            print(f"logd: {state_dir}: {e}", file=sys.stderr)
+        return 1
+    if ready is not None:
+        os.write(ready, b"ok\n")
+        os.close(ready)
+    daemon.serve()
+    return 0
+
+
+def run(
+    state_dir: str | os.PathLike[str],
+    client_buffer: int = DEFAULT_CLIENT_BUFFER,
+    *,
+    foreground: bool = False,
+) -> int:
+    """Start the daemon for ``state_dir`` (double fork, a session of its own, standard
+    streams on ``/dev/null``, cwd ``/``) and return 0 once it listens, 1 with the
+    reason on stderr if it could not start; ``foreground``: serve in this process.
+    The body of ``python -m corral.supervisor.logd``, and of :func:`boot_main`."""
+    state = os.path.realpath(state_dir)
+    try:
+        import resource
+
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        pass
+    if foreground:
+        return _serve(state, client_buffer, None)
+    r, w = os.pipe()
+    if os.fork():  # the launcher: wait for the grandchild's word
+        os.close(w)
+        msg = b""
+        while part := os.read(r, 4096):
+            msg += part
+        os.wait()
+        if msg == b"ok\n":
+            return 0
+        sys.stderr.write(msg.decode(errors="replace") or "logd: exited before listening\n")
+        return 1
+    os.close(r)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    os.chdir("/")
+    null = os.open(os.devnull, os.O_RDWR)
+    for n in (0, 1, 2):
+        os.dup2(null, n)
+    os.close(null)
+    code = 1
+    try:
+        code = _serve(state, client_buffer, w)
+    finally:
+        os._exit(code)
+
+
+def boot_main(argv: list[str]) -> int:
+    """:func:`run` for ``[state_dir, client_buffer]``: what
+    :func:`~corral.supervisor.logd.start_logd` runs through
+    :func:`corral.supervisor.boot.argv` (no ``argparse``: the daemon keeps what its
+    launcher imported)."""
+    state_dir, client_buffer = argv
+    return run(state_dir, int(client_buffer))

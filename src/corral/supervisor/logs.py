@@ -28,15 +28,18 @@ the process that started it.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import os
-import signal
-import sys
-import threading
+from _thread import RLock  # threading.RLock, without loading threading
 from collections.abc import Callable
-from pathlib import Path
 
-__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_LINE", "RotatingLog", "main"]
+# Annotations only: the log daemon, which uses this module, loads no pathlib (its
+# paths are strings); rotated_path/files/path load it when called.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["DEFAULT_KEEP", "DEFAULT_MAX_BYTES", "DEFAULT_MAX_LINE", "RotatingLog", "main", "unlink"]
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_KEEP = 5
@@ -58,15 +61,15 @@ class RotatingLog:
     ) -> None:
         if max_bytes < 1 or keep < 0 or max_line < 1:
             raise ValueError("need max_bytes >= 1, keep >= 0 and max_line >= 1")
-        self.path = Path(path)
+        self._name = os.fspath(path)
         self.max_bytes = max_bytes
         self.keep = keep
         self.max_line = max_line
         self._mode = mode
-        self._lock = threading.RLock()
+        self._lock = RLock()
         self._partial = b""
         self._reopen_requested = False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(self._name)), exist_ok=True)
         self._fd: int | None = None
         self._size = 0
         self._open()
@@ -74,7 +77,7 @@ class RotatingLog:
     # ---- file handling ----
 
     def _open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, self._mode)
+        fd = os.open(self._name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, self._mode)
         old, self._fd = self._fd, fd
         self._size = os.fstat(fd).st_size
         if old is not None:
@@ -85,14 +88,28 @@ class RotatingLog:
         """Bytes in the current file."""
         return self._size
 
+    @property
+    def path(self) -> Path:
+        """The current file."""
+        from pathlib import Path
+
+        return Path(self._name)
+
+    def _rotated(self, n: int) -> str:
+        return f"{self._name}.{n}"
+
     def rotated_path(self, n: int) -> Path:
         """``path.n``: the n-th newest rotated file (1 is the newest)."""
-        return self.path.with_name(f"{self.path.name}.{n}")
+        from pathlib import Path
+
+        return Path(self._rotated(n))
 
     def files(self) -> list[Path]:
         """The files that exist, oldest first: ``path.keep`` ... ``path.1``, ``path``."""
-        rotated = [self.rotated_path(n) for n in range(self.keep, 0, -1)]
-        return [p for p in [*rotated, self.path] if p.exists()]
+        from pathlib import Path
+
+        rotated = [self._rotated(n) for n in range(self.keep, 0, -1)]
+        return [Path(p) for p in [*rotated, self._name] if os.path.exists(p)]
 
     def rotate(self) -> None:
         """Rotate now (the current file becomes ``path.1``) even if not full; an
@@ -103,14 +120,14 @@ class RotatingLog:
 
     def _rotate(self) -> None:
         if self.keep == 0:
-            self.path.unlink(missing_ok=True)
+            unlink(self._name)
         else:
             for n in range(self.keep - 1, 0, -1):
-                src = self.rotated_path(n)
-                if src.exists():
-                    os.replace(src, self.rotated_path(n + 1))
-            if self.path.exists():
-                os.replace(self.path, self.rotated_path(1))
+                src = self._rotated(n)
+                if os.path.exists(src):
+                    os.replace(src, self._rotated(n + 1))
+            if os.path.exists(self._name):
+                os.replace(self._name, self._rotated(1))
         self._open()
 
     def reopen(self) -> None:
@@ -216,8 +233,18 @@ class RotatingLog:
         return total
 
 
+def unlink(path: str) -> None:
+    """Remove ``path`` if it exists."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Copy standard input into a :class:`RotatingLog` until EOF; SIGHUP reopens."""
+    import argparse  # here, not at the top: the log daemon imports this module
+    import signal
+    import sys
+
     parser = argparse.ArgumentParser(prog="python -m corral.supervisor.logs")
     parser.add_argument("path")
     parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)

@@ -59,6 +59,7 @@ from types import MappingProxyType
 from typing import Any
 
 from corral.errors import InvalidInputError
+from corral.supervisor.ids import AGENT_ID, RESERVED_IDS
 from corral.supervisor.policy import RESTART_POLICIES, RestartConfig
 
 __all__ = [
@@ -78,8 +79,6 @@ __all__ = [
 
 HEARTBEAT_KINDS = ("none", "pipe", "cluster")
 ORPHAN_ACTIONS = ("adopt", "kill")
-RESERVED_IDS = frozenset({"supervisor"})  # logs/supervisor/ is the supervisor's own
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _ENV_KEY = re.compile(r"[^=\x00]+")
 
 
@@ -357,7 +356,7 @@ def _agent(path: str, index: int, raw: Any, s: Settings) -> AgentSpec:
     if not isinstance(raw, dict):
         raise ManifestError(path, "must be a table", agent=label)
     agent_id = raw.get("id")
-    if not isinstance(agent_id, str) or not _ID.fullmatch(agent_id):
+    if not isinstance(agent_id, str) or not AGENT_ID.fullmatch(agent_id):
         f = _Fields(path, label if not isinstance(agent_id, str) else agent_id, raw)
         if "id" not in raw:
             raise f.error("id", "is required")

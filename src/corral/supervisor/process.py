@@ -25,10 +25,7 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -134,6 +131,8 @@ def prlimit_argv(rlimits: Rlimits) -> list[str]:
         opts.append(f"--nofile={rlimits.open_files}")
     if not opts:
         return []
+    import shutil  # only with rlimits: the supervisor's process stays small
+
     exe = shutil.which("prlimit")
     if exe is None:
         raise SpawnError("rlimits need util-linux prlimit on PATH")
@@ -256,9 +255,10 @@ _PR_SET_CHILD_SUBREAPER = 36
 def set_subreaper(on: bool = True) -> bool:
     """Make this process the subreaper of its descendants (Linux); False if the
     call is not available."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name, use_errno=True)
+    import ctypes
+
+    try:  # the C library is linked into the interpreter: its symbols are the program's
+        libc = ctypes.CDLL(None, use_errno=True)
         return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
     except (OSError, AttributeError):
         return False

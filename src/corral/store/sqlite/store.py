@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -150,7 +149,14 @@ class SQLiteStore(SQLStore):
         self.path = Path(path)
         memory = str(path) == ":memory:"
         if not memory:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InvalidInputError(
+                    f"cannot create the directory of the SQLite file {self.path}: "
+                    f"{exc.strerror or exc}",
+                    field="url",
+                ) from None
             _create_private(self.path)
         self._lock = threading.RLock()
         self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
@@ -209,11 +215,11 @@ class SQLiteStore(SQLStore):
         corral's own writers queue on ``_WriterLock`` and rarely get here; this waits
         out the rest (another program's writer, a checkpoint taking the WAL's recovery
         lock). SQLite's own busy handler sleeps 1, 2, 5, 10 ... ms between tries, far
-        longer than a write transaction (about 0.1 ms), so corral waits itself: 50 us
-        doubling to 2 ms, with jitter, up to the busy timeout; then
-        ``StoreUnavailableError``."""
+        longer than a write transaction (about 0.1 ms), so corral waits itself: 100 us
+        doubling to 3 ms, each scaled by a jitter in [0.5, 1] (``corral.backoff``), up
+        to the busy timeout; then ``StoreUnavailableError``."""
         deadline = None
-        pauses = Backoff(base=0.00005, cap=0.002)
+        pauses = Backoff(base=0.0001, cap=0.003, jitter=0.5)
         while True:
             try:
                 self._conn.execute(sql)
@@ -227,7 +233,7 @@ class SQLiteStore(SQLStore):
                 deadline = deadline or now + self._busy_timeout
                 if now > deadline:
                     raise _unavailable(exc) from exc
-            time.sleep(pauses.next() * (0.5 + random.random()))
+            time.sleep(pauses.next())
 
     def write_lock_holder(self) -> LockHolder | None:
         return self._writer.holder()
