@@ -51,15 +51,18 @@ def _restated(agents, mode, now, interval):
             return inbox[0].id, "inbox"
     if mode == "notification":
         return None
-    due = sorted((a for a in free if a.next_due_at is not None and a.next_due_at <= now),
-                 key=lambda a: (a.next_due_at, a.id))  # fmt: skip
+    due = sorted(
+        (a for a in free if a.next_due_at is not None and a.next_due_at <= now),
+        key=lambda a: (a.next_due_at, a.id),
+    )
     if due:
         return due[0].id, "scheduled"
     ok = []
     for a in free:
         iv = interval if a.min_interval is None else a.min_interval
-        if a.unread == 0 and (a.last_activated_at is None or iv <= 0
-                              or now - a.last_activated_at >= iv):  # fmt: skip
+        if a.unread == 0 and (
+            a.last_activated_at is None or iv <= 0 or now - a.last_activated_at >= iv
+        ):
             ok.append(a)
     ok.sort(key=lambda a: (last(a), a.id))
     return (ok[0].id, "discovery") if ok else None
@@ -157,10 +160,14 @@ def test_bad_cron_is_refused_naming_the_field(bad):
 
 
 def test_next_due_is_the_earliest_entry():
-    config = check_config({"schedule_override": [
-        {"cron": "0 9 * * *", "task": "daily_standup"},
-        {"cron": "@hourly", "task": "hourly_check"},
-    ]})  # fmt: skip
+    config = check_config(
+        {
+            "schedule_override": [
+                {"cron": "0 9 * * *", "task": "daily_standup"},
+                {"cron": "@hourly", "task": "hourly_check"},
+            ]
+        }
+    )
     at = _ts(2026, 1, 1, 8, 30)
     assert next_due(config, at) == (_ts(2026, 1, 1, 9), "daily_standup")
     assert next_due({}, at) is None
@@ -195,11 +202,13 @@ def test_the_documents_config_is_accepted():
         "can_create_posts": True,
         "max_daily_posts": 5,
         "max_daily_comments": 50,
-        "discovery": {"respond_to_questions": True, "respond_to_discussions": False,
-                      "min_confidence": 0.7},  # fmt: skip
+        "discovery": {
+            "respond_to_questions": True,
+            "respond_to_discussions": False,
+            "min_confidence": 0.7,
+        },
         "schedule_override": [{"cron": "0 9 * * *", "task": "daily_standup"}],
     }
     out = check_config(doc)
-    assert out["schedule_override"] == [{"cron": "0 9 * * *", "task": "daily_standup",
-                                         "tz": "UTC"}]  # fmt: skip
+    assert out["schedule_override"] == [{"cron": "0 9 * * *", "task": "daily_standup", "tz": "UTC"}]
     assert out["discovery"]["min_confidence"] == 0.7

@@ -195,7 +195,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     )
     def register_node(
         agent_id: AgentId,
-        role: Annotated[str, Field(description="bootstrap_manager, runner, architect or developer.")],
+        role: Annotated[str, Field(description="bootstrap_manager, runner, architect, developer.")],
         model_name: Annotated[str, Field(description="Your model, e.g. claude-sonnet-4-5.")],
         strength: Annotated[str | None, Field(description="high, medium or low.")] = None,
         heartbeat_interval: Annotated[

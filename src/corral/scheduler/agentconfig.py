@@ -19,9 +19,19 @@ _LISTS = ("interests", "watch_communities")
 _COUNTS = ("max_daily_posts", "max_daily_comments")
 _DISCOVERY_BOOLS = ("respond_to_questions", "respond_to_discussions")
 _KEYS = frozenset(
-    {"name", "type", "model", "can_create_posts", "discovery", "schedule_override",
-     "min_activation_interval", "extra", *_LISTS, *_COUNTS}
-)  # fmt: skip
+    {
+        "name",
+        "type",
+        "model",
+        "can_create_posts",
+        "discovery",
+        "schedule_override",
+        "min_activation_interval",
+        "extra",
+        *_LISTS,
+        *_COUNTS,
+    }
+)
 _ENTRY_KEYS = frozenset({"cron", "task", "tz"})
 MAX_OVERRIDES = 32
 

@@ -35,13 +35,15 @@ def check_cron(expr: object, field: str = "cron") -> str:
     """``expr`` if it is a valid five-field expression or alias; else
     ``InvalidInputError`` naming ``field``."""
     if not isinstance(expr, str) or not expr.strip() or len(expr) > 200:
-        raise InvalidInputError(f"{field} must be a cron expression such as '0 9 * * *'",
-                                field=field)  # fmt: skip
+        raise InvalidInputError(
+            f"{field} must be a cron expression such as '0 9 * * *'", field=field
+        )
     try:
         CronSim(_expand(expr), datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
-        raise InvalidInputError(f"{field} {expr!r:.60} is not a cron expression: {exc}",
-                                field=field) from None  # fmt: skip
+        raise InvalidInputError(
+            f"{field} {expr!r:.60} is not a cron expression: {exc}", field=field
+        ) from None
     return expr.strip()
 
 
@@ -52,8 +54,9 @@ def check_tz(name: object, field: str = "tz") -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInputError(f"{field} {name!r:.60} is not a known time zone",
-                                field=field) from None  # fmt: skip
+        raise InvalidInputError(
+            f"{field} {name!r:.60} is not a known time zone", field=field
+        ) from None
     return name
 
 

@@ -89,8 +89,9 @@ def rested(c: Candidate, now: float, min_interval: float) -> bool:
     return last is None or interval <= 0 or last <= now - interval
 
 
-def pick(agents: Iterable[Candidate], mode: str, now: float,
-         min_interval: float = 0.0) -> Pick | None:  # fmt: skip
+def pick(
+    agents: Iterable[Candidate], mode: str, now: float, min_interval: float = 0.0
+) -> Pick | None:
     """The agent a runner in ``mode`` gets at ``now``, and the kind of its activation
     (None: nothing for this mode)."""
     free = [a for a in agents if not a.held]

@@ -387,3 +387,124 @@ ORDER BY seq LIMIT :limit;
 
 -- name: event_get
 SELECT * FROM events WHERE seq = :seq;
+
+-- === the activation scheduler (corral.store.sqlsched) ===============================
+-- name: agent_upsert
+INSERT INTO agents (id, config, min_interval, next_due_at, next_due_task, created_at,
+                    updated_at)
+VALUES (:id, :config, :min_interval, :next_due_at, :next_due_task, :now, :now)
+ON CONFLICT (id) DO UPDATE SET config = excluded.config,
+    min_interval = excluded.min_interval, next_due_at = excluded.next_due_at,
+    next_due_task = excluded.next_due_task, updated_at = excluded.updated_at
+RETURNING *;
+
+-- name: agent_get
+SELECT * FROM agents WHERE id = :id;
+
+-- name: agents_page
+SELECT * FROM agents WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: agent_unread_add
+UPDATE agents SET unread = unread + 1 WHERE id = :id RETURNING id;
+
+-- name: notification_insert
+INSERT INTO notifications (agent_id, payload, created_at)
+VALUES (:agent_id, :payload, :now)
+RETURNING *;
+
+-- name: notifications_unread
+SELECT * FROM notifications WHERE agent_id = :agent_id AND read_at IS NULL
+ORDER BY id LIMIT :limit;
+
+-- name: notifications_mark_read
+UPDATE notifications SET read_at = :now
+WHERE agent_id = :agent_id AND read_at IS NULL AND id <= :upto;
+
+-- name: agent_unread_sub
+UPDATE agents SET unread = unread - :n WHERE id = :id;
+
+-- name: runner_seen
+INSERT INTO runners (id, mode, seen_at) VALUES (:id, :mode, :now)
+ON CONFLICT (id) DO UPDATE SET mode = excluded.mode, seen_at = excluded.seen_at;
+
+-- name: activation_insert
+INSERT INTO activations (agent_id, runner_id, mode, kind, epoch, task, due_at, inbox_upto,
+                         posts_left, comments_left, claimed_at, expires_at)
+VALUES (:agent_id, :runner_id, :mode, :kind, :epoch, :task, :due_at, :inbox_upto,
+        :posts_left, :comments_left, :now, :expires_at)
+RETURNING *;
+
+-- name: activations_all
+SELECT * FROM activations ORDER BY id LIMIT :limit;
+
+-- name: activation_delete
+DELETE FROM activations WHERE id = :id;
+
+-- name: agent_release
+-- A released activation: the agent free again, stamped, counted, its caps tallied and
+-- its next cron override set; unread less what the activation read.
+UPDATE agents SET held_by = NULL, last_activated_at = :now,
+    activation_count = activation_count + 1, unread = unread - :read,
+    cap_day = :cap_day, posts_today = :posts, comments_today = :comments,
+    next_due_at = :next_due_at, next_due_task = :next_due_task, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: agent_unhold
+-- An expired activation: the agent free again, as it was before it.
+UPDATE agents SET held_by = NULL, updated_at = :now WHERE id = :id;
+
+-- name: next_activation_expiry
+SELECT min(expires_at) AS t FROM activations;
+
+-- name: sched_stats
+SELECT
+    (SELECT count(*) FROM notifications WHERE read_at IS NULL) AS inbox_depth,
+    (SELECT min(created_at) FROM notifications WHERE read_at IS NULL) AS oldest_unread,
+    (SELECT max(last_activated_at) FROM agents) AS last_activation,
+    (SELECT count(*) FROM agents) AS agents;
+
+-- name: sched_active_by_kind
+SELECT kind, count(*) AS n FROM activations GROUP BY kind;
+
+-- name: sched_runners_by_mode
+SELECT r.mode, count(*) AS n FROM runners r
+WHERE EXISTS (SELECT 1 FROM nodes n WHERE n.id = r.id AND n.status <> 'terminated')
+GROUP BY r.mode;
+
+-- name: sched_runner_live
+SELECT id, role FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: agent_for_update
+SELECT * FROM agents WHERE id = :id;
+
+-- name: activation_for_update
+SELECT * FROM activations WHERE id = :id;
+
+-- name: activations_expired
+SELECT * FROM activations WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit;
+
+-- The claims: one statement each, taking the head of one class of the order
+-- (corral.scheduler.policy) inside the write transaction, which excludes every other
+-- writer. :runner holds it from then on.
+-- name: claim_inbox
+UPDATE agents SET held_by = :runner, epoch = epoch + 1, updated_at = :now
+WHERE id = (SELECT id FROM agents WHERE held_by IS NULL AND unread > 0
+            ORDER BY unread DESC, last_activated_at ASC NULLS FIRST, id LIMIT 1)
+RETURNING *;
+
+-- name: claim_scheduled
+UPDATE agents SET held_by = :runner, epoch = epoch + 1, updated_at = :now
+WHERE id = (SELECT id FROM agents
+            WHERE held_by IS NULL AND next_due_at IS NOT NULL AND next_due_at <= :now
+            ORDER BY next_due_at, id LIMIT 1)
+RETURNING *;
+
+-- name: claim_discovery
+UPDATE agents SET held_by = :runner, epoch = epoch + 1, updated_at = :now
+WHERE id = (SELECT id FROM agents
+            WHERE held_by IS NULL AND unread = 0
+              AND (last_activated_at IS NULL OR coalesce(min_interval, :interval) <= 0
+                   OR last_activated_at <= :now - coalesce(min_interval, :interval))
+            ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1)
+RETURNING *;
