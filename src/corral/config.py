@@ -21,7 +21,7 @@ TYPES: dict[str, Any] = {name: typing.get_type_hints(Settings)[name] for name in
 _INTS = {name for name, t in TYPES.items() if t is int}
 _TIMING = {"heartbeat_interval", "stale_threshold", "missed_beats"}
 # Numbers whose default is 0 (off): 0 is accepted, as are positive numbers.
-_OFF_AT_ZERO = {name for name, f in FIELDS.items() if f.default == 0 and TYPES[name] is float}
+OFF_AT_ZERO = {name for name, f in FIELDS.items() if f.default == 0 and TYPES[name] is float}
 
 
 def settings_from_rows(rows: Iterable[tuple[str, str]]) -> Settings:
@@ -77,7 +77,7 @@ def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _check_strengths(value)
         elif key == "project_summary":
             out[key] = check_text(value, key, max_len=defaults.MAX_DESCRIPTION)
-        elif key in _OFF_AT_ZERO and value == 0 and not isinstance(value, bool):
+        elif key in OFF_AT_ZERO and value == 0 and not isinstance(value, bool):
             out[key] = 0.0
         elif key in _INTS:
             out[key] = int(check_positive(value, key, integer=True))

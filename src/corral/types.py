@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeAlias
 
+from corral.scheduler.client import SchedulerClient
+
 if TYPE_CHECKING:
     from corral.model import (
         Assessment,
@@ -63,7 +65,7 @@ TaskRef: TypeAlias = int | str
 """A task id as callers may pass it (``"42"`` is accepted and checked)."""
 
 
-class Client(Protocol):
+class Client(SchedulerClient, Protocol):
     """What every corral client offers: the embedded ``Cluster`` and the remote
     ``HttpClient``. Arguments are validated by the implementation; a bad one raises
     ``corral.errors.InvalidInputError`` and changes nothing."""

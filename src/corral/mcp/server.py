@@ -144,6 +144,12 @@ def _render(name: str) -> Callable[..., str]:
     return render
 
 
+def register_scheduler_tools(tool: Any, client: Client, touch: Any) -> None:
+    from corral.scheduler.mcp import register_tools
+
+    register_tools(tool, client, touch)
+
+
 def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     """An ``MCPServer`` with corral's tools and prompts over ``client``.
 
@@ -326,6 +332,8 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         agent_id: OptAgentId = None,
     ) -> str:
         return _render("broadcast")(client.broadcast(message, agent_id))
+
+    register_scheduler_tools(tool, client, touch)  # get_assignment ... read_inbox
 
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from corral.operations import OPERATIONS, Operation
 from corral.render import claim_text
+from corral.scheduler import http as scheduler_http
 from corral.server import models as m
 from corral.server.auth import Principal, Tokens
 from corral.server.errors import ApiError
@@ -317,11 +318,15 @@ _HTTP: dict[str, _Http] = {
     "process_actions": _Http(process_actions, None, query=m.ProcessActionsQuery),
     "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn, short=True),
 }
+# The activation scheduler's (corral.scheduler.http)
+_HTTP.update({name: _Http(*spec) for name, spec in scheduler_http.ROUTES.items()})
 
 
 def _starlette(path: str) -> str:
     # A node id may hold any character but "/": ``:path`` keeps "%2F" and dots intact.
-    return path.replace("{node_id}", "{node_id:path}")
+    for name in ("node_id", "agent_id", "runner_id"):
+        path = path.replace(f"{{{name}}}", f"{{{name}:path}}")
+    return path
 
 
 def _op(o: Operation) -> Op:
@@ -363,4 +368,5 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "report_processes": m.ProcessOut,
     "list_processes": m.ProcessOut,
     "process_actions": m.EventOut,
+    **scheduler_http.LIST_RESPONSES,
 }

@@ -140,7 +140,7 @@ class SchedulerMixin(SQLHost):
             row, kind = None, ""
             for kind in _CLASSES[mode]:
                 row = tx.one(
-                    f"claim_{kind}", runner=runner_id, now=now, interval=s.min_activation_interval
+                    _CLAIM[kind], runner=runner_id, now=now, interval=s.min_activation_interval
                 )
                 if row is not None:
                     break
