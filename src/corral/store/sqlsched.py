@@ -135,7 +135,11 @@ class SchedulerMixin(SQLHost):
     def assign(self, runner_id: str, mode: str, now: float) -> Assignment | None:
         with self._write() as tx:
             s = self._settings_in(tx)
-            self._live(tx, runner_id, "sched_runner_live")
+            if tx.one("sched_runner_live", id=runner_id) is None:
+                raise NotFoundError(
+                    f"runner {runner_id} is not a live node; register it (role runner) first",
+                    field="runner_id",
+                )
             tx.run("runner_seen", id=runner_id, mode=mode, now=now)
             row, kind = None, ""
             for kind in _CLASSES[mode]:
