@@ -68,8 +68,8 @@ def test_the_inbox_counts_unread_and_reads_oldest_first(cluster: Any, clock: Fak
     clock.advance(1)
     cluster.notify("a", "two")
     cluster.notify("a", [3])
-    assert (first.agent_id, first.payload, first.created_at, first.read_at) == ("a", {"n": 1},
-                                                                               T0, None)  # fmt: skip
+    got_first = (first.agent_id, first.payload, first.created_at, first.read_at)
+    assert got_first == ("a", {"n": 1}, T0, None)
     assert cluster.get_agent("a").unread == 3
     got = cluster.read_inbox("a", limit=2)
     assert [n.payload for n in got] == [{"n": 1}, "two"]
