@@ -6,6 +6,7 @@ SIGKILLed runner's activation expiring at its TTL."""
 from __future__ import annotations
 
 import heapq
+import itertools
 import os
 import random
 import signal
@@ -129,7 +130,7 @@ def test_fairness_over_a_simulated_day(embedded: Any, clock: FakeClock) -> None:
     out = _simulate(c, clock, runners, 24, notify_every=1800.0, seed=7)
     target = 10 * 5 / 3 * 60
     for agent, starts in sorted(out["starts"].items()):
-        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
         mean = sum(gaps) / len(gaps)
         assert abs(mean - target) <= 0.2 * target, (agent, mean / 60)
     assert len(out["starts"]) == 10
