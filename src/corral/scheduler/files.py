@@ -21,9 +21,10 @@ __all__ = ["CONFIG_NAMES", "load_dir", "read_config"]
 CONFIG_NAMES = ("config.yaml", "config.yml", "config.toml", "config.json")
 
 
-def _bad(path: Path, field: str | None, msg: str) -> InvalidInputError:
-    where = f"{path}: {field}" if field else str(path)
-    return InvalidInputError(f"{where}: {msg}", field=field or "file")
+def _bad(path: Path, msg: str) -> InvalidInputError:
+    """An error whose field is the file (``error: PATH: what is wrong`` on the CLI);
+    ``msg`` names the bad key."""
+    return InvalidInputError(msg, field=str(path))
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -48,11 +49,11 @@ def read_config(path: Path) -> dict[str, Any]:
     except InvalidInputError:
         raise
     except Exception as exc:  # each parser's own error class
-        raise _bad(path, None, f"cannot parse: {str(exc).splitlines()[0][:200]}") from None
+        raise _bad(path, f"cannot parse: {str(exc).splitlines()[0][:200]}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise _bad(path, None, "must hold a mapping of settings")
+        raise _bad(path, "must hold a mapping of settings")
     return data
 
 
@@ -67,16 +68,16 @@ def load_dir(root: Path) -> list[tuple[str, dict[str, Any]]]:
         if not found:
             continue
         if len(found) > 1:
-            raise _bad(sub, None, f"has several configs ({', '.join(p.name for p in found)})")
+            raise _bad(sub, f"has several configs ({', '.join(p.name for p in found)})")
         path = found[0]
         raw = read_config(path)
         try:
             config = check_config(raw)
             agent_id = check_id(config.get("name", sub.name), "name")
         except InvalidInputError as exc:
-            raise _bad(path, exc.field, exc.message) from None
+            raise _bad(path, exc.message) from None
         if "name" in config and config["name"] != sub.name:
-            raise _bad(path, "name", f"is {config['name']!r} but the directory is {sub.name!r}")
+            raise _bad(path, f"name is {config['name']!r} but the directory is {sub.name!r}")
         out.append((agent_id, config))
     if not out:
         raise InvalidInputError(
