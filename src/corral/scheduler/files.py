@@ -37,7 +37,6 @@ def read_config(path: Path) -> dict[str, Any]:
             except ImportError:
                 raise _bad(
                     path,
-                    None,
                     "reading YAML needs PyYAML (pip install pyyaml);"
                     " or write config.toml or config.json",
                 ) from None
