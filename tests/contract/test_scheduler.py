@@ -247,3 +247,31 @@ def test_unknown_agents_and_runners_are_not_found(cluster: Any, call: Any, field
         call(cluster)
     assert e.value.field == field
     assert sched_world(cluster) == before
+
+
+def test_a_runner_is_working_while_it_holds_an_activation(cluster: Any, clock: FakeClock) -> None:
+    """So the idle rule never retires a runner in the middle of an activation."""
+    _setup(cluster, "a", "b")
+    assert cluster.get_node("r1").status == "idle"
+    first = cluster.get_assignment("r1")
+    second = cluster.get_assignment("r1")
+    assert cluster.get_node("r1").status == "working"
+    cluster.release_assignment(first.id, "r1", first.epoch)
+    assert cluster.get_node("r1").status == "working"  # still holds "b"
+    clock.advance(5)
+    cluster.release_assignment(second.id, "r1", second.epoch)
+    node = cluster.get_node("r1")
+    assert (node.status, node.idle_since) == ("idle", T0 + 5)
+
+
+def test_a_release_after_the_ttl_is_refused_before_the_monitor_runs(
+    cluster: Any, clock: FakeClock
+) -> None:
+    _setup(cluster, "a")
+    a = cluster.get_assignment("r1")
+    clock.advance(cluster.settings().activation_ttl)
+    before = sched_world(cluster)
+    with pytest.raises(LeaseError) as e:
+        cluster.release_assignment(a.id, "r1", a.epoch)
+    assert e.value.field == "assignment_id"
+    assert sched_world(cluster) == before

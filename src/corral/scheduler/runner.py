@@ -9,8 +9,9 @@ A ``Runner`` registers as a node of role ``runner`` and heartbeats
 the assignment's kind (``on_inbox``, ``on_discovery`` or ``on_scheduled``) and
 releases the activation with the handler's outcome (a dict of counts such as
 ``posts``, ``comments``, ``inbox_read``, plus free-form fields; None is ``{}``). A
-handler that raises still releases it, with the error in the outcome. With nothing
-to do it marks itself idle and asks again every ``poll_interval``; idle for the
+handler that raises still releases it, with the error in the outcome. The cluster
+marks the node working while it holds an activation and idle once it holds none. With
+nothing to do it asks again every ``poll_interval``; idle for the
 cluster's ``idle_timeout_seconds`` it retires (terminates its node and returns 0),
 unless ``retire=False`` (a pool that keeps its runners). SIGTERM/SIGINT: the current
 activation finishes and is released, then the runner terminates its node.
@@ -145,15 +146,14 @@ class Runner:
                 if max_activations is not None and self.activations >= max_activations:
                     self.exit_reason = "max_activations"
                     break
+                # The cluster marks the node working while it holds an activation
+                # and idle once it holds none.
                 if self.step() is not None:
-                    if idle_since is not None:
-                        self.cluster.set_agent_status(self.runner_id, "working")
-                        idle_since = None
+                    idle_since = None
                     continue
                 now = self._mono()
                 if idle_since is None:
                     idle_since = now
-                    self.cluster.set_agent_status(self.runner_id, "idle")
                 limit = self.idle_timeout_seconds
                 if limit is None:
                     limit = self.cluster.settings().idle_timeout_seconds

@@ -135,7 +135,8 @@ class SchedulerMixin(SQLHost):
     def assign(self, runner_id: str, mode: str, now: float) -> Assignment | None:
         with self._write() as tx:
             s = self._settings_in(tx)
-            if tx.one("sched_runner_live", id=runner_id) is None:
+            # The runner's node locked first (PostgreSQL), as its end and a release do.
+            if tx.one("sched_runner_lock", id=runner_id) is None:
                 raise NotFoundError(
                     f"runner {runner_id} is not a live node; register it (role runner) first",
                     field="runner_id",
@@ -150,6 +151,7 @@ class SchedulerMixin(SQLHost):
                     break
             if row is None:
                 return None
+            tx.run("sched_runner_working", id=runner_id, now=now)
             config = _loads(row["config"]) or {}
             left = allowance(
                 config, Counts(row["cap_day"], row["posts_today"], row["comments_today"]), now
@@ -203,6 +205,7 @@ class SchedulerMixin(SQLHost):
         now: float,
     ) -> Agent:
         with self._write() as tx:
+            tx.one("sched_runner_lock", id=runner_id)
             act = tx.one("activation_for_update", id=assignment_id)
             if act is None:
                 raise LeaseError(
@@ -214,6 +217,12 @@ class SchedulerMixin(SQLHost):
                 raise LeaseError(
                     f"assignment {assignment_id} is held by {act['runner_id']}, not {runner_id}",
                     field="runner_id",
+                )
+            if act["expires_at"] <= now:
+                raise LeaseError(
+                    f"assignment {assignment_id} expired at {act['expires_at']:.3f}"
+                    " (its TTL passed or its runner's node ended)",
+                    field="assignment_id",
                 )
             if act["epoch"] != epoch:
                 raise LeaseError(
@@ -261,6 +270,7 @@ class SchedulerMixin(SQLHost):
                 next_due_task=due_task,
             )
             tx.run("activation_delete", id=assignment_id)
+            tx.run("sched_runner_done", id=runner_id, now=now)
             recorded = {**outcome, "inbox_read": read}
             self._event(
                 tx,
@@ -286,7 +296,7 @@ class SchedulerMixin(SQLHost):
         with self._write() as tx:
             start = tx.one("events_last")
             for act in tx.all("activations_expired", now=now, limit=_BATCH):
-                live = tx.one("sched_runner_live", id=act["runner_id"]) is not None
+                live = tx.one("sched_runner_alive", id=act["runner_id"]) is not None
                 tx.run("agent_unhold", id=act["agent_id"], now=now)
                 tx.run("activation_delete", id=act["id"])
                 self._event(

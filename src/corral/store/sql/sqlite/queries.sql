@@ -472,8 +472,33 @@ SELECT r.mode, count(*) AS n FROM runners r
 WHERE EXISTS (SELECT 1 FROM nodes n WHERE n.id = r.id AND n.status <> 'terminated')
 GROUP BY r.mode;
 
--- name: sched_runner_live
-SELECT id, role FROM nodes WHERE id = :id AND status <> 'terminated';
+-- name: sched_runner_alive
+-- Whether an expired activation's runner still lives (the event's reason); no lock.
+SELECT id FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: sched_runner_lock
+-- An assignment and a release lock the runner's node first (as the node's end does
+-- before it ends the node's activations), so they never wait on each other in
+-- opposite orders; an assignment's node cannot end before it commits, so the end
+-- sees the new activation.
+SELECT id FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: sched_runner_working
+-- The runner holds an activation: working (never idle-retired meanwhile), its call a
+-- sign of life.
+UPDATE nodes SET status = 'working', idle_since = NULL, last_activity = :now,
+                 dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated'
+RETURNING id;
+
+-- name: sched_runner_done
+-- After a release: a runner holding no other activation and no task is idle again
+-- (a bootstrap manager stays working).
+UPDATE nodes SET status = 'idle', idle_since = :now, last_activity = :now,
+                 dead_at = :now + live_window
+WHERE id = :id AND status = 'working' AND role <> 'bootstrap_manager'
+  AND NOT EXISTS (SELECT 1 FROM activations WHERE runner_id = :id)
+  AND NOT EXISTS (SELECT 1 FROM tasks WHERE assigned_to = :id AND status = 'in_progress');
 
 -- name: agent_for_update
 SELECT * FROM agents WHERE id = :id;
