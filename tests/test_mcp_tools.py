@@ -29,6 +29,11 @@ TOOLS = {
     "fail_task",
     "heartbeat",
     "broadcast",
+    # the activation scheduler's (docs/scheduler.md)
+    "get_assignment",
+    "release_assignment",
+    "notify",
+    "read_inbox",
 }
 
 
