@@ -65,3 +65,17 @@ def test_a_terminated_runners_activation_ends_at_the_next_pass(
     (e,) = _expired(monitor.tick(T0 + 8))
     assert e.data["reason"] == "runner_gone"
     assert c.list_assignments() == [] and c.get_agent("a").held_by is None
+
+
+def test_read_inbox_items_are_pruned_with_old_events(embedded: Any, clock: FakeClock) -> None:
+    c = embedded
+    c.add_agent("a")
+    c.notify("a", "old")
+    c.read_inbox("a")
+    c.notify("a", "unread, kept")
+    retention = c.settings().event_retention_seconds
+    assert Monitor(c).tick(T0 + retention - 1) is not None
+    c.notify("a", "read late, kept")
+    clock.set(T0 + retention + 1)
+    assert c.store.prune_notifications(T0 + retention + 1) == 1
+    assert [n.payload for n in c.read_inbox("a")] == ["unread, kept", "read late, kept"]

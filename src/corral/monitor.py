@@ -99,6 +99,7 @@ class Monitor:
                 assessed = store.assess(now)
             if now - self._last_prune >= _PRUNE_EVERY:
                 store.prune_events(now)
+                store.prune_notifications(now)  # read inbox items, as old (scheduler)
                 self._last_prune = now
         for event in events:
             _log_event(event)

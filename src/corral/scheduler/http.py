@@ -216,7 +216,7 @@ ROUTES: dict[str, tuple[Any, type[BaseModel] | None, Any, Any, bool]] = {
     "get_agent": (get_agent, AgentOut, None, None, True),
     "list_agents": (list_agents, None, None, ListAgentsQuery, False),
     "notify": (notify, NotificationOut, NotifyIn, None, True),
-    "read_inbox": (read_inbox, None, ReadInboxIn, None, True),
+    "read_inbox": (read_inbox, None, ReadInboxIn, None, False),  # up to 10,000 items
     "get_assignment": (get_assignment, AssignmentAnswer, AssignmentIn, None, True),
     "release_assignment": (release_assignment, AgentOut, ReleaseIn, None, True),
     "list_assignments": (list_assignments, None, None, ListAssignmentsQuery, False),

@@ -304,6 +304,10 @@ class Store(ABC):
         ended): an ``activation_expired`` event each; the agents assignable again."""
 
     @abstractmethod
+    def prune_notifications(self, now: float) -> int:
+        """Delete inbox items read longer than ``event_retention_seconds`` ago."""
+
+    @abstractmethod
     def scheduler_stats(self, now: float) -> dict[str, Any]:
         """The scheduler's scaling signals for ``/metrics``."""
 

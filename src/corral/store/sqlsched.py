@@ -21,6 +21,7 @@ from corral.store.sqlhost import SQLHost
 __all__ = ["SchedulerMixin", "agent_from_row"]
 
 _BATCH = 100  # activations the monitor expires per transaction
+_PRUNE_BATCH = 5000  # read inbox items pruned per transaction
 INBOX_ITEMS = 100  # the most inbox items an inbox assignment carries
 _CLAIM = {"inbox": "claim_inbox", "scheduled": "claim_scheduled", "discovery": "claim_discovery"}
 _CLASSES = {
@@ -313,6 +314,16 @@ class SchedulerMixin(SQLHost):
                 )
             since = start["seq"] if start else 0
             return [event_from_row(r) for r in tx.all("events_since", since=since, limit=10_000)]
+
+    def prune_notifications(self, now: float) -> int:
+        pruned = 0
+        while True:
+            with self._write() as tx:
+                cutoff = now - self._settings_in(tx).event_retention_seconds
+                n = tx.run("notifications_prune", cutoff=cutoff, limit=_PRUNE_BATCH)
+            pruned += n
+            if n < _PRUNE_BATCH:
+                return pruned
 
     def scheduler_stats(self, now: float) -> dict[str, Any]:
         with self._read() as tx:

@@ -802,6 +802,13 @@ RETURNING *;
 -- An expired activation: the agent free again, as it was before it.
 UPDATE agents SET held_by = NULL, updated_at = :now WHERE id = :id;
 
+-- name: notifications_prune
+-- Read inbox items older than the event retention, oldest first, a batch at a time
+-- (ids grow with time, so the scan meets them first).
+DELETE FROM notifications WHERE id IN (
+    SELECT id FROM notifications WHERE read_at IS NOT NULL AND read_at < :cutoff
+    ORDER BY id LIMIT :limit);
+
 -- name: next_activation_expiry
 SELECT min(expires_at) AS t FROM activations;
 
