@@ -5,8 +5,9 @@ the query shape of the scheduling design corral started from, on the same data.
 Each backend and size gets a fresh database: the agents (1% never activated, the rest
 activated at random times in the last day) and the notifications (5% unread, spread
 over every agent) are generated in SQL, then the unread counts are set from them and
-the planner's statistics refreshed. One runner node then takes and releases
-``--samples`` activations (each pair timed as one sample: two write transactions; an
+the planner's statistics refreshed. A hybrid runner node then takes and releases
+``--samples`` activations (inbox work), and an exploration runner as many (discovery:
+the staleness index) (each pair timed as one sample: two write transactions; an
 inbox activation's agent is notified again, untimed, so the inbox keeps its depth).
 On the same data, before that, the bench times the original shape's two reads per
 assignment —
@@ -138,6 +139,20 @@ class Backend:
             conn.close()
         return out
 
+    def read_everything(self) -> None:
+        sqls = [
+            "UPDATE notifications SET read_at = 1 WHERE read_at IS NULL",
+            "UPDATE agents SET unread = 0 WHERE unread <> 0",
+        ]
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.path, isolation_level=None) as conn:
+                for sql in sqls:
+                    conn.execute(sql)
+        else:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                for sql in sqls:
+                    conn.execute(sql)
+
     def plan(self) -> str:
         """How the backend runs the inbox claim's head (no sort, one index)."""
         head = (
@@ -160,17 +175,18 @@ class Backend:
             _pg_admin(f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
 
 
-def run_corral(url: str, samples: int) -> tuple[list[float], dict[str, int]]:
-    """``samples`` assignment + release pairs by one hybrid runner, timed each."""
+def run_corral(url: str, samples: int, mode: str) -> tuple[list[float], dict[str, int]]:
+    """``samples`` assignment + release pairs by one runner in ``mode``, timed each."""
     kinds: dict[str, int] = {}
     out = []
+    runner = f"bench-{mode}"
     with corral.connect(url) as c:
-        c.register_node("bench-runner", "runner", heartbeat_interval=3600)
+        c.register_node(runner, "runner", heartbeat_interval=3600)
         for i in range(samples + WARMUP):
             t = time.perf_counter()
-            a = c.get_assignment("bench-runner", "hybrid")
+            a = c.get_assignment(runner, mode)
             assert a is not None
-            c.release_assignment(a.id, "bench-runner", a.epoch, {"inbox_read": len(a.inbox)})
+            c.release_assignment(a.id, runner, a.epoch, {"inbox_read": len(a.inbox)})
             if i >= WARMUP:
                 out.append(time.perf_counter() - t)
                 kinds[a.kind] = kinds.get(a.kind, 0) + 1
@@ -201,7 +217,9 @@ def main() -> None:
                     load_s = b.load(n, notifications)
                     plan = b.plan()
                     theirs = b.original(original_samples)  # first: on the data as loaded
-                    ours, kinds = run_corral(b.url, samples)
+                    ours, kinds = run_corral(b.url, samples, "hybrid")
+                    b.read_everything()  # discovery takes agents with an empty inbox
+                    stale, _ = run_corral(b.url, samples, "exploration")
                 finally:
                     b.drop()
                 row = {
@@ -210,6 +228,7 @@ def main() -> None:
                     "notifications": notifications,
                     "load_s": round(load_s, 2),
                     "corral": percentiles(ours),
+                    "corral_discovery": percentiles(stale),
                     "original": percentiles(theirs),
                     "kinds": kinds,
                     "plan": plan,
@@ -226,6 +245,8 @@ def main() -> None:
         small, large = rows[sizes[0]], rows[sizes[-1]]
         summary[kind] = {
             "p99_ratio_largest_to_smallest": large["corral"]["p99"] / small["corral"]["p99"],
+            "discovery_p99_ratio_largest_to_smallest": large["corral_discovery"]["p99"]
+            / small["corral_discovery"]["p99"],
             "original_to_corral_p50_at_largest": large["original"]["p50"] / large["corral"]["p50"],
         }
     data = {
@@ -247,6 +268,8 @@ def main() -> None:
         "agents",
         "corral p50 ms",
         "corral p99 ms",
+        "discovery p50 ms",
+        "discovery p99 ms",
         "original p50 ms",
         "original/corral",
     ]
@@ -256,6 +279,8 @@ def main() -> None:
             r["agents"],
             r["corral"]["p50"] * 1e3,
             r["corral"]["p99"] * 1e3,
+            r["corral_discovery"]["p50"] * 1e3,
+            r["corral_discovery"]["p99"] * 1e3,
             r["original"]["p50"] * 1e3,
             r["original"]["p50"] / r["corral"]["p50"],
         ]

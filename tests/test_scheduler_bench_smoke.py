@@ -17,7 +17,7 @@ def test_scheduler_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     cells = {(r["backend"], r["agents"]) for r in data["results"]}
     assert cells == {(b, n) for b in params["backends"] for n in params["sizes"]}
     for r in data["results"]:
-        assert r["corral"]["n"] == params["samples"]
+        assert r["corral"]["n"] == r["corral_discovery"]["n"] == params["samples"]
         assert r["original"]["n"] == params["original_samples"]
         assert sum(r["kinds"].values()) == params["samples"]
         assert "agents_inbox" in r["plan"]
