@@ -1,4 +1,4 @@
-"""deploy/kubernetes/: the three runner Deployments (notification, exploration,
+"""deploy/kubernetes/ (and examples/runners.toml, a supervisor pool): the three runner Deployments (notification, exploration,
 hybrid) validated against Kubernetes' own schemas (kubernetes-validate), and the
 KEDA ScaledObject against KEDA's model of its CRD (cloudcoil-models-keda), scaling on
 a metric corral's /metrics really exports."""
@@ -69,3 +69,22 @@ def test_the_scaled_object_is_kedas_and_scales_on_corrals_metric(tmp_path: Path)
             Metrics(c).render().decode())}  # fmt: skip
     assert "corral_inbox_queue_depth" in exported
     assert "corral_inbox_queue_depth" in query
+
+
+def test_the_supervisor_pool_example_is_a_valid_manifest_of_runners() -> None:
+    """examples/runners.toml: a supervisor pool of runners, one per mode, each node id
+    its manifest id."""
+    from corral.cli import cli
+    from corral.supervisor.manifest import load_manifest
+
+    manifest = load_manifest(DEPLOY.parents[1] / "examples" / "runners.toml")
+    modes = set()
+    for spec in manifest.agents:
+        args = list(spec.args)
+        assert spec.cmd == "corral" and args[0] == "runner"
+        assert args[args.index("--id") + 1] == spec.id
+        modes.add(args[args.index("--mode") + 1])
+        # the arguments parse as `corral runner`'s (up to the command)
+        ctx = cli.commands["runner"].make_context("runner", args[1:], resilient_parsing=True)
+        assert ctx.params["runner_id"] == spec.id
+    assert modes == {"notification", "exploration", "hybrid"}
