@@ -1,7 +1,8 @@
-"""deploy/kubernetes/ (and examples/runners.toml, a supervisor pool): the three runner Deployments (notification, exploration,
+"""deploy/kubernetes/: the three runner Deployments (notification, exploration,
 hybrid) validated against Kubernetes' own schemas (kubernetes-validate), and the
 KEDA ScaledObject against KEDA's model of its CRD (cloudcoil-models-keda), scaling on
-a metric corral's /metrics really exports."""
+a metric corral's /metrics really exports; examples/runners.toml, the same pools under
+a supervisor."""
 
 from __future__ import annotations
 
