@@ -104,6 +104,10 @@ def _rewind(store: Any) -> None:
             raw.execute(f"DROP TRIGGER {trigger}{on}")
         raw.execute("DELETE FROM meta WHERE key = 'live_nodes'")
         if hasattr(tx, "_cur"):
+            # SQLite re-runs every later migration too: undo the scheduler's (0005)
+            raw.execute("DROP TRIGGER nodes_end_activations")
+            for table in ("agents", "notifications", "activations", "runners"):
+                raw.execute(f"DROP TABLE {table}")
             raw.execute("PRAGMA user_version = 3")
         else:
             raw.execute("DROP FUNCTION corral_live_nodes()")

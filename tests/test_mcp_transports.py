@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 TOOLS = {"register_node", "set_agent_status", "claim_best_task", "assess_workload",
          "read_state", "catch_up", "add_task", "complete_task", "fail_task", "heartbeat",
-         "broadcast"}  # fmt: skip
+         "broadcast", "get_assignment", "release_assignment", "notify", "read_inbox"}  # fmt: skip
 
 UVICORN = """
 import sys, uvicorn, corral
