@@ -52,7 +52,7 @@ def test_a_bad_deployment_is_refused_by_the_validator() -> None:
 
 
 def test_the_scaled_object_is_kedas_and_scales_on_corrals_metric(tmp_path: Path) -> None:
-    (doc,) = _docs("keda-scaledobject.yaml")
+    (doc,) = _docs("runners-keda.yaml")
     model = ScaledObject.model_validate(doc)
     # every field is one KEDA knows: the model gives the document back whole
     assert model.model_dump(by_alias=True, exclude_none=True, exclude_unset=True) == doc
