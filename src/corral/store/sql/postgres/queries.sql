@@ -891,13 +891,29 @@ FROM pick WHERE a.id = pick.id
 RETURNING a.*;
 
 -- name: claim_discovery
-WITH pick AS (
-    SELECT id FROM agents
-    WHERE held_by IS NULL AND unread = 0
-      AND (last_activated_at IS NULL OR coalesce(min_interval, :interval) <= 0
-           OR last_activated_at <= :now - coalesce(min_interval, :interval))
+-- The better of two heads: the stalest agent under the cluster's interval (taken only
+-- if rested: if it is not, none of them is), and the stalest rested agent with an
+-- interval of its own (a walk over those few). The head not taken stays locked until
+-- the commit (another claim passes over it meanwhile).
+WITH shared AS (
+    SELECT id, last_activated_at FROM agents
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NULL
     ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1
     FOR UPDATE SKIP LOCKED
+), own AS (
+    SELECT id, last_activated_at FROM agents
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NOT NULL
+      AND (last_activated_at IS NULL OR min_interval <= 0
+           OR last_activated_at <= :now - min_interval)
+    ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), pick AS (
+    SELECT id, last_activated_at FROM shared
+    WHERE last_activated_at IS NULL OR :interval <= 0
+       OR last_activated_at <= :now - :interval
+    UNION ALL
+    SELECT id, last_activated_at FROM own
+    ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1
 )
 UPDATE agents a SET held_by = :runner, epoch = a.epoch + 1, updated_at = :now
 FROM pick WHERE a.id = pick.id

@@ -533,10 +533,25 @@ WHERE id = (SELECT id FROM agents
 RETURNING *;
 
 -- name: claim_discovery
+-- The better of two heads: the stalest agent under the cluster's interval (taken only
+-- if rested: if it is not, none of them is), and the stalest rested agent with an
+-- interval of its own (a walk over those few).
 UPDATE agents SET held_by = :runner, epoch = epoch + 1, updated_at = :now
-WHERE id = (SELECT id FROM agents
-            WHERE held_by IS NULL AND unread = 0
-              AND (last_activated_at IS NULL OR coalesce(min_interval, :interval) <= 0
-                   OR last_activated_at <= :now - coalesce(min_interval, :interval))
+WHERE id = (
+    SELECT id FROM (
+        SELECT * FROM (
+            SELECT id, last_activated_at FROM agents
+            WHERE held_by IS NULL AND unread = 0 AND min_interval IS NULL
             ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1)
+        WHERE last_activated_at IS NULL OR :interval <= 0
+           OR last_activated_at <= :now - :interval
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, last_activated_at FROM agents
+            WHERE held_by IS NULL AND unread = 0 AND min_interval IS NOT NULL
+              AND (last_activated_at IS NULL OR min_interval <= 0
+                   OR last_activated_at <= :now - min_interval)
+            ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1)
+    )
+    ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1)
 RETURNING *;

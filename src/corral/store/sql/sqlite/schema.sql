@@ -188,7 +188,9 @@ CREATE INDEX agents_inbox ON agents (unread DESC, last_activated_at, id)
 CREATE INDEX agents_due ON agents (next_due_at, id)
     WHERE held_by IS NULL AND next_due_at IS NOT NULL;
 CREATE INDEX agents_stale ON agents (last_activated_at, id)
-    WHERE held_by IS NULL AND unread = 0;
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NULL;
+CREATE INDEX agents_stale_own ON agents (last_activated_at, id)
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NOT NULL;
 
 -- An agent's inbox; read items stay (read_at set) for the record.
 CREATE TABLE notifications (

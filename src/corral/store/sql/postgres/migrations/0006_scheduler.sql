@@ -2,11 +2,13 @@
 --
 -- agents: each agent to activate, its config and its scheduling state. unread is kept
 -- by notify and by the reads (never a count over notifications); held_by names the
--- runner holding its activation lease. The three partial indexes are the assignment
+-- runner holding its activation lease. The partial indexes are the assignment
 -- order's heads (corral.scheduler.policy): the inbox (most unread first), due cron
 -- overrides, and the stalest (never activated first: NULLS FIRST written out, as
 -- PostgreSQL sorts NULLs last in ascending order). Ids compare as bytes (COLLATE "C"),
--- as Python compares them.
+-- as Python compares them. The stalest come in two heads: agents under the cluster's
+-- minimum interval (their rested ones are a prefix of the order, so the head alone
+-- says whether any is rested) and the few with an interval of their own.
 CREATE TABLE agents (
     id                text COLLATE "C" PRIMARY KEY,
     config            text NOT NULL DEFAULT '{}',
@@ -29,7 +31,9 @@ CREATE INDEX agents_inbox ON agents (unread DESC, last_activated_at ASC NULLS FI
 CREATE INDEX agents_due ON agents (next_due_at, id)
     WHERE held_by IS NULL AND next_due_at IS NOT NULL;
 CREATE INDEX agents_stale ON agents (last_activated_at ASC NULLS FIRST, id)
-    WHERE held_by IS NULL AND unread = 0;
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NULL;
+CREATE INDEX agents_stale_own ON agents (last_activated_at ASC NULLS FIRST, id)
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NOT NULL;
 
 -- An agent's inbox; read items stay (read_at set) for the record.
 CREATE TABLE notifications (
