@@ -104,8 +104,13 @@ def _rewind(store: Any) -> None:
             raw.execute(f"DROP TRIGGER {trigger}{on}")
         raw.execute("DELETE FROM meta WHERE key = 'live_nodes'")
         if hasattr(tx, "_cur"):
-            # A database last opened before the counter lacks the later migrations too.
-            for table in ("handler_inbox", "handlers", "workflow_hosts"):  # 0006
+            # A database last opened before the counter lacks the later migrations too
+            # (SQLite re-runs every migration past its user_version): the scheduler's
+            # (0005) and the workflow runs' (0006).
+            raw.execute("DROP TRIGGER nodes_end_activations")
+            for table in ("agents", "notifications", "activations", "runners"):
+                raw.execute(f"DROP TABLE {table}")
+            for table in ("handler_inbox", "handlers", "workflow_hosts"):
                 raw.execute(f"DROP TABLE {table}")
             raw.execute("PRAGMA user_version = 3")
         else:

@@ -30,6 +30,11 @@ TOOLS = {
     "heartbeat",
     "broadcast",
     "list_idle_workflows",
+    # the activation scheduler's (docs/scheduler.md)
+    "get_assignment",
+    "release_assignment",
+    "notify",
+    "read_inbox",
 }
 
 

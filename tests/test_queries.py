@@ -17,6 +17,7 @@ SHARED = (
     "sqlworkflows.py",
     "stats.py",
     "signal.py",
+    "sqlsched.py",
 )
 
 

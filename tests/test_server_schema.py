@@ -61,10 +61,18 @@ def test_api_conforms_to_its_openapi_document(case: Any, base_url: str) -> None:
         body = case.meta.components.get("body") if case.meta is not None else None
         if body is None or body.mode != "negative":
             case.body.pop("role_keywords", None)
+    if case.operation.path == "/v1/agents" and isinstance(case.body, dict):
+        # A cron entry's expression and time zone are checked beyond their shape (by
+        # cronsim and the zone database): a valid-looking one may be refused.
+        body = case.meta.components.get("body") if case.meta is not None else None
+        config = case.body.get("config")
+        if (body is None or body.mode != "negative") and isinstance(config, dict):
+            config.pop("schedule_override", None)
     case.call_and_validate(base_url=base_url, headers=AUTH)
 
 
-_SAMPLE = {"node_id": "w1", "task_id": "1", "handler_id": "h1", "workflow": "wf", "host": "host1"}
+_SAMPLE = {"node_id": "w1", "task_id": "1", "handler_id": "h1", "workflow": "wf", "host": "host1",
+           "agent_id": "w1", "runner_id": "w1", "assignment_id": "1"}  # fmt: skip
 
 
 def test_every_405_lists_every_method_of_its_path(base_url: str) -> None:

@@ -16,8 +16,10 @@ import pytest
 
 import corral
 import corral.model
+import corral.scheduler.records
 import corral.store.stats
 import corral.types
+import corral.workflows.model
 from corral import defaults
 from corral.cluster import Cluster
 from corral.errors import CorralError, InvalidInputError
@@ -31,10 +33,19 @@ HTTP_ONLY = {"request", "for_node"}
 _DUNDERS = {"__enter__", "__exit__"}
 
 
+def _own(cls: type) -> dict[str, Any]:
+    """The class's attributes and its corral bases' (mixins such as the scheduler's)."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.startswith("corral"):
+            out.update(vars(klass))
+    return out
+
+
 def _methods(cls: type) -> set[str]:
     return {
         name
-        for name, value in vars(cls).items()
+        for name, value in _own(cls).items()
         if callable(value) and (not name.startswith("_") or name in _DUNDERS)
     }
 
@@ -42,7 +53,7 @@ def _methods(cls: type) -> set[str]:
 def _protocol_methods() -> set[str]:
     return {
         name
-        for name, value in vars(Client).items()
+        for name, value in _own(Client).items()
         if inspect.isfunction(value) and (not name.startswith("_") or name in _DUNDERS)
     }
 
@@ -53,6 +64,8 @@ _NAMES: dict[str, Any] = {
     **vars(corral.model),
     **vars(corral.store.stats),
     **vars(corral.types),
+    **vars(corral.scheduler.records),
+    **vars(corral.workflows.model),
 }
 
 
@@ -75,6 +88,10 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "catch_up", "events", "broadcast", "alert", "record_metrics", "metrics_series", "stats",
         "report_processes", "list_processes", "request_process_action", "process_actions",
         "ack_process_action", "close", "__enter__", "__exit__",
+        "add_agent", "get_agent", "list_agents", "notify", "read_inbox", "get_assignment",
+        "release_assignment", "list_assignments",
+        "run_workflow", "list_handlers", "get_handler", "send_event", "serve_workflows",
+        "take_workflow_work", "report_handler", "report_steps", "release_handler",
     }  # fmt: skip
     assert _protocol_methods() == ops
 

@@ -21,6 +21,7 @@ from corral.monitor import Monitor
 from corral.types import Client
 
 if TYPE_CHECKING:  # loaded lazily at run time (below), seen as the classes by a checker
+    from corral.scheduler.runner import Runner
     from corral.worker.heartbeat import HeartbeatMonitor
     from corral.worker.worker import Worker
 
@@ -41,6 +42,7 @@ __all__ = [
     "Node",
     "NotFoundError",
     "Registered",
+    "Runner",
     "Settings",
     "State",
     "StoreUnavailableError",
@@ -52,7 +54,11 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-_LAZY = {"HeartbeatMonitor": "corral.worker.heartbeat", "Worker": "corral.worker.worker"}
+_LAZY = {
+    "HeartbeatMonitor": "corral.worker.heartbeat",
+    "Runner": "corral.scheduler.runner",
+    "Worker": "corral.worker.worker",
+}
 
 
 def __getattr__(name: str) -> object:

@@ -26,6 +26,7 @@ from corral.model import (
     State,
     Task,
 )
+from corral.scheduler.ops import SchedulerOps
 from corral.store import NodeSpec, Store, TaskSpec
 from corral.validation import (
     MAX_INT,
@@ -116,7 +117,7 @@ def _process_item(item: Any, i: int) -> Process:
     )
 
 
-class Cluster(WorkflowOperations):
+class Cluster(WorkflowOperations, SchedulerOps):
     """The embedded client: ``corral.connect("sqlite:///…")`` returns one."""
 
     def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:

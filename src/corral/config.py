@@ -20,6 +20,8 @@ TYPES: dict[str, Any] = {name: typing.get_type_hints(Settings)[name] for name in
 """Each setting's type, from ``model.Settings`` (where the settings are declared)."""
 _INTS = {name for name, t in TYPES.items() if t is int}
 _TIMING = {"heartbeat_interval", "stale_threshold", "missed_beats"}
+# Numbers whose default is 0 (off): 0 is accepted, as are positive numbers.
+OFF_AT_ZERO = {name for name, f in FIELDS.items() if f.default == 0 and TYPES[name] is float}
 
 
 def settings_from_rows(rows: Iterable[tuple[str, str]]) -> Settings:
@@ -38,7 +40,7 @@ def _check_keywords(value: Any) -> dict[str, list[str]]:
             raise InvalidInputError(
                 f"{field} role names cannot contain spaces; got {role!r:.40}", field=field
             )
-        if role == defaults.MANAGER_ROLE:
+        if role in (defaults.MANAGER_ROLE, defaults.RUNNER_ROLE):
             raise InvalidInputError(f"{field} cannot define {role}", field=field)
         if isinstance(words, str) or not isinstance(words, list | tuple):
             raise InvalidInputError(f"{field}[{role}] must be a list of words", field=field)
@@ -75,6 +77,8 @@ def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _check_strengths(value)
         elif key == "project_summary":
             out[key] = check_text(value, key, max_len=defaults.MAX_DESCRIPTION)
+        elif key in OFF_AT_ZERO and value == 0 and not isinstance(value, bool):
+            out[key] = 0.0
         elif key in _INTS:
             out[key] = int(check_positive(value, key, integer=True))
         else:

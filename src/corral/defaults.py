@@ -38,6 +38,7 @@ __all__ = [
     "PRIORITIES",
     "PROCESS_ACTIONS",
     "PROCESS_STATES",
+    "RUNNER_ROLE",
     "SQLITE_CHECKPOINT_EVERY",
     "SQLITE_WAIT_RECHECK",
     "SQLITE_WAL_LIMIT_PAGES",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 MANAGER_ROLE = "bootstrap_manager"
+RUNNER_ROLE = "runner"  # the activation scheduler's runners (corral.scheduler)
 
 # The value sets are the Literals of corral.types (one declaration each).
 NODE_STATUSES: tuple[str, ...] = get_args(NodeStatus)

@@ -133,11 +133,16 @@ class Settings:
     # workflow), and keep at most this many idle runs resident on a host
     idle_release_after: float = 60.0
     max_resident_idle: int = 10_000
+    # The activation scheduler: an activation lease's longest life (it also ends
+    # with its runner's node), and the least time between two discovery activations
+    # of an agent (0: off; an agent's config may set its own)
+    activation_ttl: float = 900.0
+    min_activation_interval: float = 0.0
 
     @property
     def roles(self) -> tuple[str, ...]:
         """Every role a node may register as or claim for."""
-        return (defaults.MANAGER_ROLE, *sorted(self.role_keywords))
+        return (defaults.MANAGER_ROLE, defaults.RUNNER_ROLE, *sorted(self.role_keywords))
 
     @property
     def idle_limit(self) -> float:

@@ -90,16 +90,25 @@ class Monitor:
                 events += store.reap_dead(now)
             if due.idle_retire_at is not None and due.idle_retire_at <= now:
                 events += store.retire_idle(now)
+            # Activation leases (corral.scheduler), after the reaping: a runner's
+            # death ends its activations at that moment.
+            expiry = store.activation_deadline()
+            if expiry is not None and expiry <= now:
+                events += store.expire_activations(now)
             if due.assess_at <= now:
                 assessed = store.assess(now)
             if now - self._last_prune >= _PRUNE_EVERY:
                 store.prune_events(now)
+                store.prune_notifications(now)  # read inbox items, as old (scheduler)
                 self._last_prune = now
         for event in events:
             _log_event(event)
         if events or assessed:
             due = store.deadlines()
-        upcoming = [t for t in (due.dead_at, due.idle_retire_at, due.assess_at) if t is not None]
+        expiry = store.activation_deadline()
+        upcoming = [
+            t for t in (due.dead_at, due.idle_retire_at, due.assess_at, expiry) if t is not None
+        ]
         return TickResult(events=events, assessment=assessed, next_deadline=min(upcoming))
 
     def wake(self) -> None:

@@ -265,6 +265,44 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("report_handler", "POST /v1/handlers/{handler_id}/report", caller="operator"),
     Operation("report_steps", "POST /v1/handlers/{handler_id}/steps", caller="operator"),
     Operation("release_handler", "POST /v1/handlers/{handler_id}/release", caller="operator"),
+    # --- the activation scheduler (corral.scheduler) ------------------------------------
+    Operation("add_agent", "POST /v1/agents", caller="operator", status=201, cli="agents add"),
+    Operation("list_agents", "GET /v1/agents", cli="agents list"),
+    Operation("get_agent", "GET /v1/agents/{agent_id}", cli="agents show"),
+    Operation(
+        "notify",
+        "POST /v1/agents/{agent_id}/inbox",
+        status=201,
+        mcp="notify",
+        text="notified_text",
+        names={"mcp": {"agent_id": "recipient"}},
+        cli="notify",
+    ),
+    Operation(
+        "read_inbox",
+        "POST /v1/agents/{agent_id}/inbox/read",
+        mcp="read_inbox",
+        text="inbox_text",
+        names={"mcp": {"agent_id": "recipient"}},
+        cli="agents inbox",
+    ),
+    Operation(
+        "get_assignment",
+        "POST /v1/runners/{runner_id}/assignment",
+        node="runner_id",
+        mcp="get_assignment",
+        text="assignment_text",
+        names={"mcp": {"runner_id": "agent_id"}},
+    ),
+    Operation(
+        "release_assignment",
+        "POST /v1/assignments/{assignment_id}/release",
+        node="runner_id",
+        mcp="release_assignment",
+        text="released_text",
+        names={"mcp": {"runner_id": "agent_id"}},
+    ),
+    Operation("list_assignments", "GET /v1/assignments", cli="assignments"),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}

@@ -40,6 +40,7 @@ from corral.model import (
     Task,
 )
 from corral.operations import OPERATIONS
+from corral.scheduler.remote import SchedulerRemote
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 from corral.wire import Closed as _Closed
 from corral.wire import Connection as _Connection
@@ -119,7 +120,7 @@ def _unencodable_key(body: Any) -> str | None:
     return None
 
 
-class HttpClient(WorkflowsHttp):
+class HttpClient(WorkflowsHttp, SchedulerRemote):
     """A cluster client over HTTP. ``token`` defaults to ``$CORRAL_TOKEN``, else
     ``.corral/token``. ``node_tokens`` holds the token each registration returned."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, TypeAlias
 
+from corral.scheduler.client import SchedulerClient
 from corral.workflows.protocol import WorkflowClient
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ TaskRef: TypeAlias = int | str
 """A task id as callers may pass it (``"42"`` is accepted and checked)."""
 
 
-class Client(WorkflowClient, Protocol):
+class Client(WorkflowClient, SchedulerClient, Protocol):
     """What every corral client offers: the embedded ``Cluster`` and the remote
     ``HttpClient``. Arguments are validated by the implementation; a bad one raises
     ``corral.errors.InvalidInputError`` and changes nothing."""

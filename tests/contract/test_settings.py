@@ -26,7 +26,7 @@ def test_a_new_cluster_has_the_documented_defaults(cluster: Any) -> None:
         "architect": ["design", "architect", "plan"],
         "developer": ["implement", "code", "test"],
     }
-    assert s.roles == ("bootstrap_manager", "architect", "developer")
+    assert s.roles == ("bootstrap_manager", "runner", "architect", "developer")
 
 
 def test_configure_changes_what_every_reader_sees(cluster: Any) -> None:
@@ -46,7 +46,7 @@ def test_configure_changes_what_every_reader_sees(cluster: Any) -> None:
 
 def test_new_roles_can_register_and_claim(cluster: Any) -> None:
     cluster.configure(role_keywords={"tester": ["verify"], "developer": ["implement"]})
-    assert cluster.settings().roles == ("bootstrap_manager", "developer", "tester")
+    assert cluster.settings().roles == ("bootstrap_manager", "runner", "developer", "tester")
     cluster.register_node("T", "tester")
     task = cluster.add_task("Verify the release")
     assert task.roles == ("tester",)

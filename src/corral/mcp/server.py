@@ -144,6 +144,12 @@ def _render(name: str) -> Callable[..., str]:
     return render
 
 
+def register_scheduler_tools(tool: Any, client: Client, touch: Any) -> None:
+    from corral.scheduler.mcp import register_tools
+
+    register_tools(tool, client, touch)
+
+
 def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     """An ``MCPServer`` with corral's tools and prompts over ``client``.
 
@@ -195,7 +201,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     )
     def register_node(
         agent_id: AgentId,
-        role: Annotated[str, Field(description="bootstrap_manager, architect or developer.")],
+        role: Annotated[str, Field(description="bootstrap_manager, runner, architect, developer.")],
         model_name: Annotated[str, Field(description="Your model, e.g. claude-sonnet-4-5.")],
         strength: Annotated[str | None, Field(description="high, medium or low.")] = None,
         heartbeat_interval: Annotated[
@@ -345,6 +351,8 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             "running", True, idle_duration_gt, workflow, host, limit=_IDLE_SHOWN
         )
         return _render("list_handlers")(found)
+
+    register_scheduler_tools(tool, client, touch)  # get_assignment ... read_inbox
 
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(

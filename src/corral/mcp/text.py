@@ -10,9 +10,11 @@ from typing import Any
 
 from corral.errors import CapacityError, CorralError, NotFoundError
 from corral.model import CatchUp, Event, Node, Task
+from corral.scheduler.texts import assignment_text, inbox_text, notified_text, released_text
 
 __all__ = [
     "added_text",
+    "assignment_text",
     "broadcast_text",
     "catch_up_text",
     "claimed_text",
@@ -22,7 +24,10 @@ __all__ = [
     "failed_text",
     "handlers_text",
     "heartbeat_text",
+    "inbox_text",
     "invalid_arguments_text",
+    "notified_text",
+    "released_text",
     "status_text",
 ]
 

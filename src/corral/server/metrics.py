@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from corral.cluster import Cluster
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
+from corral.scheduler.metrics import SchedulerCollector
 from corral.types import WorkloadStatus
 
 __all__ = ["LATENCY_BUCKETS", "ClusterCollector", "LatencyCollector", "Metrics"]
@@ -159,6 +160,7 @@ class Metrics:
     def __init__(self, cluster: Cluster) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(cluster))
+        self.registry.register(SchedulerCollector(cluster))
         self.latency = LatencyCollector()
         self.registry.register(self.latency)
         self.content_type = CONTENT_TYPE_LATEST

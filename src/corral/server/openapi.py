@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from corral.config import OFF_AT_ZERO
 from corral.server import models as m
 from corral.server.routes import LIST_RESPONSES, Op
 from corral.validation import MAX_FLOAT
@@ -43,7 +44,13 @@ _PATH_ID = {
     .replace("(?:[^", "(?:[^/"),
     "not": {"enum": [".", ".."]},
 }
-_PATH_SCHEMAS = {"node_id": _PATH_ID, "task_id": m.TASK_ID_SCHEMA}
+_PATH_SCHEMAS = {
+    "node_id": _PATH_ID,
+    "task_id": m.TASK_ID_SCHEMA,
+    "agent_id": _PATH_ID,
+    "runner_id": _PATH_ID,
+    "assignment_id": {"type": "string", "pattern": r"^[1-9][0-9]{0,17}$"},
+}
 _PATH_SCHEMAS.update(dict.fromkeys(("handler_id", "workflow", "host"), _PATH_ID))
 # The largest float below 2**63: a larger number is refused once read as a float.
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FLOAT}
@@ -63,9 +70,12 @@ def _settings_change(schema: dict[str, Any], roles: tuple[str, ...] | None) -> N
             prop.update(minimum=1, maximum=2**63 - 1)
         elif prop.get("type") == "number":
             prop.update(_POSITIVE)
+    for name in OFF_AT_ZERO:  # 0 turns these off
+        props[name].pop("exclusiveMinimum", None)
+        props[name]["minimum"] = 0
     props["project_summary"].update(maxLength=20_000, pattern="^[^\\x00]*$")
     role_name = {**m.ID_SCHEMA, "pattern": "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$",
-                 "not": {"const": "bootstrap_manager"}}  # fmt: skip
+                 "not": {"enum": ["bootstrap_manager", "runner"]}}  # fmt: skip
     words = {"type": "array", "items": _WORD}
     props["role_keywords"] = {"type": "object", "minProperties": 1, "propertyNames": role_name,
                               "additionalProperties": words}  # fmt: skip

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from corral.operations import OPERATIONS, Operation
 from corral.render import claim_text
+from corral.scheduler import http as scheduler_http
 from corral.server import models as m
 from corral.server import workflows as wf
 from corral.server.auth import Principal, Tokens
@@ -331,12 +332,14 @@ _HTTP: dict[str, _Http] = {
     "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn, short=True),
     "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.ReleaseIn),
 }
+# The activation scheduler's (corral.scheduler.http)
+_HTTP.update({name: _Http(*spec) for name, spec in scheduler_http.ROUTES.items()})
 
 
 def _starlette(path: str) -> str:
     # A node id may hold any character but "/": ``:path`` keeps "%2F" and dots intact.
     # A handler id, a workflow or a host may likewise hold dots and "%2F".
-    for name in ("node_id", "handler_id", "workflow", "host"):
+    for name in ("node_id", "agent_id", "runner_id", "handler_id", "workflow", "host"):
         path = path.replace(f"{{{name}}}", f"{{{name}:path}}")
     return path
 
@@ -382,4 +385,5 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "process_actions": m.EventOut,
     "list_handlers": wf.HandlerOut,
     "serve_workflows": wf.WorkflowHostOut,
+    **scheduler_http.LIST_RESPONSES,
 }

@@ -29,6 +29,7 @@ from corral.model import (
 )
 
 if TYPE_CHECKING:
+    from corral.scheduler.records import Agent, Assignment, Notification
     from corral.store.stats import ClusterStats
     from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
@@ -307,6 +308,61 @@ class Store(ABC):
                       host: str | None, limit: int, now: float) -> list[Handler]:  # fmt: skip
         """Handlers, filtered: idle ones longest idle first (on an index of
         ``idle_since``), the others oldest first."""
+
+    # --- the activation scheduler (corral.scheduler) ---------------------------------
+    @abstractmethod
+    def add_agent(self, agent_id: str, config: dict[str, Any], now: float) -> Agent:
+        """Add an agent to activate, or replace its config (its counts and place in the
+        order stay); its next cron override is computed from ``now``."""
+
+    @abstractmethod
+    def get_agent(self, agent_id: str) -> Agent:
+        """One agent; ``NotFoundError`` when unknown."""
+
+    @abstractmethod
+    def list_agents(self, after: str, limit: int) -> list[Agent]:
+        """Agents by id, those after ``after`` (a page)."""
+
+    @abstractmethod
+    def notify(self, agent_id: str, payload: Any, now: float) -> Notification:
+        """Add an inbox item and count it unread (``NotFoundError``: unknown agent)."""
+
+    @abstractmethod
+    def read_inbox(self, agent_id: str, limit: int, now: float) -> list[Notification]:
+        """The oldest ``limit`` unread items, marked read in the same transaction."""
+
+    @abstractmethod
+    def assign(self, runner_id: str, mode: str, now: float) -> Assignment | None:
+        """Atomically take the next agent for a runner in ``mode``
+        (``corral.scheduler.policy``'s order) under an activation lease until
+        ``now + activation_ttl``; None when nothing is due for the mode."""
+
+    @abstractmethod
+    def list_assignments(self, limit: int) -> list[Assignment]:
+        """The live activations, oldest first (without their inbox items)."""
+
+    @abstractmethod
+    def release_activation(self, assignment_id: int, runner_id: str, epoch: int,
+                           outcome: dict[str, Any], now: float) -> Agent:  # fmt: skip
+        """End a live activation ``runner_id`` holds at ``epoch`` (``LeaseError``
+        otherwise, nothing changed): the agent stamped and counted, its inbox items read."""
+
+    @abstractmethod
+    def activation_deadline(self) -> float | None:
+        """When the next activation lease expires (None: none is held)."""
+
+    @abstractmethod
+    def expire_activations(self, now: float) -> list[Event]:
+        """End the activations expired at ``now`` (their TTL, or their runner's node
+        ended): an ``activation_expired`` event each; the agents assignable again."""
+
+    @abstractmethod
+    def prune_notifications(self, now: float) -> int:
+        """Delete inbox items read longer than ``event_retention_seconds`` ago."""
+
+    @abstractmethod
+    def scheduler_stats(self, now: float) -> dict[str, Any]:
+        """The scheduler's scaling signals for ``/metrics``."""
 
     # --- the monitor's duties -----------------------------------------------------
     @abstractmethod

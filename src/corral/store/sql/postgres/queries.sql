@@ -878,3 +878,185 @@ WHERE (:busy::int IS NULL OR idle_since IS NULL)
   AND (:workflow::text IS NULL OR workflow = :workflow::text)
   AND (:host::text IS NULL OR host = :host::text)
 ORDER BY created_at, handler_id LIMIT :limit;
+-- === the activation scheduler (corral.store.sqlsched) ===============================
+-- name: agent_upsert
+INSERT INTO agents (id, config, min_interval, next_due_at, next_due_task, created_at,
+                    updated_at)
+VALUES (:id, :config, :min_interval, :next_due_at, :next_due_task, :now, :now)
+ON CONFLICT (id) DO UPDATE SET config = excluded.config,
+    min_interval = excluded.min_interval, next_due_at = excluded.next_due_at,
+    next_due_task = excluded.next_due_task, updated_at = excluded.updated_at
+RETURNING *;
+
+-- name: agent_get
+SELECT * FROM agents WHERE id = :id;
+
+-- name: agents_page
+SELECT * FROM agents WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: agent_unread_add
+UPDATE agents SET unread = unread + 1 WHERE id = :id RETURNING id;
+
+-- name: notification_insert
+INSERT INTO notifications (agent_id, payload, created_at)
+VALUES (:agent_id, :payload, :now)
+RETURNING *;
+
+-- name: notifications_unread
+SELECT * FROM notifications WHERE agent_id = :agent_id AND read_at IS NULL
+ORDER BY id LIMIT :limit;
+
+-- name: notifications_mark_read
+UPDATE notifications SET read_at = :now
+WHERE agent_id = :agent_id AND read_at IS NULL AND id <= :upto;
+
+-- name: agent_unread_sub
+UPDATE agents SET unread = unread - :n WHERE id = :id;
+
+-- name: runner_seen
+INSERT INTO runners (id, mode, seen_at) VALUES (:id, :mode, :now)
+ON CONFLICT (id) DO UPDATE SET mode = excluded.mode, seen_at = excluded.seen_at;
+
+-- name: activation_insert
+INSERT INTO activations (agent_id, runner_id, mode, kind, epoch, task, due_at, inbox_upto,
+                         posts_left, comments_left, claimed_at, expires_at)
+VALUES (:agent_id, :runner_id, :mode, :kind, :epoch, :task, :due_at, :inbox_upto,
+        :posts_left, :comments_left, :now, :expires_at)
+RETURNING *;
+
+-- name: activations_all
+SELECT * FROM activations ORDER BY id LIMIT :limit;
+
+-- name: activation_delete
+DELETE FROM activations WHERE id = :id;
+
+-- name: agent_release
+-- A released activation: the agent free again, stamped, counted, its caps tallied and
+-- its next cron override set; unread less what the activation read.
+UPDATE agents SET held_by = NULL, last_activated_at = :now,
+    activation_count = activation_count + 1, unread = unread - :read,
+    cap_day = :cap_day, posts_today = :posts, comments_today = :comments,
+    next_due_at = :next_due_at, next_due_task = :next_due_task, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: agent_unhold
+-- An expired activation: the agent free again, as it was before it.
+UPDATE agents SET held_by = NULL, updated_at = :now WHERE id = :id;
+
+-- name: notifications_prune
+-- Read inbox items older than the event retention, oldest first, a batch at a time
+-- (ids grow with time, so the scan meets them first).
+DELETE FROM notifications WHERE id IN (
+    SELECT id FROM notifications WHERE read_at IS NOT NULL AND read_at < :cutoff
+    ORDER BY id LIMIT :limit);
+
+-- name: next_activation_expiry
+SELECT min(expires_at) AS t FROM activations;
+
+-- name: sched_stats
+SELECT
+    (SELECT count(*) FROM notifications WHERE read_at IS NULL) AS inbox_depth,
+    (SELECT min(created_at) FROM notifications WHERE read_at IS NULL) AS oldest_unread,
+    (SELECT max(last_activated_at) FROM agents) AS last_activation,
+    (SELECT count(*) FROM agents) AS agents;
+
+-- name: sched_active_by_kind
+SELECT kind, count(*) AS n FROM activations GROUP BY kind;
+
+-- name: sched_runners_by_mode
+SELECT r.mode, count(*) AS n FROM runners r
+WHERE EXISTS (SELECT 1 FROM nodes n WHERE n.id = r.id AND n.status <> 'terminated')
+GROUP BY r.mode;
+
+-- name: sched_runner_alive
+-- Whether an expired activation's runner still lives (the event's reason); no lock.
+SELECT id FROM nodes WHERE id = :id AND status <> 'terminated';
+
+-- name: sched_runner_lock
+-- An assignment and a release lock the runner's node first (as the node's end does
+-- before it ends the node's activations), so they never wait on each other in
+-- opposite orders; an assignment's node cannot end before it commits, so the end
+-- sees the new activation.
+SELECT id FROM nodes WHERE id = :id AND status <> 'terminated' FOR UPDATE;
+
+-- name: sched_runner_working
+-- The runner holds an activation: working (never idle-retired meanwhile), its call a
+-- sign of life.
+UPDATE nodes SET status = 'working', idle_since = NULL, last_activity = :now,
+                 dead_at = :now + live_window
+WHERE id = :id AND status <> 'terminated'
+RETURNING id;
+
+-- name: sched_runner_done
+-- After a release: a runner holding no other activation and no task is idle again
+-- (a bootstrap manager stays working).
+UPDATE nodes SET status = 'idle', idle_since = :now, last_activity = :now,
+                 dead_at = :now + live_window
+WHERE id = :id AND status = 'working' AND role <> 'bootstrap_manager'
+  AND NOT EXISTS (SELECT 1 FROM activations WHERE runner_id = :id)
+  AND NOT EXISTS (SELECT 1 FROM tasks WHERE assigned_to = :id AND status = 'in_progress');
+
+-- name: agent_for_update
+SELECT * FROM agents WHERE id = :id FOR UPDATE;
+
+-- name: activation_for_update
+SELECT * FROM activations WHERE id = :id FOR UPDATE;
+
+-- name: activations_expired
+-- SKIP LOCKED: an activation being released right now is that release's.
+SELECT * FROM activations WHERE expires_at <= :now ORDER BY expires_at LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- The claims: one statement each, taking the head of one class of the order
+-- (corral.scheduler.policy). FOR UPDATE SKIP LOCKED: a head another claim holds is
+-- passed over, and a row that stopped matching once locked is re-checked away.
+-- name: claim_inbox
+WITH pick AS (
+    SELECT id FROM agents WHERE held_by IS NULL AND unread > 0
+    ORDER BY unread DESC, last_activated_at ASC NULLS FIRST, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE agents a SET held_by = :runner, epoch = a.epoch + 1, updated_at = :now
+FROM pick WHERE a.id = pick.id
+RETURNING a.*;
+
+-- name: claim_scheduled
+WITH pick AS (
+    SELECT id FROM agents
+    WHERE held_by IS NULL AND next_due_at IS NOT NULL AND next_due_at <= :now
+    ORDER BY next_due_at, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE agents a SET held_by = :runner, epoch = a.epoch + 1, updated_at = :now
+FROM pick WHERE a.id = pick.id
+RETURNING a.*;
+
+-- name: claim_discovery
+-- The better of two heads: the stalest agent under the cluster's interval (taken only
+-- if rested: if it is not, none of them is), and the stalest rested agent with an
+-- interval of its own (a walk over those few). The head not taken stays locked until
+-- the commit (another claim passes over it meanwhile).
+WITH shared AS (
+    SELECT id, last_activated_at FROM agents
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NULL
+    ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), own AS (
+    SELECT id, last_activated_at FROM agents
+    WHERE held_by IS NULL AND unread = 0 AND min_interval IS NOT NULL
+      AND (last_activated_at IS NULL OR min_interval <= 0
+           OR last_activated_at <= :now - min_interval)
+    ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), pick AS (
+    SELECT id, last_activated_at FROM shared
+    WHERE last_activated_at IS NULL OR :interval <= 0
+       OR last_activated_at <= :now - :interval
+    UNION ALL
+    SELECT id, last_activated_at FROM own
+    ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1
+)
+UPDATE agents a SET held_by = :runner, epoch = a.epoch + 1, updated_at = :now
+FROM pick WHERE a.id = pick.id
+RETURNING a.*;

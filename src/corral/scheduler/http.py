@@ -1,0 +1,228 @@
+"""The scheduler's HTTP handlers and models (``corral.server.routes`` adds them to its
+table): one handler per operation, each a single ``Cluster`` call."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, WithJsonSchema
+
+from corral.server.models import (
+    ID_SCHEMA,
+    NodeId,
+    PositiveInt,
+    _In,
+    _Out,
+    _Query,
+)
+from corral.validation import MAX_INT, MAX_LIMIT
+
+__all__ = ["LIST_RESPONSES", "ROUTES"]
+
+Mode = Literal["notification", "exploration", "hybrid"]
+
+# The agent config as the service checks it (corral.scheduler.agentconfig); a cron
+# entry's expression and time zone are checked beyond their shape by the service.
+_NOT_BLANK = {"type": "string", "maxLength": 200, "pattern": "^[^\\x00]*[^\\s\\x00][^\\x00]*$"}
+_WORDS = {"type": "array", "maxItems": 100, "items": _NOT_BLANK}
+_COUNT = {"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_INT}, {"type": "null"}]}
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": _NOT_BLANK,
+        "type": _NOT_BLANK,
+        "model": _NOT_BLANK,
+        "interests": _WORDS,
+        "watch_communities": _WORDS,
+        "can_create_posts": {"type": "boolean"},
+        "max_daily_posts": _COUNT,
+        "max_daily_comments": _COUNT,
+        "discovery": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "respond_to_questions": {"type": "boolean"},
+                "respond_to_discussions": {"type": "boolean"},
+                "min_confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        },
+        "schedule_override": {
+            "type": "array",
+            "maxItems": 32,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["cron"],
+                "properties": {
+                    "cron": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "task": ID_SCHEMA,
+                    "tz": {"type": "string", "minLength": 1, "maxLength": 64},
+                },
+            },
+        },
+        "min_activation_interval": {
+            "anyOf": [{"type": "number", "minimum": 0, "maximum": 1e9}, {"type": "null"}]
+        },
+        "extra": {"type": "object"},
+    },
+}
+_OUTCOME_COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+OUTCOME_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {k: _OUTCOME_COUNT for k in ("posts", "comments", "inbox_read")},
+        },
+        {"type": "null"},
+    ]
+}
+
+
+# --- requests ---------------------------------------------------------------------------
+class AddAgentIn(_In):
+    agent_id: NodeId = Field(description="The agent's id (1-64 characters).")
+    config: Annotated[
+        dict[str, Any] | None, WithJsonSchema({"anyOf": [CONFIG_SCHEMA, {"type": "null"}]})
+    ] = Field(
+        None,
+        description="interests, watch_communities, can_create_posts, max_daily_posts, "
+        "max_daily_comments, discovery, schedule_override, min_activation_interval, extra.",
+    )
+
+
+class ListAgentsQuery(_Query):
+    after: str = Field("", max_length=64, description="Agents after this id (a page).")
+    limit: int = Field(100, ge=1, le=MAX_LIMIT)
+
+
+class NotifyIn(_In):
+    payload: Any = Field(description="The inbox item: JSON, at most 64 KiB.")
+
+
+class ReadInboxIn(_In):
+    limit: PositiveInt = Field(100, description="At most this many items.")
+
+
+class AssignmentIn(_In):
+    mode: Mode = "hybrid"
+
+
+class ReleaseIn(_In):
+    runner_id: NodeId
+    epoch: PositiveInt
+    outcome: Annotated[dict[str, Any] | None, WithJsonSchema(OUTCOME_SCHEMA)] = Field(
+        None, description="Counts (posts, comments, inbox_read) and free-form fields."
+    )
+
+
+class ListAssignmentsQuery(_Query):
+    limit: int = Field(100, ge=1, le=MAX_LIMIT)
+
+
+# --- responses --------------------------------------------------------------------------
+class AgentOut(_Out):
+    id: str
+    config: dict[str, Any]
+    unread: int
+    last_activated_at: float | None
+    activation_count: int
+    held_by: str | None
+    epoch: int
+    next_due_at: float | None
+    next_due_task: str | None
+    cap_day: int
+    posts_today: int
+    comments_today: int
+    created_at: float
+    updated_at: float
+
+
+class NotificationOut(_Out):
+    id: int
+    agent_id: str
+    payload: Any
+    created_at: float
+    read_at: float | None
+
+
+class AssignmentOut(_Out):
+    id: int
+    agent_id: str
+    runner_id: str
+    kind: Literal["inbox", "scheduled", "discovery"]
+    epoch: int
+    mode: Mode
+    claimed_at: float
+    expires_at: float
+    task: str | None
+    due_at: float | None
+    inbox: list[NotificationOut]
+    allowance: dict[str, int | None]
+    config: dict[str, Any]
+
+
+class AssignmentAnswer(_Out):
+    assignment: AssignmentOut | None
+    text: str
+
+
+# --- handlers ---------------------------------------------------------------------------
+def add_agent(c: Any) -> Any:
+    return c.cluster.add_agent(c.body.agent_id, c.body.config)
+
+
+def get_agent(c: Any) -> Any:
+    return c.cluster.get_agent(c.path["agent_id"])
+
+
+def list_agents(c: Any) -> Any:
+    return [a.to_dict() for a in c.cluster.list_agents(c.query.after, c.query.limit)]
+
+
+def notify(c: Any) -> Any:
+    return c.cluster.notify(c.path["agent_id"], c.body.payload)
+
+
+def read_inbox(c: Any) -> Any:
+    limit = c.body.limit if c.body is not None else 100
+    return [n.to_dict() for n in c.cluster.read_inbox(c.path["agent_id"], limit)]
+
+
+def get_assignment(c: Any) -> Any:
+    runner_id = c.path["runner_id"]
+    c.act_as(runner_id)
+    mode = c.body.mode if c.body is not None else "hybrid"
+    a = c.cluster.get_assignment(runner_id, mode)
+    text = "No assignment: nothing is due for this mode." if a is None else a.text
+    return {"assignment": a, "text": text}
+
+
+def release_assignment(c: Any) -> Any:
+    b = c.body
+    c.act_as(b.runner_id)
+    aid = c.path["assignment_id"]  # digits become the id; anything else is refused by it
+    aid = int(aid) if aid.isdigit() and len(aid) <= 18 else aid
+    return c.cluster.release_assignment(aid, b.runner_id, b.epoch, b.outcome)
+
+
+def list_assignments(c: Any) -> Any:
+    return [a.to_dict() for a in c.cluster.list_assignments(c.query.limit)]
+
+
+# name: (handler, response, body, query, short) — routes.py's _Http fields
+ROUTES: dict[str, tuple[Any, type[BaseModel] | None, Any, Any, bool]] = {
+    "add_agent": (add_agent, AgentOut, AddAgentIn, None, True),
+    "get_agent": (get_agent, AgentOut, None, None, True),
+    "list_agents": (list_agents, None, None, ListAgentsQuery, False),
+    "notify": (notify, NotificationOut, NotifyIn, None, True),
+    "read_inbox": (read_inbox, None, ReadInboxIn, None, False),  # up to 10,000 items
+    "get_assignment": (get_assignment, AssignmentAnswer, AssignmentIn, None, True),
+    "release_assignment": (release_assignment, AgentOut, ReleaseIn, None, True),
+    "list_assignments": (list_assignments, None, None, ListAssignmentsQuery, False),
+}
+LIST_RESPONSES: dict[str, type[BaseModel]] = {
+    "list_agents": AgentOut,
+    "read_inbox": NotificationOut,
+    "list_assignments": AssignmentOut,
+}
