@@ -268,7 +268,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         mon = thread = None
         if monitor:
-            mon = corral.Monitor(cluster)
+            mon = corral.Monitor(_own_connection(cluster))
             thread = mon.start_thread()
         try:
             async with AsyncExitStack() as stack:
@@ -280,6 +280,8 @@ def create_app(
             if mon is not None and thread is not None:
                 mon.stop()
                 await anyio.to_thread.run_sync(_join, thread)
+                if mon.cluster is not cluster and not thread.is_alive():
+                    mon.cluster.close()
             st.shutdown()
 
     api = Starlette(
@@ -289,6 +291,17 @@ def create_app(
     dispatch = ApiRouter(api, api.routes, st, mounts={MCP_PATH: _McpGate(mcp_app, st)})
     dispatch.state = st  # type: ignore[attr-defined]
     return dispatch
+
+
+def _own_connection(cluster: Any) -> Any:
+    """The monitor's own client over the cluster's store: its transactions never
+    hold the connection (and the store's lock) the requests use, so a request never
+    waits for a pass, and its passes never queue behind requests. An in-memory
+    database (one connection's) is shared."""
+    url = getattr(cluster, "url", None)
+    if not url or ":memory:" in url:
+        return cluster
+    return corral.connect(url, clock=cluster.clock)
 
 
 def _join(thread: threading.Thread) -> None:
