@@ -95,11 +95,11 @@ class ServerState:
         self.would_block: type[Exception] = _NeverRaised
         self.short_calls: ShortCalls | None = None
         store = getattr(cluster, "store", None)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
         if inline and isinstance(store, Store) and store.inline_calls:
             self.nowait = store.nowait
             self.would_block = WouldBlock
-            self.short_calls = ShortCalls(store.nowait, WouldBlock, store.group)
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
+            self.short_calls = ShortCalls(store.nowait, WouldBlock, store.group, self.pool)
         self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)
         self._changed: anyio.Event | None = None
