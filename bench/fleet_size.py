@@ -333,8 +333,13 @@ def through_serve(srv: Serve, coro: Any) -> dict[str, Any]:
     cpu0, client0, t0 = srv.cpu_seconds(), time.process_time(), time.perf_counter()
     out: dict[str, Any] = _run_client(coro)
     wall = time.perf_counter() - t0
-    out["server_cores"] = (srv.cpu_seconds() - cpu0) / wall
+    cpu = srv.cpu_seconds() - cpu0
+    out["server_cores"] = cpu / wall
+    # CPU per beat: what serving costs, whatever share of the cores the machine's
+    # other work left the server (the rate depends on that share; this does not).
+    out["server_us_per_beat"] = cpu / max(1, out["n"]) * 1e6
     out["client_cores"] = (time.process_time() - client0) / wall
+    out["client_us_per_beat"] = (time.process_time() - client0) / max(1, out["n"]) * 1e6
     return out
 
 
@@ -416,6 +421,10 @@ def summarize(res: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
         / _median(mon["no_monitor"], "beats_per_s"),
         "workers2_over_1": _median(wk["workers_2"], "beats_per_s")
         / _median(wk["workers_1"], "beats_per_s"),
+        "monitor_cpu_per_beat_ratio": _median(mon["monitor"], "server_us_per_beat")
+        / _median(mon["no_monitor"], "server_us_per_beat"),
+        "workers2_cpu_per_beat_ratio": _median(wk["workers_2"], "server_us_per_beat")
+        / _median(wk["workers_1"], "server_us_per_beat"),
     }
     p1 = res["paced"]["workers_1"]
     s["paced_met"] = p1["p99_ms"] <= 50 and p1["send_lag_max_ms"] <= 100 and p1["errors"] == 0
@@ -450,10 +459,11 @@ def render(res: dict[str, Any], s: dict[str, Any]) -> str:
     for group in ("monitor", "workers"):
         for name, runs in res[group].items():
             rows.append([name, _median(runs, "beats_per_s"), _median(runs, "p99_ms"),
-                         _median(runs, "server_cores"), _median(runs, "client_cores"),
+                         _median(runs, "server_cores"), _median(runs, "server_us_per_beat"),
+                         _median(runs, "client_cores"), _median(runs, "client_us_per_beat"),
                          sum(r["errors"] for r in runs)])  # fmt: skip
-    out += ["", table(["serve", "beats/s", "p99 ms", "server cores", "client cores", "errors"],
-                      rows)]  # fmt: skip
+    out += ["", table(["serve", "beats/s", "p99 ms", "server cores", "server µs/beat",
+                       "client cores", "client µs/beat", "errors"], rows)]  # fmt: skip
     out += ["", table(
         ["paced fleet", "offered/s", "done/s", "p50 ms", "p99 ms", "max ms", "send lag p99 ms",
          "send lag max ms", "server cores", "client cores", "errors"],
@@ -466,6 +476,8 @@ def render(res: dict[str, Any], s: dict[str, Any]) -> str:
         ["wake read p99, largest / smallest", s["wake_read_p99_ratio"]],
         ["serve beats/s, monitor / --no-monitor", s["monitor_over_no_monitor"]],
         ["serve beats/s, --workers 2 / 1", s["workers2_over_1"]],
+        ["server CPU per beat, monitor / --no-monitor", s["monitor_cpu_per_beat_ratio"]],
+        ["server CPU per beat, --workers 2 / 1", s["workers2_cpu_per_beat_ratio"]],
     ])]  # fmt: skip
     out += ["", "targets met: " + ", ".join(f"{k} {'yes' if v else 'NO'}"
                                            for k, v in s["met"].items())]  # fmt: skip
@@ -481,7 +493,7 @@ def main() -> None:
     ap.add_argument("--recoveries", type=int, default=10)
     ap.add_argument("--fleet", type=int, default=10_000, help="the fleet beating through serve")
     ap.add_argument("--seconds", type=float, default=6.0)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--conns", type=int, default=32)
     ap.add_argument("--paced-conns", type=int, default=64)
     ap.add_argument("--paced-seconds", type=float, default=20.0)
