@@ -510,18 +510,26 @@ def main() -> None:
         a.fleet, a.seconds, a.rounds, a.conns = 200, 0.5, 1, 4
         a.paced_conns, a.paced_seconds = 4, 1.0
     tmp = Path(tempfile.mkdtemp(prefix="corral-fleet-"))
-    results, summaries, texts = [], {}, []
+    results, summaries = [], {}
+    params = {k: v for k, v in vars(a).items() if k != "out"}
+    params["out"] = str(a.out)
     for backend in backends:
-        res = run_backend(backend, tmp, a)
+        for attempt in (1, 2):
+            try:
+                res = run_backend(backend, tmp, a)
+                break
+            except corral.StoreUnavailableError as exc:
+                # A shared server restarted under the run (other work on the machine):
+                # that backend's part runs again, once.
+                if attempt == 2:
+                    raise
+                print(f"[{backend}] the store went away ({exc}); running it again", flush=True)
         s = summarize(res, a)
         results.append(res)
         summaries[backend] = s
-        texts.append(render(res, s))
-        print(texts[-1], flush=True)
-    params = {k: v for k, v in vars(a).items() if k != "out"}
-    params["out"] = str(a.out)
-    write_json(a.out, {"bench": "fleet_size", "machine": machine_info(), "params": params,
-                       "results": results, "summary": summaries})  # fmt: skip
+        print(render(res, s), flush=True)
+        write_json(a.out, {"bench": "fleet_size", "machine": machine_info(), "params": params,
+                           "results": results, "summary": summaries})  # fmt: skip
 
 
 if __name__ == "__main__":
