@@ -21,7 +21,7 @@ from corral.store.sqlite.writer import fcntl, lock_holder
 
 __all__ = ["MonitorLeader"]
 
-log = logging.getLogger("corral.monitor")
+log = logging.getLogger("corral.store.sqlite")  # as PostgreSQL's leader: corral.store.postgres
 
 
 class MonitorLeader:
