@@ -187,3 +187,25 @@ def _ready(c: Any) -> bool:
     except (corral.CorralError, OSError):
         return False
     return True
+
+
+@pytest.mark.parametrize(
+    ("args", "url", "says"),
+    [
+        (["--workers", "0"], None, "--workers"),
+        (["--workers", "two"], None, "--workers"),
+        (["--workers", "2"], "sqlite:///:memory:", "--workers"),
+    ],
+)
+def test_bad_workers_is_exit_2_naming_the_option(
+    tmp_path: Path, args: list[str], url: str | None, says: str
+) -> None:
+    env = {**os.environ, "CORRAL_TOKEN": TOKEN,
+           "CORRAL_URL": url or f"sqlite:///{tmp_path / 'c.db'}"}  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "corral", "serve", "--port", str(free_port()), *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error")]
+    assert len(lines) == 1 and says in lines[0], r.stderr
