@@ -254,3 +254,41 @@ def test_workflows_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         assert ours[key]["n"] == ours["runs"]
     assert ours["heap_held_idle_bytes"] > 0
     assert theirs["resume_ms"]["n"] == theirs["runs"]
+
+
+def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """fleet_size.py --quick exits 0 and writes, for SQLite and PostgreSQL: registration,
+    wake-read and idle-tick percentiles at both fleet sizes, a recovery per size, the
+    serve runs with and without the monitor and with 1 and 2 workers (no errors), the
+    paced fleet, the load client's CPU, and the summary's ratios and verdicts."""
+    data = run_quick("fleet_size.py", tmp_path / "fleet.json")
+    assert data["bench"] == "fleet_size"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    params = data["params"]
+    assert [r["backend"] for r in data["results"]] == ["sqlite", "postgres"]
+    for res in data["results"]:
+        assert [r["fleet"] for r in res["wake"]] == params["sizes"]
+        for r in res["wake"]:
+            for key in ("register_us", "deadlines_us", "idle_tick_us"):
+                assert 0 < r[key]["p50"] <= r[key]["p99"]
+        assert [r["fleet"] for r in res["recovery"]] == params["recovery_sizes"]
+        for r in res["recovery"]:
+            assert r["committed_after_threshold_ms"]["n"] == params["recoveries"]
+        for group, names in (("monitor", {"monitor", "no_monitor"}),
+                             ("workers", {"workers_1", "workers_2"})):  # fmt: skip
+            assert set(res[group]) == names
+            for runs in res[group].values():
+                assert len(runs) == params["rounds"]
+                for run in runs:
+                    assert run["beats_per_s"] > 0 and run["errors"] == 0
+                    assert run["client_cores"] > 0
+        assert set(res["paced"]) == {"workers_1", "workers_2"}
+        for run in res["paced"].values():
+            assert run["n"] > 0 and run["errors"] == 0
+        summary = data["summary"][res["backend"]]
+        assert summary["register_p99_ratio"] > 0 and summary["workers2_over_1"] > 0
+        assert set(summary["met"]) == {
+            "register_p99_within_2x", "wake_read_within_2x",
+            "recovery_within_threshold_plus_5ms", "monitor_at_least_0.9x",
+            "paced_p99_50ms_lag_100ms", "workers2_at_least_1.5x",
+        }  # fmt: skip

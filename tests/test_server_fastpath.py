@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +315,46 @@ def test_a_lone_call_commits_by_itself_and_two_share_a_group(tmp_path: Path) -> 
     assert groups == [1]
     other = sqlite3.connect(tmp_path / "lone.db")
     assert other.execute("SELECT count(*) FROM tasks").fetchone()[0] == 3
+    other.close()
+    c.close()
+
+
+def test_a_turn_that_finds_the_store_busy_waits_as_one_group_on_the_executor(
+    tmp_path: Path,
+) -> None:
+    """Another connection holds the write lock when a turn starts: with an executor
+    the turn's calls run there as one group, which waits for the lock and commits
+    once; each request gets its own answer after that commit (none hops alone)."""
+    c = corral.connect(f"sqlite:///{tmp_path / 'busy.db'}")
+    store = c.store
+    groups: list[int] = []
+
+    @contextlib.contextmanager
+    def counted_group() -> Iterator[None]:
+        groups.append(threading.get_ident())
+        with store.group():
+            yield
+
+    def add(title: Any) -> Any:
+        return c.add_task(title).title
+
+    other = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+
+    async def turn(pool: Any) -> list[Any]:
+        calls = ShortCalls(store.nowait, WouldBlock, counted_group, pool)
+        pending = [calls.submit(add, t) for t in ("Implement a", "Implement b")]  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)  # the group waits for the other writer meanwhile
+        assert not any(p.done() for p in pending)
+        other.execute("ROLLBACK")
+        return await asyncio.gather(*pending)
+
+    with ThreadPoolExecutor(1) as pool:
+        assert asyncio.run(turn(pool)) == ["Implement a", "Implement b"]
+    loop_thread = threading.get_ident()
+    # The loop's try, then one group on the executor's thread for both calls.
+    assert len(groups) == 2 and groups[0] == loop_thread and groups[1] != loop_thread
+    assert other.execute("SELECT count(*) FROM tasks").fetchone()[0] == 2
     other.close()
     c.close()
 

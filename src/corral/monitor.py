@@ -4,6 +4,14 @@
 nodes, refresh the assessment, prune old events, and say when the next deadline is.
 ``Monitor.run()`` is that pass in a loop that sleeps until the next deadline (at most
 ``max_sleep``, so work that other processes add is seen promptly) or until woken.
+
+Each duty is a ``Duty``: a function giving its next deadline and a function doing the
+work due at a moment. The deadlines come from index heads (``Store.deadlines``, one
+short read), and the work visits only what is past its deadline, in short
+transactions, so a wake costs the same whatever the fleet's size. To add a duty: give
+the store a read of its next deadline from an index (a field of ``Deadlines`` filled
+by ``deadlines()``, or a query of its own) and a method doing the due work in batches,
+then append a ``Duty`` to ``DUTIES``.
 """
 
 from __future__ import annotations
@@ -12,21 +20,72 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from corral.backoff import Backoff
 from corral.cluster import Cluster
+from corral.deadlines import Deadlines
 from corral.defaults import MONITOR_MAX_SLEEP
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Assessment, Event
+from corral.store.base import Store
 from corral.types import Client
 from corral.validation import check_positive
 
-__all__ = ["Monitor", "TickResult"]
+__all__ = ["DUTIES", "Duty", "Monitor", "TickResult"]
 
 log = logging.getLogger("corral.monitor")
 
 _PRUNE_EVERY = 3600.0
+
+# What a duty's work returns: the events it recorded, or the assessment it made.
+DutyOutcome = Sequence[Event] | Assessment | None
+
+
+def _prune(store: Store, now: float) -> None:
+    store.prune_events(now)
+    store.prune_notifications(now)  # read inbox items, as old (corral.scheduler)
+
+
+@dataclass(frozen=True, slots=True)
+class Duty:
+    """One of the monitor's duties.
+
+    ``due(store, deadlines, last_run)`` is when it next falls due (None: nothing to
+    do), from the wake's ``Deadlines`` read or an index head of its own; ``last_run``
+    is when this monitor last ran it (None: never). ``run(store, now)`` does the work
+    due at ``now`` in short transactions (a batch each; the monitor comes back at once
+    while the deadline is still past) and returns its events or its assessment."""
+
+    name: str
+    due: Callable[[Store, Deadlines, float | None], float | None]
+    run: Callable[[Store, float], DutyOutcome]
+
+
+DUTIES: tuple[Duty, ...] = (
+    Duty(
+        "reap_dead", lambda store, due, last: due.dead_at, lambda store, now: store.reap_dead(now)
+    ),
+    Duty(
+        "retire_idle",
+        lambda store, due, last: due.idle_retire_at,
+        lambda store, now: store.retire_idle(now),
+    ),
+    # Activation leases (corral.scheduler), after the reaping: a runner's death ends
+    # its activations at that moment.
+    Duty(
+        "expire_activations",
+        lambda store, due, last: store.activation_deadline(),
+        lambda store, now: store.expire_activations(now),
+    ),
+    Duty("assess", lambda store, due, last: due.assess_at, lambda store, now: store.assess(now)),
+    Duty(
+        "prune_events",
+        lambda store, due, last: float("-inf") if last is None else last + _PRUNE_EVERY,
+        lambda store, now: _prune(store, now),
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +117,7 @@ def _log_event(event: Event) -> None:
 
 class Monitor:
     def __init__(self, cluster: Client, *, max_sleep: float = MONITOR_MAX_SLEEP,
-                 name: str | None = None) -> None:  # fmt: skip
+                 name: str | None = None, duties: Sequence[Duty] = DUTIES) -> None:  # fmt: skip
         if not isinstance(cluster, Cluster):  # the duties are store transactions
             raise InvalidInputError(
                 "the monitor needs the store itself (a sqlite:// or postgresql:// url),"
@@ -70,7 +129,8 @@ class Monitor:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._last_prune = float("-inf")
+        self.duties = tuple(duties)
+        self._last_run: dict[str, float] = {}  # duty name -> when this monitor ran it
         # (pid, stopped, since) of a process seen holding the store's write lock while
         # the duties failed; reported as an alert event once writes go through again
         self._stall: tuple[int, bool, float] | None = None
@@ -85,31 +145,31 @@ class Monitor:
         events: list[Event] = []
         assessed = None
         due = store.deadlines()
+        ran = False
         with store.acting_as(self.name):  # its events say which monitor acted
-            if due.dead_at is not None and due.dead_at <= now:
-                events += store.reap_dead(now)
-            if due.idle_retire_at is not None and due.idle_retire_at <= now:
-                events += store.retire_idle(now)
-            # Activation leases (corral.scheduler), after the reaping: a runner's
-            # death ends its activations at that moment.
-            expiry = store.activation_deadline()
-            if expiry is not None and expiry <= now:
-                events += store.expire_activations(now)
-            if due.assess_at <= now:
-                assessed = store.assess(now)
-            if now - self._last_prune >= _PRUNE_EVERY:
-                store.prune_events(now)
-                store.prune_notifications(now)  # read inbox items, as old (scheduler)
-                self._last_prune = now
+            for duty in self.duties:
+                at = duty.due(store, due, self._last_run.get(duty.name))
+                if at is None or at > now:
+                    continue
+                outcome = duty.run(store, now)
+                self._last_run[duty.name] = now
+                ran = True
+                if isinstance(outcome, Assessment):
+                    assessed = outcome
+                elif outcome:
+                    events += outcome
         for event in events:
             _log_event(event)
-        if events or assessed:
+        if ran:
             due = store.deadlines()
-        expiry = store.activation_deadline()
         upcoming = [
-            t for t in (due.dead_at, due.idle_retire_at, due.assess_at, expiry) if t is not None
+            t
+            for duty in self.duties
+            if (t := duty.due(store, due, self._last_run.get(duty.name))) is not None
         ]
-        return TickResult(events=events, assessment=assessed, next_deadline=min(upcoming))
+        return TickResult(
+            events=events, assessment=assessed, next_deadline=min(upcoming, default=None)
+        )
 
     def wake(self) -> None:
         """Re-read the deadlines now (something changed)."""

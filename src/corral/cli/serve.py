@@ -8,10 +8,13 @@ import signal
 import socket
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
 from corral.cli._common import client
+from corral.cli.workers import run_workers
+from corral.errors import CorralError
 
 __all__ = ["register"]
 
@@ -40,6 +43,14 @@ __all__ = ["register"]
 )
 @click.option("--no-monitor", is_flag=True, help="Do not run the monitor in this process.")
 @click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes sharing the port (each with its own store connection; one "
+    "monitor leads among them). See docs/server.md for when to raise it.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug", "trace"], False),
     default="info",
@@ -60,16 +71,16 @@ def serve(
     token_file: Path | None,
     metrics_auth: bool,
     no_monitor: bool,
+    workers: int,
     log_level: str,
     access_log: bool,
 ) -> None:
     """Serve the cluster over HTTP: /v1 JSON API, /v1/events (SSE), /metrics, /mcp."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  # installed? (the server runs it in _serve_one)
 
         from corral.cluster import Cluster
-        from corral.server.app import create_app
-        from corral.server.auth import load_token
+        from corral.server import load_token
     except ImportError as exc:
         raise click.ClickException(
             f"the server is not installed ({exc}); pip install 'corral[server]'"
@@ -87,14 +98,71 @@ def serve(
     if not isinstance(cluster, Cluster):
         raise click.UsageError("corral serve needs a sqlite:// or postgresql:// --url")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    app = create_app(
-        cluster, token=token, metrics_auth=metrics_auth, monitor=not no_monitor, host=host
-    )
     bound = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
-    click.echo(f"corral serving {cluster.url} on http://{where}:{bound}", err=True)
+    options = {"token": token, "metrics_auth": metrics_auth, "monitor": not no_monitor,
+               "host": host, "log_level": log_level, "access_log": access_log}  # fmt: skip
+    if workers == 1:
+        click.echo(f"corral serving {cluster.url} on http://{where}:{bound}", err=True)
+        _serve_one(cluster, sock, options, signalled=True)
+        return
+    # Several workers: each forked process opens its own connection (never one shared
+    # across fork); this one only migrated the store, and watches them.
+    url = str(cluster.url)
+    cluster.close()
+    if ":memory:" in url:
+        raise click.BadParameter(
+            "several workers need a database they can share (not :memory:)",
+            param_hint="--workers",
+        )
+    click.echo(f"corral serving {url} on http://{where}:{bound} ({workers} workers)", err=True)
+    stopped_by = run_workers(workers, lambda: _worker(url, sock, options))
+    sock.close()
+    if stopped_by is not None:
+        signal.signal(stopped_by, signal.SIG_DFL)
+        signal.raise_signal(stopped_by)
+    raise _Unavailable("no worker could start; see the log above")
+
+
+def _worker(url: str, sock: socket.socket, options: dict[str, Any]) -> int:
+    """One worker of ``--workers``: its own client, app and uvicorn; its exit status."""
+    from corral.client import connect
+
+    try:
+        cluster = connect(url)
+    except CorralError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    try:
+        _serve_one(cluster, sock, options, signalled=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    finally:
+        cluster.close()
+    return 0
+
+
+def _serve_one(cluster: Any, sock: socket.socket, options: dict[str, Any], *,
+               signalled: bool) -> None:  # fmt: skip
+    """Serve ``cluster`` on ``sock`` until stopped. ``signalled``: a process stopped by
+    SIGINT/SIGTERM dies by it (a worker leaves that to its parent)."""
+    import uvicorn
+
+    from corral.server import create_app
+
+    app = create_app(
+        cluster,
+        token=options["token"],
+        metrics_auth=options["metrics_auth"],
+        monitor=options["monitor"],
+        host=options["host"],
+    )
     config = uvicorn.Config(
-        app, log_level=log_level.lower(), access_log=access_log, timeout_graceful_shutdown=3
+        app,
+        log_level=options["log_level"].lower(),
+        access_log=options["access_log"],
+        timeout_graceful_shutdown=3,
     )
     server = uvicorn.Server(config)
     stopped_by = _run_until_stopped(server, sock)
@@ -103,8 +171,10 @@ def serve(
         # without joining the threads of claims still waiting: the process's own
         # files go first, since ``atexit`` handlers do not run then.
         cluster.store.close_listeners()
-        signal.signal(stopped_by, signal.SIG_DFL)
-        signal.raise_signal(stopped_by)
+        if signalled:
+            signal.signal(stopped_by, signal.SIG_DFL)
+            signal.raise_signal(stopped_by)
+        return
     if not server.started:
         raise _Unavailable("the server did not start; see the log above")
 

@@ -99,11 +99,11 @@ class ServerState:
         self.would_block: type[Exception] = _NeverRaised
         self.short_calls: ShortCalls | None = None
         store = getattr(cluster, "store", None)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
         if inline and isinstance(store, Store) and store.inline_calls:
             self.nowait = store.nowait
             self.would_block = WouldBlock
-            self.short_calls = ShortCalls(store.nowait, WouldBlock, store.group)
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="corral-api")
+            self.short_calls = ShortCalls(store.nowait, WouldBlock, store.group, self.pool)
         self.wait_pool = ThreadPoolExecutor(256, thread_name_prefix="corral-wait")
         self.metrics = Metrics(cluster)
         self._changed: anyio.Event | None = None
@@ -272,7 +272,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         mon = thread = None
         if monitor:
-            mon = corral.Monitor(cluster)
+            mon = corral.Monitor(_own_connection(cluster))
             thread = mon.start_thread()
         try:
             async with AsyncExitStack() as stack:
@@ -284,6 +284,8 @@ def create_app(
             if mon is not None and thread is not None:
                 mon.stop()
                 await anyio.to_thread.run_sync(_join, thread)
+                if mon.cluster is not cluster and not thread.is_alive():
+                    mon.cluster.close()
             st.shutdown()
 
     api = Starlette(
@@ -293,6 +295,17 @@ def create_app(
     dispatch = ApiRouter(api, api.routes, st, mounts={MCP_PATH: _McpGate(mcp_app, st)})
     dispatch.state = st  # type: ignore[attr-defined]
     return dispatch
+
+
+def _own_connection(cluster: Any) -> Any:
+    """The monitor's own client over the cluster's store: its transactions never
+    hold the connection (and the store's lock) the requests use, so a request never
+    waits for a pass, and its passes never queue behind requests. An in-memory
+    database (one connection's) is shared."""
+    url = getattr(cluster, "url", None)
+    if not url or ":memory:" in url:
+        return cluster
+    return corral.connect(url, clock=cluster.clock)
 
 
 def _join(thread: threading.Thread) -> None:

@@ -22,7 +22,9 @@ Per request, on the event loop:
   loop run back to back, in arrival order, each in its own transaction, at the start
   of the next turn (``ShortCalls``): the store's path stays in the CPU's caches
   from one call to the next instead of being evicted by the HTTP work between them
-  (~25% less server CPU per heartbeat under load here). Every other operation
+  (~25% less server CPU per heartbeat under load here). A turn that finds the store
+  busy (another ``--workers`` process or the monitor writing) runs on a worker
+  thread as one group that waits for it, so its calls still share one commit. Every other operation
   (PostgreSQL, scans, batches, waiting claims) hops to a thread once. The hop costs
   more than the transaction on a loaded 2-core machine (docs/performance.md);
 - **answer**: JSON bytes from ``pydantic_core.to_json`` (the same values as
@@ -33,11 +35,13 @@ Per request, on the event loop:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import re
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -99,10 +103,16 @@ class ShortCalls:
         nowait: Callable[[], Any],
         would_block: type[Exception],
         group: Callable[[], Any] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self._nowait = nowait
         self._would_block = would_block
         self._group = group
+        # With an executor, a turn whose group cannot start (another process or thread
+        # holds the store) runs there as one group, waiting for the store, instead of
+        # each call hopping alone: the calls still share one commit (several
+        # ``corral serve`` workers on one SQLite file meet each other's commits often).
+        self._executor = executor
         self._queue: list[tuple[Callable[[Call], Any], Call, asyncio.Future[Any]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -131,8 +141,11 @@ class ShortCalls:
             with self._nowait(), self._group():
                 answers = list(self._calls(queue))
         except self._would_block:  # the group could not start: nothing ran
-            for _, _, future in queue:
-                _settle(future, True, _HOP)
+            if self._executor is None:
+                for _, _, future in queue:
+                    _settle(future, True, _HOP)
+            else:
+                self._executor.submit(self._waiting_group, loop, queue)
             return
         except Exception as exc:  # the shared commit failed: none of it is kept
             for future, _, _ in answers:
@@ -140,6 +153,19 @@ class ShortCalls:
             return
         for future, ok, value in answers:
             _settle(future, ok, value)
+
+    def _waiting_group(self, loop: asyncio.AbstractEventLoop, queue: list[Any]) -> None:
+        """On the executor: the turn's calls as one group that may wait for the store;
+        their answers settled on the loop once the commit is done."""
+        assert self._group is not None
+        answers: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        try:
+            with self._group():
+                answers = list(self._calls(queue))
+        except Exception as exc:  # the shared commit failed: none of it is kept
+            answers = [(future, False, exc) for _, _, future in queue]
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(_settle_all, answers)
 
     def _calls(self, queue: list[Any]) -> Iterator[tuple[asyncio.Future[Any], bool, Any]]:
         """Run each queued call; (future, succeeded, result or exception)."""
@@ -155,6 +181,11 @@ class ShortCalls:
                 yield future, False, exc
             else:
                 yield future, True, result
+
+
+def _settle_all(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in answers:
+        _settle(future, ok, value)
 
 
 def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:

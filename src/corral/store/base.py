@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from corral.deadlines import Deadlines
 from corral.errors import CorralError, InvalidInputError
 from corral.model import (
     Assessment,
@@ -65,15 +66,6 @@ class TaskSpec:
     priority: str = "medium"
     role: str | None = None
     max_attempts: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Deadlines:
-    """The earliest moments the monitor has something to do (None: nothing)."""
-
-    dead_at: float | None
-    idle_retire_at: float | None
-    assess_at: float
 
 
 @dataclass(frozen=True, slots=True)

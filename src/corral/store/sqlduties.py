@@ -27,6 +27,10 @@ def _after_locked(due: float | None, locked: tuple[float, float] | None) -> floa
     return locked[1]
 
 
+def _head(row: Any) -> float | None:
+    return None if row is None else row["t"]
+
+
 class DutiesMixin(SQLHost):
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
 
@@ -38,8 +42,9 @@ class DutiesMixin(SQLHost):
     def deadlines(self) -> Deadlines:
         with self._read() as tx:
             s = self._settings_in(tx)
-            dead = tx.one("next_dead_at")["t"]
-            idle = tx.one("next_idle_since")["t"]
+            # Two index heads (nodes_dead_at, nodes_idle_since): no row, no such node.
+            dead = _head(tx.one("next_dead_at"))
+            idle = _head(tx.one("next_idle_since"))
             last = self._meta(tx, "work_distribution").get("last_assessment")
         retire = None if idle is None else idle + s.idle_limit
         return Deadlines(

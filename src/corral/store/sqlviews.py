@@ -19,9 +19,12 @@ class ViewsMixin(SQLHost):
 
     # --- cluster views --------------------------------------------------------------
     def assess(self, now: float) -> Assessment:
+        # The counts read the fleet and the board: in a read transaction, so no write
+        # waits while they run; the write that records them is a few rows.
+        with self._read() as tx:
+            c = dict(tx.one("assess_counts"))
         with self._write() as tx:
             s = self._settings_in(tx)
-            c = tx.one("assess_counts")
             counts = assessment.Counts(
                 pending=c["pending"],
                 in_progress=c["in_progress"],

@@ -45,6 +45,7 @@ from corral.store.rows import dumps, task_from_tuple
 from corral.store.signal import WAKE_QUERIES, doorbell_for, signal_for
 from corral.store.sqlbase import SQLStore
 from corral.store.sqlite.checkpoint import _Checkpointer
+from corral.store.sqlite.leader import MonitorLeader
 from corral.store.sqlite.synced import _SyncedCommits
 from corral.store.sqlite.writer import _WriterLock, fcntl
 
@@ -165,6 +166,7 @@ class SQLiteStore(SQLStore):
         self._busy_timeout = busy_timeout
         self._ready = signal_for(path)
         self._bell = None if memory else doorbell_for(path, self._ready)
+        self._leader = MonitorLeader(None if memory else self.path)
         synced = sync == "FULL" and not memory and fcntl is not None
         try:
             self._writer = _WriterLock(self.path, busy_timeout, synced)
@@ -237,6 +239,11 @@ class SQLiteStore(SQLStore):
 
     def write_lock_holder(self) -> LockHolder | None:
         return self._writer.holder()
+
+    def try_lead(self, holder: str) -> bool:
+        """One monitor per database file leads: the holder of an ``flock`` on
+        ``<file>-monitor`` (``MonitorLeader``)."""
+        return self._leader.try_lead(holder)
 
     def write_lock_timeouts(self) -> int:
         return self._writer.timeouts
@@ -555,6 +562,7 @@ class SQLiteStore(SQLStore):
             self._bell.close()
 
     def close(self) -> None:
+        self._leader.close()
         if self._checkpoints is not None:
             self._checkpoints.close()
         with self._lock:

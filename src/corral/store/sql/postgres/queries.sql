@@ -148,10 +148,13 @@ SELECT 1 AS n FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
   AND idle_since <= :cutoff LIMIT 1;
 
 -- name: next_dead_at
-SELECT min(dead_at) AS t FROM nodes WHERE status <> 'terminated';
+-- The head of nodes_dead_at: one index entry read, whatever the fleet's size.
+SELECT dead_at AS t FROM nodes WHERE status <> 'terminated' ORDER BY dead_at LIMIT 1;
 
 -- name: next_idle_since
-SELECT min(idle_since) AS t FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager';
+-- The head of nodes_idle_since.
+SELECT idle_since AS t FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
+ORDER BY idle_since LIMIT 1;
 
 -- name: task_insert
 INSERT INTO tasks (title, description, priority, role, roles, status, max_attempts,

@@ -34,6 +34,11 @@ CREATE TABLE nodes (
 );
 CREATE UNIQUE INDEX nodes_live_id ON nodes (id) WHERE status <> 'terminated';
 CREATE INDEX nodes_by_id ON nodes (id, incarnation);
+-- The monitor's deadlines, read from index heads (the earliest death, the earliest idle
+-- start); its passes range-scan only the nodes past their deadline.
+CREATE INDEX nodes_dead_at ON nodes (dead_at) WHERE status <> 'terminated';
+CREATE INDEX nodes_idle_since ON nodes (idle_since)
+    WHERE status = 'idle' AND role <> 'bootstrap_manager';
 
 -- Task ids are never reused (tasks are never deleted).
 CREATE TABLE tasks (

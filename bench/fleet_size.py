@@ -1,0 +1,537 @@
+"""What a fleet's size costs corral: registration, the monitor's wake, a dead node's
+recovery, heartbeats through ``corral serve`` with and without its monitor, a paced
+10,000-node fleet, and ``--workers 2`` against 1, side by side in one run, on SQLite
+and PostgreSQL.
+
+Fleets are loaded with one INSERT (live nodes that registered now), then measured
+through corral's own calls: registration and the monitor embedded, the rest through
+a real ``corral serve`` process driven by a load client of minimal cost (asyncio,
+hand-written keep-alive HTTP/1.1, one process; its CPU is reported).
+
+    python bench/fleet_size.py            # the full run (~12 min)
+    python bench/fleet_size.py --quick    # a smoke run in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corral
+from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
+from corral.monitor import Monitor
+
+TOKEN = "fleet-bench-token"
+PG_ADMIN = os.environ.get("CORRAL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+QUIET = 200.0  # a loaded node's declared interval: its window is the 600 s stale cap
+PERIOD = 5.0  # the paced fleet's heartbeat interval
+
+
+# --- stores and fleets ------------------------------------------------------------------
+class Db:
+    """A fresh database of one backend: a SQLite file or a PostgreSQL database."""
+
+    def __init__(self, backend: str, tmp: Path, name: str) -> None:
+        self.backend = backend
+        if backend == "sqlite":
+            self.url = f"sqlite:///{tmp / (name + '.db')}"
+            self.pg_name = None
+        else:
+            import psycopg
+
+            self.pg_name = f"corral_fleet_{name}_{uuid.uuid4().hex[:6]}"
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{self.pg_name}"')
+            base = PG_ADMIN.rsplit("/", 1)[0]
+            self.url = f"{base}/{self.pg_name}"
+        with corral.connect(self.url) as c:
+            c.configure(max_agents=1_000_000, idle_timeout_seconds=10_000_000.0)
+
+    def load(self, n: int, interval: float, prefix: str = "f") -> None:
+        """Add ``n`` live idle nodes that registered now, with ``interval`` declared."""
+        window = min(3 * interval, 600.0)
+        now = time.time()
+        sql = (
+            "INSERT INTO nodes (id, role, status, idle_since, last_activity,"
+            " heartbeat_interval, live_window, dead_at, registered_at)"
+            f" SELECT '{prefix}' || g, 'developer', 'idle', {now}, {now}, {interval},"
+            f" {window}, {now + window}, {now} FROM s"
+        )
+        if self.backend == "sqlite":
+            import sqlite3
+
+            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                f"WITH RECURSIVE s(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM s WHERE g < {n - 1})"
+                + sql
+            )
+            conn.execute("COMMIT")
+            conn.close()
+        else:
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f"WITH s(g) AS (SELECT generate_series(0, {n - 1}))" + sql)
+                conn.execute("ANALYZE nodes")
+
+    def drop(self) -> None:
+        if self.pg_name is not None:
+            import psycopg
+
+            with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+
+
+def _us(samples: list[float]) -> dict[str, float]:
+    p = percentiles(samples)
+    return {k: (v * 1e6 if k != "n" else v) for k, v in p.items()}
+
+
+# --- registration and the monitor's wake (embedded) -----------------------------------
+def registration_and_wake(db: Db, n: int, samples: int) -> dict[str, Any]:
+    db.load(n, QUIET)
+    reg: list[float] = []
+    with corral.connect(db.url) as c:
+        for k in range(samples):
+            t0 = time.perf_counter()
+            c.register_node(f"r{k}", "developer", heartbeat_interval=QUIET)
+            reg.append(time.perf_counter() - t0)
+        store = c.store
+        reads: list[float] = []
+        for _ in range(samples * 2):
+            t0 = time.perf_counter()
+            store.deadlines()
+            reads.append(time.perf_counter() - t0)
+        mon = Monitor(c)
+        mon.tick()  # the first pass assesses and prunes; then nothing is due for 25 s
+        ticks: list[float] = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            result = mon.tick()
+            ticks.append(time.perf_counter() - t0)
+            assert not result.events and result.assessment is None
+    return {"fleet": n, "register_us": _us(reg), "deadlines_us": _us(reads),
+            "idle_tick_us": _us(ticks)}  # fmt: skip
+
+
+# --- a silent node's lease recovered (embedded monitor thread, own connection) ---------
+def recovery(db: Db, n: int, rounds: int) -> dict[str, Any]:
+    db.load(n, QUIET)
+    mon_client = corral.connect(db.url)
+    mon = Monitor(mon_client)
+    thread = mon.start_thread()
+    lags, wakes = [], []
+    try:
+        with corral.connect(db.url) as c:
+            for r in range(rounds):
+                node = f"silent{r}"
+                # Dead 1.5 s after its claim: longer than the monitor's longest sleep
+                # (0.5 s), so its deadline is read before it falls due, as a real
+                # node's is (the monitor learns of other processes' writes by reading).
+                c.register_node(node, "developer", heartbeat_interval=0.5)
+                c.add_task(f"Implement piece {r}")
+                task = c.claim_best_task(node, "developer")
+                assert task is not None
+                dead_at = c.get_node(node).dead_at
+                assert dead_at is not None
+                end = time.time() + 10
+                while c.get_task(task.id).status == "in_progress":
+                    assert time.time() < end, "the lease was not recovered"
+                    time.sleep(0.0005)
+                lags.append(time.time() - dead_at)
+                event = next(
+                    e for e in reversed(c.events(0, 100_000))
+                    if e.kind == "lease_recovered" and e.node_id == node
+                )  # fmt: skip
+                wakes.append(event.ts - dead_at)
+    finally:
+        mon.stop()
+        thread.join(timeout=5)
+        mon_client.close()
+    return {"fleet": n, "committed_after_threshold_ms": percentiles([x * 1e3 for x in lags]),
+            "woke_after_threshold_ms": percentiles([x * 1e3 for x in wakes])}  # fmt: skip
+
+
+# --- corral serve and the load client ---------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serve:
+    """A ``corral serve`` process (and its workers)."""
+
+    def __init__(self, url: str, workers: int = 1, monitor: bool = True) -> None:
+        self.port = free_port()
+        argv = [sys.executable, "-m", "corral", "serve", "--port", str(self.port),
+                "--workers", str(workers), "--log-level", "warning"]  # fmt: skip
+        if not monitor:
+            argv.append("--no-monitor")
+        env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": TOKEN}
+        self.proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: b\r\n\r\n")
+                    if s.recv(64).startswith(b"HTTP/1.1 200"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > end or self.proc.poll() is not None:
+                raise RuntimeError("corral serve did not start")
+            time.sleep(0.05)
+        if workers > 1:  # every worker up (each answers /healthz once its app runs)
+            time.sleep(1.0)
+
+    def pids(self) -> list[int]:
+        found = [self.proc.pid]
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                    if int(stat[1]) == self.proc.pid:
+                        found.append(int(entry))
+        return found
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection, just enough of the protocol."""
+
+    async def open(self, port: int) -> None:
+        self.r, self.w = await asyncio.open_connection("127.0.0.1", port)
+        self.head = (
+            f"Host: b\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+        )
+
+    async def beat(self, node: str) -> int:
+        self.w.write(
+            f"POST /v1/nodes/{node}/heartbeat HTTP/1.1\r\n{self.head}Content-Length: 2\r\n\r\n{{}}"
+            .encode()
+        )  # fmt: skip
+        head = await self.r.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        await self.r.readexactly(length)
+        return int(head[9:12])
+
+
+def _run_client(coro: Any) -> Any:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    return asyncio.run(coro)
+
+
+async def _saturate(port: int, fleet: int, conns: int, seconds: float) -> dict[str, Any]:
+    """``conns`` connections beating the fleet's nodes back to back."""
+    pool = [Conn() for _ in range(conns)]
+    await asyncio.gather(*(c.open(port) for c in pool))
+    lat: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+
+    async def run(i: int, c: Conn) -> None:
+        nonlocal errors
+        k = i
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            if await c.beat(f"f{k % fleet}") != 200:
+                errors += 1
+            lat.append(time.perf_counter() - t0)
+            k += conns
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(run(i, c) for i, c in enumerate(pool)))
+    elapsed = time.perf_counter() - t0
+    for c in pool:
+        c.w.close()
+    p = percentiles(lat)
+    return {"beats_per_s": len(lat) / elapsed, "p50_ms": p["p50"] * 1e3,
+            "p99_ms": p["p99"] * 1e3, "n": len(lat), "errors": errors}  # fmt: skip
+
+
+async def _paced(port: int, fleet: int, conns: int, seconds: float) -> dict[str, Any]:
+    """Every node beats once per ``PERIOD``, node j at phase j/fleet of it; node j on
+    connection j % conns. A send waits for the connection's previous answer: its lag
+    is how late it goes out against its schedule."""
+    pool = [Conn() for _ in range(conns)]
+    await asyncio.gather(*(c.open(port) for c in pool))
+    lat: list[float] = []
+    lags: list[float] = []
+    errors = 0
+    start = time.perf_counter() + 0.2
+
+    async def run(i: int, c: Conn) -> None:
+        nonlocal errors
+        mine = range(i, fleet, conns)
+        cycle = 0
+        while True:
+            for j in mine:
+                due = start + cycle * PERIOD + j / fleet * PERIOD
+                if due - start >= seconds:
+                    return
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                t0 = time.perf_counter()
+                lags.append(t0 - due)
+                if await c.beat(f"f{j}") != 200:
+                    errors += 1
+                lat.append(time.perf_counter() - t0)
+            cycle += 1
+
+    await asyncio.gather(*(run(i, c) for i, c in enumerate(pool)))
+    elapsed = time.perf_counter() - start
+    for c in pool:
+        c.w.close()
+    p, q = percentiles(lat), percentiles(lags)
+    return {"beats_per_s_offered": fleet / PERIOD, "beats_per_s": len(lat) / elapsed,
+            "p50_ms": p["p50"] * 1e3, "p99_ms": p["p99"] * 1e3, "max_ms": p["max"] * 1e3,
+            "send_lag_p99_ms": q["p99"] * 1e3, "send_lag_max_ms": q["max"] * 1e3,
+            "n": len(lat), "errors": errors}  # fmt: skip
+
+
+def through_serve(srv: Serve, coro: Any) -> dict[str, Any]:
+    cpu0, client0, t0 = srv.cpu_seconds(), time.process_time(), time.perf_counter()
+    out: dict[str, Any] = _run_client(coro)
+    wall = time.perf_counter() - t0
+    cpu = srv.cpu_seconds() - cpu0
+    out["server_cores"] = cpu / wall
+    # CPU per beat: what serving costs, whatever share of the cores the machine's
+    # other work left the server (the rate depends on that share; this does not).
+    out["server_us_per_beat"] = cpu / max(1, out["n"]) * 1e6
+    out["client_cores"] = (time.process_time() - client0) / wall
+    out["client_us_per_beat"] = (time.process_time() - client0) / max(1, out["n"]) * 1e6
+    return out
+
+
+def serve_rounds(db: Db, fleet: int, configs: list[tuple[str, int, bool]], rounds: int,
+                 seconds: float, conns: int) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """Saturating heartbeat runs, the configurations interleaved round by round."""
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
+    for _ in range(rounds):
+        for name, workers, monitor in configs:
+            srv = Serve(db.url, workers, monitor)
+            try:
+                out[name].append(through_serve(srv, _saturate(srv.port, fleet, conns, seconds)))
+            finally:
+                srv.stop()
+    return out
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] for r in runs))
+
+
+# --- the run ------------------------------------------------------------------------------
+def run_backend(backend: str, tmp: Path, a: argparse.Namespace) -> dict[str, Any]:
+    res: dict[str, Any] = {"backend": backend}
+    dbs: list[Db] = []
+
+    def new(name: str) -> Db:
+        dbs.append(Db(backend, tmp, f"{backend}_{name}"))
+        return dbs[-1]
+
+    try:
+        print(f"[{backend}] registration and the monitor's wake", flush=True)
+        res["wake"] = [registration_and_wake(new(f"w{n}"), n, a.samples) for n in a.sizes]
+        print(f"[{backend}] a silent node's lease recovered", flush=True)
+        res["recovery"] = [recovery(new(f"r{n}"), n, a.recoveries) for n in a.recovery_sizes]
+        print(f"[{backend}] heartbeats through corral serve, monitor vs --no-monitor", flush=True)
+        db = new("serve")
+        db.load(a.fleet, QUIET)
+        res["monitor"] = serve_rounds(
+            db, a.fleet, [("monitor", 1, True), ("no_monitor", 1, False)],
+            a.rounds, a.seconds, a.conns,
+        )  # fmt: skip
+        print(f"[{backend}] --workers 2 vs 1 (saturation)", flush=True)
+        res["workers"] = serve_rounds(
+            db, a.fleet, [("workers_1", 1, True), ("workers_2", 2, True)],
+            a.rounds, a.seconds, a.conns * 2,
+        )  # fmt: skip
+        print(f"[{backend}] {a.fleet:,} nodes beating every {PERIOD:.0f} s", flush=True)
+        res["paced"] = {}
+        for workers in (1, 2):
+            # A fleet of its own per run, loaded just before (a node is dead 15 s after
+            # its last beat, and the monitor runs).
+            paced = new(f"paced{workers}")
+            paced.load(a.fleet, PERIOD)
+            srv = Serve(paced.url, workers, True)
+            try:
+                res["paced"][f"workers_{workers}"] = through_serve(
+                    srv, _paced(srv.port, a.fleet, a.paced_conns, a.paced_seconds)
+                )
+            finally:
+                srv.stop()
+    finally:
+        for d in dbs:
+            d.drop()
+    return res
+
+
+def summarize(res: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
+    w = {r["fleet"]: r for r in res["wake"]}
+    lo, hi = min(a.sizes), max(a.sizes)
+    rec = {r["fleet"]: r for r in res["recovery"]}
+    mon, wk = res["monitor"], res["workers"]
+    s = {
+        "register_p99_ratio": w[hi]["register_us"]["p99"] / w[lo]["register_us"]["p99"],
+        "wake_read_p50_ratio": w[hi]["deadlines_us"]["p50"] / w[lo]["deadlines_us"]["p50"],
+        "wake_read_p99_ratio": w[hi]["deadlines_us"]["p99"] / w[lo]["deadlines_us"]["p99"],
+        "recovery_max_ms": {n: r["committed_after_threshold_ms"]["max"] for n, r in rec.items()},
+        "monitor_over_no_monitor": _median(mon["monitor"], "beats_per_s")
+        / _median(mon["no_monitor"], "beats_per_s"),
+        "workers2_over_1": _median(wk["workers_2"], "beats_per_s")
+        / _median(wk["workers_1"], "beats_per_s"),
+        "monitor_cpu_per_beat_ratio": _median(mon["monitor"], "server_us_per_beat")
+        / _median(mon["no_monitor"], "server_us_per_beat"),
+        "workers2_cpu_per_beat_ratio": _median(wk["workers_2"], "server_us_per_beat")
+        / _median(wk["workers_1"], "server_us_per_beat"),
+    }
+    p1 = res["paced"]["workers_1"]
+    s["paced_met"] = p1["p99_ms"] <= 50 and p1["send_lag_max_ms"] <= 100 and p1["errors"] == 0
+    s["met"] = {
+        "register_p99_within_2x": s["register_p99_ratio"] <= 2,
+        "wake_read_within_2x": s["wake_read_p99_ratio"] <= 2,
+        "recovery_within_threshold_plus_5ms": all(v <= 5 for v in s["recovery_max_ms"].values()),
+        "monitor_at_least_0.9x": s["monitor_over_no_monitor"] >= 0.9,
+        "paced_p99_50ms_lag_100ms": s["paced_met"],
+        "workers2_at_least_1.5x": s["workers2_over_1"] >= 1.5,
+    }
+    return s
+
+
+def render(res: dict[str, Any], s: dict[str, Any]) -> str:
+    b = res["backend"]
+    out = [f"### {b}", ""]
+    out.append(table(
+        ["fleet", "register p50 µs", "register p99 µs", "wake read p50 µs", "wake read p99 µs",
+         "idle tick p50 µs", "idle tick p99 µs"],
+        [[r["fleet"], r["register_us"]["p50"], r["register_us"]["p99"], r["deadlines_us"]["p50"],
+          r["deadlines_us"]["p99"], r["idle_tick_us"]["p50"], r["idle_tick_us"]["p99"]]
+         for r in res["wake"]],
+    ))  # fmt: skip
+    out += ["", table(
+        ["fleet", "recovered after threshold p50 ms", "max ms", "monitor woke after, max ms"],
+        [[r["fleet"], r["committed_after_threshold_ms"]["p50"],
+          r["committed_after_threshold_ms"]["max"], r["woke_after_threshold_ms"]["max"]]
+         for r in res["recovery"]],
+    )]  # fmt: skip
+    rows = []
+    for group in ("monitor", "workers"):
+        for name, runs in res[group].items():
+            rows.append([name, _median(runs, "beats_per_s"), _median(runs, "p99_ms"),
+                         _median(runs, "server_cores"), _median(runs, "server_us_per_beat"),
+                         _median(runs, "client_cores"), _median(runs, "client_us_per_beat"),
+                         sum(r["errors"] for r in runs)])  # fmt: skip
+    out += ["", table(["serve", "beats/s", "p99 ms", "server cores", "server µs/beat",
+                       "client cores", "client µs/beat", "errors"], rows)]  # fmt: skip
+    out += ["", table(
+        ["paced fleet", "offered/s", "done/s", "p50 ms", "p99 ms", "max ms", "send lag p99 ms",
+         "send lag max ms", "server cores", "client cores", "errors"],
+        [[name, r["beats_per_s_offered"], r["beats_per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
+          r["send_lag_p99_ms"], r["send_lag_max_ms"], r["server_cores"], r["client_cores"],
+          r["errors"]] for name, r in res["paced"].items()],
+    )]  # fmt: skip
+    out += ["", table(["ratio", "value"], [
+        ["register p99, largest / smallest fleet", s["register_p99_ratio"]],
+        ["wake read p99, largest / smallest", s["wake_read_p99_ratio"]],
+        ["serve beats/s, monitor / --no-monitor", s["monitor_over_no_monitor"]],
+        ["serve beats/s, --workers 2 / 1", s["workers2_over_1"]],
+        ["server CPU per beat, monitor / --no-monitor", s["monitor_cpu_per_beat_ratio"]],
+        ["server CPU per beat, --workers 2 / 1", s["workers2_cpu_per_beat_ratio"]],
+    ])]  # fmt: skip
+    out += ["", "targets met: " + ", ".join(f"{k} {'yes' if v else 'NO'}"
+                                           for k, v in s["met"].items())]  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--sizes", default="1000,50000", help="fleets for registration and wake")
+    ap.add_argument("--samples", type=int, default=1000)
+    ap.add_argument("--recovery-sizes", default="100,10000")
+    ap.add_argument("--recoveries", type=int, default=10)
+    ap.add_argument("--fleet", type=int, default=10_000, help="the fleet beating through serve")
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--conns", type=int, default=32)
+    ap.add_argument("--paced-conns", type=int, default=64)
+    ap.add_argument("--paced-seconds", type=float, default=20.0)
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR / "fleet_size.json")
+    ap.add_argument("--quick", action="store_true", help="a smoke run in seconds")
+    a = ap.parse_args()
+    a.sizes = [int(x) for x in a.sizes.split(",")]
+    a.recovery_sizes = [int(x) for x in a.recovery_sizes.split(",")]
+    backends = [b for b in a.backends.split(",") if b]
+    if bad := set(backends) - {"sqlite", "postgres"}:
+        ap.error(f"--backends: unknown {', '.join(sorted(bad))}")
+    if a.quick:
+        a.sizes, a.samples, a.recovery_sizes, a.recoveries = [100, 1000], 50, [10, 100], 2
+        a.fleet, a.seconds, a.rounds, a.conns = 200, 0.5, 1, 4
+        a.paced_conns, a.paced_seconds = 4, 1.0
+    tmp = Path(tempfile.mkdtemp(prefix="corral-fleet-"))
+    results, summaries = [], {}
+    params = {k: v for k, v in vars(a).items() if k != "out"}
+    params["out"] = str(a.out)
+    for backend in backends:
+        for attempt in (1, 2):
+            try:
+                res = run_backend(backend, tmp, a)
+                break
+            except corral.StoreUnavailableError as exc:
+                # A shared server restarted under the run (other work on the machine):
+                # that backend's part runs again, once.
+                if attempt == 2:
+                    raise
+                print(f"[{backend}] the store went away ({exc}); running it again", flush=True)
+        s = summarize(res, a)
+        results.append(res)
+        summaries[backend] = s
+        print(render(res, s), flush=True)
+        write_json(a.out, {"bench": "fleet_size", "machine": machine_info(), "params": params,
+                           "results": results, "summary": summaries})  # fmt: skip
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "fleet-bench"
+    main()

@@ -1,0 +1,65 @@
+"""When the monitor's duties fall due, as pure functions of the nodes and settings.
+
+The stores keep each deadline in an indexed column (a node's ``dead_at``; its
+``idle_since``, the idle limit being one setting for every node) and read the next
+one from the index head, so a wake costs the same at 100 nodes as at 100,000. These
+functions say what those reads must return; tests/test_deadlines.py runs random
+histories through each store and checks that the store's answers equal them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from corral.lifecycle import idle_expired, idle_retire_at, liveness_window
+from corral.model import Node, Settings
+
+__all__ = ["Deadlines", "dead_due", "death_at", "idle_due", "monitor_deadlines"]
+
+
+@dataclass(frozen=True, slots=True)
+class Deadlines:
+    """The earliest moments the monitor has something to do (None: nothing)."""
+
+    dead_at: float | None
+    idle_retire_at: float | None
+    assess_at: float
+
+
+def death_at(node: Node, settings: Settings) -> float | None:
+    """When a live ``node`` is dead: its last sign of life (heartbeat, call or
+    registration) plus its liveness window (``missed_beats`` of its declared heartbeat
+    interval, at most ``stale_threshold``); None for a terminated node."""
+    if node.status == "terminated":
+        return None
+    return node.last_seen + liveness_window(node.heartbeat_interval, settings)
+
+
+def _earliest(times: Iterable[float | None]) -> float | None:
+    found = [t for t in times if t is not None]
+    return min(found) if found else None
+
+
+def monitor_deadlines(
+    nodes: Iterable[Node], settings: Settings, last_assessment: float | None
+) -> Deadlines:
+    """The next deadline of each kind over the fleet: the earliest death, the earliest
+    idle retirement, and the next assessment (``last_assessment`` plus the interval;
+    at once when there has been none)."""
+    fleet = list(nodes)
+    return Deadlines(
+        dead_at=_earliest(death_at(n, settings) for n in fleet),
+        idle_retire_at=_earliest(idle_retire_at(n, settings) for n in fleet),
+        assess_at=(last_assessment or 0.0) + settings.workload_assessment_interval,
+    )
+
+
+def dead_due(nodes: Iterable[Node], settings: Settings, now: float) -> set[str]:
+    """The ids of the live nodes dead at ``now`` (their deadline is at or before it)."""
+    return {n.id for n in nodes if (t := death_at(n, settings)) is not None and t <= now}
+
+
+def idle_due(nodes: Iterable[Node], settings: Settings, now: float) -> set[str]:
+    """The ids of the nodes the monitor retires for idleness at ``now``."""
+    return {n.id for n in nodes if idle_expired(n, settings, now)}
