@@ -243,17 +243,18 @@ def test_supervisor_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
 
 
 def test_workflows_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
-    """workflows_bench.py --quick exits 0 and writes corral's heap, latency and
-    llama-agents-server's numbers for the same runs."""
-    data = run_quick("workflows_bench.py", tmp_path / "workflows.json")
+    """workflows_bench.py --quick --no-upstream (the test extra does not install
+    llama-agents-server, the bench extra's) exits 0 and writes corral's heap and
+    latency numbers for every run."""
+    data = run_quick("workflows_bench.py", tmp_path / "workflows.json", "--no-upstream")
     assert data["bench"] == "workflows"
     assert set(data["machine"]) >= MACHINE_KEYS
-    ours, theirs = data["corral"], data["llama_agents_server"]
-    assert ours["runs"] == theirs["runs"] == data["params"]["runs"]
+    ours = data["corral"]
+    assert ours["runs"] == data["params"]["runs"]
     for key in ("idle_detection_ms", "release_ms", "resume_ms"):
         assert ours[key]["n"] == ours["runs"]
     assert ours["heap_held_idle_bytes"] > 0
-    assert theirs["resume_ms"]["n"] == theirs["runs"]
+    assert data["llama_agents_server"] is None
 
 
 def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ class AssignmentIn(_In):
     mode: Mode = "hybrid"
 
 
-class ReleaseIn(_In):
+class AssignmentReleaseIn(_In):
     runner_id: NodeId
     epoch: PositiveInt
     outcome: Annotated[dict[str, Any] | None, WithJsonSchema(OUTCOME_SCHEMA)] = Field(
@@ -218,7 +218,7 @@ ROUTES: dict[str, tuple[Any, type[BaseModel] | None, Any, Any, bool]] = {
     "notify": (notify, NotificationOut, NotifyIn, None, True),
     "read_inbox": (read_inbox, None, ReadInboxIn, None, False),  # up to 10,000 items
     "get_assignment": (get_assignment, AssignmentAnswer, AssignmentIn, None, True),
-    "release_assignment": (release_assignment, AgentOut, ReleaseIn, None, True),
+    "release_assignment": (release_assignment, AgentOut, AssignmentReleaseIn, None, True),
     "list_assignments": (list_assignments, None, None, ListAssignmentsQuery, False),
 }
 LIST_RESPONSES: dict[str, type[BaseModel]] = {

@@ -111,7 +111,13 @@ def build_openapi(
             models.append((op.response, "serialization"))
         if op.name in LIST_RESPONSES:
             models.append((LIST_RESPONSES[op.name], "serialization"))
-    _, top = models_json_schema(list(dict.fromkeys(models)), ref_template=_REF)
+    models = list(dict.fromkeys(models))
+    names: dict[str, type[BaseModel]] = {}
+    for model, _mode in models:
+        # A component is named by its class: two models of one name would share it.
+        if names.setdefault(model.__name__, model) is not model:
+            raise RuntimeError(f"two request or response models are named {model.__name__}")
+    _, top = models_json_schema(models, ref_template=_REF)
     schemas = top.get("$defs", {})
     if "ConfigureIn" in schemas:
         _settings_change(schemas["ConfigureIn"], roles)

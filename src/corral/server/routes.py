@@ -330,7 +330,7 @@ _HTTP: dict[str, _Http] = {
     "take_workflow_work": _Http(wf.take_workflow_work, wf.WorkOut, body=wf.TakeWorkIn),
     "report_handler": _Http(wf.report_handler, wf.HandlerOut, body=wf.ReportIn, short=True),
     "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn, short=True),
-    "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.ReleaseIn),
+    "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.HandlerReleaseIn),
 }
 # The activation scheduler's (corral.scheduler.http)
 _HTTP.update({name: _Http(*spec) for name, spec in scheduler_http.ROUTES.items()})

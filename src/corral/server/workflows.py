@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HandlerOut",
+    "HandlerReleaseIn",
     "ListHandlersQuery",
-    "ReleaseIn",
     "ReportIn",
     "RunIn",
     "RunOut",
@@ -143,7 +143,7 @@ class StepsIn(_In):
     )
 
 
-class ReleaseIn(_In):
+class HandlerReleaseIn(_In):
     host: NodeId
     checkpoint: dict[str, Any]
 
