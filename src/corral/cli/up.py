@@ -4,6 +4,7 @@ supervisor with its pools, in one command (see ``corral.fleet.up``)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ def _run(ctx: click.Context, fleet: Any, directory: Path, host: str, port: int,
     if url is None or url.startswith(("http://", "https://")):
         url = f"sqlite:///{directory / '.corral' / 'corral.db'}"
     sock = _listen(host, port)
+    # A stop signal from here on is kept and acted on once the supervisor runs.
+    caught: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda n, _f: caught.append(n))
     token = load_token(None)
     cluster: Any = connect(url)
     try:
@@ -78,7 +83,9 @@ def _run(ctx: click.Context, fleet: Any, directory: Path, host: str, port: int,
         http = f"http://{where}:{sock.getsockname()[1]}"
         _banner(fleet, url, http, default_token_path(), directory / STATE_DIR, seeded, as_json)
         try:
-            asyncio.run(_supervise(fleet, cluster, http, token, directory / STATE_DIR, as_json))
+            asyncio.run(
+                _supervise(fleet, cluster, http, token, directory / STATE_DIR, as_json, caught)
+            )
         finally:
             server.stop()
     finally:
@@ -134,7 +141,7 @@ def _banner(fleet: Any, url: str, http: str, token_file: Path, state: Path, seed
 
 
 async def _supervise(fleet: Any, cluster: Any, http: str, token: str, state: Path,
-                     as_json: bool) -> None:  # fmt: skip
+                     as_json: bool, caught: list[int]) -> None:  # fmt: skip
     from corral.fleet.pools import FleetSupervisor
     from corral.fleet.up import EventPrinter
     from corral.supervisor.commands import dispatcher
@@ -146,8 +153,12 @@ async def _supervise(fleet: Any, cluster: Any, http: str, token: str, state: Pat
     control = ControlServer(state / "control.sock", dispatcher(sup))
     await control.start()
     printing = asyncio.ensure_future(printer.run(stop))
+    running = asyncio.ensure_future(sup.run())
+    await asyncio.sleep(0)  # run() has put its own signal handlers in place
+    if caught:
+        await sup.shutdown()
     try:
-        await sup.run()
+        await running
     finally:
         stop.set()
         await printing

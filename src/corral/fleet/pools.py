@@ -22,7 +22,9 @@ each spawns against ``max_agents`` before the next pool decides:
 Retirement goes only through the worker's idle protocol: a member that exits 0 (the
 SDK worker retires itself after ``idle_timeout``), or whose node the cluster retired
 for idleness, is STOPPED and not restarted by its restart policy; any other exit
-(a crash, a kill) is restarted by it (``on-failure``), which replaces the member.
+(a crash, a kill) is restarted by it (``on-failure``), which replaces the member,
+but not before the cluster has declared the old node dead (its leases recovered at
+their threshold): the replacement registers as a new incarnation.
 Each scale change is an ``alert`` event with ``reason: pool_scaled`` (pool, from,
 to, why), so the fleet's history is in the cluster's events.
 """
@@ -38,6 +40,7 @@ from typing import Any
 
 from corral.errors import CorralError, NotFoundError
 from corral.fleet.manifest import FleetManifest, PoolSpec
+from corral.lifecycle import liveness_window
 from corral.model import Node
 from corral.scaling import Decision, FleetView, PoolState, decide
 from corral.supervisor.agent import _Agent
@@ -49,6 +52,7 @@ __all__ = ["POOL_INTERVAL", "FleetSupervisor", "Observation", "PoolRuntime"]
 log = logging.getLogger("corral.fleet")
 
 POOL_INTERVAL = 0.2  # seconds between two looks of the pools at the cluster
+RESTART_MARGIN = 0.2  # seconds after the old node's death a crashed member restarts
 
 
 @dataclass(slots=True)
@@ -262,23 +266,31 @@ class FleetSupervisor(Supervisor):
         self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
     ) -> None:
         pool = self.fleet.pool_of(a.spec.id)
-        if pool is None or a.stopping is not None or ex.clean or not self._node_retired(a):
+        if pool is None or a.stopping is not None or ex.clean or self.client is None:
             super()._exited(a, ex, error, pid)
             return
-        spec = a.spec  # the cluster retired it for idleness: not restarted
-        a.spec = replace(spec, restart="never")
-        try:
-            super()._exited(a, ex, error, pid)
-        finally:
-            a.spec = spec
+        node = self._member_node(a)
+        if node is not None and node.status == "terminated" and node.dead_at is None:
+            spec = a.spec  # the cluster retired it for idleness: not restarted
+            a.spec = replace(spec, restart="never")
+            try:
+                super()._exited(a, ex, error, pid)
+            finally:
+                a.spec = spec
+            return
+        super()._exited(a, ex, error, pid)
+        if a.restart_at is not None and node is not None and node.status != "terminated":
+            # A crash: the replacement starts once the cluster has declared the old
+            # node dead (its leases recovered at their threshold), so it registers
+            # as a new incarnation instead of inheriting a lease it knows nothing of.
+            with contextlib.suppress(CorralError):
+                window = liveness_window(node.heartbeat_interval, self.client.settings())
+                a.restart_at = max(a.restart_at, node.last_seen + window + RESTART_MARGIN)
 
-    def _node_retired(self, a: _Agent) -> bool:
-        """Whether the cluster retired the member's node for idleness (terminated,
-        not dead)."""
-        if self.client is None:
-            return False
+    def _member_node(self, a: _Agent) -> Node | None:
+        """The member's node as the cluster has it now (None: none, or unreachable)."""
         try:
-            node = self.client.get_node(a.spec.id)
+            node: Node = self.client.get_node(a.spec.id)
         except (NotFoundError, CorralError):
-            return False
-        return node.status == "terminated" and node.dead_at is None
+            return None
+        return node
