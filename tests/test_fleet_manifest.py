@@ -77,14 +77,17 @@ def test_the_examples_are_valid():
         ("min = 0", "min = -1", "pool dev: min: must be an integer of at least 0"),
         ('scale = "auto"', 'scale = "sometimes"', "pool dev: scale: must be off, ask or auto"),
         ("cooldown = 2.5", 'cooldown = "10s"', "pool dev: cooldown: must be a number of seconds"),
-        ('depends_on = ["relay"]', 'depends_on = ["nope"]',
-         "pool dev: depends_on: unknown agent nope"),
+        (
+            'depends_on = ["relay"]',
+            'depends_on = ["nope"]',
+            "pool dev: depends_on: unknown agent nope",
+        ),
         ('env = { X = "1" }', "env = 3", "pool dev: env: must be a table of strings"),
         ('id = "dev"', 'id = "relay"', "pool relay: id: duplicate id"),
         ('cmd = "corral"', 'cmd = "corral"\ncolour = "red"', "pool dev: colour: unknown key"),
         ('cmd = "corral"', 'cmd = ""', "pool dev: cmd: must be a non-empty string"),
         ('seed = "tasks.jsonl"', "seed = 3", "board.seed: must be the path of a JSON-lines file"),
-        ("[cluster]", 'board = 1\n[cluster]', "board: must be a table"),
+        ("[cluster]", "board = 1\n[cluster]", "board: must be a table"),
         ("max_agents = 6,", "speed = 6,", "cluster.settings.speed: unknown setting"),
         ("[cluster]", '[cluster]\nurl = "http://x"', "cluster.url: must be a sqlite"),
     ],
@@ -114,6 +117,10 @@ def test_unknown_top_level_key(tmp_path):
 
 def test_an_agent_with_a_members_name_is_refused(tmp_path):
     with pytest.raises(ManifestError) as e:
-        load_fleet(write(tmp_path, GOOD.replace('id = "relay"', 'id = "dev-1"').replace(
-            'depends_on = ["relay"]', "")))
+        load_fleet(
+            write(
+                tmp_path,
+                GOOD.replace('id = "relay"', 'id = "dev-1"').replace('depends_on = ["relay"]', ""),
+            )
+        )
     assert "pool dev: id: agent dev-1 has a member's name" in e.value.message
