@@ -16,6 +16,7 @@ import pytest
 
 import corral
 import corral.model
+import corral.spawning
 import corral.store.stats
 import corral.types
 from corral import defaults
@@ -32,9 +33,12 @@ _DUNDERS = {"__enter__", "__exit__"}
 
 
 def _methods(cls: type) -> set[str]:
+    """The class's own methods and those of its corral mixins (corral.spawning's)."""
+    own = [k for k in cls.__mro__ if k.__module__.startswith("corral")]
     return {
         name
-        for name, value in vars(cls).items()
+        for klass in own
+        for name, value in vars(klass).items()
         if callable(value) and (not name.startswith("_") or name in _DUNDERS)
     }
 
@@ -52,6 +56,7 @@ _NAMES: dict[str, Any] = {
     **vars(typing),
     **vars(corral.model),
     **vars(corral.store.stats),
+    **vars(corral.spawning),
     **vars(corral.types),
 }
 
@@ -74,7 +79,8 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "complete_and_claim", "fail_task", "assess_workload", "read_state", "read_state_text",
         "catch_up", "events", "broadcast", "alert", "record_metrics", "metrics_series", "stats",
         "report_processes", "list_processes", "request_process_action", "process_actions",
-        "ack_process_action", "close", "__enter__", "__exit__",
+        "ack_process_action", "request_spawn", "spawn_requests", "accept_spawn_request",
+        "decline_spawn_request", "fulfil_spawn_request", "close", "__enter__", "__exit__",
     }  # fmt: skip
     assert _protocol_methods() == ops
 

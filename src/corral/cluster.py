@@ -26,6 +26,7 @@ from corral.model import (
     State,
     Task,
 )
+from corral.spawning import SpawnRequestsMixin
 from corral.store import NodeSpec, Store, TaskSpec
 from corral.validation import (
     MAX_INT,
@@ -115,7 +116,7 @@ def _process_item(item: Any, i: int) -> Process:
     )
 
 
-class Cluster:
+class Cluster(SpawnRequestsMixin):
     """The embedded client: ``corral.connect("sqlite:///…")`` returns one."""
 
     def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:

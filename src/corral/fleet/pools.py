@@ -40,6 +40,7 @@ from typing import Any
 
 from corral.errors import CorralError, NotFoundError
 from corral.fleet.manifest import FleetManifest, PoolSpec
+from corral.fleet.requests import Requests
 from corral.lifecycle import liveness_window
 from corral.model import Node
 from corral.scaling import Decision, FleetView, PoolState, decide
@@ -76,6 +77,7 @@ class Observation:
     nodes: dict[str, Node]  # the newest incarnation of every node, by id
     accepted: dict[str, list[int]] = field(default_factory=dict)  # pool -> request ids
     asked: dict[str, int] = field(default_factory=dict)  # pool -> pending requests
+    declined: dict[str, float] = field(default_factory=dict)  # pool -> last decline
 
 
 class FleetSupervisor(Supervisor):
@@ -88,7 +90,8 @@ class FleetSupervisor(Supervisor):
         self._pool_wake = asyncio.Event()
         self._pool_task: asyncio.Task[None] | None = None
         self._nodes: dict[str, Node] = {}
-        self.requests: Any = None  # corral.fleet.requests.Requests, in ask mode
+        asking = {p.id for p in fleet.pools if p.limits.scale == "ask"}
+        self.requests = Requests(self.client, asking) if asking and self.client else None
 
     # ---- running ------------------------------------------------------------------
 
@@ -125,12 +128,32 @@ class FleetSupervisor(Supervisor):
         nodes = {n.id: n for n in c.list_nodes()}
         accepted: dict[str, list[int]] = {}
         asked: dict[str, int] = {}
+        declined: dict[str, float] = {}
         if self.requests is not None:
-            accepted, asked = self.requests.look()
+            accepted, asked, declined = self.requests.look()
         return Observation(
             a.recommendation, a.pending_tasks, a.max_agents, float(s.idle_timeout_seconds),
-            nodes, accepted, asked,
+            nodes, accepted, asked, declined,
         )  # fmt: skip
+
+    # ---- ask mode: corral ctl requests | accept ID | decline ID --------------------
+
+    async def spawn_requests(self) -> list[dict[str, Any]]:
+        """The cluster's spawn requests, oldest first."""
+        found = await asyncio.to_thread(self.client.spawn_requests, None, None, 10_000)
+        return [r.to_dict() for r in found]
+
+    async def accept_request(self, request_id: int) -> dict[str, Any]:
+        """Accept a pending spawn request as the operator; the pool spawns for it."""
+        r = await asyncio.to_thread(self.client.accept_spawn_request, request_id)
+        self.wake()
+        return dict(r.to_dict())
+
+    async def decline_request(self, request_id: int) -> dict[str, Any]:
+        """Decline a pending spawn request as the operator."""
+        r = await asyncio.to_thread(self.client.decline_spawn_request, request_id)
+        self.wake()
+        return dict(r.to_dict())
 
     # ---- the decisions ------------------------------------------------------------
 
@@ -166,10 +189,12 @@ class FleetSupervisor(Supervisor):
                     idle += 1
                     if node.idle_since is not None and now - node.idle_since >= seen.idle_timeout:
                         expired += 1
+            if pool.id in seen.declined:  # a no counts as a change: ask again after cooldown
+                rt.last_change = max(rt.last_change or 0.0, seen.declined[pool.id])
             accepted = seen.accepted.get(pool.id, [])
             waiting = 0
             for req in accepted:  # an operator's yes: spawned when there is room
-                if live < seen.max_agents and self._deps_ready(pool):
+                if live < seen.max_agents and self._deps_ready(pool) and self.requests:
                     member = self._add_member(rt, now, f"request {req} accepted")
                     self.requests.fulfilled(req, member)
                     live += 1

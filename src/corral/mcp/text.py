@@ -22,6 +22,7 @@ __all__ = [
     "failed_text",
     "heartbeat_text",
     "invalid_arguments_text",
+    "spawn_requests_text",
     "status_text",
 ]
 
@@ -118,3 +119,11 @@ def catch_up_text(node_id: str, c: CatchUp, state_text: str, *, limit: int) -> s
     if n >= limit:
         lines.append("… more events wait: call catch_up again.")
     return "\n".join([*lines, "", state_text])
+
+
+def spawn_requests_text(requests: list[Any]) -> str:
+    """One line per spawn request (``spawn request 3 (pool dev, developer):
+    pending``), or ``No spawn requests.``"""
+    if not requests:
+        return "No spawn requests."
+    return "\n".join(r.text for r in requests)

@@ -353,6 +353,27 @@ class ProcessAckIn(_In):
     message: Text = ""
 
 
+class SpawnRequestIn(_In):
+    pool: NodeId
+    role: Role
+    reason: Text = ""
+    requested_by: NodeId = "pool"
+
+
+class SpawnRequestsQuery(_Query):
+    status: Literal["pending", "accepted", "declined"] | None = None
+    pool: NodeId | None = None
+    limit: int = Field(100, ge=1, le=MAX_LIMIT)
+
+
+class SpawnDecisionIn(_In):
+    actor: NodeId | None = Field(None, description="Who decides (a node token: itself).")
+
+
+class SpawnFulfilIn(_In):
+    member: NodeId
+
+
 # --- responses ------------------------------------------------------------------------
 class NodeOut(_Out):
     id: str
@@ -527,3 +548,17 @@ class ErrorBody(_Out):
 
 class ErrorOut(_Out):
     error: ErrorBody
+
+
+class SpawnRequestOut(_Out):
+    id: int
+    pool: str
+    role: str
+    status: str
+    reason: str
+    requested_by: str
+    decided_by: str | None
+    member: str | None
+    created_at: float
+    decided_at: float | None
+    spawned_at: float | None

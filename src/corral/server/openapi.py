@@ -43,7 +43,11 @@ _PATH_ID = {
     .replace("(?:[^", "(?:[^/"),
     "not": {"enum": [".", ".."]},
 }
-_PATH_SCHEMAS = {"node_id": _PATH_ID, "task_id": m.TASK_ID_SCHEMA}
+_PATH_SCHEMAS = {
+    "node_id": _PATH_ID,
+    "task_id": m.TASK_ID_SCHEMA,
+    "request_id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+}
 # The largest float below 2**63: a larger number is refused once read as a float.
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FLOAT}
 _NOT_BLANK = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"

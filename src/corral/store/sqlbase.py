@@ -25,13 +25,14 @@ from corral.store.base import NodeSpec, Store, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads, event_from_row, node_from_row, task_from_row
 from corral.store.sqlduties import DutiesMixin
 from corral.store.sqlprocs import ProcessesMixin
+from corral.store.sqlspawn import SpawnMixin
 from corral.store.sqlviews import ViewsMixin
 from corral.store.stats import ClusterStats, stats_in
 
 __all__ = ["SQLStore", "Tx", "event_from_row", "node_from_row", "task_from_row"]
 
 
-class SQLStore(ViewsMixin, DutiesMixin, ProcessesMixin, Store):
+class SQLStore(ViewsMixin, DutiesMixin, ProcessesMixin, SpawnMixin, Store):
     """``Store`` over a ``Tx``; subclasses provide the connection handling."""
 
     def __init__(self) -> None:

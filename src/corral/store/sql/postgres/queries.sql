@@ -735,3 +735,29 @@ ORDER BY seq LIMIT :limit;
 
 -- name: event_get
 SELECT * FROM events WHERE seq = :seq;
+
+-- Spawn requests (corral.store.sqlspawn) -----------------------------------------
+
+-- name: spawn_request_insert
+INSERT INTO spawn_requests (pool, role, status, reason, requested_by, created_at)
+VALUES (:pool, :role, 'pending', :reason, :requested_by, :now)
+RETURNING *;
+
+-- name: spawn_request_get
+SELECT * FROM spawn_requests WHERE id = :id;
+
+-- name: spawn_request_decide
+UPDATE spawn_requests SET status = :status, decided_by = :actor, decided_at = :now
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
+-- name: spawn_request_fulfil
+UPDATE spawn_requests SET member = :member, spawned_at = :now
+WHERE id = :id AND status = 'accepted' AND member IS NULL
+RETURNING *;
+
+-- name: spawn_requests_list
+SELECT * FROM spawn_requests
+WHERE (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:pool AS text) IS NULL OR pool = :pool)
+ORDER BY id LIMIT :limit;

@@ -163,3 +163,20 @@ WHEN OLD.status <> 'terminated'
 BEGIN
     UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'live_nodes';
 END;
+
+-- Spawn requests: a pool in "ask" mode waits for an operator's yes (one request,
+-- one spawn).
+CREATE TABLE spawn_requests (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool         TEXT NOT NULL,
+    role         TEXT NOT NULL,
+    status       TEXT NOT NULL DEFAULT 'pending',
+    reason       TEXT NOT NULL DEFAULT '',
+    requested_by TEXT NOT NULL,
+    decided_by   TEXT,
+    member       TEXT,
+    created_at   REAL NOT NULL,
+    decided_at   REAL,
+    spawned_at   REAL
+);
+CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);
