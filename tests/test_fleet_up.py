@@ -198,3 +198,61 @@ def test_a_bad_manifest_exits_2_naming_the_file_and_field(tmp_path: Path) -> Non
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and "fleet.toml: pool worker: max:" in err[0], out.stderr
     assert not (tmp_path / ".corral").exists()  # nothing started, nothing written
+
+
+ASK = """
+[cluster]
+settings = { max_agents = 6, idle_timeout_seconds = 2, grace_period_seconds = 5 }
+
+[board]
+seed = "tasks.jsonl"
+
+[[pools]]
+id = "ask"
+cmd = "python3"
+args = ["fleet_worker.py"]
+cwd = "."
+env = { FLEET_WORK_SECONDS = "0.3" }
+role = "developer"
+max = 2
+cooldown = 600
+scale = "ask"
+"""
+
+
+def ctl(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(corral_cmd("ctl", *args), cwd=directory, env=env(),
+                          capture_output=True, text=True, timeout=10)  # fmt: skip
+
+
+def test_ask_spawns_nothing_until_accepted_and_nothing_after_a_decline(tmp_path: Path) -> None:
+    copy_example(tmp_path)
+    (tmp_path / "tasks.jsonl").write_text("".join(f'{{"title": "t{i}"}}\n' for i in range(3)))
+    (tmp_path / "ask.toml").write_text(ASK)
+    up = Up(tmp_path, "ask.toml")
+    try:
+        wait_for(lambda: len(up.cluster.spawn_requests(status="pending")) == 2, 30, "2 requests")
+        out = ctl(tmp_path, "requests", "--json")
+        assert out.returncode == 0, out.stderr
+        listed = json.loads(out.stdout)
+        assert [(r["pool"], r["status"]) for r in listed] == [("ask", "pending")] * 2
+        assert {"id", "pool", "status"} <= set(listed[0])
+        # nothing spawned while the requests wait
+        assert not [e for e in up.events("process_state") if e.data["agent"].startswith("ask-")]
+        first, second = (r["id"] for r in listed)
+        declined = ctl(tmp_path, "decline", str(first), "--json")
+        assert declined.returncode == 0 and json.loads(declined.stdout)["status"] == "declined"
+        assert ctl(tmp_path, "accept", str(second)).returncode == 0
+        wait_for(lambda: up.done() == 3, 60, "the board drained by the one member")
+        fulfilled = up.events("spawn_request_fulfilled")
+        assert [(e.data["id"], e.node_id) for e in fulfilled] == [(second, "ask-1")]
+        agents = {e.data["agent"] for e in up.events("process_state")}
+        assert agents == {"ask-1"}  # one request, one spawn; nothing for the decline
+        decisions = [(e.kind, e.data["actor"]) for e in up.events()
+                     if e.kind in ("spawn_request_accepted", "spawn_request_declined")]  # fmt: skip
+        assert decisions == [("spawn_request_declined", "operator"),
+                             ("spawn_request_accepted", "operator")]  # fmt: skip
+        again = ctl(tmp_path, "accept", str(first))
+        assert again.returncode == 2 and "already declined" in again.stderr
+    finally:
+        assert up.stop() == 0
