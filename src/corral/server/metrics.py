@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from corral.cluster import Cluster
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
+from corral.fleet.metrics import desired_workers_family
 from corral.types import WorkloadStatus
 
 __all__ = ["LATENCY_BUCKETS", "ClusterCollector", "LatencyCollector", "Metrics"]
@@ -112,6 +113,7 @@ class ClusterCollector(Collector):
             "This process's writes that gave up waiting for the store's write lock (SQLite).",
             value=s.write_lock_timeouts,
         )
+        yield desired_workers_family(s, self.cluster.settings().roles)
         held = s.write_lock_holder
         yield GaugeMetricFamily(
             "corral_store_write_lock_holder_stopped",
