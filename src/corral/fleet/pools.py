@@ -239,6 +239,28 @@ class FleetSupervisor(Supervisor):
     def _deps_ready(self, pool: PoolSpec) -> bool:
         return all(self.agents[d].state is State.RUNNING for d in pool.template.depends_on)
 
+    def _member_agent(self, pool: PoolSpec, n: int) -> _Agent:
+        """The runtime record of member ``n`` of ``pool`` (made on first use; the
+        member joins the manifest, so dependencies and the cascade stop see it)."""
+        spec = pool.member(n)
+        a = self.agents.get(spec.id)
+        if a is None:
+            a = _Agent(spec, RestartTracker(config=self.manifest.settings.restart_config(),
+                                            rand=self.rand))  # fmt: skip
+            a.auto_start = False
+            self.agents[spec.id] = a
+            self.manifest = replace(self.manifest, agents=(*self.manifest.agents, spec))
+        return a
+
+    def _recover(self) -> None:
+        """Members a previous run left in ``pids.json`` are known before adoption, so
+        the ones still running are adopted (not restarted, not orphans)."""
+        for agent_id in self.pidfile.load().get("agents", {}):
+            pool = self.fleet.pool_of(agent_id)
+            if pool is not None and agent_id not in self.agents:
+                self._member_agent(pool, int(agent_id.rsplit("-", 1)[1]))
+        super()._recover()
+
     def _add_member(self, rt: PoolRuntime, now: float, reason: str) -> str:
         """Spawn the pool's next member (the lowest free number); its id."""
         n = 1
@@ -249,10 +271,7 @@ class FleetSupervisor(Supervisor):
                 break
             n += 1
         if a is None:
-            a = _Agent(spec, RestartTracker(config=self.manifest.settings.restart_config(),
-                                            rand=self.rand))  # fmt: skip
-            self.agents[spec.id] = a
-            self.manifest = replace(self.manifest, agents=(*self.manifest.agents, spec))
+            a = self._member_agent(rt.spec, n)
         else:
             a.tracker = RestartTracker(config=self.manifest.settings.restart_config(),
                                        rand=self.rand)  # fmt: skip
