@@ -9,7 +9,15 @@ import corral.store
 from corral.store.queries import load_queries, parse_queries
 
 STORE = Path(corral.store.__file__).parent
-SHARED = ("sqlbase.py", "sqlviews.py", "sqlduties.py", "sqlprocs.py", "stats.py", "signal.py")
+SHARED = (
+    "sqlbase.py",
+    "sqlviews.py",
+    "sqlduties.py",
+    "sqlprocs.py",
+    "sqlspawn.py",
+    "stats.py",
+    "signal.py",
+)
 
 
 def _code(*files: str) -> str:
