@@ -29,6 +29,9 @@ TOOLS = {
     "fail_task",
     "heartbeat",
     "broadcast",
+    "spawn_requests",
+    "accept_spawn_request",
+    "decline_spawn_request",
 }
 
 
@@ -50,7 +53,8 @@ def run(cluster: corral.Cluster, script: Any) -> Any:
 
 
 def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluster) -> None:
-    """The eleven tools of the issue, each described in one short sentence or two."""
+    """The eleven tools of the issue and the three for spawn requests, each described in
+    one short sentence or two."""
 
     async def script(call: Any, client: Client) -> None:
         tools = (await client.list_tools()).tools
