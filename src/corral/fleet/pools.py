@@ -26,7 +26,7 @@ for idleness, is STOPPED and not restarted by its restart policy; any other exit
 but not before the cluster has declared the old node dead (its leases recovered at
 their threshold): the replacement registers as a new incarnation.
 Each scale change is an ``alert`` event with ``reason: pool_scaled`` (pool, from,
-to, why), so the fleet's history is in the cluster's events.
+to, why, and ``at``: the decision's time), so the fleet's history is in the cluster's events.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ class FleetSupervisor(Supervisor):
             return
         message = f"pool {rt.spec.id}: {old} -> {new} members ({why})"
         data = {"reason": "pool_scaled", "pool": rt.spec.id, "role": rt.spec.role,
-                "from": old, "to": new, "why": why}  # fmt: skip
+                "from": old, "to": new, "why": why, "at": now}  # fmt: skip
 
         async def record() -> None:
             with contextlib.suppress(CorralError):
