@@ -57,7 +57,10 @@ def corral_cmd(*args: str) -> list[str]:
 class Up:
     """``corral up MANIFEST --port 0 --json`` in ``directory``; its lines kept."""
 
-    def __init__(self, directory: Path, manifest: str = "fleet.toml", **extra_env: str) -> None:
+    def __init__(
+        self, directory: Path, manifest: str = "fleet.toml", url: str | None = None,
+        **extra_env: str,
+    ) -> None:  # fmt: skip
         self.directory = directory
         self.proc = subprocess.Popen(
             corral_cmd("up", manifest, "--port", "0", "--json"),
@@ -72,7 +75,7 @@ class Up:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.info = wait_for(self._banner, 30, "corral up's banner")
-        self.url = f"sqlite:///{directory / '.corral' / 'corral.db'}"
+        self.url = url or f"sqlite:///{directory / '.corral' / 'corral.db'}"
         self.cluster = corral.connect(self.url)
 
     def _banner(self) -> dict[str, Any] | None:

@@ -13,10 +13,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
 from corral.server.auth import Tokens
+from tests.backends import postgres as pg
 from tests.fleet_up import Up, copy_example, corral_cmd, env, marked, wait_for
 
 pytestmark = pytest.mark.slow
@@ -254,5 +256,25 @@ def test_ask_spawns_nothing_until_accepted_and_nothing_after_a_decline(tmp_path:
                              ("spawn_request_accepted", "operator")]  # fmt: skip
         again = ctl(tmp_path, "accept", str(first))
         assert again.returncode == 2 and "already declined" in again.stderr
+    finally:
+        assert up.stop() == 0
+
+
+def test_with_a_cluster_url_it_still_serves_http_over_that_store(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = pg.fresh_database(request)
+    copy_example(tmp_path)
+    p = tmp_path / "fleet.toml"
+    p.write_text(p.read_text().replace("[cluster]\n", f'[cluster]\nurl = "{url}"\n', 1))
+    up = Up(tmp_path, url=url)
+    try:
+        assert up.info["cluster"] == url
+        wait_for(lambda: up.done() == 12, 60, "the board drained on PostgreSQL")
+        token = (tmp_path / ".corral" / "token").read_text().strip()
+        r = httpx.get(up.info["http"] + "/v1/tasks", params={"status": "done", "limit": 100},
+                      headers={"Authorization": f"Bearer {token}"}, timeout=10)  # fmt: skip
+        assert r.status_code == 200 and len(r.json()) == 12
+        assert not (tmp_path / ".corral" / "corral.db").exists()  # no embedded store
     finally:
         assert up.stop() == 0
