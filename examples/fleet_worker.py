@@ -28,6 +28,9 @@ def handle(task: corral.Task) -> dict:
     return {"done_by": os.environ["CORRAL_AGENT_ID"], "words": len(task.title.split())}
 
 
-worker = corral.Worker(os.environ["CORRAL_AGENT_ID"], os.environ.get("CORRAL_ROLE", "developer"),
-                       heartbeat_interval=1.0)
+worker = corral.Worker(
+    os.environ["CORRAL_AGENT_ID"],
+    os.environ.get("CORRAL_ROLE", "developer"),
+    heartbeat_interval=1.0,
+)
 sys.exit(worker.run(handle))
