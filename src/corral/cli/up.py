@@ -44,15 +44,26 @@ def up(ctx: click.Context, manifest: str, host: str, port: int, as_json: bool) -
     from corral.fleet.up import Lock
 
     directory = Path.cwd()
+    root = ctx.find_root()
+    url = fleet.cluster_url or (root.obj or {}).get("url")
+    if url is not None and url.startswith(("http://", "https://")):
+        if root.get_parameter_source("url") is click.core.ParameterSource.COMMANDLINE:
+            raise click.BadParameter(
+                "corral up serves its own cluster: give a sqlite:// or postgresql:// url",
+                param_hint="'--url'",
+            )
+        url = None  # $CORRAL_URL names another cluster's server (inside an agent, say)
+    if url is None:
+        url = f"sqlite:///{directory / '.corral' / 'corral.db'}"
     lock = Lock(directory)
     lock.acquire()  # first: a second corral up changes nothing
     try:
-        _run(ctx, fleet, directory, host, port, as_json)
+        _run(fleet, url, directory, host, port, as_json)
     finally:
         lock.release()
 
 
-def _run(ctx: click.Context, fleet: Any, directory: Path, host: str, port: int,
+def _run(fleet: Any, url: str, directory: Path, host: str, port: int,
          as_json: bool) -> None:  # fmt: skip
     try:
         from corral.server import create_app, load_token
@@ -63,9 +74,6 @@ def _run(ctx: click.Context, fleet: Any, directory: Path, host: str, port: int,
     from corral.client import connect
     from corral.fleet.up import STATE_DIR, ServerThread, apply_settings, seed_board
 
-    url = fleet.cluster_url or (ctx.find_root().obj or {}).get("url")
-    if url is None or url.startswith(("http://", "https://")):
-        url = f"sqlite:///{directory / '.corral' / 'corral.db'}"
     sock = _listen(host, port)
     # A stop signal from here on is kept and acted on once the supervisor runs.
     caught: list[int] = []
