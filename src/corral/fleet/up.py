@@ -153,7 +153,7 @@ def describe(e: Event) -> Line | None:
     if e.kind == "alert" and d.get("reason") == "pool_scaled":
         return Line(e.ts, "scaled", d.get("pool"), str(d.get("message") or _scaled(d)))
     if e.kind.startswith("spawn_request"):
-        what = e.kind.removeprefix("spawn_request_") or "requested"
+        what = "requested" if e.kind == "spawn_requested" else e.kind.removeprefix("spawn_request_")
         by = f" by {d['actor']}" if d.get("actor") else ""
         text = f"spawn request {d.get('id')} for pool {d.get('pool')}: {d.get('status')}{by}"
         return Line(e.ts, what, d.get("pool"), text)
