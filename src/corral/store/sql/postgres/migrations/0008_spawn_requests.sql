@@ -3,7 +3,7 @@
 -- A pool in "ask" mode wants a member: one request is one spawn. An operator (or a
 -- manager agent) accepts or declines it; the pool spawns an accepted one and notes
 -- the member it became.
-CREATE TABLE spawn_requests (
+CREATE TABLE IF NOT EXISTS spawn_requests (
     id           bigserial PRIMARY KEY,
     pool         text NOT NULL,
     role         text NOT NULL,
@@ -16,4 +16,4 @@ CREATE TABLE spawn_requests (
     decided_at   double precision,
     spawned_at   double precision
 );
-CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);
+CREATE INDEX IF NOT EXISTS spawn_requests_by_status ON spawn_requests (status, id);

@@ -2,8 +2,9 @@
 --
 -- A pool in "ask" mode wants a member: one request is one spawn. An operator (or a
 -- manager agent) accepts or declines it; the pool spawns an accepted one and notes
--- the member it became.
-CREATE TABLE spawn_requests (
+-- the member it became. (IF NOT EXISTS: a store rewound to an older version by hand
+-- re-runs the migrations after it.)
+CREATE TABLE IF NOT EXISTS spawn_requests (
     id           INTEGER PRIMARY KEY AUTOINCREMENT,
     pool         TEXT NOT NULL,
     role         TEXT NOT NULL,
@@ -16,4 +17,4 @@ CREATE TABLE spawn_requests (
     decided_at   REAL,
     spawned_at   REAL
 );
-CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);
+CREATE INDEX IF NOT EXISTS spawn_requests_by_status ON spawn_requests (status, id);
