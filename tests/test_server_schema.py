@@ -64,7 +64,7 @@ def test_api_conforms_to_its_openapi_document(case: Any, base_url: str) -> None:
     case.call_and_validate(base_url=base_url, headers=AUTH)
 
 
-_SAMPLE = {"node_id": "w1", "task_id": "1"}
+_SAMPLE = {"node_id": "w1", "task_id": "1", "request_id": "1"}
 
 
 def test_every_405_lists_every_method_of_its_path(base_url: str) -> None:

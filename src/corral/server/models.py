@@ -353,16 +353,22 @@ class ProcessAckIn(_In):
     message: Text = ""
 
 
+# A pool's id: the manifest's id rule (corral.spawning checks the same).
+PoolId = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"})
+]
+
+
 class SpawnRequestIn(_In):
-    pool: NodeId
+    pool: PoolId
     role: Role
-    reason: Text = ""
+    reason: Annotated[str, _text(500)] = ""
     requested_by: NodeId = "pool"
 
 
 class SpawnRequestsQuery(_Query):
     status: Literal["pending", "accepted", "declined"] | None = None
-    pool: NodeId | None = None
+    pool: PoolId | None = None
     limit: int = Field(100, ge=1, le=MAX_LIMIT)
 
 
