@@ -35,3 +35,19 @@ def test_an_unknown_option_is_refused(tmp_path: Path) -> None:
     out = up(tmp_path, "up", "--workers", "3")
     assert out.returncode == 2 and "--workers" in out.stderr
     assert not (tmp_path / ".corral").exists()
+
+
+def test_corral_worker_takes_its_id_and_role_from_a_members_environment(tmp_path: Path) -> None:
+    import corral
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with corral.connect(url) as c:
+        c.add_task("one")
+    e = env(CORRAL_AGENT_ID="pool-1", CORRAL_ROLE="architect", CORRAL_URL=url)
+    argv = corral_cmd("worker", "--idle-timeout", "0.1", "-q", "--", "true")
+    out = subprocess.run(argv, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    with corral.connect(url) as c:
+        node = c.get_node("pool-1")
+        assert (node.role, node.status) == ("architect", "terminated")
+        assert c.list_tasks(status="done")[0].title == "one"
