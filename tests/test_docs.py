@@ -127,4 +127,5 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     for needed in ("pg_isready", "pg_ctlcluster", "prometheus", "strace", ".[all,test]"):
         assert needed in text, needed
     first = next(b.strip() for b in blocks)
-    assert first.endswith("corral demo"), first  # command 1: the main job (tests/test_demo.py)
+    # command 1: the main job (tests/test_fleet_up.py runs the example)
+    assert first.endswith("corral up examples/fleet.toml"), first

@@ -35,6 +35,9 @@ TOOLS = {
     "release_assignment",
     "notify",
     "read_inbox",
+    "spawn_requests",
+    "accept_spawn_request",
+    "decline_spawn_request",
 }
 
 
@@ -56,8 +59,8 @@ def run(cluster: corral.Cluster, script: Any) -> Any:
 
 
 def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluster) -> None:
-    """The eleven tools of the issue and list_idle_workflows, each described in one
-    short sentence or two."""
+    """The eleven tools of the issue, list_idle_workflows, the scheduler's four and the
+    three for spawn requests, each described in one short sentence or two."""
 
     async def script(call: Any, client: Client) -> None:
         tools = (await client.list_tools()).tools

@@ -37,7 +37,8 @@ pytestmark = pytest.mark.slow
 TOOLS = {"register_node", "set_agent_status", "claim_best_task", "assess_workload",
          "read_state", "catch_up", "add_task", "complete_task", "fail_task", "heartbeat",
          "broadcast", "list_idle_workflows", "get_assignment", "release_assignment", "notify",
-         "read_inbox"}  # fmt: skip
+         "read_inbox", "spawn_requests", "accept_spawn_request",
+         "decline_spawn_request"}  # fmt: skip
 
 UVICORN = """
 import sys, uvicorn, corral

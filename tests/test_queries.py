@@ -18,6 +18,7 @@ SHARED = (
     "stats.py",
     "signal.py",
     "sqlsched.py",
+    "sqlspawn.py",
 )
 
 

@@ -72,7 +72,8 @@ def test_api_conforms_to_its_openapi_document(case: Any, base_url: str) -> None:
 
 
 _SAMPLE = {"node_id": "w1", "task_id": "1", "handler_id": "h1", "workflow": "wf", "host": "host1",
-           "agent_id": "w1", "runner_id": "w1", "assignment_id": "1"}  # fmt: skip
+           "agent_id": "w1", "runner_id": "w1", "assignment_id": "1",
+           "request_id": "1"}  # fmt: skip
 
 
 def test_every_405_lists_every_method_of_its_path(base_url: str) -> None:

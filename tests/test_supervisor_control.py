@@ -25,6 +25,7 @@ import pytest
 from corral.cli import cli
 from corral.cli.supervise import status_table
 from corral.errors import CorralError, InvalidInputError, NotFoundError, StoreUnavailableError
+from corral.fleet.pools import FleetSupervisor
 from corral.supervisor.commands import CLIENT_COMMANDS, COMMANDS, dispatcher
 from corral.supervisor.control import MAX_REQUEST, ControlServer, request
 from corral.supervisor.entry import _serve
@@ -171,7 +172,11 @@ def test_ctl_subcommands_are_the_registry():
         assert sub.help == cmd.doc and cmd.doc, cmd.name
         params = {p.name for p in sub.params} - {"as_json", "help"}
         assert params == {a.name for a in cmd.args}, cmd.name
-        assert callable(getattr(TableSupervisor, cmd.method)), cmd.method
+        # the spawn request commands call corral up's supervisor (it has pools)
+        owner = (
+            FleetSupervisor if cmd.name in ("requests", "accept", "decline") else TableSupervisor
+        )
+        assert callable(getattr(owner, cmd.method)), cmd.method
 
 
 def test_dispatch_refuses_unknown_commands_and_arguments_by_name():

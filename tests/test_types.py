@@ -17,6 +17,7 @@ import pytest
 import corral
 import corral.model
 import corral.scheduler.records
+import corral.spawning
 import corral.store.stats
 import corral.types
 import corral.workflows.model
@@ -43,6 +44,7 @@ def _own(cls: type) -> dict[str, Any]:
 
 
 def _methods(cls: type) -> set[str]:
+    """The class's own methods and those of its corral mixins."""
     return {
         name
         for name, value in _own(cls).items()
@@ -63,6 +65,7 @@ _NAMES: dict[str, Any] = {
     **vars(typing),
     **vars(corral.model),
     **vars(corral.store.stats),
+    **vars(corral.spawning),
     **vars(corral.types),
     **vars(corral.scheduler.records),
     **vars(corral.workflows.model),
@@ -92,6 +95,8 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "release_assignment", "list_assignments",
         "run_workflow", "list_handlers", "get_handler", "send_event", "serve_workflows",
         "take_workflow_work", "report_handler", "report_steps", "release_handler",
+        "request_spawn", "spawn_requests", "accept_spawn_request", "decline_spawn_request",
+        "fulfil_spawn_request",
     }  # fmt: skip
     assert _protocol_methods() == ops
 

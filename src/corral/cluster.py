@@ -27,6 +27,7 @@ from corral.model import (
     Task,
 )
 from corral.scheduler.ops import SchedulerOps
+from corral.spawning import SpawnRequestsMixin
 from corral.store import NodeSpec, Store, TaskSpec
 from corral.validation import (
     MAX_INT,
@@ -117,7 +118,7 @@ def _process_item(item: Any, i: int) -> Process:
     )
 
 
-class Cluster(WorkflowOperations, SchedulerOps):
+class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
     """The embedded client: ``corral.connect("sqlite:///…")`` returns one."""
 
     def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:

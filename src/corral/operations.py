@@ -303,6 +303,33 @@ OPERATIONS: tuple[Operation, ...] = (
         names={"mcp": {"runner_id": "agent_id"}},
     ),
     Operation("list_assignments", "GET /v1/assignments", cli="assignments"),
+    # --- spawn requests (corral up's pools in ask mode; a manager agent decides) -------
+    Operation("request_spawn", "POST /v1/spawn-requests", caller="operator", status=201),
+    Operation(
+        "spawn_requests",
+        "GET /v1/spawn-requests",
+        mcp="spawn_requests",
+        text="spawn_requests_text",
+    ),
+    Operation(
+        "accept_spawn_request",
+        "POST /v1/spawn-requests/{request_id}/accept",
+        node="actor",
+        mcp="accept_spawn_request",
+        text=".text",
+        names={"mcp": {"actor": "agent_id"}},
+    ),
+    Operation(
+        "decline_spawn_request",
+        "POST /v1/spawn-requests/{request_id}/decline",
+        node="actor",
+        mcp="decline_spawn_request",
+        text=".text",
+        names={"mcp": {"actor": "agent_id"}},
+    ),
+    Operation(
+        "fulfil_spawn_request", "POST /v1/spawn-requests/{request_id}/fulfil", caller="operator"
+    ),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}

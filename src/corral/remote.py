@@ -41,6 +41,7 @@ from corral.model import (
 )
 from corral.operations import OPERATIONS
 from corral.scheduler.remote import SchedulerRemote
+from corral.spawning import SpawnRequest, check_request_id
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 from corral.wire import Closed as _Closed
 from corral.wire import Connection as _Connection
@@ -515,6 +516,32 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
     def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
         body = {"host": host, "request_seq": request_seq, "ok": ok, "message": message}
         return _event(self._call("ack_process_action", body))
+
+    # --- spawn requests -------------------------------------------------------------
+    def request_spawn(
+        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
+    ) -> SpawnRequest:
+        body = {"pool": pool, "role": role, "reason": reason, "requested_by": requested_by}
+        return _build(SpawnRequest, self._call("request_spawn", body))
+
+    def spawn_requests(
+        self, status: str | None = None, pool: str | None = None, limit: int = 100
+    ) -> list[SpawnRequest]:
+        query = {"status": status, "pool": pool, "limit": check_limit(limit)}
+        return [_build(SpawnRequest, r) for r in self._call("spawn_requests", query)]
+
+    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+        return self._spawn_step(request_id, "accept", {"actor": actor})
+
+    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+        return self._spawn_step(request_id, "decline", {"actor": actor})
+
+    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
+        return self._spawn_step(request_id, "fulfil", {"member": member})
+
+    def _spawn_step(self, request_id: Any, step: str, body: dict[str, Any]) -> SpawnRequest:
+        path = f"/v1/spawn-requests/{check_request_id(request_id)}/{step}"
+        return _build(SpawnRequest, self.request("POST", path, body))
 
     def for_node(self, node_id: str) -> HttpClient:
         """A client that acts as ``node_id`` with the token its registration returned."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         State,
         Task,
     )
+    from corral.spawning import SpawnRequest
     from corral.store.stats import ClusterStats
 
 __all__ = [
@@ -194,3 +195,18 @@ class Client(WorkflowClient, SchedulerClient, Protocol):
     def ack_process_action(
         self, host: str, request_seq: int, ok: bool, message: str = ""
     ) -> Event: ...
+
+    # --- spawn requests (corral.spawning) ---------------------------------------------
+    def request_spawn(
+        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
+    ) -> SpawnRequest: ...
+
+    def spawn_requests(
+        self, status: str | None = None, pool: str | None = None, limit: int = 100
+    ) -> list[SpawnRequest]: ...
+
+    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest: ...
+
+    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest: ...
+
+    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest: ...

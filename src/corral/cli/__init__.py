@@ -41,7 +41,7 @@ def cli(ctx: click.Context, url: str | None) -> None:
 
 
 # Commands that run until stopped: their logs are the operator's view of retries.
-_LONG_RUNNING = frozenset({"serve", "monitor", "worker", "mcp"})
+_LONG_RUNNING = frozenset({"serve", "monitor", "worker", "mcp", "up"})
 
 
 def _load_commands() -> None:

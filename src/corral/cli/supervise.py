@@ -203,7 +203,16 @@ _TEXT: dict[str, Any] = {
     "restart": _agent_line("restarted"),
     "reopen": lambda _r: "reopened the log files",
     "shutdown": lambda _r: "supervisor shut down",
+    "requests": lambda rows: "\n".join(_request_line(r) for r in rows) or "no spawn requests",
+    "accept": lambda r: _request_line(r),
+    "decline": lambda r: _request_line(r),
 }
+
+
+def _request_line(r: dict[str, Any]) -> str:
+    who = f" by {r['decided_by']}" if r.get("decided_by") else ""
+    member = f" -> {r['member']}" if r.get("member") else ""
+    return f"{r.get('id')}  {r.get('pool')}  {r.get('role')}  {r.get('status')}{who}{member}"
 
 
 def _make_command(cmd: Any) -> click.Command:

@@ -123,9 +123,10 @@ def _node_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--id", "node_id", required=True, callback=_node_id,
-              help="This worker's node id.")  # fmt: skip
-@click.option("--role", required=True, help="The role to register as and claim for.")
+@click.option("--id", "node_id", required=True, callback=_node_id, envvar="CORRAL_AGENT_ID",
+              help="This worker's node id (env CORRAL_AGENT_ID: a pool member's).")  # fmt: skip
+@click.option("--role", required=True, envvar="CORRAL_ROLE",
+              help="The role to register and claim for (env CORRAL_ROLE).")  # fmt: skip
 @click.option("--model", default=None, help="Model name (sets the node's strength).")
 @click.option("--heartbeat-interval", type=Seconds(), default=5.0, show_default=True,
               help="Seconds between heartbeats.")  # fmt: skip

@@ -124,6 +124,10 @@ When the recommendation is `spawn_developer` or `spawn_architect`:
 4. On yes, the user opens a new session and gives it corral's `worker` prompt with a new
    agent id and the role. The new node registers and claims with `claim_best_task`.
 Ask once per need: wait for the next assessments to show the new node before asking again.
+When the fleet runs under `corral up` with a pool in ask mode, the pool asks for you:
+`spawn_requests(status="pending")` lists its requests, and `accept_spawn_request(<id>,
+"{agent_id}")` or `decline_spawn_request(<id>, "{agent_id}")` answers one (with the user's
+yes or no); the pool starts the worker itself.
 
 ## 4.3 NODE TERMINATION PROTOCOL
 When the recommendation is `terminate_idle`:

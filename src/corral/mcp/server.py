@@ -354,6 +354,34 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
 
     register_scheduler_tools(tool, client, touch)  # get_assignment ... read_inbox
 
+    # --- spawn requests (corral up's pools in ask mode) ----------------------------
+    @tool(
+        "Spawn requests of the fleet's pools (pending ones wait for a yes or a no): "
+        "one line each with its id, pool, role, status and who decided."
+    )
+    def spawn_requests(
+        status: Annotated[str | None, Field(description="pending, accepted or declined.")] = None,
+        pool: Annotated[str | None, Field(description="Only this pool's.")] = None,
+        limit: Annotated[int, Field(description="At most this many.")] = 100,
+    ) -> str:
+        return _render("spawn_requests")(client.spawn_requests(status, pool, limit))
+
+    @tool("Accept a pending spawn request: its pool starts one worker for it.")
+    def accept_spawn_request(
+        request_id: Annotated[int, Field(description="The request's id.")],
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        return _render("accept_spawn_request")(client.accept_spawn_request(request_id, agent_id))
+
+    @tool("Decline a pending spawn request: nothing is started for it.")
+    def decline_spawn_request(
+        request_id: Annotated[int, Field(description="The request's id.")],
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        return _render("decline_spawn_request")(client.decline_spawn_request(request_id, agent_id))
+
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(
         name="worker_protocol",

@@ -28,6 +28,7 @@ __all__ = [
     "invalid_arguments_text",
     "notified_text",
     "released_text",
+    "spawn_requests_text",
     "status_text",
 ]
 
@@ -141,3 +142,11 @@ def handlers_text(handlers: list[Any]) -> str:
         )
     noun = "run" if len(handlers) == 1 else "runs"
     return f"{len(handlers)} idle workflow {noun}: " + "; ".join(parts)
+
+
+def spawn_requests_text(requests: list[Any]) -> str:
+    """One line per spawn request (``spawn request 3 (pool dev, developer):
+    pending``), or ``No spawn requests.``"""
+    if not requests:
+        return "No spawn requests."
+    return "\n".join(r.text for r in requests)

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from corral.cluster import Cluster
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
+from corral.fleet.metrics import desired_workers_family
 from corral.scheduler.metrics import SchedulerCollector
 from corral.types import WorkloadStatus
 
@@ -113,6 +114,7 @@ class ClusterCollector(Collector):
             "This process's writes that gave up waiting for the store's write lock (SQLite).",
             value=s.write_lock_timeouts,
         )
+        yield desired_workers_family(s, self.cluster.settings().roles)
         held = s.write_lock_holder
         yield GaugeMetricFamily(
             "corral_store_write_lock_holder_stopped",

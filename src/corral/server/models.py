@@ -353,6 +353,33 @@ class ProcessAckIn(_In):
     message: Text = ""
 
 
+# A pool's id: the manifest's id rule (corral.spawning checks the same).
+PoolId = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"})
+]
+
+
+class SpawnRequestIn(_In):
+    pool: PoolId
+    role: Role
+    reason: Annotated[str, _text(500)] = ""
+    requested_by: NodeId = "pool"
+
+
+class SpawnRequestsQuery(_Query):
+    status: Literal["pending", "accepted", "declined"] | None = None
+    pool: PoolId | None = None
+    limit: int = Field(100, ge=1, le=MAX_LIMIT)
+
+
+class SpawnDecisionIn(_In):
+    actor: NodeId | None = Field(None, description="Who decides (a node token: itself).")
+
+
+class SpawnFulfilIn(_In):
+    member: NodeId
+
+
 # --- responses ------------------------------------------------------------------------
 class NodeOut(_Out):
     id: str
@@ -527,3 +554,17 @@ class ErrorBody(_Out):
 
 class ErrorOut(_Out):
     error: ErrorBody
+
+
+class SpawnRequestOut(_Out):
+    id: int
+    pool: str
+    role: str
+    status: str
+    reason: str
+    requested_by: str
+    decided_by: str | None
+    member: str | None
+    created_at: float
+    decided_at: float | None
+    spawned_at: float | None

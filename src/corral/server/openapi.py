@@ -50,6 +50,7 @@ _PATH_SCHEMAS = {
     "agent_id": _PATH_ID,
     "runner_id": _PATH_ID,
     "assignment_id": {"type": "string", "pattern": r"^[1-9][0-9]{0,17}$"},
+    "request_id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
 }
 _PATH_SCHEMAS.update(dict.fromkeys(("handler_id", "workflow", "host"), _PATH_ID))
 # The largest float below 2**63: a larger number is refused once read as a float.

@@ -284,6 +284,34 @@ class _Http:
     tag: str = "cluster"
 
 
+def request_spawn(c: Call) -> Any:
+    b = c.body
+    return c.cluster.request_spawn(b.pool, b.role, b.reason, b.requested_by)
+
+
+def spawn_requests(c: Call) -> Any:
+    q = c.query
+    return [r.to_dict() for r in c.cluster.spawn_requests(q.status, q.pool, q.limit)]
+
+
+def _decide_spawn(c: Call, decide: Callable[..., Any]) -> Any:
+    actor = c.body.actor if c.body.actor is not None else c.principal.node_id
+    c.act_as(actor)
+    return decide(c.path["request_id"], actor)
+
+
+def accept_spawn_request(c: Call) -> Any:
+    return _decide_spawn(c, c.cluster.accept_spawn_request)
+
+
+def decline_spawn_request(c: Call) -> Any:
+    return _decide_spawn(c, c.cluster.decline_spawn_request)
+
+
+def fulfil_spawn_request(c: Call) -> Any:
+    return c.cluster.fulfil_spawn_request(c.path["request_id"], c.body.member)
+
+
 _HTTP: dict[str, _Http] = {
     "settings": _Http(get_settings, m.SettingsOut, short=True),
     "configure": _Http(configure, m.SettingsOut, body=ConfigureIn),
@@ -331,6 +359,17 @@ _HTTP: dict[str, _Http] = {
     "report_handler": _Http(wf.report_handler, wf.HandlerOut, body=wf.ReportIn, short=True),
     "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn, short=True),
     "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.HandlerReleaseIn),
+    "request_spawn": _Http(request_spawn, m.SpawnRequestOut, body=m.SpawnRequestIn, short=True),
+    "spawn_requests": _Http(spawn_requests, None, query=m.SpawnRequestsQuery),
+    "accept_spawn_request": _Http(
+        accept_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn, short=True
+    ),
+    "decline_spawn_request": _Http(
+        decline_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn, short=True
+    ),
+    "fulfil_spawn_request": _Http(
+        fulfil_spawn_request, m.SpawnRequestOut, body=m.SpawnFulfilIn, short=True
+    ),
 }
 # The activation scheduler's (corral.scheduler.http)
 _HTTP.update({name: _Http(*spec) for name, spec in scheduler_http.ROUTES.items()})
@@ -386,4 +425,5 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "list_handlers": wf.HandlerOut,
     "serve_workflows": wf.WorkflowHostOut,
     **scheduler_http.LIST_RESPONSES,
+    "spawn_requests": m.SpawnRequestOut,
 }

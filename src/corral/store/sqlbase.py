@@ -26,6 +26,7 @@ from corral.store.rows import Tx, _dumps, _loads, event_from_row, node_from_row,
 from corral.store.sqlduties import DutiesMixin
 from corral.store.sqlprocs import ProcessesMixin
 from corral.store.sqlsched import SchedulerMixin
+from corral.store.sqlspawn import SpawnMixin
 from corral.store.sqlviews import ViewsMixin
 from corral.store.sqlworkflows import WorkflowsMixin
 from corral.store.stats import ClusterStats, stats_in
@@ -33,7 +34,9 @@ from corral.store.stats import ClusterStats, stats_in
 __all__ = ["SQLStore", "Tx", "event_from_row", "node_from_row", "task_from_row"]
 
 
-class SQLStore(ViewsMixin, DutiesMixin, ProcessesMixin, WorkflowsMixin, SchedulerMixin, Store):
+class SQLStore(
+    ViewsMixin, DutiesMixin, ProcessesMixin, WorkflowsMixin, SchedulerMixin, SpawnMixin, Store
+):
     """``Store`` over a ``Tx``; subclasses provide the connection handling."""
 
     def __init__(self) -> None:

@@ -208,6 +208,37 @@ async def _shutdown(sup: SupervisorLike) -> dict[str, Any]:
     return {"shutdown": True}
 
 
+def _pools(sup: SupervisorLike, method: str) -> Any:
+    found = getattr(sup, method, None)
+    if found is None:
+        raise InvalidInputError(
+            "this supervisor runs no pools (spawn requests are corral up's)", field="command"
+        )
+    return found
+
+
+@command("requests", "spawn_requests")
+async def _requests(sup: SupervisorLike) -> list[dict[str, Any]]:
+    """The spawn requests of corral up's pools in ask mode, oldest first.
+
+    One object per request with id, pool, role, status (pending, accepted or
+    declined), decided_by and member (the agent an accepted one became).
+    """
+    return list(await _maybe_await(_pools(sup, "spawn_requests")()))
+
+
+@command("accept", "accept_request")
+async def _accept(sup: SupervisorLike, id: int) -> dict[str, Any]:
+    """Accept a pending spawn request: its pool starts one member for it."""
+    return dict(await _maybe_await(_pools(sup, "accept_request")(id)))
+
+
+@command("decline", "decline_request")
+async def _decline(sup: SupervisorLike, id: int) -> dict[str, Any]:
+    """Decline a pending spawn request: nothing is started for it."""
+    return dict(await _maybe_await(_pools(sup, "decline_request")(id)))
+
+
 COMMANDS: tuple[Command, ...] = tuple(_REGISTRY.values())
 """Every command the control socket answers, in ``corral ctl --help`` order."""
 

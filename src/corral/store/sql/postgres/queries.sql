@@ -1063,3 +1063,29 @@ WITH shared AS (
 UPDATE agents a SET held_by = :runner, epoch = a.epoch + 1, updated_at = :now
 FROM pick WHERE a.id = pick.id
 RETURNING a.*;
+
+-- Spawn requests (corral.store.sqlspawn) -----------------------------------------
+
+-- name: spawn_request_insert
+INSERT INTO spawn_requests (pool, role, status, reason, requested_by, created_at)
+VALUES (:pool, :role, 'pending', :reason, :requested_by, :now)
+RETURNING *;
+
+-- name: spawn_request_get
+SELECT * FROM spawn_requests WHERE id = :id;
+
+-- name: spawn_request_decide
+UPDATE spawn_requests SET status = :status, decided_by = :actor, decided_at = :now
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
+-- name: spawn_request_fulfil
+UPDATE spawn_requests SET member = :member, spawned_at = :now
+WHERE id = :id AND status = 'accepted' AND member IS NULL
+RETURNING *;
+
+-- name: spawn_requests_list
+SELECT * FROM spawn_requests
+WHERE (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:pool AS text) IS NULL OR pool = :pool)
+ORDER BY id LIMIT :limit;

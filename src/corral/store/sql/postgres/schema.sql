@@ -285,3 +285,19 @@ $$;
 CREATE TRIGGER nodes_end_activations AFTER UPDATE OF status ON nodes
     FOR EACH ROW WHEN (NEW.status = 'terminated' AND OLD.status <> 'terminated')
     EXECUTE FUNCTION corral_end_activations();
+-- Spawn requests: a pool in "ask" mode waits for an operator's yes (one request,
+-- one spawn).
+CREATE TABLE spawn_requests (
+    id           bigserial PRIMARY KEY,
+    pool         text NOT NULL,
+    role         text NOT NULL,
+    status       text NOT NULL DEFAULT 'pending',
+    reason       text NOT NULL DEFAULT '',
+    requested_by text NOT NULL,
+    decided_by   text,
+    member       text,
+    created_at   double precision NOT NULL,
+    decided_at   double precision,
+    spawned_at   double precision
+);
+CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);

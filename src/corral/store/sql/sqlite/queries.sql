@@ -695,3 +695,28 @@ WHERE id = (
     )
     ORDER BY last_activated_at ASC NULLS FIRST, id LIMIT 1)
 RETURNING *;
+
+-- Spawn requests (corral.store.sqlspawn) -----------------------------------------
+
+-- name: spawn_request_insert
+INSERT INTO spawn_requests (pool, role, status, reason, requested_by, created_at)
+VALUES (:pool, :role, 'pending', :reason, :requested_by, :now)
+RETURNING *;
+
+-- name: spawn_request_get
+SELECT * FROM spawn_requests WHERE id = :id;
+
+-- name: spawn_request_decide
+UPDATE spawn_requests SET status = :status, decided_by = :actor, decided_at = :now
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
+-- name: spawn_request_fulfil
+UPDATE spawn_requests SET member = :member, spawned_at = :now
+WHERE id = :id AND status = 'accepted' AND member IS NULL
+RETURNING *;
+
+-- name: spawn_requests_list
+SELECT * FROM spawn_requests
+WHERE (:status IS NULL OR status = :status) AND (:pool IS NULL OR pool = :pool)
+ORDER BY id LIMIT :limit;

@@ -297,3 +297,19 @@ BEGIN
     SET expires_at = min(expires_at, coalesce(NEW.terminated_at, NEW.last_activity))
     WHERE runner_id = NEW.id;
 END;
+-- Spawn requests: a pool in "ask" mode waits for an operator's yes (one request,
+-- one spawn).
+CREATE TABLE spawn_requests (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    pool         TEXT NOT NULL,
+    role         TEXT NOT NULL,
+    status       TEXT NOT NULL DEFAULT 'pending',
+    reason       TEXT NOT NULL DEFAULT '',
+    requested_by TEXT NOT NULL,
+    decided_by   TEXT,
+    member       TEXT,
+    created_at   REAL NOT NULL,
+    decided_at   REAL,
+    spawned_at   REAL
+);
+CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);

@@ -1,0 +1,340 @@
+"""Pools at run time: a supervisor whose agents include pool members, spawned and
+retired on the cluster's advice.
+
+:class:`FleetSupervisor` is the supervisor of :mod:`corral.supervisor.supervisor`
+(same restart policies, logs, control socket, cluster reports) plus its pools. A
+member of pool ``dev`` is the agent ``dev-<n>`` (the lowest free number), with the
+supervisor's environment contract: ``CORRAL_URL``, ``CORRAL_AGENT_ID`` (its node id),
+a node token of its own when the cluster is served over HTTP (never the operator's),
+and ``CORRAL_POOL``/``CORRAL_ROLE``.
+
+Every :data:`POOL_INTERVAL`, and at once when :meth:`FleetSupervisor.wake` is called,
+the pools look at the cluster (its assessment, its nodes, its settings) and apply
+:func:`corral.scaling.decide` to each pool in manifest order, counting the members
+each spawns against ``max_agents`` before the next pool decides:
+
+- **spawn**: a new member, once every agent it depends on is RUNNING;
+- **ask**: one spawn request per wanted member (:mod:`corral.fleet.requests`);
+  an accepted request is spawned as soon as ``max_agents`` leaves room;
+- **retire**: SIGTERM to a member whose node has been idle for the cluster's
+  ``idle_timeout`` (the worker SDK hands its leases back and exits 0).
+
+Retirement goes only through the worker's idle protocol: a member that exits 0 (the
+SDK worker retires itself after ``idle_timeout``), or whose node the cluster retired
+for idleness, is STOPPED and not restarted by its restart policy; any other exit
+(a crash, a kill) is restarted by it (``on-failure``), which replaces the member,
+but not before the cluster has declared the old node dead (its leases recovered at
+their threshold): the replacement registers as a new incarnation.
+Each scale change is an ``alert`` event with ``reason: pool_scaled`` (pool, from,
+to, why, and ``at``: the decision's time), so the fleet's history is in the cluster's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from corral.errors import CorralError, NotFoundError
+from corral.fleet.manifest import FleetManifest, PoolSpec
+from corral.fleet.requests import Requests
+from corral.lifecycle import liveness_window
+from corral.model import Node
+from corral.scaling import Decision, FleetView, PoolState, decide
+from corral.supervisor.agent import _Agent
+from corral.supervisor.policy import Exit, RestartTracker, State
+from corral.supervisor.supervisor import Supervisor
+
+__all__ = ["POOL_INTERVAL", "FleetSupervisor", "Observation", "PoolRuntime"]
+
+log = logging.getLogger("corral.fleet")
+
+POOL_INTERVAL = 0.2  # seconds between two looks of the pools at the cluster
+RESTART_MARGIN = 0.2  # seconds after the old node's death a crashed member restarts
+
+
+@dataclass(slots=True)
+class PoolRuntime:
+    """One pool's memory between decisions."""
+
+    spec: PoolSpec
+    last_change: float | None = None
+    last_decision: Decision | None = None
+    retiring: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the pools read of the cluster in one look."""
+
+    recommendation: str
+    pending: int
+    max_agents: int
+    idle_timeout: float
+    nodes: dict[str, Node]  # the newest incarnation of every node, by id
+    accepted: dict[str, list[int]] = field(default_factory=dict)  # pool -> request ids
+    asked: dict[str, int] = field(default_factory=dict)  # pool -> pending requests
+    declined: dict[str, float] = field(default_factory=dict)  # pool -> last decline
+
+
+class FleetSupervisor(Supervisor):
+    """A :class:`Supervisor` with pools; see the module docstring."""
+
+    def __init__(self, fleet: FleetManifest, **kwargs: Any) -> None:
+        super().__init__(fleet.supervisor, **kwargs)
+        self.fleet = fleet
+        self.pools = {p.id: PoolRuntime(p) for p in fleet.pools}
+        self._pool_wake = asyncio.Event()
+        self._pool_task: asyncio.Task[None] | None = None
+        self._nodes: dict[str, Node] = {}
+        asking = {p.id for p in fleet.pools if p.limits.scale == "ask"}
+        self.requests = Requests(self.client, asking) if asking and self.client else None
+
+    # ---- running ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._pool_task = asyncio.ensure_future(self._pool_loop())
+        try:
+            await super().run()
+        finally:
+            self._pool_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pool_task
+
+    def wake(self) -> None:
+        """Look at the cluster now (something changed)."""
+        self._pool_wake.set()
+
+    async def _pool_loop(self) -> None:
+        while not self._shutting_down:
+            try:
+                seen = await asyncio.to_thread(self.observe)
+                if not self._shutting_down:
+                    self.step(self.clock(), seen)
+            except CorralError as exc:  # the cluster unreachable: supervise on, retry
+                self._log("warning", "pools: cannot read the cluster", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._pool_wake.wait(), POOL_INTERVAL)
+            self._pool_wake.clear()
+
+    def observe(self) -> Observation:
+        """Read what the decisions need (blocking: runs in a thread)."""
+        c = self.client
+        a = c.assess_workload()
+        s = c.settings()
+        nodes = {n.id: n for n in c.list_nodes()}
+        accepted: dict[str, list[int]] = {}
+        asked: dict[str, int] = {}
+        declined: dict[str, float] = {}
+        if self.requests is not None:
+            accepted, asked, declined = self.requests.look()
+        return Observation(
+            a.recommendation, a.pending_tasks, a.max_agents, float(s.idle_timeout_seconds),
+            nodes, accepted, asked, declined,
+        )  # fmt: skip
+
+    # ---- ask mode: corral ctl requests | accept ID | decline ID --------------------
+
+    async def spawn_requests(self) -> list[dict[str, Any]]:
+        """The cluster's spawn requests, oldest first."""
+        found = await asyncio.to_thread(self.client.spawn_requests, None, None, 10_000)
+        return [r.to_dict() for r in found]
+
+    async def accept_request(self, request_id: int) -> dict[str, Any]:
+        """Accept a pending spawn request as the operator; the pool spawns for it."""
+        r = await asyncio.to_thread(self.client.accept_spawn_request, request_id)
+        self.wake()
+        return dict(r.to_dict())
+
+    async def decline_request(self, request_id: int) -> dict[str, Any]:
+        """Decline a pending spawn request as the operator."""
+        r = await asyncio.to_thread(self.client.decline_spawn_request, request_id)
+        self.wake()
+        return dict(r.to_dict())
+
+    # ---- the decisions ------------------------------------------------------------
+
+    def members(self, pool_id: str) -> list[_Agent]:
+        """The pool's members that are alive, starting or due to restart."""
+        out = []
+        for a in self.agents.values():
+            p = self.fleet.pool_of(a.spec.id)
+            if p is None or p.id != pool_id:
+                continue
+            if a.child is not None or a.restart_at is not None:
+                out.append(a)
+        return out
+
+    def step(self, now: float, seen: Observation) -> dict[str, Decision]:
+        """Apply every pool's decision at ``now``; return them by pool."""
+        self._nodes = seen.nodes
+        live_nodes = {n.id for n in seen.nodes.values() if n.status != "terminated"}
+        starting = [
+            a.spec.id for p in self.pools for a in self.members(p) if a.spec.id not in live_nodes
+        ]
+        live = len(live_nodes) + len(starting)
+        out: dict[str, Decision] = {}
+        for rt in self.pools.values():
+            pool = rt.spec
+            members = [a for a in self.members(pool.id) if a.spec.id not in rt.retiring]
+            idle = expired = 0
+            for a in members:
+                node = seen.nodes.get(a.spec.id)
+                if node is None or node.status == "terminated" or a.spec.id in starting:
+                    idle += 1  # starting: it will claim once registered
+                elif node.status == "idle":
+                    idle += 1
+                    if node.idle_since is not None and now - node.idle_since >= seen.idle_timeout:
+                        expired += 1
+            if pool.id in seen.declined:  # a no counts as a change: ask again after cooldown
+                rt.last_change = max(rt.last_change or 0.0, seen.declined[pool.id])
+            accepted = seen.accepted.get(pool.id, [])
+            waiting = 0
+            for req in accepted:  # an operator's yes: spawned when there is room
+                if live < seen.max_agents and self._deps_ready(pool) and self.requests:
+                    member = self._add_member(rt, now, f"request {req} accepted")
+                    self.requests.fulfilled(req, member)
+                    live += 1
+                    idle += 1
+                    members.append(self.agents[member])
+                    self._scaled(rt, now, len(members) - 1, len(members), f"request {req}")
+                else:
+                    waiting += 1
+            state = PoolState(
+                members=len(members),
+                idle=idle,
+                idle_expired=expired,
+                requested=seen.asked.get(pool.id, 0) + waiting,
+                last_change=rt.last_change,
+            )
+            view = FleetView(seen.recommendation, seen.pending, live, seen.max_agents)
+            d = decide(pool.role, pool.limits, state, view, now)
+            rt.last_decision = d
+            out[pool.id] = d
+            if d.action == "spawn" and self._deps_ready(pool):
+                before = len(members)
+                for _ in range(d.change):
+                    self._add_member(rt, now, d.reason)
+                live += d.change
+                self._scaled(rt, now, before, before + d.change, d.reason)
+            elif d.action == "ask" and self.requests is not None:
+                for _ in range(d.change):
+                    self.requests.ask(pool.id, pool.role, d.reason)
+                rt.last_change = now
+            elif d.action == "retire":
+                idle_members = [
+                    a for a in members
+                    if (n := seen.nodes.get(a.spec.id)) is not None and n.status == "idle"
+                    and n.idle_since is not None and now - n.idle_since >= seen.idle_timeout
+                ]  # fmt: skip
+                for a in idle_members[: -d.change]:
+                    rt.retiring.add(a.spec.id)
+                    self._spawn_task(functools.partial(self._retire, rt, a))
+                self._scaled(rt, now, len(members), len(members) + d.change, d.reason)
+        return out
+
+    def _deps_ready(self, pool: PoolSpec) -> bool:
+        return all(self.agents[d].state is State.RUNNING for d in pool.template.depends_on)
+
+    def _member_agent(self, pool: PoolSpec, n: int) -> _Agent:
+        """The runtime record of member ``n`` of ``pool`` (made on first use; the
+        member joins the manifest, so dependencies and the cascade stop see it)."""
+        spec = pool.member(n)
+        a = self.agents.get(spec.id)
+        if a is None:
+            a = _Agent(spec, RestartTracker(config=self.manifest.settings.restart_config(),
+                                            rand=self.rand))  # fmt: skip
+            a.auto_start = False
+            self.agents[spec.id] = a
+            self.manifest = replace(self.manifest, agents=(*self.manifest.agents, spec))
+        return a
+
+    def _recover(self) -> None:
+        """Members a previous run left in ``pids.json`` are known before adoption, so
+        the ones still running are adopted (not restarted, not orphans)."""
+        for agent_id in self.pidfile.load().get("agents", {}):
+            pool = self.fleet.pool_of(agent_id)
+            if pool is not None and agent_id not in self.agents:
+                self._member_agent(pool, int(agent_id.rsplit("-", 1)[1]))
+        super()._recover()
+
+    def _add_member(self, rt: PoolRuntime, now: float, reason: str) -> str:
+        """Spawn the pool's next member (the lowest free number); its id."""
+        n = 1
+        while True:
+            spec = rt.spec.member(n)
+            a = self.agents.get(spec.id)
+            if a is None or (a.child is None and a.restart_at is None and a.stopping is None):
+                break
+            n += 1
+        if a is None:
+            a = self._member_agent(rt.spec, n)
+        else:
+            a.tracker = RestartTracker(config=self.manifest.settings.restart_config(),
+                                       rand=self.rand)  # fmt: skip
+        a.operator_stopped = False
+        rt.retiring.discard(spec.id)
+        self._log("info", "pool member spawned", pool=rt.spec.id, agent=spec.id, reason=reason)
+        self._spawn(a)
+        self._kick()
+        return spec.id
+
+    async def _retire(self, rt: PoolRuntime, a: _Agent) -> None:
+        """SIGTERM an idle member (its leases go back); it stays STOPPED."""
+        try:
+            self._log("info", "pool member retired", pool=rt.spec.id, agent=a.spec.id)
+            await self.stop(a.spec.id)
+        finally:
+            rt.retiring.discard(a.spec.id)
+
+    def _scaled(self, rt: PoolRuntime, now: float, old: int, new: int, why: str) -> None:
+        rt.last_change = now
+        if self.client is None or old == new:
+            return
+        message = f"pool {rt.spec.id}: {old} -> {new} members ({why})"
+        data = {"reason": "pool_scaled", "pool": rt.spec.id, "role": rt.spec.role,
+                "from": old, "to": new, "why": why, "at": now}  # fmt: skip
+
+        async def record() -> None:
+            with contextlib.suppress(CorralError):
+                await asyncio.to_thread(self.client.alert, message, **data)
+
+        self._spawn_task(record)
+
+    # ---- retirement is not a crash ------------------------------------------------
+
+    def _exited(
+        self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
+    ) -> None:
+        pool = self.fleet.pool_of(a.spec.id)
+        if pool is None or a.stopping is not None or ex.clean or self.client is None:
+            super()._exited(a, ex, error, pid)
+            return
+        node = self._member_node(a)
+        if node is not None and node.status == "terminated" and node.dead_at is None:
+            spec = a.spec  # the cluster retired it for idleness: not restarted
+            a.spec = replace(spec, restart="never")
+            try:
+                super()._exited(a, ex, error, pid)
+            finally:
+                a.spec = spec
+            return
+        super()._exited(a, ex, error, pid)
+        if a.restart_at is not None and node is not None and node.status != "terminated":
+            # A crash: the replacement starts once the cluster has declared the old
+            # node dead (its leases recovered at their threshold), so it registers
+            # as a new incarnation instead of inheriting a lease it knows nothing of.
+            with contextlib.suppress(CorralError):
+                window = liveness_window(node.heartbeat_interval, self.client.settings())
+                a.restart_at = max(a.restart_at, node.last_seen + window + RESTART_MARGIN)
+
+    def _member_node(self, a: _Agent) -> Node | None:
+        """The member's node as the cluster has it now (None: none, or unreachable)."""
+        try:
+            node: Node = self.client.get_node(a.spec.id)
+        except (NotFoundError, CorralError):
+            return None
+        return node

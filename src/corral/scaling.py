@@ -1,0 +1,164 @@
+"""The pool decision: how many members a pool of one role should have, and what to
+do about it now. Pure: a function of data and ``now``.
+
+A pool keeps ``min`` members always (its floor). Above the floor it follows the
+cluster's assessment for its role:
+
+- ``spawn_<role>`` with pending tasks that no idle or starting member will take:
+  grow by that many, up to ``max``;
+- a member whose node has been idle for the cluster's ``idle_timeout`` (the idle
+  protocol's own threshold) is retired, down to ``min``: nobody is retired mid-task;
+- otherwise keep the members it has.
+
+Growth is capped by ``max_agents``: the headroom is ``max_agents`` less every live
+node of the cluster and every member started but not yet registered, read before the
+spawn (never corrected after). At most one change per ``cooldown`` seconds, so the
+pool never flaps; the first change (``last_change`` None) is never delayed.
+
+``scale`` says who acts: ``off`` keeps exactly ``min`` members (a fixed pool);
+``auto`` spawns and retires; ``ask`` retires like ``auto`` but each spawn above the
+floor waits as a request an operator accepts (requests already waiting count as
+planned members, so one want is one request).
+
+:func:`desired_workers` is the same decision for a role with no pool (floor 0,
+ceiling ``max_agents``), the number ``/metrics`` publishes for an outside scaler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "SCALE_MODES",
+    "Decision",
+    "FleetView",
+    "PoolLimits",
+    "PoolState",
+    "decide",
+    "desired_workers",
+]
+
+SCALE_MODES = ("off", "ask", "auto")
+Action = Literal["spawn", "ask", "retire", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """A pool's bounds: ``min`` <= members <= ``max``, ``cooldown`` seconds between
+    changes, ``scale`` one of :data:`SCALE_MODES`."""
+
+    min: int = 0
+    max: int = 1
+    cooldown: float = 10.0
+    scale: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """What the pool has.
+
+    ``members``: members alive or starting (not retired, not stopped);
+    ``idle``: of those, members not holding a task (a member still starting counts:
+    it will claim as soon as it registers);
+    ``idle_expired``: members whose node has been idle at least the idle timeout;
+    ``requested``: spawn requests waiting for an operator, or accepted and not yet
+    spawned; ``last_change``: when the pool last spawned or retired (None: never).
+    """
+
+    members: int = 0
+    idle: int = 0
+    idle_expired: int = 0
+    requested: int = 0
+    last_change: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """What the cluster says: the assessment's ``recommendation``, its ``pending``
+    tasks, its ``live`` nodes (plus every member started and not yet registered)
+    and ``max_agents``."""
+
+    recommendation: str = "maintain"
+    pending: int = 0
+    live: int = 0
+    max_agents: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """``desired``: the members the pool should have (before the cooldown);
+    ``change``: how many to spawn (or request) now, negative to retire, 0 to wait;
+    ``action``: what ``change`` means; ``reason``: why, for the fleet's event;
+    ``retry_at``: when the decision may change by time alone (the cooldown's end)."""
+
+    desired: int
+    change: int
+    action: Action
+    reason: str
+    retry_at: float | None = None
+
+
+def _target(role: str, limits: PoolLimits, pool: PoolState, fleet: FleetView) -> tuple[int, str]:
+    """The members wanted, ignoring ``max_agents`` and the cooldown."""
+    if limits.scale == "off":
+        return limits.min, "fixed pool"
+    planned = pool.members + pool.requested
+    if planned < limits.min:
+        return limits.min, "below min"
+    if fleet.recommendation == f"spawn_{role}":
+        unserved = fleet.pending - pool.idle - pool.requested
+        if unserved > 0:
+            return max(limits.min, min(limits.max, planned + unserved)), fleet.recommendation
+    if pool.idle_expired > 0 and pool.members > limits.min:
+        return max(limits.min, pool.members - pool.idle_expired), "idle past idle_timeout"
+    return max(limits.min, min(limits.max, planned)), "steady"
+
+
+def decide(
+    role: str, limits: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+) -> Decision:
+    """The pool's decision at ``now``; see the module docstring."""
+    want, reason = _target(role, limits, pool, fleet)
+    planned = pool.members + pool.requested
+    if want > planned:
+        headroom = fleet.max_agents - fleet.live
+        if headroom <= 0:
+            return Decision(planned, 0, "none", "max_agents reached")
+        want = planned + min(want - planned, headroom)
+        if headroom < want - planned:
+            reason += " (capped by max_agents)"
+    # Only members idle past the timeout retire: nobody is stopped mid-task.
+    if want > planned:
+        delta = want - planned
+    else:
+        delta = max(min(0, want - pool.members), -pool.idle_expired)
+    if delta > 0:
+        want = planned + delta
+    elif delta < 0:
+        want = pool.members + delta
+    else:
+        want = max(want, pool.members)
+    if delta == 0:
+        return Decision(want, 0, "none", reason)
+    if pool.last_change is not None and now < pool.last_change + limits.cooldown:
+        return Decision(want, 0, "none", "cooldown", pool.last_change + limits.cooldown)
+    if delta < 0:
+        return Decision(want, delta, "retire", reason)
+    # Up to the floor the pool spawns itself whatever the mode; above it, ask asks.
+    floor_part = max(0, min(delta, limits.min - planned))
+    if limits.scale == "ask" and floor_part == 0:
+        return Decision(want, delta, "ask", reason)
+    return Decision(want, floor_part if limits.scale == "ask" else delta, "spawn", reason)
+
+
+def desired_workers(
+    role: str, *, workers: int, idle: int, recommendation: str, pending: int, live: int,
+    max_agents: int,
+) -> int:  # fmt: skip
+    """Workers a role should have (no pool: floor 0, ceiling ``max_agents``, no
+    cooldown): the number ``/metrics`` publishes for an outside autoscaler."""
+    limits = PoolLimits(min=0, max=max_agents, cooldown=0.0, scale="auto")
+    state = PoolState(members=workers, idle=idle)
+    view = FleetView(recommendation, pending, live, max_agents)
+    return decide(role, limits, state, view, 0.0).desired

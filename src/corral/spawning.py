@@ -1,0 +1,149 @@
+"""Spawn requests: a pool in ``ask`` mode does not spawn above its floor by itself;
+each member it wants waits as a request that an operator or a manager agent accepts
+or declines. One request is one spawn. Each step is an event naming its actor.
+
+:class:`SpawnRequestsMixin` is the part of ``corral.Cluster`` that holds these
+operations (validation, then one store transaction each).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from corral.errors import InvalidInputError
+from corral.validation import MAX_INT, check_choice, check_id, check_limit, check_text
+
+if TYPE_CHECKING:
+    from corral.clock import Clock
+    from corral.store import Store
+
+__all__ = ["SPAWN_STATUSES", "SpawnRequest", "SpawnRequestsMixin", "check_request_id"]
+
+SPAWN_STATUSES = ("pending", "accepted", "declined")
+OPERATOR = "operator"  # the actor of a decision made with the operator's token
+_POOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id rule
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRequest:
+    """A member a pool wants. ``status`` is pending, accepted or declined;
+    ``member`` the agent it became once spawned."""
+
+    id: int
+    pool: str
+    role: str
+    status: str
+    reason: str = ""
+    requested_by: str = ""
+    decided_by: str | None = None
+    member: str | None = None
+    created_at: float = 0.0
+    decided_at: float | None = None
+    spawned_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def text(self) -> str:
+        """One line: ``spawn request 3 (pool dev, developer): accepted by operator``."""
+        who = f" by {self.decided_by}" if self.decided_by else ""
+        spawned = f", spawned {self.member}" if self.member else ""
+        return (
+            f"spawn request {self.id} (pool {self.pool}, {self.role}): {self.status}{who}{spawned}"
+        )
+
+
+class _SpawnStore(Protocol):
+    def request_spawn(
+        self, pool: str, role: str, reason: str, requested_by: str, now: float
+    ) -> SpawnRequest: ...
+    def spawn_requests(
+        self, status: str | None, pool: str | None, limit: int
+    ) -> list[SpawnRequest]: ...
+    def decide_spawn_request(
+        self, request_id: int, status: str, actor: str, now: float
+    ) -> SpawnRequest: ...
+    def fulfil_spawn_request(self, request_id: int, member: str, now: float) -> SpawnRequest: ...
+
+
+def _pool(value: Any) -> str:
+    if not isinstance(value, str) or not _POOL.fullmatch(value):
+        raise InvalidInputError("pool must be 1-64 letters, digits, '.', '_' or '-'", field="pool")
+    return value
+
+
+def check_request_id(value: Any) -> int:
+    """A spawn request's id: a positive integer (or its digits)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise InvalidInputError("request_id must be a positive integer", field="request_id")
+    return value
+
+
+class SpawnRequestsMixin:
+    """The spawn request operations of ``corral.Cluster``."""
+
+    if TYPE_CHECKING:
+        store: Store
+        clock: Clock
+
+        def _role(self, role: Any, field: str = "role") -> str: ...
+
+    @property
+    def _spawns(self) -> _SpawnStore:
+        return cast("_SpawnStore", self.store)  # SQLStore's SpawnMixin
+
+    def request_spawn(
+        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
+    ) -> SpawnRequest:
+        """Ask for one new member of ``pool`` (a worker of ``role``): a pending
+        request and a ``spawn_requested`` event; an operator or a manager agent
+        accepts or declines it (``accept_spawn_request``, ``decline_spawn_request``)."""
+        return self._spawns.request_spawn(
+            _pool(pool),
+            self._role(role),
+            check_text(reason, "reason", max_len=500),
+            check_id(requested_by, "requested_by"),
+            self.clock.now(),
+        )
+
+    def spawn_requests(
+        self, status: str | None = None, pool: str | None = None, limit: int = 100
+    ) -> list[SpawnRequest]:
+        """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
+        declined) and ``pool`` (at most ``limit``)."""
+        return self._spawns.spawn_requests(
+            None if status is None else check_choice(status, SPAWN_STATUSES, "status"),
+            None if pool is None else _pool(pool),
+            check_limit(limit),
+        )
+
+    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+        """Accept a pending spawn request: its pool spawns one member for it. A
+        ``spawn_request_accepted`` event names the actor (``operator`` when none is
+        given). A request already decided is refused."""
+        return self._decide(request_id, "accepted", actor)
+
+    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+        """Decline a pending spawn request: nothing is spawned for it. A
+        ``spawn_request_declined`` event names the actor (``operator`` when none is
+        given). A request already decided is refused."""
+        return self._decide(request_id, "declined", actor)
+
+    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
+        """Record the member an accepted request was spawned as (its pool calls this
+        once): a ``spawn_request_fulfilled`` event. Refused for a request that is not
+        accepted or already spawned."""
+        return self._spawns.fulfil_spawn_request(
+            check_request_id(request_id), check_id(member, "member"), self.clock.now()
+        )
+
+    def _decide(self, request_id: Any, status: str, actor: str | None) -> SpawnRequest:
+        who = OPERATOR if actor is None else check_id(actor, "actor")
+        return self._spawns.decide_spawn_request(
+            check_request_id(request_id), status, who, self.clock.now()
+        )

@@ -1,0 +1,124 @@
+"""Spawn requests (docs/fleet.md, "Ask mode"): a pool asks for one member per
+request; an operator or a manager agent accepts or declines it, once; the pool
+records the member an accepted request became. Every step is an event with its
+actor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral import InvalidInputError, NotFoundError
+from corral.clock import FakeClock
+from tests.contract._world import T0, kinds, world
+
+OPERATIONS = (
+    "request_spawn",
+    "spawn_requests",
+    "accept_spawn_request",
+    "decline_spawn_request",
+    "fulfil_spawn_request",
+)
+BAD_INPUT = OPERATIONS
+
+
+def _spawns(c: Any) -> list[dict[str, Any]]:
+    return [r.to_dict() for r in c.spawn_requests(limit=10_000)]
+
+
+def test_a_request_is_pending_until_decided_and_each_step_is_an_event(
+    cluster: Any, clock: FakeClock
+) -> None:
+    r = cluster.request_spawn("dev", "developer", "spawn_developer")
+    assert (r.pool, r.role, r.status, r.reason, r.requested_by) == (
+        "dev", "developer", "pending", "spawn_developer", "pool",
+    )  # fmt: skip
+    assert (r.decided_by, r.member, r.created_at, r.decided_at) == (None, None, T0, None)
+    clock.advance(2)
+    other = cluster.request_spawn("dev", "developer")
+    assert other.id > r.id
+    assert [x.id for x in cluster.spawn_requests(status="pending")] == [r.id, other.id]
+    accepted = cluster.accept_spawn_request(r.id)
+    assert (accepted.status, accepted.decided_by, accepted.decided_at) == (
+        "accepted", "operator", T0 + 2,
+    )  # fmt: skip
+    declined = cluster.decline_spawn_request(other.id, "BM-1")
+    assert (declined.status, declined.decided_by) == ("declined", "BM-1")
+    done = cluster.fulfil_spawn_request(r.id, "dev-1")
+    assert (done.member, done.spawned_at, done.status) == ("dev-1", T0 + 2, "accepted")
+    assert [x.id for x in cluster.spawn_requests(status="pending")] == []
+    assert [x.status for x in cluster.spawn_requests(pool="dev")] == ["accepted", "declined"]
+    assert cluster.spawn_requests(pool="ops") == []
+    assert len(cluster.spawn_requests(limit=1)) == 1
+    events = [e for e in cluster.events() if e.kind.startswith("spawn_request")]
+    assert [(e.kind, e.data["id"], e.data.get("actor")) for e in events] == [
+        ("spawn_requested", r.id, "pool"),
+        ("spawn_requested", other.id, "pool"),
+        ("spawn_request_accepted", r.id, "operator"),
+        ("spawn_request_declined", other.id, "BM-1"),
+        ("spawn_request_fulfilled", r.id, None),
+    ]
+    assert events[-1].node_id == "dev-1"
+    assert r.text == f"spawn request {r.id} (pool dev, developer): pending"
+
+
+def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: Any) -> None:
+    a = cluster.request_spawn("dev", "developer")
+    b = cluster.request_spawn("dev", "developer")
+    cluster.accept_spawn_request(a.id)
+    cluster.decline_spawn_request(b.id)
+    cluster.fulfil_spawn_request(a.id, "dev-1")
+    before = world(cluster), _spawns(cluster)
+    for call in (
+        lambda: cluster.accept_spawn_request(a.id),
+        lambda: cluster.decline_spawn_request(a.id),
+        lambda: cluster.accept_spawn_request(b.id),
+        lambda: cluster.fulfil_spawn_request(a.id, "dev-2"),  # one request, one spawn
+        lambda: cluster.fulfil_spawn_request(b.id, "dev-2"),  # declined: never spawned
+    ):
+        with pytest.raises(InvalidInputError) as exc:
+            call()
+        assert exc.value.field == "request_id"
+    for call in (
+        lambda: cluster.accept_spawn_request(999),
+        lambda: cluster.decline_spawn_request(999),
+        lambda: cluster.fulfil_spawn_request(999, "dev-1"),
+    ):
+        with pytest.raises(NotFoundError) as exc:
+            call()
+        assert exc.value.field == "request_id"
+    assert (world(cluster), _spawns(cluster)) == before
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda c: c.request_spawn("", "developer"), "pool"),
+        (lambda c: c.request_spawn("a b", "developer"), "pool"),
+        (lambda c: c.request_spawn("dev", "astronaut"), "role"),
+        (lambda c: c.request_spawn("dev", "developer", 3), "reason"),
+        (lambda c: c.request_spawn("dev", "developer", "x" * 501), "reason"),
+        (lambda c: c.request_spawn("dev", "developer", "", ""), "requested_by"),
+        (lambda c: c.spawn_requests(status="open"), "status"),
+        (lambda c: c.spawn_requests(pool="a/b"), "pool"),
+        (lambda c: c.spawn_requests(limit=0), "limit"),
+        (lambda c: c.accept_spawn_request(0), "request_id"),
+        (lambda c: c.accept_spawn_request("one"), "request_id"),
+        (lambda c: c.accept_spawn_request(1, ""), "actor"),
+        (lambda c: c.decline_spawn_request(-1), "request_id"),
+        (lambda c: c.decline_spawn_request(True), "request_id"),
+        (lambda c: c.decline_spawn_request(1, 5), "actor"),
+        (lambda c: c.fulfil_spawn_request(1.5, "dev-1"), "request_id"),
+        (lambda c: c.fulfil_spawn_request(1, ""), "member"),
+    ],
+)
+def test_spawn_request_operations_refuse_bad_input(cluster: Any, call: Any, field: str) -> None:
+    r = cluster.request_spawn("dev", "developer")
+    cluster.accept_spawn_request(r.id)
+    before = world(cluster), _spawns(cluster)
+    with pytest.raises(InvalidInputError) as exc:
+        call(cluster)
+    assert exc.value.field == field
+    assert (world(cluster), _spawns(cluster)) == before
+    assert kinds(cluster)[-1] == "spawn_request_accepted"

@@ -1,0 +1,126 @@
+"""The fleet manifest: pools, [cluster], [board]; every error names the file, the
+pool (or agent) and the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.errors import InvalidInputError
+from corral.fleet.manifest import load_fleet, parse_fleet
+from corral.supervisor.manifest import ManifestError
+
+GOOD = """
+[cluster]
+settings = { max_agents = 6, idle_timeout_seconds = 3 }
+
+[board]
+seed = "tasks.jsonl"
+
+[[agents]]
+id = "relay"
+cmd = "sleep"
+args = ["100"]
+heartbeat = "pipe"
+
+[[pools]]
+id = "dev"
+cmd = "corral"
+args = ["worker", "--", "true"]
+env = { X = "1" }
+role = "developer"
+min = 0
+max = 3
+cooldown = 2.5
+scale = "auto"
+depends_on = ["relay"]
+"""
+
+
+def write(tmp_path, text, seed='{"title": "a"}\n{"title": "b", "priority": "high"}\n'):
+    (tmp_path / "tasks.jsonl").write_text(seed)
+    p = tmp_path / "corral.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_good_manifest(tmp_path):
+    m = load_fleet(write(tmp_path, GOOD))
+    assert m.supervisor.ids == ("relay",)
+    (pool,) = m.pools
+    assert (pool.id, pool.role, pool.limits.min, pool.limits.max) == ("dev", "developer", 0, 3)
+    assert (pool.limits.cooldown, pool.limits.scale) == (2.5, "auto")
+    member = pool.member(2)
+    assert member.id == "dev-2" and member.restart == "on-failure"
+    assert member.depends_on == ("relay",)
+    assert dict(member.env) == {"X": "1", "CORRAL_POOL": "dev", "CORRAL_ROLE": "developer"}
+    assert m.seed == str(tmp_path / "tasks.jsonl")
+    assert dict(m.cluster_settings) == {"max_agents": 6, "idle_timeout_seconds": 3}
+    assert m.pool_of("dev-7") is pool and m.pool_of("relay") is None
+
+
+def test_pools_alone_are_a_manifest():
+    m = parse_fleet({"pools": [{"id": "p", "cmd": "true", "role": "developer"}]}, path="f.toml")
+    assert m.supervisor.agents == () and m.pools[0].limits.max == 1
+
+
+def test_the_examples_are_valid():
+    for name in ("examples/fleet.toml", "examples/agents.toml"):
+        m = load_fleet(name)
+        assert m.pools
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('role = "developer"\n', "", "pool dev: role: is required"),
+        ("min = 0", "min = 4", "pool dev: max: must be at least min"),
+        ("min = 0", "min = -1", "pool dev: min: must be an integer of at least 0"),
+        ('scale = "auto"', 'scale = "sometimes"', "pool dev: scale: must be off, ask or auto"),
+        ("cooldown = 2.5", 'cooldown = "10s"', "pool dev: cooldown: must be a number of seconds"),
+        (
+            'depends_on = ["relay"]',
+            'depends_on = ["nope"]',
+            "pool dev: depends_on: unknown agent nope",
+        ),
+        ('env = { X = "1" }', "env = 3", "pool dev: env: must be a table of strings"),
+        ('id = "dev"', 'id = "relay"', "pool relay: id: duplicate id"),
+        ('cmd = "corral"', 'cmd = "corral"\ncolour = "red"', "pool dev: colour: unknown key"),
+        ('cmd = "corral"', 'cmd = ""', "pool dev: cmd: must be a non-empty string"),
+        ('seed = "tasks.jsonl"', "seed = 3", "board.seed: must be the path of a JSON-lines file"),
+        ("[cluster]", "board = 1\n[cluster]", "board: must be a table"),
+        ("max_agents = 6,", "speed = 6,", "cluster.settings.speed: unknown setting"),
+        ("[cluster]", '[cluster]\nurl = "http://x"', "cluster.url: must be a sqlite"),
+    ],
+)
+def test_bad_fields_are_named(tmp_path, old, new, message):
+    text = GOOD.replace(old, new, 1)
+    if "board = 1" in new:
+        text = text.replace('[board]\nseed = "tasks.jsonl"\n', "")
+    with pytest.raises(ManifestError) as e:
+        load_fleet(write(tmp_path, text))
+    assert isinstance(e.value, InvalidInputError)
+    assert str(tmp_path / "corral.toml") in e.value.message
+    assert message in e.value.message
+
+
+def test_a_bad_seed_names_its_file_and_line(tmp_path):
+    with pytest.raises(ManifestError) as e:
+        load_fleet(write(tmp_path, GOOD, seed='{"title": "a"}\n{"titel": "b"}\n'))
+    assert "tasks.jsonl: line 2: must be an object with a title" in e.value.message
+
+
+def test_unknown_top_level_key(tmp_path):
+    with pytest.raises(ManifestError) as e:
+        load_fleet(write(tmp_path, "fleets = 1\n" + GOOD))
+    assert "corral.toml: fleets: unknown key" in e.value.message
+
+
+def test_an_agent_with_a_members_name_is_refused(tmp_path):
+    with pytest.raises(ManifestError) as e:
+        load_fleet(
+            write(
+                tmp_path,
+                GOOD.replace('id = "relay"', 'id = "dev-1"').replace('depends_on = ["relay"]', ""),
+            )
+        )
+    assert "pool dev: id: agent dev-1 has a member's name" in e.value.message

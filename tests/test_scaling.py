@@ -1,0 +1,186 @@
+"""The pool decision (corral.scaling): bounds, max_agents before the spawn, the
+cooldown, the three modes, retirement of idle members only; hypothesis over random
+pools and fleets, plus a simulation that never flaps."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.scaling import (
+    SCALE_MODES,
+    FleetView,
+    PoolLimits,
+    PoolState,
+    decide,
+    desired_workers,
+)
+
+RECS = ("spawn_developer", "spawn_architect", "terminate_idle", "maintain")
+
+
+@st.composite
+def limits(draw: st.DrawFn) -> PoolLimits:
+    lo = draw(st.integers(0, 4))
+    return PoolLimits(
+        min=lo,
+        max=draw(st.integers(max(lo, 1), 6)),
+        cooldown=draw(st.floats(0, 30)),
+        scale=draw(st.sampled_from(SCALE_MODES)),
+    )
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> PoolState:
+    members = draw(st.integers(0, 7))
+    idle = draw(st.integers(0, members))
+    return PoolState(
+        members=members,
+        idle=idle,
+        idle_expired=draw(st.integers(0, idle)),
+        requested=draw(st.integers(0, 3)),
+        last_change=draw(st.none() | st.floats(0, 100)),
+    )
+
+
+@st.composite
+def fleets(draw: st.DrawFn, pool: PoolState | None = None) -> FleetView:
+    max_agents = draw(st.integers(1, 10))
+    return FleetView(
+        recommendation=draw(st.sampled_from(RECS)),
+        pending=draw(st.integers(0, 12)),
+        live=draw(st.integers(0, 12)),
+        max_agents=max_agents,
+    )
+
+
+NOW = st.floats(0, 200)
+
+
+@given(limits(), pools(), fleets(), NOW)
+def test_a_spawn_never_passes_max_nor_max_agents(lim, pool, fleet, now):
+    d = decide("developer", lim, pool, fleet, now)
+    if d.change > 0:
+        assert d.action in ("spawn", "ask")
+        assert pool.members + pool.requested + d.change <= lim.max
+        assert fleet.live + d.change <= fleet.max_agents  # checked before the spawn
+
+
+@given(limits(), pools(), fleets(), NOW)
+def test_nothing_changes_inside_the_cooldown(lim, pool, fleet, now):
+    d = decide("developer", lim, pool, fleet, now)
+    if pool.last_change is not None and now < pool.last_change + lim.cooldown:
+        assert d.change == 0 and d.action == "none"
+
+
+@given(limits(), pools(), fleets(), NOW)
+def test_only_idle_members_retire_and_never_below_min(lim, pool, fleet, now):
+    d = decide("developer", lim, pool, fleet, now)
+    if d.change < 0:
+        assert d.action == "retire"
+        assert -d.change <= pool.idle_expired
+        assert pool.members + d.change >= lim.min
+
+
+@given(limits(), pools(), fleets(), NOW)
+def test_the_modes(lim, pool, fleet, now):
+    d = decide("developer", lim, pool, fleet, now)
+    if d.action == "ask":
+        assert lim.scale == "ask"
+    if lim.scale == "off" and d.change > 0:
+        assert pool.members + pool.requested + d.change <= lim.min
+    if lim.scale == "ask" and d.action == "spawn":  # only the floor spawns unasked
+        assert pool.members + pool.requested + d.change <= lim.min
+
+
+@given(limits(), pools(), fleets(), NOW)
+def test_growth_above_the_floor_needs_the_recommendation_for_the_role(lim, pool, fleet, now):
+    d = decide("developer", lim, pool, fleet, now)
+    planned = pool.members + pool.requested
+    if d.change > 0 and planned + d.change > lim.min:
+        assert fleet.recommendation == "spawn_developer"
+        assert fleet.pending > pool.idle + pool.requested
+
+
+@given(limits(), pools(), fleets(), NOW)
+def test_a_wanted_spawn_happens_when_nothing_holds_it_back(lim, pool, fleet, now):
+    pool = PoolState(pool.members, pool.idle, pool.idle_expired, 0, None)
+    d = decide("developer", lim, pool, fleet, now)
+    room = min(lim.max - pool.members, fleet.max_agents - fleet.live)
+    unserved = fleet.pending - pool.idle
+    deep = fleet.recommendation == "spawn_developer" and unserved > 0
+    if lim.scale == "auto" and deep and room > 0:
+        assert (d.action == "spawn" and d.change == min(unserved, room)) or (
+            pool.members < lim.min and d.change > 0
+        )
+
+
+def test_examples():
+    auto = PoolLimits(min=0, max=3, cooldown=5, scale="auto")
+    deep = FleetView("spawn_developer", pending=10, live=1, max_agents=8)
+    d = decide("developer", auto, PoolState(), deep, 0.0)
+    assert (d.action, d.change, d.desired) == ("spawn", 3, 3)
+    # the other role's recommendation does nothing
+    assert decide("architect", auto, PoolState(), deep, 0.0).change == 0
+    # max_agents: one place left
+    tight = FleetView("spawn_developer", pending=10, live=7, max_agents=8)
+    assert decide("developer", auto, PoolState(), tight, 0.0).change == 1
+    full = FleetView("spawn_developer", pending=10, live=8, max_agents=8)
+    assert decide("developer", auto, PoolState(), full, 0.0).reason == "max_agents reached"
+    # cooldown
+    d = decide("developer", auto, PoolState(members=1, last_change=0.0), deep, 2.0)
+    assert (d.change, d.reason, d.retry_at) == (0, "cooldown", 5.0)
+    # idle members past the timeout retire, down to min
+    calm = FleetView("terminate_idle", pending=0, live=3, max_agents=8)
+    lim = PoolLimits(min=1, max=3, cooldown=5, scale="auto")
+    d = decide("developer", lim, PoolState(members=3, idle=3, idle_expired=3), calm, 0.0)
+    assert (d.action, d.change, d.desired) == ("retire", -2, 1)
+    # ask: the floor is spawned, the rest asked
+    ask = PoolLimits(min=1, max=3, cooldown=5, scale="ask")
+    assert decide("developer", ask, PoolState(), deep, 0.0).action == "spawn"
+    d = decide("developer", ask, PoolState(members=1), deep, 0.0)
+    assert (d.action, d.change) == ("ask", 2)
+    # requests waiting count as planned: the want is not asked twice
+    d = decide("developer", ask, PoolState(members=1, requested=2), deep, 0.0)
+    assert d.change == 0
+    # off: a fixed pool of min
+    off = PoolLimits(min=2, max=3, cooldown=5, scale="off")
+    assert decide("developer", off, PoolState(), deep, 0.0).change == 2
+    assert decide("developer", off, PoolState(members=2), deep, 0.0).change == 0
+
+
+@given(
+    limits(),
+    st.lists(st.tuples(st.sampled_from(RECS), st.integers(0, 12), st.floats(0.1, 10)), max_size=40),
+)
+def test_a_simulated_pool_changes_at_most_once_per_cooldown(lim, steps):
+    """Apply each decision at once (spawned members register idle, retired ones go);
+    the times of the changes are at least a cooldown apart."""
+    now, pool, changes = 0.0, PoolState(), []
+    for rec, pending, dt in steps:
+        now += dt
+        fleet = FleetView(rec, pending, live=pool.members, max_agents=8)
+        d = decide("developer", lim, pool, fleet, now)
+        if d.change:
+            changes.append(now)
+            members = pool.members + d.change
+            pool = PoolState(members=members, idle=members, idle_expired=members, last_change=now)
+        else:
+            pool = PoolState(pool.members, pool.members, pool.members, 0, pool.last_change)
+    assert all(b >= a + lim.cooldown for a, b in itertools.pairwise(changes))
+
+
+@given(st.integers(0, 6), st.integers(0, 6), st.sampled_from(RECS), st.integers(0, 12),
+       st.integers(0, 10), st.integers(1, 10))  # fmt: skip
+def test_desired_workers_is_the_pool_decision_without_a_pool(w, idle, rec, pending, live, cap):
+    idle = min(idle, w)
+    n = desired_workers("developer", workers=w, idle=idle, recommendation=rec, pending=pending,
+                        live=live, max_agents=cap)  # fmt: skip
+    view = FleetView(rec, pending, live, cap)
+    d = decide("developer", PoolLimits(0, cap, 0.0, "auto"), PoolState(w, idle), view, 0.0)
+    assert n == d.desired
+    assert n >= 0
+    if rec == "spawn_developer" and pending > idle and live < cap and w < cap:
+        assert n > w
