@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -144,3 +145,48 @@ def test_reads_see_their_own_writes_while_another_database_commits(pg_url: str) 
         c.close()
     assert commits[0] > READ_ROUNDS  # the other database really committed meanwhile
     assert misses == [], f"{len(misses)} stale reads of {READ_ROUNDS * 3.5:.0f}: {misses[:8]}"
+
+
+def test_the_horizon_places_each_transaction_that_ended_after_the_snapshot(pg_url: str) -> None:
+    """``corral_event_horizon(s)`` at READ COMMITTED, for transactions in flight in
+    ``s`` that end before the call: one of another database is left out, one of
+    this database that wrote no event is left out, one that committed events after
+    ``s`` holds the horizon at its own events (the next read returns them)."""
+    corral.connect(pg_url).close()  # the schema
+    with (
+        psycopg.connect(pg_url, autocommit=True) as reader,
+        psycopg.connect(pg_url, autocommit=True) as ours,
+        psycopg.connect(pg.ADMIN_URL, autocommit=True) as other,
+        psycopg.connect(pg.ADMIN_URL, autocommit=True) as bump,
+    ):
+
+        def snapshot_while(conn: psycopg.Connection[Any], sql: str) -> tuple[str, int, int]:
+            """A snapshot taken while ``conn`` runs ``sql`` in a transaction it then
+            commits: (the snapshot, its xmax, that transaction's id, in the snapshot's
+            list of transactions in flight)."""
+            with conn.transaction():
+                conn.execute(sql)
+                xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+                bump.execute("SELECT pg_current_xact_id()")  # a newer one ends: xid < xmax
+                s, xmax = reader.execute(
+                    "SELECT s::text, pg_snapshot_xmax(s)::text::bigint"
+                    " FROM pg_current_snapshot() AS s"
+                ).fetchone()
+            return s, xmax, xid
+
+        def horizon(s: str) -> int:
+            return reader.execute("SELECT corral_event_horizon(%s::pg_snapshot)", [s]).fetchone()[0]
+
+        for conn, sql in ((other, "SELECT 1"), (ours, "SELECT 1")):
+            s, xmax, xid = snapshot_while(conn, sql)
+            assert xid in _xip(reader, s)
+            assert horizon(s) == xmax << 20  # nothing of ours in flight held it
+        s, xmax, xid = snapshot_while(
+            ours, "INSERT INTO events (ts, kind, data) VALUES (0, 'broadcast', '{}')"
+        )
+        assert xid < xmax and horizon(s) == xid << 20
+
+
+def _xip(conn: psycopg.Connection[Any], s: str) -> list[int]:
+    rows = conn.execute("SELECT x::text::bigint FROM pg_snapshot_xip(%s::pg_snapshot) AS x", [s])
+    return [r[0] for r in rows.fetchall()]

@@ -9,11 +9,8 @@ DECLARE
     -- Running transactions that never write here: those of other databases (and
     -- their prepared ones), and autovacuum's.
     others bigint[];
-    fresh pg_snapshot;
-    x bigint;
-    h bigint := least(pg_snapshot_xmax(s)::text::bigint,
+    x bigint := least(pg_snapshot_xmax(s)::text::bigint,
                       pg_current_xact_id_if_assigned()::text::bigint);
-    floor_seq bigint := nullif(current_setting('corral.event_floor', true), '')::bigint;
 BEGIN
     PERFORM pg_stat_clear_snapshot();  -- not a list cached earlier in this transaction
     others := ARRAY(
@@ -24,22 +21,19 @@ BEGIN
         UNION ALL
         SELECT p.transaction::text::bigint FROM pg_prepared_xacts AS p
         WHERE p.database <> current_database());
-    -- Taken after the list: a transaction of s not in it has ended by now.
-    fresh := pg_current_snapshot();
-    FOR x IN SELECT v::text::bigint FROM pg_snapshot_xip(s) AS v ORDER BY 1 LOOP
-        EXIT WHEN x >= h;
-        CONTINUE WHEN x % 4294967296 = ANY (others);
-        -- Still running (or, under REPEATABLE READ, where fresh is s: unknown): it may
-        -- be ours. Ended: ours and committed after s if its events are there now;
-        -- otherwise it will never write here.
-        IF NOT pg_visible_in_snapshot(x::text::xid8, fresh)
-           OR EXISTS (SELECT 1 FROM events WHERE seq >= x << 20 AND seq < (x + 1) << 20) THEN
-            h := x;
-            EXIT;
-        END IF;
-    END LOOP;
+    -- The oldest other transaction of s that may still add events here. This
+    -- statement's snapshot is taken after the list above, so one of s's transactions
+    -- missing from it has ended by now: if its events are here now, it is ours and
+    -- committed after s; if not, it never writes here. One still running may be ours.
+    -- (Under REPEATABLE READ this snapshot is s: every one counts as running.)
+    SELECT least(x, min(v)) INTO x
+    FROM (SELECT v::text::bigint AS v FROM pg_snapshot_xip(s) AS v) AS xip
+    WHERE v < x AND v % 4294967296 <> ALL (others)
+      AND (NOT pg_visible_in_snapshot(v::text::xid8, pg_current_snapshot())
+           OR EXISTS (SELECT 1 FROM events WHERE seq >= v << 20 AND seq < (v + 1) << 20));
     -- corral.event_floor: a horizon read exactly just before this transaction began
     -- (PostgresStore._read_latest), valid for every later snapshot.
-    RETURN greatest(h << 20, floor_seq);
+    RETURN greatest(x << 20,
+                    nullif(current_setting('corral.event_floor', true), '')::bigint);
 END
 $$;
