@@ -208,7 +208,8 @@ class Sessions:
             if floor is None:
                 conn.execute(begin)
             else:
-                value = int(conn.execute(_QUERIES[floor]).fetchone()[floor])
+                row = conn.execute(_QUERIES[floor]).fetchone()
+                value = int(row[floor]) if row else 0
                 conn.execute(f"{begin}; SELECT set_config('corral.{floor}', '{value}', true)")
             tx = _Tx(conn)
             try:
