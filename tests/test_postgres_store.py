@@ -41,7 +41,8 @@ def _scratch_database() -> str:
 
 
 def test_migrations_produce_exactly_the_schema(request: pytest.FixtureRequest) -> None:
-    """A database migrated from nothing has the columns and indexes of schema.sql."""
+    """A database migrated from nothing has the columns, indexes and functions of
+    schema.sql."""
     migrated = pg.fresh_database(request)  # cloned from the migrated template
     name = f"corral_schema_{uuid.uuid4().hex[:10]}"
     pg.admin(f'CREATE DATABASE "{name}"')
@@ -49,7 +50,7 @@ def test_migrations_produce_exactly_the_schema(request: pytest.FixtureRequest) -
     with psycopg.connect(pg.url_for(name), autocommit=True) as conn:
         conn.execute(schema("postgres"))
 
-    def shape(url: str) -> tuple[Any, Any]:
+    def shape(url: str) -> tuple[Any, Any, Any]:
         with psycopg.connect(url) as conn:
             cols = conn.execute(
                 "SELECT table_name, column_name, data_type, is_nullable, column_default"
@@ -60,7 +61,12 @@ def test_migrations_produce_exactly_the_schema(request: pytest.FixtureRequest) -
                 "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
                 " AND tablename <> 'corral_migrations' ORDER BY 1"
             ).fetchall()
-        return cols, idx
+            funcs = conn.execute(
+                "SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p"
+                " JOIN pg_namespace n ON n.oid = p.pronamespace"
+                " WHERE n.nspname = 'public' ORDER BY 1"
+            ).fetchall()
+        return cols, idx, funcs
 
     assert shape(migrated) == shape(pg.url_for(name))
 

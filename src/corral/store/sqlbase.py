@@ -52,7 +52,7 @@ class SQLStore(
             self._actor.name = None
 
     def stats(self) -> ClusterStats:
-        return stats_in(self, self._read)
+        return stats_in(self, self._read_latest)
 
     @abstractmethod
     def _write(self) -> AbstractContextManager[Tx]:
@@ -61,6 +61,12 @@ class SQLStore(
     @abstractmethod
     def _read(self) -> AbstractContextManager[Tx]:
         """A read-only transaction with a consistent snapshot."""
+
+    def _read_latest(self, single: bool = False) -> AbstractContextManager[Tx]:
+        """A ``_read`` whose event reads see every event committed before it began
+        (read-your-writes). ``single``: the body runs one statement, which needs no
+        snapshot shared between statements."""
+        return self._read()
 
     # --- helpers --------------------------------------------------------------------
     def _settings_in(self, tx: Tx) -> Settings:

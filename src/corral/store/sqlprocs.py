@@ -104,7 +104,7 @@ class ProcessesMixin(SQLHost):
             return event_from_row(row)
 
     def process_actions(self, host: str, since: int, limit: int) -> list[Event]:
-        with self._read() as tx:
+        with self._read_latest(single=True) as tx:
             rows = tx.all("process_actions_since", host=host, since=since, limit=limit)
         return [event_from_row(r) for r in rows]
 

@@ -72,7 +72,7 @@ class ViewsMixin(SQLHost):
             )
 
     def snapshot(self, now: float, node_id: str | None = None, limit: int = 50) -> State:
-        with self._read() as tx:
+        with self._read_latest() as tx:
             s = self._settings_in(tx)
             working = tx.all("tasks_in_progress", limit=limit)
             pending = tx.all("tasks_pending", limit=limit)
@@ -127,7 +127,7 @@ class ViewsMixin(SQLHost):
             return CatchUp(events=events, cursor=cursor)
 
     def events(self, since: int, limit: int = 1000) -> list[Event]:
-        with self._read() as tx:
+        with self._read_latest(single=True) as tx:
             return [event_from_row(r) for r in tx.all("events_since", since=since, limit=limit)]
 
     def broadcast(self, node_id: str | None, message: str, now: float) -> Event:

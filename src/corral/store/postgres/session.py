@@ -200,9 +200,17 @@ class Sessions:
             raise _unavailable(exc) from exc
 
     @contextmanager
-    def transaction(self, begin: str) -> Iterator[_Tx]:
+    def transaction(self, begin: str, floor: str | None = None) -> Iterator[_Tx]:
+        """``begin``'s transaction. ``floor``: a query run just before it (autocommit),
+        whose one value the transaction's first statement keeps as the setting
+        ``corral.<floor>`` (transaction-local)."""
         with self.connection() as conn:
-            conn.execute(begin)
+            if floor is None:
+                conn.execute(begin)
+            else:
+                row = conn.execute(_QUERIES[floor]).fetchone()
+                value = int(row[floor]) if row else 0
+                conn.execute(f"{begin}; SELECT set_config('corral.{floor}', '{value}', true)")
             tx = _Tx(conn)
             try:
                 yield tx

@@ -33,6 +33,7 @@ _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of t
 # The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
 # give the hot statements, read by position (tests/test_postgres_store.py checks).
 _task = task_from_tuple  # the task whose TASK_COLUMNS start at row[i]
+_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
@@ -92,7 +93,16 @@ class PostgresStore(SQLStore):
         return self._sessions.transaction("BEGIN")
 
     def _read(self) -> AbstractContextManager[_Tx]:
-        return self._sessions.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return self._sessions.transaction(_READ)
+
+    def _read_latest(self, single: bool = False) -> AbstractContextManager[_Tx]:
+        """The event horizon (corral_event_horizon, schema.sql) is exact only at READ
+        COMMITTED, where each of its statements takes a new snapshot. One statement
+        runs there; several share a REPEATABLE READ snapshot whose horizon is at least
+        the one read exactly just before it began (``corral.event_floor``)."""
+        if single:
+            return self._sessions.transaction("BEGIN READ ONLY")
+        return self._sessions.transaction(_READ, floor="event_floor")
 
     # --- hot operations -----------------------------------------------------------------
     def _cached_settings(self, refresh: bool = False) -> tuple[Any, Any]:

@@ -227,28 +227,16 @@ INSERT INTO events (ts, kind, node_id, task_id, data)
 VALUES (:ts, :kind, :node_id, :task_id, :data);
 
 -- part: event_horizon
--- The horizon of events_since (below).
-WITH snap AS MATERIALIZED (
-    SELECT pg_current_snapshot() AS s
-), elsewhere AS MATERIALIZED (
-    SELECT a.backend_xid::text::bigint AS x FROM pg_stat_get_activity(NULL) AS a
-    WHERE a.backend_xid IS NOT NULL
-      AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
-), horizon AS MATERIALIZED (
-    SELECT least(pg_snapshot_xmax(s)::text::bigint,
-                 pg_current_xact_id_if_assigned()::text::bigint,
-                 (SELECT min(x::text::bigint) FROM pg_snapshot_xip(s) AS x
-                  WHERE x::text::bigint % 4294967296 NOT IN (SELECT x FROM elsewhere))
-           ) << 20 AS seq
-    FROM snap
+-- The horizon of events_since (below), for this statement's snapshot: see
+-- corral_event_horizon (schema.sql).
+WITH horizon AS MATERIALIZED (
+    SELECT corral_event_horizon(pg_current_snapshot()) AS seq
 )
 
 -- name: events_since
 -- Only events below the horizon: seqs follow transaction ids (corral_event_seqs), and
--- every transaction of this database older than the oldest one still in flight in
--- this snapshot has finished, so no event below it can appear later. (In-flight
--- transactions of other databases are left out: they never write here; one the
--- activity list cannot place counts as ours.) A transaction sees its own events.
+-- every event below it that ever commits is in this snapshot, so no event below it
+-- can appear later. A transaction sees its own events.
 -- include: event_horizon
 SELECT * FROM events
 WHERE seq > :since
@@ -1089,3 +1077,8 @@ SELECT * FROM spawn_requests
 WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:pool AS text) IS NULL OR pool = :pool)
 ORDER BY id LIMIT :limit;
+
+-- name: event_floor
+-- The event horizon now, at READ COMMITTED (exact): valid for any later snapshot
+-- (PostgresStore._read_latest keeps it for a REPEATABLE READ transaction begun next).
+SELECT corral_event_horizon(pg_current_snapshot()) AS event_floor;

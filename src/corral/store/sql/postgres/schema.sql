@@ -105,6 +105,46 @@ CREATE TABLE events (
     data    text NOT NULL DEFAULT '{}'
 );
 
+-- The horizon of the event reads (queries.sql: event_horizon) for snapshot s: every
+-- event below it that ever commits is visible in s. The least of s's xmax, the
+-- reader's own transaction and the oldest transaction of s still in flight that may
+-- be ours. Exact under READ COMMITTED (each statement here takes a new snapshot);
+-- under REPEATABLE READ a transaction of s not found running counts as ours.
+CREATE FUNCTION corral_event_horizon(s pg_snapshot) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    -- Running transactions that never write here: those of other databases (and
+    -- their prepared ones), and autovacuum's.
+    others bigint[];
+    x bigint := least(pg_snapshot_xmax(s)::text::bigint,
+                      pg_current_xact_id_if_assigned()::text::bigint);
+BEGIN
+    PERFORM pg_stat_clear_snapshot();  -- not a list cached earlier in this transaction
+    others := ARRAY(
+        SELECT a.backend_xid::text::bigint FROM pg_stat_get_activity(NULL) AS a
+        WHERE a.backend_xid IS NOT NULL
+          AND (a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+               OR a.backend_type = 'autovacuum worker')
+        UNION ALL
+        SELECT p.transaction::text::bigint FROM pg_prepared_xacts AS p
+        WHERE p.database <> current_database());
+    -- The oldest other transaction of s that may still add events here. This
+    -- statement's snapshot is taken after the list above, so one of s's transactions
+    -- missing from it has ended by now: if its events are here now, it is ours and
+    -- committed after s; if not, it never writes here. One still running may be ours.
+    -- (Under REPEATABLE READ this snapshot is s: every one counts as running.)
+    SELECT least(x, min(v)) INTO x
+    FROM (SELECT v::text::bigint AS v FROM pg_snapshot_xip(s) AS v) AS xip
+    WHERE v < x AND v % 4294967296 <> ALL (others)
+      AND (NOT pg_visible_in_snapshot(v::text::xid8, pg_current_snapshot())
+           OR EXISTS (SELECT 1 FROM events WHERE seq >= v << 20 AND seq < (v + 1) << 20));
+    -- corral.event_floor: a horizon read exactly just before this transaction began
+    -- (PostgresStore._read_latest), valid for every later snapshot.
+    RETURN greatest(x << 20,
+                    nullif(current_setting('corral.event_floor', true), '')::bigint);
+END
+$$;
+
 -- The supervised processes: each host's supervisor replaces its rows whole
 -- (report_processes).
 CREATE TABLE processes (
