@@ -33,6 +33,24 @@ def worker(sqlite_cluster: corral.Cluster) -> Iterator[Worker]:
     w.close()
 
 
+def test_id_and_role_come_from_the_supervisors_environment(sqlite_cluster, monkeypatch):
+    """A worker started by corral supervise or corral up finds its node id and role in
+    $CORRAL_AGENT_ID and $CORRAL_ROLE; without them, the missing one is named."""
+    monkeypatch.setenv("CORRAL_AGENT_ID", "pool-1")
+    monkeypatch.setenv("CORRAL_ROLE", "architect")
+    w = Worker(cluster=sqlite_cluster, heartbeat_interval=60, handle_signals=False)
+    try:
+        w.register()
+        node = sqlite_cluster.get_node("pool-1")
+        assert (node.id, node.role) == ("pool-1", "architect")
+    finally:
+        w.close()
+    monkeypatch.delenv("CORRAL_ROLE")
+    with pytest.raises(corral.InvalidInputError, match=r"role: .*\$CORRAL_ROLE") as err:
+        Worker(cluster=sqlite_cluster, handle_signals=False)
+    assert err.value.field == "role"
+
+
 def test_claim_completes_with_the_result_set_in_the_block(sqlite_cluster, worker):
     task = sqlite_cluster.add_task("implement x")
     with worker.claim() as held:

@@ -98,19 +98,33 @@ def _error_text(exc: BaseException) -> str:
     return text[-_ERROR_TAIL:] or type(exc).__name__
 
 
+def _from_env(value: str | None, field: str, variable: str) -> str:
+    """``value``, else the environment's ``variable``; an ``InvalidInputError`` naming
+    ``field`` when neither is given."""
+    if value is not None:
+        return value
+    found = os.environ.get(variable)
+    if not found:
+        raise InvalidInputError(f"{field}: give it, or set ${variable}", field=field)
+    return found
+
+
 class Worker:
     """A worker node. ``url`` defaults like ``corral.connect`` (``$CORRAL_URL``, else
     ``.corral/corral.db``); pass ``cluster`` to reuse an open client instead.
 
-    ``idle_timeout_seconds`` defaults to the cluster's setting; ``destinations`` are
-    heartbeat destinations in addition to the cluster's; ``handle_signals`` installs
-    the SIGTERM/SIGINT shutdown (main thread only).
+    ``agent_id`` and ``role`` default to ``$CORRAL_AGENT_ID`` and ``$CORRAL_ROLE``, which
+    ``corral supervise`` and ``corral up`` set for the processes they start (with
+    ``$CORRAL_URL`` and the node's own ``$CORRAL_TOKEN``), so a supervised worker needs no
+    configuration. ``idle_timeout_seconds`` defaults to the cluster's setting;
+    ``destinations`` are heartbeat destinations in addition to the cluster's;
+    ``handle_signals`` installs the SIGTERM/SIGINT shutdown (main thread only).
     """
 
     def __init__(
         self,
-        agent_id: str,
-        role: str,
+        agent_id: str | None = None,
+        role: str | None = None,
         *,
         url: str | None = None,
         cluster: Client | None = None,
@@ -125,6 +139,8 @@ class Worker:
         thresholds: HealthThresholds | None = None,
         handle_signals: bool = True,
     ) -> None:
+        agent_id = _from_env(agent_id, "agent_id", "CORRAL_AGENT_ID")
+        role = _from_env(role, "role", "CORRAL_ROLE")
         self.agent_id = agent_id
         self.role = role
         self.model = model
