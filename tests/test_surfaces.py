@@ -174,3 +174,13 @@ def test_the_operations_page_lists_the_registry() -> None:
 
     page = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
     assert markdown_table() in page
+
+
+def test_the_operations_page_lists_the_control_commands() -> None:
+    """docs/operations.md's table of ``corral ctl`` commands is the supervisor's
+    command registry."""
+    from corral.operations import control_table
+
+    page = (Path(__file__).parents[1] / "docs" / "operations.md").read_text()
+    assert control_table() in page
+    assert "`corral ctl restart` | id | `restart`" in control_table()

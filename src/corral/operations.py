@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["OPERATIONS", "Caller", "Operation", "markdown_table", "operation"]
+__all__ = ["OPERATIONS", "Caller", "Operation", "control_table", "markdown_table", "operation"]
 
 Caller = Literal["public", "any", "operator"]
 """Who may call over the network: anyone (no token), the operator or the node named
@@ -359,5 +359,24 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
+def control_table() -> str:
+    """The supervisor's control commands (``corral ctl``; the control socket) as the
+    table in docs/operations.md. They are declared in
+    ``corral.supervisor.commands``, one handler each, its docstring the help: the same
+    registry pattern for the one surface that is local to a host."""
+    from corral.supervisor.commands import CLIENT_COMMANDS, COMMANDS
+
+    rows = ["| command | arguments | supervisor method | what it does |", "|---|---|---|---|"]
+    for c in COMMANDS:
+        args = ", ".join(a.name if a.required else f"{a.name}={a.default!r}" for a in c.args)
+        summary = c.summary.replace("|", "\\|")
+        rows.append(f"| `corral ctl {c.name}` | {args or '-'} | `{c.method}` | {summary} |")
+    for name, what in CLIENT_COMMANDS.items():
+        rows.append(f"| `corral ctl {name}` | see `--help` | - (the CLI itself) | {what} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     print(markdown_table())
+    print()
+    print(control_table())
