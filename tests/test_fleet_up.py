@@ -46,8 +46,11 @@ def work_seconds(directory: Path, seconds: str) -> None:
 
 def worker_process(up: Up) -> psutil.Process | None:
     for p in up.descendants():
-        if "fleet_worker.py" in " ".join(p.cmdline()):
-            return p
+        try:
+            if "fleet_worker.py" in " ".join(p.cmdline()):
+                return p
+        except psutil.Error:  # it exited since it was listed
+            continue
     return None
 
 
