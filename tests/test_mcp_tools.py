@@ -30,6 +30,9 @@ TOOLS = {
     "heartbeat",
     "broadcast",
     "list_idle_workflows",
+    "run_workflow",
+    "get_workflow_run",
+    "send_workflow_event",
     # the activation scheduler's (docs/scheduler.md)
     "get_assignment",
     "release_assignment",
@@ -59,8 +62,8 @@ def run(cluster: corral.Cluster, script: Any) -> Any:
 
 
 def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluster) -> None:
-    """The eleven tools of the issue, list_idle_workflows, the scheduler's four and the
-    three for spawn requests, each described in one short sentence or two."""
+    """The eleven tools of the issue, the workflow runs' four, the scheduler's four and
+    the three for spawn requests, each described in one short sentence or two."""
 
     async def script(call: Any, client: Client) -> None:
         tools = (await client.list_tools()).tools

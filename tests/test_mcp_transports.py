@@ -36,7 +36,8 @@ pytestmark = pytest.mark.slow
 
 TOOLS = {"register_node", "set_agent_status", "claim_best_task", "assess_workload",
          "read_state", "catch_up", "add_task", "complete_task", "fail_task", "heartbeat",
-         "broadcast", "list_idle_workflows", "get_assignment", "release_assignment", "notify",
+         "broadcast", "list_idle_workflows", "run_workflow", "get_workflow_run",
+         "send_workflow_event", "get_assignment", "release_assignment", "notify",
          "read_inbox", "spawn_requests", "accept_spawn_request",
          "decline_spawn_request"}  # fmt: skip
 

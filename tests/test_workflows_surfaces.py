@@ -104,6 +104,46 @@ def test_the_mcp_tool_lists_idle_runs_in_one_line(sqlite_cluster: corral.Cluster
     run_mcp(sqlite_cluster, script)
 
 
+def test_the_mcp_tools_start_show_and_answer_a_run(sqlite_cluster: corral.Cluster) -> None:
+    """run_workflow starts a run for a live host, get_workflow_run shows it in one line
+    (idle, what it waits for), send_workflow_event queues the answer; bad input is an
+    ERROR: answer naming the argument, and nothing is written."""
+    c = sqlite_cluster
+    c.serve_workflows("h1", [{"name": "hitl"}])
+
+    async def script(call: Any, client: Any) -> None:
+        error, text = await call("run_workflow", workflow="hitl", start={"topic": "x"})
+        assert not error and text.startswith("Started workflow run "), text
+        handler_id = text.split()[3].rstrip(":")
+        assert c.get_handler(handler_id).status == "running"
+        c.take_workflow_work("h1")
+        c.report_handler("h1", handler_id, "idle", [WAIT])
+        error, text = await call("get_workflow_run", handler_id=handler_id)
+        assert not error and "\n" not in text
+        assert text.startswith(f"Run {handler_id} (hitl on h1): running, idle since ")
+        assert text.endswith("waits for Answer")
+        error, text = await call(
+            "send_workflow_event", handler_id=handler_id, event_type="Answer", data={"a": 1}
+        )
+        assert not error and text.startswith(f"Run {handler_id} (hitl on h1): running")
+        (delivery,) = c.take_workflow_work("h1").deliveries
+        assert (delivery.handler_id, delivery.event_type, delivery.data) == (
+            handler_id,
+            "Answer",
+            {"a": 1},
+        )
+        before = len(c.list_handlers())
+        error, text = await call("run_workflow", workflow="no-such-flow")
+        assert error and text.startswith("ERROR:")
+        error, text = await call("send_workflow_event", handler_id=handler_id, event_type=7)
+        assert error and text.startswith("ERROR:") and "event_type" in text
+        error, text = await call("get_workflow_run", handler_id="nope")
+        assert error and text.startswith("ERROR:")
+        assert len(c.list_handlers()) == before
+
+    run_mcp(sqlite_cluster, script)
+
+
 @pytest.mark.parametrize("cluster", ["http"], indirect=True)
 def test_http_answers_carry_iso_idle_since_and_waiters(cluster: Any, clock: FakeClock) -> None:
     handler_id = _idle_run(cluster)

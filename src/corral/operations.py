@@ -241,8 +241,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "run_workflow",
         "POST /v1/workflows/{workflow}/runs",
         status=201,
+        mcp="run_workflow",
+        text="started_text",
         cli="workflows run",
-        adds={"http": {"kwargs": "the start event's fields (keyword arguments in Python)"}},
+        adds={
+            "http": {"kwargs": "the start event's fields (keyword arguments in Python)"},
+            "mcp": {"start": "the start event's fields (keyword arguments in Python)"},
+        },
     ),
     Operation(
         "list_handlers",
@@ -258,8 +263,20 @@ OPERATIONS: tuple[Operation, ...] = (
             }
         },
     ),
-    Operation("get_handler", "GET /v1/handlers/{handler_id}", cli="workflows show"),
-    Operation("send_event", "POST /v1/handlers/{handler_id}/events", cli="workflows send"),
+    Operation(
+        "get_handler",
+        "GET /v1/handlers/{handler_id}",
+        mcp="get_workflow_run",
+        text="handler_text",
+        cli="workflows show",
+    ),
+    Operation(
+        "send_event",
+        "POST /v1/handlers/{handler_id}/events",
+        mcp="send_workflow_event",
+        text="handler_text",
+        cli="workflows send",
+    ),
     Operation("serve_workflows", "PUT /v1/workflow-hosts/{host}", caller="operator"),
     Operation("take_workflow_work", "POST /v1/workflow-hosts/{host}/work", caller="operator"),
     Operation("report_handler", "POST /v1/handlers/{handler_id}/report", caller="operator"),

@@ -352,6 +352,41 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         )
         return _render("list_handlers")(found)
 
+    @tool(
+        "Start a run of a workflow that a live host serves; answers its handler id "
+        "(follow it with get_workflow_run)."
+    )
+    def run_workflow(
+        workflow: Annotated[str, Field(description="The workflow's name, as its host serves it.")],
+        start: Annotated[
+            dict[str, Any] | None, Field(description="The start event's fields.")
+        ] = None,
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        return _render("run_workflow")(client.run_workflow(workflow, **(start or {})))
+
+    @tool("One workflow run: its status, since when it is idle and what it waits for.")
+    def get_workflow_run(
+        handler_id: Annotated[str, Field(description="The run's handler id.")],
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        return _render("get_handler")(client.get_handler(handler_id))
+
+    @tool(
+        "Send a workflow run the event it waits for (a released run is resumed first, "
+        "on any host serving its workflow)."
+    )
+    def send_workflow_event(
+        handler_id: Annotated[str, Field(description="The run's handler id.")],
+        event_type: Annotated[str, Field(description="The event class's name, e.g. Answer.")],
+        data: Annotated[dict[str, Any] | None, Field(description="The event's fields.")] = None,
+        agent_id: OptAgentId = None,
+    ) -> str:
+        touch(agent_id)
+        return _render("send_event")(client.send_event(handler_id, event_type, data))
+
     register_scheduler_tools(tool, client, touch)  # get_assignment ... read_inbox
 
     # --- spawn requests (corral up's pools in ask mode) ----------------------------

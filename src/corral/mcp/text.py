@@ -6,6 +6,7 @@ error answer starts with ``ERROR:`` and ends with what to do next.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from corral.errors import CapacityError, CorralError, NotFoundError
@@ -22,6 +23,7 @@ __all__ = [
     "error_text",
     "event_line",
     "failed_text",
+    "handler_text",
     "handlers_text",
     "heartbeat_text",
     "inbox_text",
@@ -29,6 +31,7 @@ __all__ = [
     "notified_text",
     "released_text",
     "spawn_requests_text",
+    "started_text",
     "status_text",
 ]
 
@@ -142,6 +145,35 @@ def handlers_text(handlers: list[Any]) -> str:
         )
     noun = "run" if len(handlers) == 1 else "runs"
     return f"{len(handlers)} idle workflow {noun}: " + "; ".join(parts)
+
+
+def started_text(handler_id: str) -> str:
+    """``Started workflow run 3f2a…: follow it with get_workflow_run.``"""
+    return f"Started workflow run {handler_id}: follow it with get_workflow_run."
+
+
+def handler_text(h: Any) -> str:
+    """One run in one line: ``Run 3f2a… (hitl on h1): running, idle since 2026-…,
+    waits for Answer`` (and its result or error once finished)."""
+    d = h.to_dict()
+    line = f"Run {h.handler_id} ({h.workflow} on {h.host or '-'}): {h.status}"
+    if h.idle_since is not None:
+        line += f", idle since {d['idle_since']}"
+    waits = ", ".join(sorted({str(w.get("event_type")) for w in h.active_waiters}))
+    if waits:
+        line += f", waits for {waits}"
+    if h.resident_reason:
+        line += f", kept resident: {h.resident_reason}"
+    if h.status == "completed":
+        line += f", result: {_short(h.result)}"
+    if h.error:
+        line += f", error: {_short(h.error)}"
+    return line
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 1] + "…"
 
 
 def spawn_requests_text(requests: list[Any]) -> str:
