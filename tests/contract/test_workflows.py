@@ -4,16 +4,13 @@ work; a run's idle state follows its host's reports; idle runs are released by p
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from corral import InvalidInputError, LeaseError, NotFoundError
 from corral.clock import FakeClock
-from tests.contract._world import T0
-from tests.contract._world import kinds as _kinds
+from tests.contract._world import T0, kinds
 
 OPERATIONS = (
     "serve_workflows",
@@ -42,35 +39,12 @@ BAD_INPUT = (
 WAIT = {"step": "ask", "event_type": "Answer", "waiter_id": "w1", "deadline": None}
 
 
-def _settled(c: Any, read: Callable[[], Any]) -> Any:
-    """``read()`` once it has not changed for 60 ms, on PostgreSQL: an event committed
-    a moment ago shows in the log once no older transaction may still add one below it
-    (on a busy server, a moment later). Elsewhere at once."""
-    if type(getattr(c, "store", None)).__name__ != "PostgresStore":
-        return read()
-    last, since = read(), time.monotonic()
-    deadline = since + 2.0
-    while time.monotonic() - since < 0.06 and time.monotonic() < deadline:
-        time.sleep(0.02)
-        now = read()
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
-
-
 def wf_world(c: Any) -> tuple[Any, ...]:
-    def read() -> tuple[Any, ...]:
-        return (
-            [h.to_dict() for h in c.list_handlers(limit=10_000)],
-            [e.to_dict() for e in c.events(limit=10_000)],
-            c.settings(),
-        )
-
-    return _settled(c, read)
-
-
-def kinds(c: Any) -> list[str]:
-    return list(_settled(c, lambda: _kinds(c)))
+    return (
+        [h.to_dict() for h in c.list_handlers(limit=10_000)],
+        [e.to_dict() for e in c.events(limit=10_000)],
+        c.settings(),
+    )
 
 
 def started(c: Any, host: str = "h1", workflow: str = "hitl", **kwargs: Any) -> str:
