@@ -478,7 +478,7 @@ def test_client_reads_framing_fields_in_any_case_and_only_at_a_line_start() -> N
 def test_client_records_ignore_fields_a_newer_server_adds(local: Any) -> None:
     """Records are built from the fields this client knows; unknown ones are dropped."""
     from corral.model import Node
-    from corral.remote import _build
+    from corral.remote_calls import build as _build
 
     node = local.get_node("w1")
     assert _build(Node, node.to_dict()) == node

@@ -103,6 +103,48 @@ def test_the_remote_client_has_every_operation_with_the_same_signature() -> None
         assert inspect.signature(remote) == embedded, op.name
 
 
+def test_the_generated_client_code_is_current() -> None:
+    from corral import codegen
+
+    stale = codegen.check()
+    assert not stale, (
+        f"src/corral/{', src/corral/'.join(stale)} out of date with the operations: "
+        "run python -m corral.codegen"
+    )
+
+
+def test_the_generated_code_follows_a_changed_operation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generator reads the Cluster method: a new parameter shows up in the
+    Protocol and in the remote method, which sends it under its name."""
+    from corral import codegen
+
+    def list_processes(self: corral.Cluster, host: str | None = None, *, limit: int = 5) -> list:
+        """Supervised processes."""
+        return []
+
+    monkeypatch.setattr(corral.Cluster, "list_processes", list_processes)
+    assert "def list_processes(self, host: str | None = None, *, limit: int = 5) -> list:" in (
+        codegen.protocol_source()
+    )
+    assert '"host": host, "limit": limit' in codegen.remote_source()
+    assert codegen.check() == ["client_ops.py", "remote_ops.py"]
+
+
+def test_operations_without_a_handler_of_their_own_are_served_by_the_generic_one() -> None:
+    from corral.server.generic import Generic
+    from corral.server.routes import OPS
+
+    generic = {op.name for op in OPS if isinstance(op.handler, Generic)}
+    # These four have no code of their own on the server (tests/contract runs them
+    # over HTTP); a new operation joins them until it needs more.
+    assert {"list_processes", "process_actions", "spawn_requests", "fulfil_spawn_request"} <= (
+        generic
+    )
+    for op in OPS:
+        if op.name in generic:
+            assert op.returns is not None, f"{op.name}: no return type for OpenAPI"
+
+
 def _mcp_tools() -> dict[str, set[str]]:
     from corral.mcp import build_server
 

@@ -4,16 +4,16 @@ An operation is a method of ``corral.Cluster`` (its parameters, its validation a
 docstring, which is the operation's help). The registry adds what the surfaces need to
 know about it: its HTTP route, who may call it, the parameter that names the node a
 node token must be, and its MCP tool and CLI command when it has them. The HTTP routes
-and the OpenAPI document are built from this table (``corral.server.routes``); the
-remote client's methods call their route through it (``corral.remote``); the MCP tools
-and the CLI commands are checked against it by ``tests/test_surfaces.py``, which fails
-when an operation is missing from a surface or two surfaces disagree on its
-parameters.
+and the OpenAPI document are built from this table (``corral.server.routes``, with a
+generic handler for an operation that has none of its own); the typed client's
+Protocol and the remote client's methods are generated from it and the ``Cluster``
+methods (``python -m corral.codegen``); the MCP tools and the CLI commands are
+checked against it by ``tests/test_surfaces.py``, which fails when an operation is
+missing from a surface, two surfaces disagree on its parameters, or the generated
+code is stale.
 
-Adding an operation: write the ``Cluster`` method (validate its arguments there), add
-one ``Operation`` below, give the HTTP handler its request model in
-``corral.server.routes`` when the generic one does not fit, and add the one-line
-method to ``corral.remote.HttpClient``. The surface test names whatever is missing.
+Adding an operation is its ``Cluster`` method plus one ``Operation`` below, then
+``python -m corral.codegen`` (docs/operations.md, "Adding an operation").
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ import json
 import math
 import socket
 import threading
-from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, overload
+from typing import Any, Literal, Self, overload
 from urllib.parse import quote, urlencode, urlsplit
 
 from corral.errors import (
@@ -29,56 +28,34 @@ from corral.errors import (
     error_class,
 )
 from corral.model import (
-    Assessment,
     CatchUp,
     Event,
     Node,
     Process,
     Registered,
-    Settings,
     State,
     Task,
 )
 from corral.operations import OPERATIONS
+from corral.remote_calls import build, one
+from corral.remote_ops import HttpOperations
 from corral.scheduler.remote import SchedulerRemote
 from corral.spawning import SpawnRequest, check_request_id
+from corral.types import SpawnStatus
 from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
 from corral.wire import Closed as _Closed
 from corral.wire import Connection as _Connection
 from corral.workflows.remote import WorkflowsHttp
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-    from corral.store.stats import ClusterStats
-
 __all__ = ["AuthError", "HttpClient"]
-
-_T = TypeVar("_T", bound="DataclassInstance")
-
-
-_FIELDS: dict[type, frozenset[str]] = {}
-
-
-def _build(cls: type[_T], d: dict[str, Any]) -> _T:
-    """``cls`` from a response object, ignoring fields this client does not know (a
-    newer server may send more)."""
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = frozenset(f.name for f in fields(cls))
-    if names.issuperset(d):
-        return cls(**d)
-    return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def _task(d: dict[str, Any]) -> Task:
-    t = dict(d)
-    t["roles"] = tuple(t.get("roles") or ())
-    return _build(Task, t)
+    return one(Task, d)
 
 
 def _event(d: dict[str, Any]) -> Event:
-    return _build(Event, d)
+    return build(Event, d)
 
 
 _NODE_PATHS: dict[str, str] = {}
@@ -121,7 +98,7 @@ def _unencodable_key(body: Any) -> str | None:
     return None
 
 
-class HttpClient(WorkflowsHttp, SchedulerRemote):
+class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
     """A cluster client over HTTP. ``token`` defaults to ``$CORRAL_TOKEN``, else
     ``.corral/token``. ``node_tokens`` holds the token each registration returned."""
 
@@ -313,13 +290,9 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
             return self.request(op.method, path, query=args, raw=raw, timeout=timeout)
         return self.request(op.method, path, args, raw=raw, timeout=timeout, body_field=body_field)
 
-    # --- settings -----------------------------------------------------------------
-    def settings(self) -> Settings:
-        return _build(Settings, self._call("settings"))
-
-    def configure(self, **changes: Any) -> Settings:
-        return _build(Settings, self._call("configure", changes))
-
+    # --- written by hand: what the generated methods (corral.remote_ops) cannot do ---
+    # (keep a token, validate before a query string loses a type, a hot path's cached
+    # node path, nested records, a longer timeout for a waiting claim)
     # --- nodes --------------------------------------------------------------------
     def register_node(
         self,
@@ -343,27 +316,11 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
         }
         d = self._call("register_node", body)
         self.node_tokens[d["id"]] = d["token"]
-        return _build(Registered, d)
-
-    def get_node(self, node_id: str) -> Node:
-        return _build(Node, self._call("get_node", node=node_id))
-
-    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
-        rows = self._call("list_nodes", {"status": status, "role": role})
-        return [_build(Node, r) for r in rows]
-
-    def set_agent_status(
-        self, node_id: str, status: str, current_task_id: int | str | None = None
-    ) -> Node:
-        body = {"status": status, "current_task_id": current_task_id}
-        return _build(Node, self._call("set_agent_status", body, node=node_id))
-
-    def terminate_node(self, node_id: str) -> Node:
-        return _build(Node, self._call("terminate_node", node=node_id))
+        return build(Registered, d)
 
     def heartbeat(self, node_id: str, **payload: Any) -> Node:
         # The payload is one argument to the service (``check_payload(.., "heartbeat")``).
-        return _build(Node, self._call("heartbeat", payload, node=node_id, body_field="heartbeat"))
+        return build(Node, self._call("heartbeat", payload, node=node_id, body_field="heartbeat"))
 
     def touch(self, node_id: str) -> bool:
         return bool(self._call("touch", node=node_id)["touched"])
@@ -446,18 +403,15 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
         return _task(self._call("fail_task", body, task=task_id))
 
     # --- views --------------------------------------------------------------------
-    def assess_workload(self) -> Assessment:
-        return _build(Assessment, self._call("assess_workload"))
-
     def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
         if node_id is not None:
             check_id(node_id)
         limit = check_limit(limit)  # capped as the embedded client does
         d = self._call("read_state", {"node_id": node_id, "limit": limit})
         d["tasks"] = [_task(t) for t in d["tasks"]]
-        d["nodes"] = [_build(Node, n) for n in d["nodes"]]
-        d["processes"] = [_build(Process, p) for p in d.get("processes", ())]
-        return _build(State, d)
+        d["nodes"] = [build(Node, n) for n in d["nodes"]]
+        d["processes"] = [build(Process, p) for p in d.get("processes", ())]
+        return build(State, d)
 
     def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
         limit = check_limit(limit)
@@ -474,9 +428,6 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
         rows = self._call("events", {"since": since, "limit": check_limit(limit)})
         return [_event(e) for e in rows]
 
-    def broadcast(self, message: str, node_id: str | None = None) -> Event:
-        return _event(self._call("broadcast", {"message": message, "node_id": node_id}))
-
     def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
         body = {"message": message, "node_id": node_id, "data": data}
         return _event(self._call("alert", body))
@@ -492,43 +443,17 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
         rows = self._call("metrics_series", {"limit": limit}, node=node_id)
         return [_event(e) for e in rows]
 
-    def stats(self) -> ClusterStats:
-        from corral.store.stats import ClusterStats
-
-        return _build(ClusterStats, self._call("stats"))
-
     # --- supervised processes -----------------------------------------------------
-    def report_processes(self, host: str, processes: list[dict[str, Any]]) -> list[Process]:
-        d = self._call("report_processes", {"host": host, "processes": processes})
-        return [_build(Process, p) for p in d]
-
-    def list_processes(self, host: str | None = None) -> list[Process]:
-        return [_build(Process, p) for p in self._call("list_processes", {"host": host})]
-
-    def request_process_action(self, host: str, agent: str, action: str) -> Event:
-        body = {"host": host, "agent": agent, "action": action}
-        return _event(self._call("request_process_action", body))
-
     def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]:
         query = {"host": host, "since": check_seq(since), "limit": check_limit(limit)}
         return [_event(e) for e in self._call("process_actions", query)]
 
-    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
-        body = {"host": host, "request_seq": request_seq, "ok": ok, "message": message}
-        return _event(self._call("ack_process_action", body))
-
     # --- spawn requests -------------------------------------------------------------
-    def request_spawn(
-        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
-    ) -> SpawnRequest:
-        body = {"pool": pool, "role": role, "reason": reason, "requested_by": requested_by}
-        return _build(SpawnRequest, self._call("request_spawn", body))
-
     def spawn_requests(
-        self, status: str | None = None, pool: str | None = None, limit: int = 100
+        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
     ) -> list[SpawnRequest]:
         query = {"status": status, "pool": pool, "limit": check_limit(limit)}
-        return [_build(SpawnRequest, r) for r in self._call("spawn_requests", query)]
+        return [build(SpawnRequest, r) for r in self._call("spawn_requests", query)]
 
     def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
         return self._spawn_step(request_id, "accept", {"actor": actor})
@@ -541,7 +466,7 @@ class HttpClient(WorkflowsHttp, SchedulerRemote):
 
     def _spawn_step(self, request_id: Any, step: str, body: dict[str, Any]) -> SpawnRequest:
         path = f"/v1/spawn-requests/{check_request_id(request_id)}/{step}"
-        return _build(SpawnRequest, self.request("POST", path, body))
+        return build(SpawnRequest, self.request("POST", path, body))
 
     def for_node(self, node_id: str) -> HttpClient:
         """A client that acts as ``node_id`` with the token its registration returned."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast, get_args
 
 from corral.errors import InvalidInputError
+from corral.types import SpawnStatus
 from corral.validation import MAX_INT, check_choice, check_id, check_limit, check_text
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SPAWN_STATUSES", "SpawnRequest", "SpawnRequestsMixin", "check_request_id"]
 
-SPAWN_STATUSES = ("pending", "accepted", "declined")
+SPAWN_STATUSES: tuple[str, ...] = get_args(SpawnStatus)
 OPERATOR = "operator"  # the actor of a decision made with the operator's token
 _POOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id rule
 
@@ -112,7 +113,7 @@ class SpawnRequestsMixin:
         )
 
     def spawn_requests(
-        self, status: str | None = None, pool: str | None = None, limit: int = 100
+        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
     ) -> list[SpawnRequest]:
         """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
         declined) and ``pool`` (at most ``limit``)."""

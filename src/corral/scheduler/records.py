@@ -73,6 +73,17 @@ class Assignment:
     allowance: dict[str, int | None] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Assignment:
+        """The assignment from its JSON form (``to_dict``), its inbox items records."""
+        names = cls.__dataclass_fields__
+        out = {k: v for k, v in d.items() if k in names}
+        notes = Notification.__dataclass_fields__
+        out["inbox"] = [
+            Notification(**{k: v for k, v in n.items() if k in notes}) for n in d.get("inbox", ())
+        ]
+        return cls(**out)
+
     @property
     def text(self) -> str:
         what = {

@@ -46,12 +46,10 @@ __all__ = [
     "HealthOut",
     "HeartbeatIn",
     "ListNodesQuery",
-    "ListProcessesQuery",
     "ListTasksQuery",
     "NodeOut",
     "ProcessAckIn",
     "ProcessActionIn",
-    "ProcessActionsQuery",
     "ProcessOut",
     "RegisterIn",
     "RegisteredOut",
@@ -326,20 +324,10 @@ class ReportProcessesIn(_In):
     )
 
 
-class ListProcessesQuery(_Query):
-    host: NodeId | None = Field(None, description="Only this host's processes.")
-
-
 class ProcessActionIn(_In):
     host: NodeId
     agent: NodeId
     action: ProcessAction
-
-
-class ProcessActionsQuery(_Query):
-    host: NodeId
-    since: int = Field(0, ge=0, le=MAX_SEQ, description="Requests after this event.")
-    limit: int = Field(1000, ge=1, le=MAX_LIMIT)
 
 
 class ProcessAckIn(_In):
@@ -358,6 +346,18 @@ PoolId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"})
 ]
 
+# The wire type of a parameter by its name, wherever it appears: an operation served
+# by the generic handler (corral.server.generic) gets its bounds and its schema from
+# here, its type otherwise from its Cluster method's annotation.
+PARAM_TYPES: dict[str, Any] = {
+    **dict.fromkeys(
+        ("node_id", "host", "agent", "member", "actor", "runner_id", "agent_id"), NodeId
+    ),
+    "pool": PoolId,
+    "limit": Annotated[int, Field(ge=1, le=MAX_LIMIT)],
+    "since": Annotated[int, Field(ge=0, le=MAX_SEQ)],
+}
+
 
 class SpawnRequestIn(_In):
     pool: PoolId
@@ -366,18 +366,8 @@ class SpawnRequestIn(_In):
     requested_by: NodeId = "pool"
 
 
-class SpawnRequestsQuery(_Query):
-    status: Literal["pending", "accepted", "declined"] | None = None
-    pool: PoolId | None = None
-    limit: int = Field(100, ge=1, le=MAX_LIMIT)
-
-
 class SpawnDecisionIn(_In):
     actor: NodeId | None = Field(None, description="Who decides (a node token: itself).")
-
-
-class SpawnFulfilIn(_In):
-    member: NodeId
 
 
 # --- responses ------------------------------------------------------------------------

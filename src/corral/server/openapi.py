@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from corral.config import OFF_AT_ZERO
@@ -146,6 +146,11 @@ def build_openapi(
             ok: dict[str, Any] = _json(_ref(op.response))
         elif op.name in LIST_RESPONSES:
             ok = _json({"type": "array", "items": _ref(LIST_RESPONSES[op.name])})
+        elif op.returns is not None:  # a generic handler: its method's return type
+            schema = TypeAdapter(op.returns).json_schema(mode="serialization", ref_template=_REF)
+            for name, part in schema.pop("$defs", {}).items():
+                schemas.setdefault(name, part)
+            ok = _json(schema)
         else:
             ok = {"text/plain": {"schema": {"type": "string"}}}
         if op.name == "events":

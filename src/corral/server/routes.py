@@ -23,6 +23,7 @@ from corral.server import models as m
 from corral.server import workflows as wf
 from corral.server.auth import Principal, Tokens
 from corral.server.errors import ApiError
+from corral.server.generic import Generic
 
 if TYPE_CHECKING:
     from corral.cluster import Cluster
@@ -70,6 +71,8 @@ class Op:
     # by reads: may run on the event loop under the store's ``nowait`` and be re-run
     # on a thread when that raises ``WouldBlock`` (corral.server.dispatch).
     short: bool = False
+    # What an operation with the generic handler answers: its method's return type.
+    returns: Any = None
 
 
 ConfigureIn = m.settings_model(
@@ -253,18 +256,9 @@ def report_processes(c: Call) -> Any:
     return [p.to_dict() for p in c.cluster.report_processes(c.body.host, c.body.processes)]
 
 
-def list_processes(c: Call) -> Any:
-    return [p.to_dict() for p in c.cluster.list_processes(c.query.host)]
-
-
 def request_process_action(c: Call) -> Any:
     b = c.body
     return c.cluster.request_process_action(b.host, b.agent, b.action).to_dict()
-
-
-def process_actions(c: Call) -> Any:
-    q = c.query
-    return [e.to_dict() for e in c.cluster.process_actions(q.host, q.since, q.limit)]
 
 
 def ack_process_action(c: Call) -> Any:
@@ -289,11 +283,6 @@ def request_spawn(c: Call) -> Any:
     return c.cluster.request_spawn(b.pool, b.role, b.reason, b.requested_by)
 
 
-def spawn_requests(c: Call) -> Any:
-    q = c.query
-    return [r.to_dict() for r in c.cluster.spawn_requests(q.status, q.pool, q.limit)]
-
-
 def _decide_spawn(c: Call, decide: Callable[..., Any]) -> Any:
     actor = c.body.actor if c.body.actor is not None else c.principal.node_id
     c.act_as(actor)
@@ -306,10 +295,6 @@ def accept_spawn_request(c: Call) -> Any:
 
 def decline_spawn_request(c: Call) -> Any:
     return _decide_spawn(c, c.cluster.decline_spawn_request)
-
-
-def fulfil_spawn_request(c: Call) -> Any:
-    return c.cluster.fulfil_spawn_request(c.path["request_id"], c.body.member)
 
 
 _HTTP: dict[str, _Http] = {
@@ -343,11 +328,9 @@ _HTTP: dict[str, _Http] = {
     "alert": _Http(alert, m.EventOut, body=m.AlertIn, short=True),
     "stats": _Http(stats, m.StatsOut),
     "report_processes": _Http(report_processes, None, body=m.ReportProcessesIn),
-    "list_processes": _Http(list_processes, None, query=m.ListProcessesQuery),
     "request_process_action": _Http(
         request_process_action, m.EventOut, body=m.ProcessActionIn, short=True
     ),
-    "process_actions": _Http(process_actions, None, query=m.ProcessActionsQuery),
     "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn, short=True),
     # --- workflow runs (corral.server.workflows)
     "run_workflow": _Http(wf.run_workflow, wf.RunOut, body=wf.RunIn, short=True),
@@ -360,15 +343,11 @@ _HTTP: dict[str, _Http] = {
     "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn, short=True),
     "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.HandlerReleaseIn),
     "request_spawn": _Http(request_spawn, m.SpawnRequestOut, body=m.SpawnRequestIn, short=True),
-    "spawn_requests": _Http(spawn_requests, None, query=m.SpawnRequestsQuery),
     "accept_spawn_request": _Http(
         accept_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn, short=True
     ),
     "decline_spawn_request": _Http(
         decline_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn, short=True
-    ),
-    "fulfil_spawn_request": _Http(
-        fulfil_spawn_request, m.SpawnRequestOut, body=m.SpawnFulfilIn, short=True
     ),
 }
 # The activation scheduler's (corral.scheduler.http)
@@ -383,8 +362,17 @@ def _starlette(path: str) -> str:
     return path
 
 
+def _generic(o: Operation) -> _Http:
+    """An operation with no handler of its own: the one built from its ``Cluster``
+    method (``corral.server.generic``)."""
+    g = Generic(o)
+    if o.method == "GET":
+        return _Http(g, None, query=g.model)
+    return _Http(g, None, body=g.model)
+
+
 def _op(o: Operation) -> Op:
-    h = _HTTP[o.name]
+    h = _HTTP[o.name] if o.name in _HTTP else _generic(o)
     return Op(
         o.name,
         o.method,
@@ -399,12 +387,13 @@ def _op(o: Operation) -> Op:
         writes=o.method != "GET",
         tag=h.tag,
         short=h.short,
+        returns=h.handler.returns if isinstance(h.handler, Generic) else None,
     )
 
 
-if set(_HTTP) != {o.name for o in OPERATIONS}:  # pragma: no cover - a programming error
+if not set(_HTTP) <= {o.name for o in OPERATIONS}:  # pragma: no cover - a programming error
     raise RuntimeError(
-        f"HTTP handlers and operations differ: {set(_HTTP) ^ {o.name for o in OPERATIONS}}"
+        f"HTTP handlers of no operation: {set(_HTTP) - {o.name for o in OPERATIONS}}"
     )
 
 # Deeper paths first: ``/v1/nodes/{node_id:path}`` would also match ``…/metrics``.
@@ -420,10 +409,7 @@ LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "events": m.EventOut,
     "metrics_series": m.EventOut,
     "report_processes": m.ProcessOut,
-    "list_processes": m.ProcessOut,
-    "process_actions": m.EventOut,
     "list_handlers": wf.HandlerOut,
     "serve_workflows": wf.WorkflowHostOut,
     **scheduler_http.LIST_RESPONSES,
-    "spawn_requests": m.SpawnRequestOut,
 }

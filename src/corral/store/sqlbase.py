@@ -58,6 +58,13 @@ class SQLStore(
     def _write(self) -> AbstractContextManager[Tx]:
         """A write transaction that excludes conflicting writers from its start."""
 
+    def _write_redone(self) -> AbstractContextManager[Tx]:
+        """A ``_write`` that the monitor would redo if a crash lost it: its rows are
+        due, and stay due until a later pass commits. An adapter may commit it
+        without waiting for its log to reach the disk (PostgreSQL does); any later
+        commit that depends on it, being durable, makes it durable too."""
+        return self._write()
+
     @abstractmethod
     def _read(self) -> AbstractContextManager[Tx]:
         """A read-only transaction with a consistent snapshot."""

@@ -54,7 +54,7 @@ class DutiesMixin(SQLHost):
         )
 
     def reap_dead(self, now: float) -> list[Event]:
-        with self._write() as tx:
+        with self._write_redone() as tx:
             start = tx.one("events_last")
             nodes = tx.all("nodes_dead", now=now, limit=_BATCH)
             for node in nodes:
@@ -111,7 +111,7 @@ class DutiesMixin(SQLHost):
         self._event(tx, now, "manager_lost", node["id"], row["id"], ask_user=True)
 
     def retire_idle(self, now: float) -> list[Event]:
-        with self._write() as tx:
+        with self._write_redone() as tx:
             start = tx.one("events_last")
             s = self._settings_in(tx)
             cutoff = now - s.idle_limit

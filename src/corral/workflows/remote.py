@@ -1,28 +1,20 @@
-"""The workflow operations of the remote client (mixed into
-``corral.remote.HttpClient``): each calls its route in ``corral.operations``."""
+"""The workflow operations of the remote client that the generated ones
+(``corral.remote_ops``) cannot do (mixed into ``corral.remote.HttpClient``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import Any
 
-from corral.operations import operation
-from corral.validation import check_id
+from corral.remote_calls import RemoteCalls
 from corral.workflows.model import (
     Delivery,
     Handler,
     HandlerRun,
-    WorkflowHost,
     WorkflowWork,
 )
 from corral.workflows.service import check_bool
 
 __all__ = ["WorkflowsHttp"]
-
-
-def _seg(value: Any, field: str) -> str:
-    """An id as one path segment (checked, quoted)."""
-    return quote(check_id(value, field), safe="").replace(".", "%2E")
 
 
 def _work(d: dict[str, Any]) -> WorkflowWork:
@@ -42,38 +34,13 @@ def _work(d: dict[str, Any]) -> WorkflowWork:
     )
 
 
-class WorkflowsHttp:
-    """Needs ``request`` (``HttpClient``'s)."""
-
-    if TYPE_CHECKING:
-
-        def request(
-            self,
-            method: str,
-            path: str,
-            body: Any = None,
-            *,
-            query: dict[str, Any] | None = None,
-            raw: bool = False,
-            timeout: float | None = None,
-            body_field: str | None = None,
-        ) -> Any: ...
-
-    def _wf(self, name: str, body: Any = None, query: Any = None, **path: str) -> Any:
-        op = operation(name)
-        target = op.path
-        for key, seg in path.items():
-            target = target.replace(f"{{{key}}}", seg)
-        if op.method == "GET":
-            return self.request(op.method, target, query=query)
-        return self.request(op.method, target, body)
+class WorkflowsHttp(RemoteCalls):
+    """What the generated methods (``corral.remote_ops``) cannot do; needs ``request``
+    (``HttpClient``'s)."""
 
     def run_workflow(self, workflow: str, /, **kwargs: Any) -> str:
-        d = self._wf("run_workflow", {"kwargs": kwargs}, workflow=_seg(workflow, "workflow"))
+        d = self._invoke("run_workflow", {"workflow": workflow, "kwargs": kwargs})
         return str(d["handler_id"])
-
-    def get_handler(self, handler_id: str) -> Handler:
-        return Handler.from_dict(self._wf("get_handler", handler_id=_seg(handler_id, "handler_id")))
 
     def list_handlers(
         self,
@@ -92,53 +59,7 @@ class WorkflowsHttp:
             "host": host,
             "limit": limit,
         }
-        return [Handler.from_dict(h) for h in self._wf("list_handlers", query=query)]
-
-    def send_event(
-        self, handler_id: str, event_type: str, data: dict[str, Any] | None = None
-    ) -> Handler:
-        body = {"event_type": event_type, "data": data}
-        return Handler.from_dict(
-            self._wf("send_event", body, handler_id=_seg(handler_id, "handler_id"))
-        )
-
-    def serve_workflows(self, host: str, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
-        d = self._wf("serve_workflows", {"workflows": workflows}, host=_seg(host, "host"))
-        return [WorkflowHost(**w) for w in d]
+        return [Handler.from_dict(h) for h in self._invoke("list_handlers", query)]
 
     def take_workflow_work(self, host: str, limit: int = 100) -> WorkflowWork:
-        return _work(self._wf("take_workflow_work", {"limit": limit}, host=_seg(host, "host")))
-
-    def report_handler(
-        self,
-        host: str,
-        handler_id: str,
-        state: str,
-        waiters: list[dict[str, Any]] | None = None,
-        result: Any = None,
-        error: str | None = None,
-        reason: str | None = None,
-    ) -> Handler:
-        body = {
-            "host": host,
-            "state": state,
-            "waiters": waiters,
-            "result": result,
-            "error": error,
-            "reason": reason,
-        }
-        return Handler.from_dict(
-            self._wf("report_handler", body, handler_id=_seg(handler_id, "handler_id"))
-        )
-
-    def report_steps(self, host: str, handler_id: str, steps: dict[str, Any]) -> Handler:
-        body = {"host": host, "steps": steps}
-        return Handler.from_dict(
-            self._wf("report_steps", body, handler_id=_seg(handler_id, "handler_id"))
-        )
-
-    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any]) -> Handler:
-        body = {"host": host, "checkpoint": checkpoint}
-        return Handler.from_dict(
-            self._wf("release_handler", body, handler_id=_seg(handler_id, "handler_id"))
-        )
+        return _work(self._invoke("take_workflow_work", {"host": host, "limit": limit}))

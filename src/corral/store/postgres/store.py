@@ -92,6 +92,11 @@ class PostgresStore(SQLStore):
     def _write(self) -> AbstractContextManager[_Tx]:
         return self._sessions.transaction("BEGIN")
 
+    def _write_redone(self) -> AbstractContextManager[_Tx]:
+        # The monitor's duties: visible at once, flushed with the next durable commit
+        # (PostgreSQL's WAL is one sequence), redone from the deadlines after a crash.
+        return self._sessions.transaction("BEGIN; SET LOCAL synchronous_commit TO off")
+
     def _read(self) -> AbstractContextManager[_Tx]:
         return self._sessions.transaction(_READ)
 

@@ -1,0 +1,114 @@
+"""The HTTP handler of an operation that declares none: built from its ``Cluster``
+method.
+
+The method's parameters, less those in the operation's path, are the query string
+of a ``GET`` and the JSON body otherwise, each under its own name and typed by its
+annotation (unknown fields are refused, as everywhere in the API); a ``**kwargs``
+parameter takes the body's other fields. When the operation names a ``node``
+parameter, the caller must be the operator or that node, and a node's token fills
+it in when it is left out. The answer is the method's result (records are written
+field for field). This is the convention ``corral.remote_calls`` calls, so an
+operation that is one ``Cluster`` method and one ``Operation`` needs nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from corral.operations import Operation
+from corral.server.models import PARAM_TYPES, _In, _Query
+
+__all__ = ["Generic", "generic"]
+
+
+class _InMore(_In):
+    """A body whose fields beyond the method's named parameters go to its ``**kwargs``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+def hints(op: Operation) -> dict[str, Any]:
+    """The resolved annotations of ``op``'s ``Cluster`` method (``return`` included)."""
+    from corral.cluster import Cluster
+    from corral.codegen import resolve
+
+    fn = getattr(Cluster, op.name)
+    names: dict[str, Any] = {}
+    for annotation in fn.__annotations__.values():
+        if not isinstance(annotation, str):
+            continue
+        for name, (module, real) in resolve(op, annotation).items():
+            names[name] = getattr(importlib.import_module(module), real)
+    resolved: dict[str, Any] = typing.get_type_hints(fn, localns=names)
+    return resolved
+
+
+def _wire_type(name: str, annotated: Any) -> Any:
+    """The parameter's type on the wire: its name's (``PARAM_TYPES``, with the bounds
+    and schema the API gives that name everywhere), optional when the method's is."""
+    wire = PARAM_TYPES.get(name)
+    if wire is None:
+        return annotated
+    return wire | None if type(None) in typing.get_args(annotated) else wire
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+class Generic:
+    """The handler: ``Generic(op)(call)``."""
+
+    def __init__(self, op: Operation) -> None:
+        from corral.cluster import Cluster
+
+        self.op = op
+        fn = getattr(Cluster, op.name)
+        types = hints(op)
+        self.returns = types.get("return")
+        path = set(op.path_params)
+        self.ints = {p for p in path if types.get(p) is int or int in typing.get_args(types.get(p))}
+        fields: dict[str, Any] = {}
+        more = False
+        for p in inspect.signature(fn).parameters.values():
+            if p.name == "self" or p.name in path:
+                continue
+            if p.kind is p.VAR_KEYWORD:
+                more = True
+                continue
+            if p.kind is p.VAR_POSITIONAL:
+                raise RuntimeError(f"operation {op.name}: *{p.name} cannot come over HTTP")
+            default = ... if p.default is p.empty else p.default
+            fields[p.name] = (_wire_type(p.name, types.get(p.name, Any)), default)
+        self.model: type[BaseModel] | None = None
+        if op.method == "GET":
+            if more:
+                raise RuntimeError(f"operation {op.name}: a GET cannot take **kwargs")
+            if fields:
+                self.model = create_model(f"{_camel(op.name)}Query", __base__=_Query, **fields)
+        elif fields or more:
+            base = _InMore if more else _In
+            self.model = create_model(f"{_camel(op.name)}In", __base__=base, **fields)
+
+    def __call__(self, c: Any) -> Any:
+        args: dict[str, Any] = {}
+        for name, value in c.path.items():
+            args[name] = int(value) if name in self.ints and value.isdigit() else value
+        given = c.query if self.op.method == "GET" else c.body
+        if given is not None:
+            args.update(given.model_dump())  # with a **kwargs method's other fields
+        node = self.op.node
+        if node is not None:
+            if args.get(node) is None and c.principal.node_id is not None:
+                args[node] = c.principal.node_id
+            c.act_as(args.get(node))
+        return getattr(c.cluster, self.op.name)(**args)
+
+
+def generic(op: Operation) -> Generic:
+    return Generic(op)
