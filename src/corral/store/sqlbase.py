@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -75,7 +75,23 @@ class SQLStore(
         snapshot shared between statements."""
         return self._read()
 
+    def _read_row(self, name: str, **params: Any) -> Sequence[Any] | None:
+        """The first row of named query ``name``, one statement read on its own,
+        its values by position (an adapter may answer it in one round trip)."""
+        with self._read_latest(single=True) as tx:
+            row = tx.one(name, **params)
+        return None if row is None else tuple(row)
+
     # --- helpers --------------------------------------------------------------------
+    def _settings_now(self, version: Any) -> Settings:
+        """The settings, given their version read just now: the cached ones when it
+        is theirs, else read again."""
+        cached = self._settings_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        with self._read() as tx:
+            return self._settings_in(tx)
+
     def _settings_in(self, tx: Tx) -> Settings:
         row = tx.one("meta_get", key="settings_version")
         version = row["value"] if row else None

@@ -8,7 +8,7 @@ from corral import scoring
 from corral.defaults import MANAGER_ROLE
 from corral.model import Event, last_seen
 from corral.store.base import Deadlines
-from corral.store.rows import Tx, _dumps, event_from_row
+from corral.store.rows import Tx, _dumps, _loads, event_from_row
 from corral.store.sqlhost import SQLHost
 
 __all__ = ["DutiesMixin"]
@@ -27,10 +27,6 @@ def _after_locked(due: float | None, locked: tuple[float, float] | None) -> floa
     return locked[1]
 
 
-def _head(row: Any) -> float | None:
-    return None if row is None else row["t"]
-
-
 class DutiesMixin(SQLHost):
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
 
@@ -40,12 +36,14 @@ class DutiesMixin(SQLHost):
 
     # --- monitor duties -------------------------------------------------------------
     def deadlines(self) -> Deadlines:
-        with self._read() as tx:
-            s = self._settings_in(tx)
-            # Two index heads (nodes_dead_at, nodes_idle_since): no row, no such node.
-            dead = _head(tx.one("next_dead_at"))
-            idle = _head(tx.one("next_idle_since"))
-            last = self._meta(tx, "work_distribution").get("last_assessment")
+        # One statement (one round trip on PostgreSQL): two index heads
+        # (nodes_dead_at, nodes_idle_since; None: no such node) and the settings'
+        # version, whose settings are read only when they changed.
+        row = self._read_row("deadline_heads")
+        assert row is not None  # scalar subqueries: always one row
+        dead, idle, version, wd = row
+        s = self._settings_now(version)
+        last = (_loads(wd) if wd else {}).get("last_assessment")
         retire = None if idle is None else idle + s.idle_limit
         return Deadlines(
             dead_at=_after_locked(dead, self._locked_dead),

@@ -14,6 +14,7 @@ the same names override them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any
 
@@ -99,6 +100,11 @@ class PostgresStore(SQLStore):
 
     def _read(self) -> AbstractContextManager[_Tx]:
         return self._sessions.transaction(_READ)
+
+    def _read_row(self, name: str, **params: Any) -> Sequence[Any] | None:
+        # One statement in autocommit: one round trip (a transaction block is three).
+        rows = self._sessions.hot(name, params)
+        return rows[0] if rows else None
 
     def _read_latest(self, single: bool = False) -> AbstractContextManager[_Tx]:
         """The event horizon (corral_event_horizon, schema.sql) is exact only at READ

@@ -147,14 +147,16 @@ FOR UPDATE SKIP LOCKED;
 SELECT 1 AS n FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
   AND idle_since <= :cutoff LIMIT 1;
 
--- name: next_dead_at
--- The head of nodes_dead_at: one index entry read, whatever the fleet's size.
-SELECT dead_at AS t FROM nodes WHERE status <> 'terminated' ORDER BY dead_at LIMIT 1;
-
--- name: next_idle_since
--- The head of nodes_idle_since.
-SELECT idle_since AS t FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
-ORDER BY idle_since LIMIT 1;
+-- name: deadline_heads
+-- The monitor's wake-up read, one statement: the heads of nodes_dead_at and
+-- nodes_idle_since (one index entry each, whatever the fleet's size), the settings'
+-- version and the work distribution (its last assessment).
+SELECT (SELECT dead_at FROM nodes WHERE status <> 'terminated'
+        ORDER BY dead_at LIMIT 1) AS dead,
+       (SELECT idle_since FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
+        ORDER BY idle_since LIMIT 1) AS idle,
+       (SELECT value FROM meta WHERE key = 'settings_version') AS settings_version,
+       (SELECT value FROM meta WHERE key = 'work_distribution') AS work_distribution;
 
 -- name: task_insert
 INSERT INTO tasks (title, description, priority, role, roles, status, max_attempts,
