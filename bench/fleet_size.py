@@ -8,8 +8,15 @@ through corral's own calls: registration and the monitor embedded, the rest thro
 a real ``corral serve`` process driven by a load client of minimal cost (asyncio,
 hand-written keep-alive HTTP/1.1, one process; its CPU is reported).
 
-    python bench/fleet_size.py            # the full run (~12 min)
-    python bench/fleet_size.py --quick    # a smoke run in seconds
+The ``--workers`` comparison runs, in the same rounds on the same fleet and
+connections, its floor (bench/floor_app.py): a minimal app served the same way, 1
+process against 2, doing the one write a heartbeat needs on that backend
+(``floor_*``) or none (``bare_*``). A target the floor misses here is out of reach
+of corral's design on this machine, not only of its code.
+
+    python bench/fleet_size.py                  # the full run (~14 min)
+    python bench/fleet_size.py --quick          # a smoke run in seconds
+    python bench/fleet_size.py --only workers   # one phase (comma list) again
 """
 
 from __future__ import annotations
@@ -88,6 +95,18 @@ class Db:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 conn.execute(f"WITH s(g) AS (SELECT generate_series(0, {n - 1}))" + sql)
                 conn.execute("ANALYZE nodes")
+
+    def backend_cpu(self) -> dict[int, float]:
+        """PostgreSQL: CPU seconds of each server backend connected to this database
+        now (the server runs on this machine); SQLite: none."""
+        if self.pg_name is None:
+            return {}
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            sql = "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+            pids = [r[0] for r in conn.execute(sql, (self.pg_name,))]
+        return {pid: cpu for pid in pids if (cpu := _cpu(pid)) is not None}
 
     def drop(self) -> None:
         if self.pg_name is not None:
@@ -174,6 +193,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of a process so far; None if it is gone."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
 class Serve:
     """A ``corral serve`` process (and its workers), or with ``floor`` ("none",
     "sqlite", "postgres") the minimal app of bench/floor_app.py served the same way."""
@@ -218,12 +245,7 @@ class Serve:
         return found
 
     def cpu_seconds(self) -> float:
-        total = 0.0
-        for pid in self.pids():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        return total
+        return sum(c for pid in self.pids() if (c := _cpu(pid)) is not None)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -336,11 +358,19 @@ async def _paced(port: int, fleet: int, conns: int, seconds: float) -> dict[str,
             "n": len(lat), "errors": errors}  # fmt: skip
 
 
-def through_serve(srv: Serve, coro: Any) -> dict[str, Any]:
+def through_serve(srv: Serve, coro: Any, db: Db | None = None) -> dict[str, Any]:
+    pg0 = db.backend_cpu() if db is not None else {}
     cpu0, client0, t0 = srv.cpu_seconds(), time.process_time(), time.perf_counter()
     out: dict[str, Any] = _run_client(coro)
     wall = time.perf_counter() - t0
     cpu = srv.cpu_seconds() - cpu0
+    if db is not None and db.pg_name is not None:
+        # The PostgreSQL backends serving this database (a backend that connected
+        # during the run counts from its start).
+        pg = sum(c - pg0.get(pid, 0.0) for pid, c in db.backend_cpu().items())
+        out["db_cores"] = pg / wall
+        out["db_us_per_beat"] = pg / max(1, out["n"]) * 1e6
+    out["loadavg_1m"] = os.getloadavg()[0]
     out["server_cores"] = cpu / wall
     # CPU per beat: what serving costs, whatever share of the cores the machine's
     # other work left the server (the rate depends on that share; this does not).
@@ -364,7 +394,7 @@ def serve_rounds(db: Db, fleet: int, configs: list[Config], rounds: int,
         ):
             srv = Serve(db.url, workers, monitor, floor)
             try:
-                out[name].append(through_serve(srv, _saturate(srv.port, fleet, conns, seconds)))
+                out[name].append(through_serve(srv, _saturate(srv.port, fleet, conns, seconds), db))
             finally:
                 srv.stop()
     return out
@@ -428,7 +458,7 @@ def run_backend(backend: str, tmp: Path, a: argparse.Namespace) -> dict[str, Any
                 srv = Serve(paced.url, workers, True)
                 try:
                     res["paced"][f"workers_{workers}"] = through_serve(
-                        srv, _paced(srv.port, a.fleet, a.paced_conns, a.paced_seconds)
+                        srv, _paced(srv.port, a.fleet, a.paced_conns, a.paced_seconds), paced
                     )
                 finally:
                     srv.stop()
@@ -505,13 +535,17 @@ def render(res: dict[str, Any], s: dict[str, Any]) -> str:
     rows = []
     for group in ("monitor", "workers"):
         for name, runs in res.get(group, {}).items():
+            db = [_median(runs, "db_cores"), _median(runs, "db_us_per_beat")] if (
+                "db_cores" in runs[0]) else [None, None]  # fmt: skip
             rows.append([name, _median(runs, "beats_per_s"), _median(runs, "p99_ms"),
                          _median(runs, "server_cores"), _median(runs, "server_us_per_beat"),
-                         _median(runs, "client_cores"), _median(runs, "client_us_per_beat"),
-                         sum(r["errors"] for r in runs)])  # fmt: skip
+                         *db, _median(runs, "client_cores"),
+                         _median(runs, "client_us_per_beat"),
+                         sum(r["errors"] for r in runs), _median(runs, "loadavg_1m")])  # fmt: skip
     if rows:
         out += ["", table(["serve (medians)", "beats/s", "p99 ms", "server cores",
-                           "server µs/beat", "client cores", "client µs/beat", "errors"],
+                           "server µs/beat", "PG backend cores", "PG backend µs/beat",
+                           "client cores", "client µs/beat", "errors", "load 1m"],
                           rows)]  # fmt: skip
     if "workers" in res:
         # Round by round: the ratio 2/1 of each round's own pair, next to the medians'.
