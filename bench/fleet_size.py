@@ -472,6 +472,24 @@ def _ratio(runs: dict[str, list[dict[str, Any]]], top: str, bottom: str, key: st
     return _median(runs[top], key) / _median(runs[bottom], key)
 
 
+def cpu_ceiling(one: list[dict[str, Any]], two: list[dict[str, Any]]) -> float:
+    """The most 2 processes can give over 1 on this machine's cores if every beat cost
+    the CPU it cost here (server, PostgreSQL backends, load client: medians) and the
+    cores were this run's alone: 1 process is capped by its one core or by the cores
+    it shares with the client and the backends, 2 processes by the cores. A bound on
+    the measured ratio when 1 process is CPU-bound; one that waits on something else
+    (PostgreSQL's commits on a few connections) can gain more from a second."""
+    cores = len(os.sched_getaffinity(0))
+
+    def rate(runs: list[dict[str, Any]], procs: int) -> float:
+        server = _median(runs, "server_us_per_beat")
+        total = server + _median(runs, "client_us_per_beat")
+        total += _median(runs, "db_us_per_beat") if "db_us_per_beat" in runs[0] else 0.0
+        return min(procs / server, cores / total)
+
+    return rate(two, 2) / rate(one, 1)
+
+
 def summarize(res: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
     """The ratios and targets of the phases that ran."""
     s: dict[str, Any] = {}
@@ -502,6 +520,7 @@ def summarize(res: dict[str, Any], a: argparse.Namespace) -> dict[str, Any]:
             s[f"{kind}2_cpu_per_beat_ratio"] = _ratio(
                 wk, f"{kind}_2", f"{kind}_1", "server_us_per_beat"
             )
+            s[f"{kind}2_cpu_ceiling"] = cpu_ceiling(wk[f"{kind}_1"], wk[f"{kind}_2"])
         met["workers2_at_least_1.5x"] = s["workers2_over_1"] >= 1.5
         # Not a target of corral's: whether its floor can meet the one above here.
         s["floor2_at_least_1.5x"] = s["floor2_over_1"] >= 1.5
@@ -555,9 +574,13 @@ def render(res: dict[str, Any], s: dict[str, Any]) -> str:
             one, two = wk[f"{kind}_1"], wk[f"{kind}_2"]
             per_round.append([kind, *(" ".join(f"{y['beats_per_s'] / x['beats_per_s']:.2f}"
                                                for x, y in zip(one, two, strict=True)),),
-                              s[f"{kind}2_over_1"], s[f"{kind}2_cpu_per_beat_ratio"]])  # fmt: skip
+                              s[f"{kind}2_over_1"], s[f"{kind}2_cpu_per_beat_ratio"],
+                              s[f"{kind}2_cpu_ceiling"]])  # fmt: skip
+        cores = len(os.sched_getaffinity(0))
         out += ["", table(["2 processes / 1", "beats/s, each round", "beats/s, medians",
-                           "server CPU per beat, medians"], per_round)]  # fmt: skip
+                           "server CPU per beat, medians",
+                           f"ceiling if CPU-bound ({cores} cores, CPU per beat as here)"],
+                          per_round)]  # fmt: skip
     if "paced" in res:
         out += ["", table(
             ["paced fleet", "offered/s", "done/s", "p50 ms", "p99 ms", "max ms",
