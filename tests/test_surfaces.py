@@ -135,11 +135,16 @@ def test_operations_without_a_handler_of_their_own_are_served_by_the_generic_one
     from corral.server.routes import OPS
 
     generic = {op.name for op in OPS if isinstance(op.handler, Generic)}
-    # These four have no code of their own on the server (tests/contract runs them
-    # over HTTP); a new operation joins them until it needs more.
-    assert {"list_processes", "process_actions", "spawn_requests", "fulfil_spawn_request"} <= (
-        generic
-    )
+    # These have no code of their own on the server (tests/contract runs them over
+    # HTTP, test_server_auth a node token on terminate_node); a new operation joins
+    # them until it needs more.
+    assert {
+        "terminate_node",
+        "list_processes",
+        "process_actions",
+        "spawn_requests",
+        "fulfil_spawn_request",
+    } <= generic
     for op in OPS:
         if op.name in generic:
             assert op.returns is not None, f"{op.name}: no return type for OpenAPI"

@@ -120,12 +120,6 @@ def set_status(c: Call) -> Any:
     return c.cluster.set_agent_status(node_id, c.body.status, c.body.current_task_id)
 
 
-def terminate_node(c: Call) -> Any:
-    node_id = c.path["node_id"]
-    c.act_as(node_id)
-    return c.cluster.terminate_node(node_id)
-
-
 def heartbeat(c: Call) -> Any:
     node_id = c.path["node_id"]
     c.act_as(node_id)
@@ -304,7 +298,6 @@ _HTTP: dict[str, _Http] = {
     "list_nodes": _Http(list_nodes, None, query=m.ListNodesQuery),
     "get_node": _Http(get_node, m.NodeOut, short=True),
     "set_agent_status": _Http(set_status, m.NodeOut, body=m.StatusIn, short=True),
-    "terminate_node": _Http(terminate_node, m.NodeOut, short=True),
     "heartbeat": _Http(heartbeat, m.NodeOut, body=m.HeartbeatIn, short=True),
     "touch": _Http(touch, m.TouchOut, short=True),
     "catch_up": _Http(catch_up, m.CatchUpOut, body=m.CatchUpIn),
