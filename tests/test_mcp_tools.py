@@ -404,3 +404,45 @@ def test_prompts_carry_the_protocols_with_the_clusters_numbers(
     assert "NEVER terminate yourself" in manager
     assert "Cluster at capacity (6 nodes)" in manager
     assert 'set_agent_status("Node-BM-X1Y2", "terminated")' not in manager
+
+
+def test_an_operation_that_declares_a_tool_gets_one_without_code_of_its_own(
+    sqlite_cluster: corral.Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operation with ``mcp`` and ``text`` and no tool written for it gets the
+    generic one: its method's parameters under the operation's MCP names, its summary
+    as its description, the declared rendering, and the caller's heartbeat rule."""
+    import dataclasses
+
+    import corral.mcp.server as mcp_server
+    from corral.operations import OPERATIONS, operation
+
+    declared = dataclasses.replace(
+        operation("terminate_node"),
+        mcp="terminate_node",
+        text="status_text",
+        names={"mcp": {"node_id": "agent_id"}},
+    )
+    monkeypatch.setattr(
+        mcp_server,
+        "OPERATIONS",
+        tuple(declared if op.name == "terminate_node" else op for op in OPERATIONS),
+    )
+    sqlite_cluster.register_node("w1", "developer")
+
+    async def script(call: Any, client: Client) -> tuple[Any, ...]:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        listed = tools["terminate_node"]
+        done = await call("terminate_node", agent_id="w1")
+        missing = await call("terminate_node")
+        unknown = await call("terminate_node", agent_id="w1", node_id="w1")
+        return listed, done, missing, unknown
+
+    listed, done, missing, unknown = run(sqlite_cluster, script)
+    assert listed.description == operation("terminate_node").summary
+    assert set(listed.input_schema["properties"]) == {"agent_id"}
+    assert listed.input_schema["required"] == ["agent_id"]
+    assert done[0] is False and "terminated" in done[1]
+    assert sqlite_cluster.get_node("w1").status == "terminated"
+    assert missing[0] is True and missing[1].startswith("ERROR:") and "agent_id" in missing[1]
+    assert unknown[0] is True and unknown[1].startswith("ERROR:") and "node_id" in unknown[1]

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import inspect
 import subprocess
 import sys
 import textwrap
+import typing
 from collections.abc import Callable
 from dataclasses import is_dataclass
 from functools import cache
@@ -31,7 +33,7 @@ from typing import Any
 
 from corral.operations import OPERATIONS, Operation
 
-__all__ = ["FILES", "check", "protocol_source", "remote_source", "write"]
+__all__ = ["FILES", "check", "method_types", "protocol_source", "remote_source", "write"]
 
 _HERE = Path(__file__).resolve().parent
 _HEADER = (
@@ -88,6 +90,19 @@ def resolve(op: Operation, annotation: str) -> dict[str, tuple[str, str]]:
             )
         out[name] = where[name]
     return out
+
+
+def method_types(op: Operation) -> dict[str, Any]:
+    """The resolved annotations of ``op``'s ``Cluster`` method (``return`` included),
+    names imported only for the type checker too."""
+    fn = _method(op)
+    names: dict[str, Any] = {}
+    for annotation in fn.__annotations__.values():
+        if isinstance(annotation, str):
+            for name, (module, real) in resolve(op, annotation).items():
+                names[name] = getattr(importlib.import_module(module), real)
+    resolved: dict[str, Any] = typing.get_type_hints(fn, localns=names)
+    return resolved
 
 
 def _annotation(value: Any) -> str:

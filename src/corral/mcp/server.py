@@ -23,6 +23,7 @@ node (an ``agent_id`` naming another is refused; ``broadcast`` is sent as it).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import secrets
 from collections.abc import Callable
@@ -38,7 +39,7 @@ import corral
 from corral.errors import CorralError
 from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
-from corral.operations import operation
+from corral.operations import OPERATIONS, operation
 from corral.types import Client
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
@@ -135,7 +136,10 @@ class _CorralMCP(MCPServer[Any]):
 
 def _render(name: str) -> Callable[..., str]:
     """How operation ``name``'s tool renders its answer (``corral.operations``)."""
-    how = operation(name).text
+    return _renderer(name, operation(name).text)
+
+
+def _renderer(name: str, how: str | None) -> Callable[..., str]:
     if how is None:  # pragma: no cover - test_surfaces checks every tool has one
         raise LookupError(f"operation {name} declares no text rendering")
     if how == ".text":
@@ -418,6 +422,12 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         touch(agent_id)
         return _render("decline_spawn_request")(client.decline_spawn_request(request_id, agent_id))
 
+    # --- operations that declare a tool and have none written here ------------------
+    written = {t.name for t in mcp._tool_manager.list_tools()}
+    for op in OPERATIONS:
+        if op.mcp is not None and op.mcp not in written:
+            _generic_tool(tool, client, touch, op)
+
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(
         name="worker_protocol",
@@ -441,6 +451,52 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
 
     _ = (worker, manager)
     return mcp
+
+
+def _generic_tool(tool: Any, client: Client, touch: Callable[[str | None], None], op: Any) -> None:
+    """The tool of an operation that declares one (``Operation.mcp``) and has none
+    written above: its ``Cluster`` method's parameters (renamed and left out as the
+    operation says for ``mcp``), its summary as its description, its answer rendered
+    as the operation declares (``Operation.text``). An ``agent_id`` that names no
+    parameter counts the call as that agent's heartbeat."""
+    from corral.codegen import method_types
+
+    types = method_types(op)
+    rename = dict(op.names.get("mcp", {}))
+    omit = op.omits.get("mcp", {})
+    params: list[inspect.Parameter] = []
+    back: dict[str, str] = {}
+    for p in inspect.signature(getattr(corral.Cluster, op.name)).parameters.values():
+        if p.name == "self" or p.name in omit or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        name = rename.get(p.name, p.name)
+        back[name] = p.name
+        default = inspect.Parameter.empty if p.default is p.empty else p.default
+        annotation = types.get(p.name, Any)
+        params.append(
+            inspect.Parameter(name, p.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    heartbeat = "agent_id" not in back
+    if heartbeat:
+        params.append(
+            inspect.Parameter(
+                "agent_id", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=OptAgentId
+            )
+        )
+    render = _renderer(op.name, op.text)
+    call = getattr(client, op.name, None)
+
+    def run(**kwargs: Any) -> str:
+        if heartbeat:
+            touch(kwargs.pop("agent_id", None))
+        assert call is not None, f"the client has no {op.name}"
+        return render(call(**{back[k]: v for k, v in kwargs.items()}))
+
+    run.__name__ = op.mcp
+    run.__qualname__ = op.mcp
+    run.__doc__ = op.summary
+    run.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
+    tool(op.summary)(run)
 
 
 _IDLE_SHOWN = 50  # the idle runs list_idle_workflows shows at most

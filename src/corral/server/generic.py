@@ -13,13 +13,13 @@ operation that is one ``Cluster`` method and one ``Operation`` needs nothing els
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import typing
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from corral.codegen import method_types
 from corral.operations import Operation
 from corral.server.models import PARAM_TYPES, _In, _Query
 
@@ -30,22 +30,6 @@ class _InMore(_In):
     """A body whose fields beyond the method's named parameters go to its ``**kwargs``."""
 
     model_config = ConfigDict(extra="allow", strict=True)
-
-
-def hints(op: Operation) -> dict[str, Any]:
-    """The resolved annotations of ``op``'s ``Cluster`` method (``return`` included)."""
-    from corral.cluster import Cluster
-    from corral.codegen import resolve
-
-    fn = getattr(Cluster, op.name)
-    names: dict[str, Any] = {}
-    for annotation in fn.__annotations__.values():
-        if not isinstance(annotation, str):
-            continue
-        for name, (module, real) in resolve(op, annotation).items():
-            names[name] = getattr(importlib.import_module(module), real)
-    resolved: dict[str, Any] = typing.get_type_hints(fn, localns=names)
-    return resolved
 
 
 def _wire_type(name: str, annotated: Any) -> Any:
@@ -69,7 +53,7 @@ class Generic:
 
         self.op = op
         fn = getattr(Cluster, op.name)
-        types = hints(op)
+        types = method_types(op)
         self.returns = types.get("return")
         path = set(op.path_params)
         self.ints = {p for p in path if types.get(p) is int or int in typing.get_args(types.get(p))}
