@@ -23,8 +23,9 @@ Per request, on the event loop:
   of the next turn (``ShortCalls``): the store's path stays in the CPU's caches
   from one call to the next instead of being evicted by the HTTP work between them
   (~25% less server CPU per heartbeat under load here). A turn that finds the store
-  busy (another ``--workers`` process or the monitor writing) runs on a worker
-  thread as one group that waits for it, so its calls still share one commit. Every other operation
+  busy (another ``--workers`` process or the monitor writing) is put back and tried
+  again with the next turn's calls (for up to 5 ms; then it runs on a worker thread
+  as one group that waits for it), so its calls still share one commit. Every other operation
   (PostgreSQL, scans, batches, waiting claims) hops to a thread once. The hop costs
   more than the transaction on a loaded 2-core machine (docs/performance.md);
 - **answer**: JSON bytes from ``pydantic_core.to_json`` (the same values as
@@ -81,6 +82,14 @@ class _Disconnected(Exception):
     """The client went away before its request body arrived."""
 
 
+# A turn whose group cannot start (another process or thread holds the store) puts its
+# calls back and tries again at the loop's next turns for _RETRY_SPIN seconds (a short
+# group holds the lock ~0.1 ms), then at the next turn that brings more calls or after
+# _RETRY_PAUSE, for up to _PUT_BACK_SECONDS; then they run on the executor as one group
+# that waits for the store (and gives up after the busy timeout).
+_RETRY_SPIN = 0.0003
+_RETRY_PAUSE = 0.001
+_PUT_BACK_SECONDS = 0.005
 _HOP = object()  # a short call met a busy store: run it on a worker thread
 _NOT_HERE: Any = object()  # a route matched a path that names another resource: 405
 
@@ -109,12 +118,16 @@ class ShortCalls:
         self._would_block = would_block
         self._group = group
         # With an executor, a turn whose group cannot start (another process or thread
-        # holds the store) runs there as one group, waiting for the store, instead of
-        # each call hopping alone: the calls still share one commit (several
-        # ``corral serve`` workers on one SQLite file meet each other's commits often).
+        # holds the store) waits for it on the loop a little (``_put_back``), then runs
+        # there as one group, waiting for the store, instead of each call hopping
+        # alone: the calls still share one commit (several ``corral serve`` workers on
+        # one SQLite file meet each other's commits often).
         self._executor = executor
         self._queue: list[tuple[Callable[[Call], Any], Call, asyncio.Future[Any]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._retry: asyncio.TimerHandle | None = None  # calls put back: their next try
+        self._again = False  # a try is scheduled for this turn's end
+        self._busy_since: float | None = None  # the first try that found the store busy
 
     def submit(self, handler: Callable[[Call], Any], call: Call) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -123,6 +136,12 @@ class ShortCalls:
             # (A queue left by a loop that stopped before its turn never ran: drop it.)
             self._queue = []
             self._loop = loop
+            self._retry = None
+            self._busy_since = None
+            loop.call_soon(self._run, loop)
+        elif self._retry is not None and not self._again:
+            # Calls put back: try again at the end of this turn, with this one.
+            self._again = True
             loop.call_soon(self._run, loop)
         self._queue.append((handler, call, future))
         return future
@@ -130,7 +149,13 @@ class ShortCalls:
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:
             return  # scheduled by a loop that has since been replaced
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self._again = False
         queue, self._queue = self._queue, []
+        if not queue:
+            return  # (a try scheduled twice: the first took the calls)
         if self._group is None or len(queue) == 1:  # a lone call commits by itself
             with self._nowait():
                 for future, ok, value in self._calls(queue):
@@ -139,12 +164,13 @@ class ShortCalls:
         answers: list[tuple[asyncio.Future[Any], bool, Any]] = []
         try:
             with self._nowait(), self._group():
+                self._busy_since = None
                 answers = list(self._calls(queue))
         except self._would_block:  # the group could not start: nothing ran
             if self._executor is None:
                 for _, _, future in queue:
                     _settle(future, True, _HOP)
-            else:
+            elif not self._put_back(loop, queue):
                 self._executor.submit(self._waiting_group, loop, queue)
             return
         except Exception as exc:  # the shared commit failed: none of it is kept
@@ -153,6 +179,33 @@ class ShortCalls:
             return
         for future, ok, value in answers:
             _settle(future, ok, value)
+
+    def _put_back(self, loop: asyncio.AbstractEventLoop, queue: list[Any]) -> bool:
+        """Keep a turn's calls, whose group found the store busy, for a try at the
+        loop's next turn (for the first ``_RETRY_SPIN``), then at its next turn that
+        brings calls (``submit``) or after ``_RETRY_PAUSE``; False once they have
+        been put back for ``_PUT_BACK_SECONDS``.
+
+        With several ``--workers`` the store is busy when another process commits
+        (each holds the write lock ~1 ms for a turn's group). Waiting for it on the
+        executor cost more than the wait: its thread, holding the lock once it got
+        it, vied with the event loop for the GIL, and slept 1-4 ms between tries
+        (``_WriterLock``) while the lock was free. Here the loop goes on reading
+        requests meanwhile, the waiting calls and the new ones share the next group,
+        and a try that fails costs ~5 us (a non-blocking ``flock`` in ``group()``)."""
+        now = time.monotonic()
+        if self._busy_since is None:
+            self._busy_since = now
+        elif now - self._busy_since >= _PUT_BACK_SECONDS:
+            self._busy_since = None
+            return False
+        self._queue = queue + self._queue
+        if now - self._busy_since < _RETRY_SPIN:
+            self._again = True  # (no second try from submit)
+            loop.call_soon(self._run, loop)
+        else:
+            self._retry = loop.call_later(_RETRY_PAUSE, self._run, loop)
+        return True
 
     def _waiting_group(self, loop: asyncio.AbstractEventLoop, queue: list[Any]) -> None:
         """On the executor: the turn's calls as one group that may wait for the store;
