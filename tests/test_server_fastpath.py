@@ -26,7 +26,7 @@ from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.remote import HttpClient
 from corral.server import create_app
 from corral.server.auth import Principal, Tokens
-from corral.server.dispatch import _HOP, ShortCalls
+from corral.server.shortcalls import _HOP, ShortCalls
 from corral.store.base import WouldBlock
 from tests.backends.http import TOKEN, serving
 
