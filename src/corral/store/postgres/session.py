@@ -214,14 +214,14 @@ class Sessions:
             tx = _Tx(conn)
             try:
                 yield tx
-                if tx.wake:
-                    conn.execute(f"NOTIFY {_CHANNEL}")
             except BaseException:
                 if not conn.broken:
                     with suppress(psycopg.Error):
                         conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            # A commit that makes a task pending rings waiting claims; the NOTIFY goes
+            # out with the COMMIT, in one round trip.
+            conn.execute(f"NOTIFY {_CHANNEL}; COMMIT" if tx.wake else "COMMIT")
 
     def hot(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """A hot statement in its own transaction (autocommit): one round trip, on the
