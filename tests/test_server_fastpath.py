@@ -319,14 +319,10 @@ def test_a_lone_call_commits_by_itself_and_two_share_a_group(tmp_path: Path) -> 
     c.close()
 
 
-def test_a_turn_that_finds_the_store_busy_waits_as_one_group_on_the_executor(
-    tmp_path: Path,
-) -> None:
-    """Another connection holds the write lock when a turn starts: with an executor
-    the turn's calls are tried again on the loop for a few ms, then run there as one
-    group, which waits for the lock and commits once; each request gets its own
-    answer after that commit (none hops alone)."""
-    c = corral.connect(f"sqlite:///{tmp_path / 'busy.db'}")
+def _busy_store(path: Path) -> tuple[Any, Any, list[int], Any, Any, sqlite3.Connection]:
+    """A store whose write lock another connection holds, and a group that counts the
+    threads it runs on: (client, store, group threads, group, add a task, other)."""
+    c = corral.connect(f"sqlite:///{path}")
     store = c.store
     groups: list[int] = []
 
@@ -339,8 +335,19 @@ def test_a_turn_that_finds_the_store_busy_waits_as_one_group_on_the_executor(
     def add(title: Any) -> Any:
         return c.add_task(title).title
 
-    other = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
+    other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
+    return c, store, groups, counted_group, add, other
+
+
+def test_a_turn_that_finds_the_store_busy_waits_as_one_group_on_the_executor(
+    tmp_path: Path,
+) -> None:
+    """Another connection holds the write lock when a turn starts: with an executor
+    the turn's calls are tried again on the loop for a few ms, then run there as one
+    group, which waits for the lock and commits once; each request gets its own
+    answer after that commit (none hops alone)."""
+    c, store, groups, counted_group, add, other = _busy_store(tmp_path / "busy.db")
 
     async def turn(pool: Any) -> list[Any]:
         calls = ShortCalls(store.nowait, WouldBlock, counted_group, pool)
@@ -368,21 +375,7 @@ def test_a_turn_that_finds_the_store_busy_is_put_back_and_joins_the_next_one(
     """Another writer holds the lock when a turn starts, and lets go at once: the
     turn's calls are put back, and the next turn's call brings them along, all in
     one group on the event loop (no executor thread, one commit)."""
-    c = corral.connect(f"sqlite:///{tmp_path / 'back.db'}")
-    store = c.store
-    groups: list[int] = []
-
-    @contextlib.contextmanager
-    def counted_group() -> Iterator[None]:
-        groups.append(threading.get_ident())
-        with store.group():
-            yield
-
-    def add(title: Any) -> Any:
-        return c.add_task(title).title
-
-    other = sqlite3.connect(tmp_path / "back.db", isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
+    c, store, groups, counted_group, add, other = _busy_store(tmp_path / "back.db")
 
     async def turns(pool: Any) -> list[Any]:
         calls = ShortCalls(store.nowait, WouldBlock, counted_group, pool)
