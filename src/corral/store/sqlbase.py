@@ -19,7 +19,7 @@ from corral import lifecycle, scoring
 from corral.config import check_changes, settings_from_rows, timing_changed
 from corral.defaults import MANAGER_ROLE
 from corral.errors import CapacityError, InvalidInputError, LeaseError, NotFoundError
-from corral.model import Node, Registered, Settings, Task, last_seen
+from corral.model import Event, Node, Registered, Settings, Task, last_seen
 from corral.render import capacity_error_text
 from corral.store.base import NodeSpec, Store, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads, event_from_row, node_from_row, task_from_row
@@ -114,9 +114,24 @@ class SQLStore(
         monitor = getattr(self._actor, "name", None)
         if monitor is not None:
             data["monitor"] = monitor
-        tx.run(
-            "event_insert", ts=now, kind=kind, node_id=node_id, task_id=task_id, data=_dumps(data)
-        )
+        captured: list[Event] | None = getattr(self._actor, "events", None)
+        params = {"ts": now, "kind": kind, "node_id": node_id, "task_id": task_id}
+        if captured is None:
+            tx.run("event_insert", **params, data=_dumps(data))
+        else:  # the caller returns what it wrote (_capturing): read back as it is written
+            row = tx.one("event_insert_returning", **params, data=_dumps(data))
+            captured.append(event_from_row(row))
+
+    @contextmanager
+    def _capturing(self) -> Iterator[list[Event]]:
+        """The events this thread's ``_event`` calls write in the block, in order (each
+        read back by its INSERT: no query for them afterwards)."""
+        events: list[Event] = []
+        self._actor.events = events
+        try:
+            yield events
+        finally:
+            self._actor.events = None
 
     def _node(self, tx: Tx, row: Any) -> Node:
         """``node_from_row`` with the held task looked up for a working node."""

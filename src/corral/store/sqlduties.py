@@ -8,7 +8,7 @@ from corral import scoring
 from corral.defaults import MANAGER_ROLE
 from corral.model import Event, last_seen
 from corral.store.base import Deadlines
-from corral.store.rows import Tx, _dumps, _loads, event_from_row
+from corral.store.rows import Tx, _dumps, _loads
 from corral.store.sqlhost import SQLHost
 
 __all__ = ["DutiesMixin"]
@@ -52,8 +52,9 @@ class DutiesMixin(SQLHost):
         )
 
     def reap_dead(self, now: float) -> list[Event]:
-        with self._write_redone() as tx:
-            start = tx.one("events_last")
+        # Few round trips (each wakes the database on PostgreSQL): the events come back
+        # from their INSERTs, and the due count from the first query.
+        with self._capturing() as events, self._write_redone() as tx:
             nodes = tx.all("nodes_dead", now=now, limit=_BATCH)
             for node in nodes:
                 silent = now - last_seen(
@@ -79,9 +80,16 @@ class DutiesMixin(SQLHost):
                 )
                 if node["role"] == MANAGER_ROLE:
                     self._manager_lost(tx, node, silent, now)
-            locked = len(nodes) < _BATCH and tx.one("nodes_dead_left", now=now) is not None
+            # Due rows the query skipped, held by another session: come back to them.
+            # (A full batch needs no check: its deadline is still due.)
+            if len(nodes) >= _BATCH:
+                locked = False
+            elif nodes:
+                locked = nodes[0]["due"] > len(nodes)  # counted by the same query
+            else:
+                locked = tx.one("nodes_dead_left", now=now) is not None
             self._locked_dead = (now, now + LOCKED_RETRY) if locked else None
-            return self._events_after(tx, start)
+        return events
 
     def _manager_lost(self, tx: Tx, node: Any, silent: float, now: float) -> None:
         s = self._settings_in(tx)
@@ -109,8 +117,7 @@ class DutiesMixin(SQLHost):
         self._event(tx, now, "manager_lost", node["id"], row["id"], ask_user=True)
 
     def retire_idle(self, now: float) -> list[Event]:
-        with self._write_redone() as tx:
-            start = tx.one("events_last")
+        with self._capturing() as events, self._write_redone() as tx:
             s = self._settings_in(tx)
             cutoff = now - s.idle_limit
             nodes = tx.all("nodes_idle_expired", cutoff=cutoff, limit=_BATCH)
@@ -129,11 +136,7 @@ class DutiesMixin(SQLHost):
                 )
             locked = len(nodes) < _BATCH and tx.one("nodes_idle_left", cutoff=cutoff) is not None
             self._locked_idle = (now, now + LOCKED_RETRY) if locked else None
-            return self._events_after(tx, start)
-
-    def _events_after(self, tx: Tx, start: Any) -> list[Event]:
-        since = start["seq"] if start else 0
-        return [event_from_row(r) for r in tx.all("events_since", since=since, limit=10_000)]
+        return events
 
     def prune_events(self, now: float) -> int:
         with self._write() as tx:

@@ -130,7 +130,10 @@ WHERE incarnation = :incarnation;
 -- Locked: a heartbeat racing the reaper waits, and the reaper re-checks dead_at.
 -- SKIP LOCKED: a row another session holds (a client stopped inside a transaction)
 -- never stalls the pass; nodes_dead_left tells the monitor to come back to it.
-SELECT * FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
+-- ``due`` counts every due node, the skipped ones too (one round trip for both).
+SELECT *, (SELECT count(*) FROM nodes d WHERE d.status <> 'terminated'
+                                          AND d.dead_at <= :now) AS due
+FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
 ORDER BY dead_at LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 

@@ -128,7 +128,10 @@ UPDATE nodes SET status = 'terminated', current_task_id = NULL, idle_since = NUL
 WHERE incarnation = :incarnation;
 
 -- name: nodes_dead
-SELECT * FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
+-- ``due`` counts every due node (PostgreSQL's query skips rows others hold locked).
+SELECT *, (SELECT count(*) FROM nodes d WHERE d.status <> 'terminated'
+                                          AND d.dead_at <= :now) AS due
+FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
 ORDER BY dead_at LIMIT :limit;
 
 -- name: nodes_dead_left
