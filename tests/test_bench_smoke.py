@@ -275,8 +275,9 @@ def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         assert [r["fleet"] for r in res["recovery"]] == params["recovery_sizes"]
         for r in res["recovery"]:
             assert r["committed_after_threshold_ms"]["n"] == params["recoveries"]
+        workers = {f"{kind}_{n}" for kind in ("workers", "floor", "bare") for n in (1, 2)}
         for group, names in (("monitor", {"monitor", "no_monitor"}),
-                             ("workers", {"workers_1", "workers_2"})):  # fmt: skip
+                             ("workers", workers)):  # fmt: skip
             assert set(res[group]) == names
             for runs in res[group].values():
                 assert len(runs) == params["rounds"]
@@ -288,6 +289,8 @@ def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
             assert run["n"] > 0 and run["errors"] == 0
         summary = data["summary"][res["backend"]]
         assert summary["register_p99_ratio"] > 0 and summary["workers2_over_1"] > 0
+        # the floor's own 2/1 ratios beside corral's (the minimal app, same rounds)
+        assert summary["floor2_over_1"] > 0 and summary["bare2_over_1"] > 0
         assert set(summary["met"]) == {
             "register_p99_within_2x", "wake_read_within_2x",
             "recovery_within_threshold_plus_5ms", "monitor_at_least_0.9x",
