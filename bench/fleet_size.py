@@ -149,40 +149,75 @@ def registration_and_wake(db: Db, n: int, samples: int) -> dict[str, Any]:
 
 
 # --- a silent node's lease recovered (embedded monitor thread, own connection) ---------
+# The PostgreSQL observer: a process of its own (no GIL shared with the monitor thread
+# it times), waiting on the channel the reaping commit rings, reading the status when
+# it rings; it answers each task id with the time it first saw the task not held.
+_PG_OBSERVER = """
+import sys, time, psycopg
+pg = psycopg.connect(sys.argv[1], autocommit=True, prepare_threshold=0)
+pg.execute("LISTEN corral_ready")
+print("ready", flush=True)
+for line in sys.stdin:
+    task_id, end = int(line), time.time() + 10
+    while pg.execute("SELECT status FROM tasks WHERE id = %s", (task_id,)).fetchone()[0] == (
+        "in_progress"
+    ):
+        if time.time() > end:
+            print("timeout", flush=True)
+            break
+        for _ in pg.notifies(timeout=0.05, stop_after=1):
+            pass
+    else:
+        print(repr(time.time()), flush=True)
+"""
+
+
 def _status_reader(db: Db) -> tuple[Any, Any]:
     """A lean observer of a task's status on a connection of its own. Returns
-    (wait_while_in_progress(task_id, deadline), close).
+    (wait_recovered(task_id) -> the time it first saw the task no longer held, close).
 
-    SQLite: one autocommit statement every 0.5 ms. PostgreSQL: the observer waits on
-    ``LISTEN corral_ready`` (the channel a commit that makes a task pending rings, as
-    waiting workers do) and reads the status when it rings, so it takes no CPU from
-    the monitor it times (polling there, three round trips of the client's
-    ``get_task`` or one statement every 0.5 ms, made the reaping 2-3 ms slower on
-    this 2-core machine)."""
-    sql = "SELECT status FROM tasks WHERE id = "
+    SQLite: one autocommit statement every 0.5 ms. PostgreSQL: a process of its own
+    that waits on ``LISTEN corral_ready`` (the channel a commit that makes a task
+    pending rings, as waiting workers do) and reads the status when it rings, so it
+    takes no CPU and no GIL from the monitor it times (polling there, with the
+    client's ``get_task`` or one statement every 0.5 ms, made the reaping 2-3 ms
+    slower on this 2-core machine; a LISTEN in this process saw some commits 10-15 ms
+    late, waiting for the interpreter)."""
     if db.backend == "sqlite":
         import sqlite3
 
+        sql = "SELECT status FROM tasks WHERE id = ?"
         conn: Any = sqlite3.connect(db.url.removeprefix("sqlite:///"), isolation_level=None)
 
-        def wait(task_id: int, deadline: float) -> None:
-            while conn.execute(sql + "?", (task_id,)).fetchone()[0] == "in_progress":
-                assert time.time() < deadline, "the lease was not recovered"
+        def wait(task_id: int) -> float:
+            end = time.time() + 10
+            while conn.execute(sql, (task_id,)).fetchone()[0] == "in_progress":
+                assert time.time() < end, "the lease was not recovered"
                 time.sleep(0.0005)
+            return time.time()
 
         return wait, conn.close
-    import psycopg
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PG_OBSERVER, db.url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
 
-    pg = psycopg.connect(db.url, autocommit=True, prepare_threshold=0)
-    pg.execute("LISTEN corral_ready")
+    def wait_pg(task_id: int) -> float:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(f"{task_id}\n")
+        proc.stdin.flush()
+        answer = proc.stdout.readline().strip()
+        assert answer not in ("", "timeout"), "the lease was not recovered"
+        return float(answer)
 
-    def wait_pg(task_id: int, deadline: float) -> None:
-        while pg.execute(sql + "%s", (task_id,)).fetchone()[0] == "in_progress":
-            assert time.time() < deadline, "the lease was not recovered"
-            for _ in pg.notifies(timeout=0.05, stop_after=1):
-                pass
+    def close() -> None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=5)
 
-    return wait_pg, pg.close
+    return wait_pg, close
 
 
 def recovery(db: Db, n: int, rounds: int) -> dict[str, Any]:
@@ -205,8 +240,7 @@ def recovery(db: Db, n: int, rounds: int) -> dict[str, Any]:
                 assert task is not None
                 dead_at = c.get_node(node).dead_at
                 assert dead_at is not None
-                wait_recovered(task.id, time.time() + 10)
-                lags.append(time.time() - dead_at)
+                lags.append(wait_recovered(task.id) - dead_at)
                 event = next(
                     e for e in reversed(c.events(0, 100_000))
                     if e.kind == "lease_recovered" and e.node_id == node
