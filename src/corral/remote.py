@@ -18,7 +18,7 @@ import math
 import socket
 import threading
 from typing import Any, Literal, Self, overload
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from corral.errors import (
     AuthError,
@@ -37,7 +37,7 @@ from corral.model import (
     Task,
 )
 from corral.operations import OPERATIONS
-from corral.remote_calls import build, one
+from corral.remote_calls import build, one, segment
 from corral.remote_ops import HttpOperations
 from corral.scheduler.remote import SchedulerRemote
 from corral.spawning import SpawnRequest, check_request_id
@@ -67,7 +67,7 @@ def _node_path(node_id: Any) -> str:
         path = _NODE_PATHS.get(node_id)
         if path is not None:
             return path
-    path = quote(check_id(node_id), safe="").replace(".", "%2E")
+    path = segment("node_id", node_id)
     if len(_NODE_PATHS) >= 4096:
         _NODE_PATHS.clear()
     _NODE_PATHS[node_id] = path

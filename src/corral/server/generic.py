@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -23,7 +23,10 @@ from corral.codegen import method_types
 from corral.operations import Operation
 from corral.server.models import PARAM_TYPES, _In, _Query
 
-__all__ = ["Generic", "generic"]
+if TYPE_CHECKING:
+    from corral.server.routes import Call
+
+__all__ = ["Generic"]
 
 
 class _InMore(_In):
@@ -79,7 +82,7 @@ class Generic:
             base = _InMore if more else _In
             self.model = create_model(f"{_camel(op.name)}In", __base__=base, **fields)
 
-    def __call__(self, c: Any) -> Any:
+    def __call__(self, c: Call) -> Any:
         args: dict[str, Any] = {}
         for name, value in c.path.items():
             args[name] = int(value) if name in self.ints and value.isdigit() else value
@@ -92,7 +95,3 @@ class Generic:
                 args[node] = c.principal.node_id
             c.act_as(args.get(node))
         return getattr(c.cluster, self.op.name)(**args)
-
-
-def generic(op: Operation) -> Generic:
-    return Generic(op)
