@@ -235,7 +235,11 @@ def recovery(db: Db, n: int, rounds: int) -> dict[str, Any]:
                 # (0.5 s), so its deadline is read before it falls due, as a real
                 # node's is (the monitor learns of other processes' writes by reading).
                 c.register_node(node, "developer", heartbeat_interval=0.5)
-                c.add_task(f"Implement piece {r}")
+                # Enough attempts that every recovery returns a task to pending (the
+                # claims take the oldest pending task, a recovered one after the first
+                # round: with the default 3 attempts, a third recovery fails the task,
+                # which rings no waiting worker and is no recovery).
+                c.add_task(f"Implement piece {r}", max_attempts=1_000)
                 task = c.claim_best_task(node, "developer")
                 assert task is not None
                 dead_at = c.get_node(node).dead_at

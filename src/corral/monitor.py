@@ -35,6 +35,10 @@ from corral.validation import check_positive
 
 __all__ = ["DUTIES", "Duty", "Monitor", "TickResult"]
 
+# How long before a deadline the monitor's timer wakes it: the election check and the
+# wake-up itself happen before the deadline, the work right at it.
+EARLY = 0.002
+
 log = logging.getLogger("corral.monitor")
 
 _PRUNE_EVERY = 3600.0
@@ -134,17 +138,32 @@ class Monitor:
         # (pid, stopped, since) of a process seen holding the store's write lock while
         # the duties failed; reported as an alert event once writes go through again
         self._stall: tuple[int, bool, float] | None = None
+        # The deadlines as the last tick read them after its work: ``run`` hands them
+        # to the tick it wakes for one of them (the duties' own queries decide what is
+        # due, so a deadline moved since costs a query that finds nothing).
+        self._due: Deadlines | None = None
 
-    def tick(self, now: float | None = None) -> TickResult:
+    def tick(
+        self, now: float | None = None, due: Deadlines | None = None, at: float | None = None
+    ) -> TickResult:
         """Do every duty that is due at ``now``; return what happened and when the
-        next duty falls due."""
+        next duty falls due. ``due``: the deadlines to go by, when the caller knows
+        them (else read now). ``at``: a deadline the caller woke just before: the
+        election is checked first, then the tick waits for it (``run`` wakes
+        ``EARLY`` seconds ahead, so the check's round trip and the wake-up's own
+        latency are not between the deadline and its work)."""
         store = self.cluster.store
+        leads = store.try_lead(self.name)
+        if at is not None and now is None:
+            self._stop.wait(max(0.0, min(at - self.cluster.clock.now(), EARLY)))
         now = self.cluster.clock.now() if now is None else now
-        if not store.try_lead(self.name):
+        if not leads:
+            self._due = None
             return TickResult(next_deadline=now + self.max_sleep, leader=False)
         events: list[Event] = []
         assessed = None
-        due = store.deadlines()
+        if due is None:
+            due = store.deadlines()
         ran = False
         with store.acting_as(self.name):  # its events say which monitor acted
             for duty in self.duties:
@@ -162,6 +181,7 @@ class Monitor:
             _log_event(event)
         if ran:
             due = store.deadlines()
+        self._due = due
         upcoming = [
             t
             for duty in self.duties
@@ -183,22 +203,31 @@ class Monitor:
         """Loop ``tick`` until ``stop()``; store outages are logged and retried."""
         backoff = Backoff(base=0.1, cap=5.0)  # 0.1 s doubling to 5 s while unavailable
         log.info("monitor started", extra={"action": "monitor_started", "monitor": self.name})
+        known: Deadlines | None = None
+        deadline: float | None = None
         while not self._stop.is_set():
+            for_deadline = False  # the timer is set for a deadline the tick read
             try:
-                result = self.tick()
+                result = self.tick(due=known, at=deadline if known is not None else None)
                 backoff.reset()
                 if self._stall is not None:
                     self._report_stall()
                 now = self.cluster.clock.now()
                 wait = self.max_sleep
-                if result.next_deadline is not None:
-                    wait = min(wait, max(0.0, result.next_deadline - now))
+                if result.next_deadline is not None and result.next_deadline - now < wait:
+                    wait = max(0.0, result.next_deadline - now - EARLY)
+                    deadline = result.next_deadline
+                    for_deadline = True
             except StoreUnavailableError as exc:
                 self._note_stall()
                 log.warning("store unavailable: %s", exc, extra={"action": "monitor_retry"})
                 wait = backoff.next()
-            self._wake.wait(wait)
+            woken = self._wake.wait(wait)
             self._wake.clear()
+            # Woken by its timer for a deadline the last tick read: go by what it read
+            # (one round trip fewer between the deadline and its work). Woken by
+            # ``wake()``, by the periodic re-check or after an error: read again.
+            known = self._due if for_deadline and not woken else None
         log.info("monitor stopped", extra={"action": "monitor_stopped", "monitor": self.name})
 
     def _note_stall(self) -> None:

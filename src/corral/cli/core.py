@@ -392,8 +392,8 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     from corral.monitor import Monitor
 
     class VerboseMonitor(Monitor):
-        def tick(self, now: float | None = None) -> Any:
-            result = super().tick(now)
+        def tick(self, now: float | None = None, due: Any = None, at: Any = None) -> Any:
+            result = super().tick(now, due, at)
             logging.getLogger("corral.monitor").info(
                 pass_line(result, self.cluster.clock.now()), extra={"action": "monitor_pass"}
             )
