@@ -156,3 +156,45 @@ def test_run_loop_acts_at_the_deadline_in_real_time(tmp_path):
         assert c.list_tasks(status="pending") != [], "lease never recovered"
         assert took < 2.0
         assert not thread.is_alive()
+
+
+def test_a_tick_goes_by_the_deadlines_it_is_given(embedded, clock):
+    """``run`` hands a timer wake the deadlines the last tick read: the tick then does
+    not read them, and does only what they say is due (a duty's own query decides)."""
+    from corral.deadlines import Deadlines
+
+    embedded.register_node("W", "developer", heartbeat_interval=10)
+    embedded.add_task("Implement it")
+    embedded.claim_best_task("W", "developer")
+    dead_at = embedded.get_node("W").dead_at
+    monitor = Monitor(embedded)
+    monitor.tick(dead_at - 1)  # reads them: the assessment is done, nothing else due
+    nothing_due = Deadlines(dead_at=None, idle_retire_at=None, assess_at=dead_at + 100)
+    assert kinds(monitor.tick(dead_at + 1, due=nothing_due)) == []
+    assert embedded.get_node("W").status == "working"
+    # By the deadlines it read itself (the node's death among them) it reaps.
+    assert kinds(monitor.tick(dead_at + 1), "W") == ["lease_recovered", "node_dead"]
+
+
+def test_a_tick_woken_early_does_its_work_at_the_deadline_not_before(tmp_path):
+    """``run`` wakes a little before a deadline (``EARLY``): the tick checks the
+    election, then waits for the deadline, and its work is stamped at or after it."""
+    import corral
+    from corral.monitor import EARLY
+
+    url = f"sqlite:///{tmp_path / 'early.db'}"
+    with corral.connect(url) as c:
+        c.register_node("W", "developer", heartbeat_interval=0.5)
+        c.add_task("Implement it")
+        c.claim_best_task("W", "developer")
+        dead_at = c.get_node("W").dead_at
+        monitor = Monitor(corral.connect(url))
+        deadline = time.time() + 10
+        while time.time() < dead_at - EARLY:  # the run loop's own wake-up, a bit early
+            assert time.time() < deadline
+            time.sleep(min(0.05, max(0.0, dead_at - EARLY - time.time())))
+        known = monitor.cluster.store.deadlines()
+        result = monitor.tick(due=known, at=dead_at)
+        assert kinds(result, "W") == ["lease_recovered", "node_dead"]
+        assert all(e.ts >= dead_at for e in result.events)
+        monitor.cluster.close()

@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -155,7 +156,9 @@ class Monitor:
         store = self.cluster.store
         leads = store.try_lead(self.name)
         if at is not None and now is None:
-            self._stop.wait(max(0.0, min(at - self.cluster.clock.now(), EARLY)))
+            until = time.monotonic() + EARLY  # never longer than the early wake-up
+            while (left := at - self.cluster.clock.now()) > 0 and time.monotonic() < until:
+                self._stop.wait(left)
         now = self.cluster.clock.now() if now is None else now
         if not leads:
             self._due = None
