@@ -64,10 +64,7 @@ class ClientOperations(Protocol):
         ...
 
     def set_agent_status(
-        self,
-        node_id: str,
-        status: str,
-        current_task_id: int | str | None = None,
+        self, node_id: str, status: str, current_task_id: int | str | None = None
     ) -> Node:
         """Set a node's status (working, idle, waiting or terminated); ``idle_since``
         tracks idle spells, and terminated is final."""
@@ -87,22 +84,12 @@ class ClientOperations(Protocol):
         push its death deadline out, keeping its heartbeat payload."""
         ...
 
-    def catch_up(
-        self,
-        node_id: str,
-        since: int | None = None,
-        *,
-        limit: int = 1000,
-    ) -> CatchUp:
+    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
         ...
 
     def record_metrics(
-        self,
-        node_id: str,
-        sample: dict[str, Any],
-        *,
-        keep: int | None = None,
+        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
     ) -> Event:
         """Append one point to a node's heartbeat metrics series."""
         ...
@@ -129,10 +116,7 @@ class ClientOperations(Protocol):
         ...
 
     def list_tasks(
-        self,
-        status: str | None = None,
-        assigned_to: str | None = None,
-        limit: int = 100,
+        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
     ) -> list[Task]:
         """Tasks, filtered by status and holder (at most ``limit``)."""
         ...
@@ -146,11 +130,7 @@ class ClientOperations(Protocol):
         ...
 
     def complete_task(
-        self,
-        task_id: int | str,
-        node_id: str,
-        epoch: int | None = None,
-        result: Any = None,
+        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
     ) -> Task:
         """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is
         stale."""
@@ -225,13 +205,7 @@ class ClientOperations(Protocol):
         first (a supervisor's inbox; at most ``limit``)."""
         ...
 
-    def ack_process_action(
-        self,
-        host: str,
-        request_seq: int,
-        ok: bool,
-        message: str = "",
-    ) -> Event:
+    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
         """Answer a process action request: a ``process_action_done`` event with the
         host, agent, action, the request's ``seq``, ``ok`` and a message."""
         ...
@@ -261,20 +235,13 @@ class ClientOperations(Protocol):
         ...
 
     def send_event(
-        self,
-        handler_id: str,
-        event_type: str,
-        data: dict[str, Any] | None = None,
+        self, handler_id: str, event_type: str, data: dict[str, Any] | None = None
     ) -> Handler:
         """Send a run an event: ``event_type`` is the event class's name (``Answer``),
         ``data`` its fields."""
         ...
 
-    def serve_workflows(
-        self,
-        host: str,
-        workflows: list[dict[str, Any]],
-    ) -> list[WorkflowHost]:
+    def serve_workflows(self, host: str, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
         """Declare the workflows a host serves (replacing its previous list): each item
         has ``name`` and optionally ``idle_release_after``, the host's own release delay
         for that workflow (else the cluster's setting)."""
@@ -308,12 +275,7 @@ class ClientOperations(Protocol):
         the transition as ``report_handler`` does."""
         ...
 
-    def release_handler(
-        self,
-        host: str,
-        handler_id: str,
-        checkpoint: dict[str, Any],
-    ) -> Handler:
+    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any]) -> Handler:
         """Release an idle run: its ``checkpoint`` (the run's serialized state) is
         stored and the handler marked ``released`` in one transaction; only then may the
         host stop the run in memory."""
@@ -348,11 +310,7 @@ class ClientOperations(Protocol):
         ...
 
     def release_assignment(
-        self,
-        assignment_id: int,
-        runner_id: str,
-        epoch: int,
-        outcome: dict[str, Any] | None = None,
+        self, assignment_id: int, runner_id: str, epoch: int, outcome: dict[str, Any] | None = None
     ) -> Agent:
         """End an activation: the agent's ``last_activated_at`` and ``activation_count``
         are set and ``outcome`` (``posts``, ``comments``, ``inbox_read`` and free-form
@@ -364,11 +322,7 @@ class ClientOperations(Protocol):
         ...
 
     def request_spawn(
-        self,
-        pool: str,
-        role: str,
-        reason: str = "",
-        requested_by: str = "pool",
+        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
     ) -> SpawnRequest:
         """Ask for one new member of ``pool`` (a worker of ``role``): a pending request
         and a ``spawn_requested`` event; an operator or a manager agent accepts or
@@ -376,28 +330,17 @@ class ClientOperations(Protocol):
         ...
 
     def spawn_requests(
-        self,
-        status: SpawnStatus | None = None,
-        pool: str | None = None,
-        limit: int = 100,
+        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
     ) -> list[SpawnRequest]:
         """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
         declined) and ``pool`` (at most ``limit``)."""
         ...
 
-    def accept_spawn_request(
-        self,
-        request_id: int,
-        actor: str | None = None,
-    ) -> SpawnRequest:
+    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
         """Accept a pending spawn request: its pool spawns one member for it."""
         ...
 
-    def decline_spawn_request(
-        self,
-        request_id: int,
-        actor: str | None = None,
-    ) -> SpawnRequest:
+    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
         """Decline a pending spawn request: nothing is spawned for it."""
         ...
 

@@ -175,48 +175,15 @@ def _ordered(names: set[str]) -> list[str]:
     return sorted(names, key=key)
 
 
-def _import_lines(where: dict[str, tuple[str, str]], *, skip: str = "") -> list[str]:
+def _import_lines(where: dict[str, tuple[str, str]]) -> list[str]:
+    """One ``from module import names`` per module (``ruff format`` wraps the long ones)."""
     by_module: dict[str, set[str]] = {}
     for name, (module, real) in where.items():
-        if module == skip:
-            continue
         by_module.setdefault(module, set()).add(real if real == name else f"{real} as {name}")
-    lines = []
-    for module in sorted(by_module):
-        names = _ordered(by_module[module])
-        one = f"from {module} import {', '.join(names)}"
-        if len(one) <= 92:
-            lines.append(one)
-        else:
-            lines.append(f"from {module} import (")
-            lines.extend(f"    {n}," for n in names)
-            lines.append(")")
-    return lines
-
-
-def _def(name: str, params: str, returns: str) -> list[str]:
-    one = f"    def {name}({params}) -> {returns}:"
-    if len(one) <= 92:
-        return [one]
-    lines = [f"    def {name}("]
-    lines.extend(f"        {p}," for p in _split(params))
-    lines.append(f"    ) -> {returns}:")
-    return lines
-
-
-def _split(params: str) -> list[str]:
-    """The parameter list split at its top-level commas."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(params):
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(params[start:i].strip())
-            start = i + 1
-    out.append(params[start:].strip())
-    return out
+    return [
+        f"from {module} import {', '.join(_ordered(by_module[module]))}"
+        for module in sorted(by_module)
+    ]
 
 
 def _docstring(op: Operation) -> list[str]:
@@ -233,7 +200,7 @@ def protocol_source() -> str:
     for op in OPERATIONS:
         _, params, returns = signature(op)
         where.update(_uses(op))
-        body.extend(_def(op.name, params, returns))
+        body.append(f"    def {op.name}({params}) -> {returns}:")
         body.extend(_docstring(op))
         body.append("        ...")
         body.append("")
@@ -358,7 +325,7 @@ def remote_source() -> str:
                 fields.append(f'"{p.name}": {p.name}')
         args = "{" + ", ".join(fields + ([extra] if extra else [])) + "}"
         call = f'self._invoke("{op.name}", {args})'
-        body.extend(_def(op.name, text, returns))
+        body.append(f"    def {op.name}({text}) -> {returns}:")
         body.append("        return " + convert.format(call=call))
         body.append("")
     typing_names = {n for n, (m, _) in where.items() if m == "typing"}

@@ -81,10 +81,7 @@ class HttpOperations(RemoteCalls):
         return one(Node, self._invoke("get_node", {"node_id": node_id}))
 
     def set_agent_status(
-        self,
-        node_id: str,
-        status: str,
-        current_task_id: int | str | None = None,
+        self, node_id: str, status: str, current_task_id: int | str | None = None
     ) -> Node:
         return one(
             Node,
@@ -103,23 +100,13 @@ class HttpOperations(RemoteCalls):
     def touch(self, node_id: str) -> bool:
         return cast("bool", self._invoke("touch", {"node_id": node_id}))
 
-    def catch_up(
-        self,
-        node_id: str,
-        since: int | None = None,
-        *,
-        limit: int = 1000,
-    ) -> CatchUp:
+    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
         return one(
             CatchUp, self._invoke("catch_up", {"node_id": node_id, "since": since, "limit": limit})
         )
 
     def record_metrics(
-        self,
-        node_id: str,
-        sample: dict[str, Any],
-        *,
-        keep: int | None = None,
+        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
     ) -> Event:
         return one(
             Event,
@@ -156,10 +143,7 @@ class HttpOperations(RemoteCalls):
         return many(Task, self._invoke("add_tasks", {"tasks": tasks}))
 
     def list_tasks(
-        self,
-        status: str | None = None,
-        assigned_to: str | None = None,
-        limit: int = 100,
+        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
     ) -> list[Task]:
         return many(
             Task,
@@ -177,11 +161,7 @@ class HttpOperations(RemoteCalls):
         )
 
     def complete_task(
-        self,
-        task_id: int | str,
-        node_id: str,
-        epoch: int | None = None,
-        result: Any = None,
+        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
     ) -> Task:
         return one(
             Task,
@@ -277,13 +257,7 @@ class HttpOperations(RemoteCalls):
             Event, self._invoke("process_actions", {"host": host, "since": since, "limit": limit})
         )
 
-    def ack_process_action(
-        self,
-        host: str,
-        request_seq: int,
-        ok: bool,
-        message: str = "",
-    ) -> Event:
+    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
         return one(
             Event,
             self._invoke(
@@ -323,10 +297,7 @@ class HttpOperations(RemoteCalls):
         return one(Handler, self._invoke("get_handler", {"handler_id": handler_id}))
 
     def send_event(
-        self,
-        handler_id: str,
-        event_type: str,
-        data: dict[str, Any] | None = None,
+        self, handler_id: str, event_type: str, data: dict[str, Any] | None = None
     ) -> Handler:
         return one(
             Handler,
@@ -335,11 +306,7 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def serve_workflows(
-        self,
-        host: str,
-        workflows: list[dict[str, Any]],
-    ) -> list[WorkflowHost]:
+    def serve_workflows(self, host: str, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
         return many(
             WorkflowHost, self._invoke("serve_workflows", {"host": host, "workflows": workflows})
         )
@@ -379,12 +346,7 @@ class HttpOperations(RemoteCalls):
             self._invoke("report_steps", {"host": host, "handler_id": handler_id, "steps": steps}),
         )
 
-    def release_handler(
-        self,
-        host: str,
-        handler_id: str,
-        checkpoint: dict[str, Any],
-    ) -> Handler:
+    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any]) -> Handler:
         return one(
             Handler,
             self._invoke(
@@ -416,11 +378,7 @@ class HttpOperations(RemoteCalls):
         )
 
     def release_assignment(
-        self,
-        assignment_id: int,
-        runner_id: str,
-        epoch: int,
-        outcome: dict[str, Any] | None = None,
+        self, assignment_id: int, runner_id: str, epoch: int, outcome: dict[str, Any] | None = None
     ) -> Agent:
         return one(
             Agent,
@@ -439,11 +397,7 @@ class HttpOperations(RemoteCalls):
         return many(Assignment, self._invoke("list_assignments", {"limit": limit}))
 
     def request_spawn(
-        self,
-        pool: str,
-        role: str,
-        reason: str = "",
-        requested_by: str = "pool",
+        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
     ) -> SpawnRequest:
         return one(
             SpawnRequest,
@@ -454,31 +408,20 @@ class HttpOperations(RemoteCalls):
         )
 
     def spawn_requests(
-        self,
-        status: SpawnStatus | None = None,
-        pool: str | None = None,
-        limit: int = 100,
+        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
     ) -> list[SpawnRequest]:
         return many(
             SpawnRequest,
             self._invoke("spawn_requests", {"status": status, "pool": pool, "limit": limit}),
         )
 
-    def accept_spawn_request(
-        self,
-        request_id: int,
-        actor: str | None = None,
-    ) -> SpawnRequest:
+    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
         return one(
             SpawnRequest,
             self._invoke("accept_spawn_request", {"request_id": request_id, "actor": actor}),
         )
 
-    def decline_spawn_request(
-        self,
-        request_id: int,
-        actor: str | None = None,
-    ) -> SpawnRequest:
+    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
         return one(
             SpawnRequest,
             self._invoke("decline_spawn_request", {"request_id": request_id, "actor": actor}),
