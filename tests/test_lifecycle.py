@@ -135,24 +135,36 @@ def test_sqlite_triggers_use_the_stamp_fraction():
 
 
 def test_claims_and_completions_stamp_only_when_due(embedded, clock):
-    """A busy node's row is re-stamped only once a tenth of its window has passed, or
-    when its state changes (idle -> working, or working -> idle on finishing its last
-    task); events are recorded every time."""
-    embedded.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
-    for i in range(3):
+    """A node's row is re-stamped by its claims and completions only once a tenth of
+    its window has passed, whatever its status does (a flip idle -> working or
+    working -> idle alone does not re-stamp); events are recorded every time."""
+    reg = embedded.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
+    for i in range(4):
         embedded.add_task(f"Implement step {i}")
-    first = embedded.claim_best_task("W", "developer")  # idle -> working: stamped
-    stamped = embedded.get_node("W").dead_at
-    assert stamped == clock.now() + 30
     clock.advance(30 * STAMP_FRACTION * 0.5)  # not due
+    first = embedded.claim_best_task("W", "developer")  # idle -> working: not stamped
+    node = embedded.get_node("W")
+    assert (node.status, node.dead_at, node.last_activity) == (
+        "working",
+        reg.dead_at,
+        reg.last_activity,
+    )
     second = embedded.claim_best_task("W", "developer")  # still working
     embedded.complete_task(second.id, "W", second.epoch)  # still holds the first
-    assert embedded.get_node("W").dead_at == stamped
+    assert embedded.get_node("W").dead_at == reg.dead_at
     clock.advance(30 * STAMP_FRACTION)  # due
-    embedded.complete_task(first.id, "W", first.epoch)
-    assert embedded.get_node("W").dead_at == clock.now() + 30
+    embedded.complete_task(first.id, "W", first.epoch)  # working -> idle, and due
+    node = embedded.get_node("W")
+    assert (node.status, node.idle_since) == ("idle", clock.now())
+    assert (node.dead_at, node.last_activity) == (clock.now() + 30, clock.now())
+    stamped = node.dead_at
+    clock.advance(1)  # not due
+    third = embedded.claim_best_task("W", "developer")  # idle -> working: not stamped
+    embedded.complete_task(third.id, "W", third.epoch)  # working -> idle: not stamped
+    node = embedded.get_node("W")
+    assert (node.status, node.idle_since, node.dead_at) == ("idle", clock.now(), stamped)
     kinds = [e.kind for e in embedded.events() if e.kind.startswith("task_")]
-    assert kinds.count("task_claimed") == 2 and kinds.count("task_completed") == 2
+    assert kinds.count("task_claimed") == 3 and kinds.count("task_completed") == 3
     claimed = [e for e in embedded.events() if e.kind == "task_claimed"][-1]
     assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1}
 
@@ -178,13 +190,14 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     assert node.current_task_id is None and node.status == "idle"  # nothing else held
 
     c = embedded.claim_best_task("W", "developer")
-    embedded.set_agent_status("W", "idle")
+    embedded.set_agent_status("W", "idle")  # a call of its own: stamped
+    stamped = embedded.get_node("W").dead_at
     clock.advance(1)
     done, d = embedded.complete_and_claim(c.id, "W", "developer", c.epoch)
     node = embedded.get_node("W")
     assert done.status == "done" and d is not None and d.assigned_to == "W"
     assert node.status == "working" and node.idle_since is None
-    assert node.dead_at == clock.now() + 30
+    assert node.dead_at == stamped  # the flip alone does not re-stamp
 
     embedded.configure(max_agents=9)  # a new settings version between two steps
     done, e = embedded.complete_and_claim(d.id, "W", "developer", d.epoch)

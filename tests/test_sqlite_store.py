@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -706,3 +707,45 @@ def test_covers_orders_commit_numbers_across_the_wrap():
     assert _covers(7, 7) and _covers(8, 7) and not _covers(6, 7)
     assert _covers(3, 2**32 - 2)  # synced past the wrap covers a commit before it
     assert not _covers(2**32 - 2, 3)
+
+
+def _wal_btrees(db: Path, start: int) -> set[str]:
+    """The b-trees (tables and indexes) of the pages the WAL frames after byte
+    ``start`` hold (each frame: a 24-byte header whose first 4 bytes are its page
+    number, then the page)."""
+    wal = (db.parent / (db.name + "-wal")).read_bytes()
+    size = 24 + int.from_bytes(wal[8:12], "big")  # the page size is in the WAL header
+    pages = {
+        int.from_bytes(wal[at : at + 4], "big") for at in range(start, len(wal) - size + 1, size)
+    }
+    names = dict(sqlite3.connect(db).execute("SELECT pageno, name FROM dbstat").fetchall())
+    return {names[p] for p in pages}
+
+
+def test_a_status_flip_rewrites_only_the_node_row_and_its_idle_entry(tmp_path, clock):
+    """A lone claim makes its idle node working, a lone completion makes it idle
+    again: each writes the node's row and its nodes_idle_since entry, and no page of
+    the live-node indexes (they follow terminated_at, and a flip does not re-stamp the
+    node when its stamp is not due), read from the frames the call adds to the WAL."""
+    db = tmp_path / "c.db"
+    wal = tmp_path / "c.db-wal"
+    c = corral.connect(f"sqlite:///{db}", clock=clock)
+    try:
+        c.register_node("W", "developer")
+        c.add_tasks([{"title": f"Implement {i}"} for i in range(3)])
+        first = c.claim_best_task("W", "developer")  # warm: the first frames of each page
+        assert first is not None
+        c.complete_task(first.id, "W", first.epoch)
+        start = wal.stat().st_size
+        task = c.claim_best_task("W", "developer")
+        assert task is not None and c.get_node("W").status == "working"
+        claimed = _wal_btrees(db, start)
+        start = wal.stat().st_size
+        c.complete_task(task.id, "W", task.epoch)
+        assert c.get_node("W").status == "idle"
+        completed = _wal_btrees(db, start)
+    finally:
+        c.close()
+    assert {"tasks", "nodes", "nodes_idle_since"} <= claimed
+    assert {"tasks", "nodes", "nodes_idle_since"} <= completed
+    assert not (claimed | completed) & {"nodes_live_id", "nodes_dead_at", "nodes_by_id"}

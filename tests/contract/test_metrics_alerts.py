@@ -105,7 +105,7 @@ def test_stats_count_nodes_tasks_and_claims(cluster: Any, clock: FakeClock) -> N
     cluster.register_node("B", "developer")
     cluster.terminate_node("B")
     cluster.add_tasks([{"title": f"Implement {i}"} for i in range(3)])
-    clock.advance(4)
+    clock.advance(61)  # over a tenth of A's 600 s window: its claim re-stamps it
     t = cluster.claim_best_task("A", "developer")
     cluster.complete_task(t.id, "A", t.epoch)
     t = cluster.claim_best_task("A", "developer")
@@ -128,7 +128,7 @@ def test_stats_count_nodes_tasks_and_claims(cluster: Any, clock: FakeClock) -> N
     assert (live["A"]["role"], live["A"]["status"], live["A"]["last_seen"]) == (
         "developer",
         "working",
-        T0 + 4,
+        T0 + 61,
     )
 
 

@@ -60,7 +60,6 @@ _TASK_COMPLETE = _QUERIES["task_complete"]
 _TASK_COMPLETE_QUIET = _TASK_COMPLETE.removesuffix("RETURNING *").rstrip()
 if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql edit
     raise RuntimeError("task_complete must end with RETURNING *")
-_STAMP = 1 - lifecycle.STAMP_FRACTION  # node_done_with's stamp_due, in SQL
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
@@ -497,8 +496,9 @@ class SQLiteStore(SQLStore):
 
     def _done_with(self, tx: _Tx, node_id: str, task_id: int, now: float) -> None:
         """After a completion that claimed nothing: a working node that holds no
-        other task becomes idle (lifecycle.after_finishing, encoded in the query)."""
-        tx.run("node_done_with", id=node_id, task_id=task_id, now=now, stamp=_STAMP)
+        other task becomes idle (lifecycle.status_after_finishing, encoded in the
+        query; the completion's trigger did the rest of node_done_with)."""
+        tx.run("node_now_idle", id=node_id, task_id=task_id, now=now)
 
     def claim(self, node_id: str, role: str, now: float) -> Task | None:
         tx = self._begin()

@@ -88,7 +88,10 @@ UPDATE nodes SET
                        AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
                                          AND h.status = 'in_progress' AND h.id <> :task_id)
                   THEN 'idle' ELSE status END,
-    last_activity = :now, dead_at = :now + live_window
+    last_activity = CASE WHEN dead_at - :now < live_window * :stamp
+                         THEN :now ELSE last_activity END,
+    dead_at = CASE WHEN dead_at - :now < live_window * :stamp
+                   THEN :now + live_window ELSE dead_at END
 WHERE id = :id AND status <> 'terminated'
   AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp
        OR (status = 'working' AND role <> 'bootstrap_manager'
@@ -381,7 +384,10 @@ take AS (
     SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
         current_task_id = CASE WHEN (SELECT id FROM take) IS NULL THEN current_task_id END,
         idle_since = CASE WHEN (SELECT id FROM take) IS NULL THEN idle_since END,
-        last_activity = :now, dead_at = :now + live_window
+        last_activity = CASE WHEN dead_at - :now < live_window * :stamp
+                             THEN :now ELSE last_activity END,
+        dead_at = CASE WHEN dead_at - :now < live_window * :stamp
+                       THEN :now + live_window ELSE dead_at END
     WHERE incarnation = (
         SELECT incarnation FROM n
         WHERE fresh AND (dead_at - :now < live_window * :stamp
@@ -407,7 +413,10 @@ SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN t
         current_task_id = CASE WHEN idle OR nodes.current_task_id = :id THEN NULL
                                ELSE nodes.current_task_id END,
         status = CASE WHEN idle THEN 'idle' ELSE nodes.status END,
-        last_activity = :now, dead_at = :now + nodes.live_window
+        last_activity = CASE WHEN nodes.dead_at - :now < nodes.live_window * :stamp
+                             THEN :now ELSE nodes.last_activity END,
+        dead_at = CASE WHEN nodes.dead_at - :now < nodes.live_window * :stamp
+                       THEN :now + nodes.live_window ELSE nodes.dead_at END
     FROM (SELECT incarnation AS inc,
                  status = 'working' AND role <> 'bootstrap_manager'
                  AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
@@ -533,7 +542,10 @@ take AS (
                                THEN NULL ELSE current_task_id END,
         idle_since = CASE WHEN (SELECT id FROM take) IS NOT NULL THEN NULL
                           WHEN (SELECT free FROM n) THEN :now ELSE idle_since END,
-        last_activity = :now, dead_at = :now + live_window
+        last_activity = CASE WHEN dead_at - :now < live_window * :stamp
+                             THEN :now ELSE last_activity END,
+        dead_at = CASE WHEN dead_at - :now < live_window * :stamp
+                       THEN :now + live_window ELSE dead_at END
     WHERE incarnation = (
         SELECT incarnation FROM n
         WHERE current_task_id = :id
@@ -647,8 +659,7 @@ take AS (
 ), nd AS (
     -- Nothing taken (the board is empty, or the settings changed) and nothing else
     -- held: the node goes idle (node_finished's rule; a later claim makes it working).
-    UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL,
-                     last_activity = :now, dead_at = :now + live_window
+    UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL
     WHERE id = :node_id AND status = 'working' AND role <> 'bootstrap_manager'
       AND EXISTS (SELECT 1 FROM fin) AND NOT EXISTS (SELECT 1 FROM take)
       AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id

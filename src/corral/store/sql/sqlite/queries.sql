@@ -15,7 +15,7 @@ INSERT INTO meta (key, value) VALUES (:key, :value)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
 -- name: node_live
-SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
+SELECT * FROM nodes WHERE id = :id AND terminated_at IS NULL;
 
 -- name: node_latest
 SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
@@ -25,7 +25,7 @@ FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
 -- name: nodes_live
 SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
         ORDER BY t.claimed_at DESC, t.id DESC LIMIT 1) AS held_task_id
-FROM nodes WHERE status <> 'terminated' ORDER BY registered_at, incarnation;
+FROM nodes WHERE terminated_at IS NULL ORDER BY registered_at, incarnation;
 
 -- name: nodes_all_latest
 SELECT *, (SELECT t.id FROM tasks t WHERE t.assigned_to = nodes.id AND t.status = 'in_progress'
@@ -62,14 +62,15 @@ RETURNING *;
 
 -- name: node_touch
 UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated';
+WHERE id = :id AND terminated_at IS NULL;
 
 -- name: node_done_with
 -- After a task is given up (the task's statement ran first): the node is done with it
 -- (lifecycle.status_after_finishing: a working node holding no other task becomes idle, a
 -- bootstrap manager stays working). Writes only when there is something to change:
 -- the node named this task as its current one, it becomes idle, or its activity
--- stamp is due (lifecycle.stamp_due, encoded here).
+-- stamp is due (lifecycle.stamp_due, encoded here; a change of status alone does not
+-- re-stamp).
 UPDATE nodes SET
     idle_since = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
                            AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
@@ -86,16 +87,32 @@ UPDATE nodes SET
                        AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
                                          AND h.status = 'in_progress' AND h.id <> :task_id)
                   THEN 'idle' ELSE status END,
-    last_activity = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated'
+    last_activity = CASE WHEN dead_at - :now < live_window * :stamp THEN :now
+                         ELSE last_activity END,
+    dead_at = CASE WHEN dead_at - :now < live_window * :stamp THEN :now + live_window
+                   ELSE dead_at END
+WHERE id = :id AND terminated_at IS NULL
   AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp
        OR (status = 'working' AND role <> 'bootstrap_manager'
            AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
                              AND h.status = 'in_progress' AND h.id <> :task_id)));
 
+-- name: node_now_idle
+-- node_done_with after a completion: the trigger task_completed has already cleared
+-- the node's current task and re-stamped it when due, so what is left is the status
+-- rule (lifecycle.status_after_finishing). The statement sets no column of the
+-- nodes_dead_at index: an idle <-> working flip rewrites only the node's row and its
+-- nodes_idle_since entry (SQLite rewrites an index entry whenever an UPDATE sets a
+-- column of the index, even to the value it had).
+UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL
+WHERE id = :id AND terminated_at IS NULL AND status = 'working'
+  AND role <> 'bootstrap_manager'
+  AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
+                    AND h.status = 'in_progress' AND h.id <> :task_id);
+
 -- name: node_claim_state
 SELECT incarnation, status, current_task_id, dead_at, live_window
-FROM nodes WHERE id = :id AND status <> 'terminated';
+FROM nodes WHERE id = :id AND terminated_at IS NULL;
 
 -- name: node_held_task
 SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
@@ -106,7 +123,7 @@ ORDER BY claimed_at DESC, id DESC LIMIT 1;
 -- live or its health changes (then the store reads it and records the change).
 UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
                  dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated' AND (:health IS NULL OR health IS :health)
+WHERE id = :id AND terminated_at IS NULL AND (:health IS NULL OR health IS :health)
 RETURNING *;
 
 -- name: node_heartbeat
@@ -129,13 +146,13 @@ WHERE incarnation = :incarnation;
 
 -- name: nodes_dead
 -- ``due`` counts every due node (PostgreSQL's query skips rows others hold locked).
-SELECT *, (SELECT count(*) FROM nodes d WHERE d.status <> 'terminated'
+SELECT *, (SELECT count(*) FROM nodes d WHERE d.terminated_at IS NULL
                                           AND d.dead_at <= :now) AS due
-FROM nodes WHERE status <> 'terminated' AND dead_at <= :now
+FROM nodes WHERE terminated_at IS NULL AND dead_at <= :now
 ORDER BY dead_at LIMIT :limit;
 
 -- name: nodes_dead_left
-SELECT 1 AS n FROM nodes WHERE status <> 'terminated' AND dead_at <= :now LIMIT 1;
+SELECT 1 AS n FROM nodes WHERE terminated_at IS NULL AND dead_at <= :now LIMIT 1;
 
 -- name: nodes_idle_expired
 SELECT * FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
@@ -150,7 +167,7 @@ SELECT 1 AS n FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
 -- The monitor's wake-up read, one statement: the heads of nodes_dead_at and
 -- nodes_idle_since (one index entry each, whatever the fleet's size), the settings'
 -- version and the work distribution (its last assessment).
-SELECT (SELECT dead_at FROM nodes WHERE status <> 'terminated'
+SELECT (SELECT dead_at FROM nodes WHERE terminated_at IS NULL
         ORDER BY dead_at LIMIT 1) AS dead,
        (SELECT idle_since FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
         ORDER BY idle_since LIMIT 1) AS idle,
@@ -218,7 +235,7 @@ WHERE status = 'pending' AND id = (
             ORDER BY sort_key, created_at, id LIMIT 1)
     )
     ORDER BY k, created_at, task_id LIMIT 1)
-  AND EXISTS (SELECT 1 FROM nodes WHERE id = :node_id AND status <> 'terminated')
+  AND EXISTS (SELECT 1 FROM nodes WHERE id = :node_id AND terminated_at IS NULL)
 RETURNING *;
 
 -- name: task_complete
@@ -246,13 +263,13 @@ UPDATE tasks SET roles = :roles WHERE id = :id;
 SELECT
     (SELECT count(*) FROM tasks WHERE status = 'pending') AS pending,
     (SELECT count(*) FROM tasks WHERE status = 'in_progress') AS in_progress,
-    (SELECT count(*) FROM nodes WHERE status <> 'terminated') AS active_count,
+    (SELECT count(*) FROM nodes WHERE terminated_at IS NULL) AS active_count,
     (SELECT count(*) FROM nodes WHERE status = 'working' AND role <> 'bootstrap_manager')
         AS working,
     (SELECT count(*) FROM nodes WHERE status = 'idle') AS idle,
     (SELECT count(*) FROM tasks WHERE status = 'pending' AND roles = 'architect')
         AS architect_only,
-    (SELECT id FROM nodes WHERE status <> 'terminated' AND role = 'bootstrap_manager'
+    (SELECT id FROM nodes WHERE terminated_at IS NULL AND role = 'bootstrap_manager'
         ORDER BY registered_at LIMIT 1) AS manager_id;
 
 -- name: event_insert
@@ -271,7 +288,7 @@ WHERE seq < (SELECT coalesce((SELECT seq FROM events WHERE ts >= :cutoff ORDER B
                              (SELECT max(seq) FROM events)));
 
 -- name: last_heartbeat_any
-SELECT max(last_heartbeat) AS t FROM nodes WHERE status <> 'terminated';
+SELECT max(last_heartbeat) AS t FROM nodes WHERE terminated_at IS NULL;
 
 -- Row locks: SQLite's write transaction already excludes other writers, so these
 -- are the plain reads; PostgreSQL's versions lock.
@@ -280,10 +297,10 @@ SELECT max(last_heartbeat) AS t FROM nodes WHERE status <> 'terminated';
 SELECT 1 AS locked;
 
 -- name: node_live_for_update
-SELECT * FROM nodes WHERE id = :id AND status <> 'terminated';
+SELECT * FROM nodes WHERE id = :id AND terminated_at IS NULL;
 
 -- name: nodes_live_for_update
-SELECT * FROM nodes WHERE status <> 'terminated';
+SELECT * FROM nodes WHERE terminated_at IS NULL;
 
 -- name: task_held_for_update
 SELECT * FROM tasks WHERE id = :id AND assigned_to = :node_id AND status = 'in_progress';
@@ -334,13 +351,13 @@ SELECT count(*) AS n FROM events WHERE kind = :kind;
 SELECT n.id, (SELECT count(*) FROM (
     SELECT 1 FROM events e WHERE e.seq > n.cursor AND e.seq <= :last LIMIT :cap
 ) AS after) AS inbox
-FROM nodes n WHERE n.status <> 'terminated';
+FROM nodes n WHERE n.terminated_at IS NULL;
 
 -- name: node_beat_by_call
 -- A call that counts as the node's heartbeat (Store.touch, the MCP tools): stamped as
 -- a beat, its payload kept.
 UPDATE nodes SET last_activity = :now, last_heartbeat = :now, dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated';
+WHERE id = :id AND terminated_at IS NULL;
 
 -- name: task_release_claim
 -- A claim handed back untouched (Store.release_claim): pending again, its attempt
@@ -621,26 +638,26 @@ SELECT kind, count(*) AS n FROM activations GROUP BY kind;
 
 -- name: sched_runners_by_mode
 SELECT r.mode, count(*) AS n FROM runners r
-WHERE EXISTS (SELECT 1 FROM nodes n WHERE n.id = r.id AND n.status <> 'terminated')
+WHERE EXISTS (SELECT 1 FROM nodes n WHERE n.id = r.id AND n.terminated_at IS NULL)
 GROUP BY r.mode;
 
 -- name: sched_runner_alive
 -- Whether an expired activation's runner still lives (the event's reason); no lock.
-SELECT id FROM nodes WHERE id = :id AND status <> 'terminated';
+SELECT id FROM nodes WHERE id = :id AND terminated_at IS NULL;
 
 -- name: sched_runner_lock
 -- An assignment and a release lock the runner's node first (as the node's end does
 -- before it ends the node's activations), so they never wait on each other in
 -- opposite orders; an assignment's node cannot end before it commits, so the end
 -- sees the new activation.
-SELECT id FROM nodes WHERE id = :id AND status <> 'terminated';
+SELECT id FROM nodes WHERE id = :id AND terminated_at IS NULL;
 
 -- name: sched_runner_working
 -- The runner holds an activation: working (never idle-retired meanwhile), its call a
 -- sign of life.
 UPDATE nodes SET status = 'working', idle_since = NULL, last_activity = :now,
                  dead_at = :now + live_window
-WHERE id = :id AND status <> 'terminated'
+WHERE id = :id AND terminated_at IS NULL
 RETURNING id;
 
 -- name: sched_runner_done

@@ -32,11 +32,15 @@ CREATE TABLE nodes (
     registered_at      REAL NOT NULL,
     terminated_at      REAL
 );
-CREATE UNIQUE INDEX nodes_live_id ON nodes (id) WHERE status <> 'terminated';
+-- A node is live while terminated_at is NULL (it is set exactly when its status becomes
+-- 'terminated'). The partial indexes name terminated_at, not status: SQLite rewrites an
+-- index's entry whenever an UPDATE sets a column its key or WHERE clause names, so an
+-- idle <-> working flip leaves these two untouched.
+CREATE UNIQUE INDEX nodes_live_id ON nodes (id) WHERE terminated_at IS NULL;
 CREATE INDEX nodes_by_id ON nodes (id, incarnation);
 -- The monitor's deadlines, read from index heads (the earliest death, the earliest idle
 -- start); its passes range-scan only the nodes past their deadline.
-CREATE INDEX nodes_dead_at ON nodes (dead_at) WHERE status <> 'terminated';
+CREATE INDEX nodes_dead_at ON nodes (dead_at) WHERE terminated_at IS NULL;
 CREATE INDEX nodes_idle_since ON nodes (idle_since)
     WHERE status = 'idle' AND role <> 'bootstrap_manager';
 
@@ -90,19 +94,22 @@ CREATE TABLE events (
 
 -- A claim's and a completion's bookkeeping, in the statement that makes them: the
 -- holder's row is re-stamped only when a tenth of its liveness window has passed since
--- the last stamp (lifecycle.STAMP_FRACTION) or its state changes, each records its
--- event, and a claim drops its role head. Whether a completion leaves its node idle
--- (lifecycle.status_after_finishing) is decided by the store after the claim that may
--- follow in the same call (the named query node_done_with), so a worker's
--- complete-and-claim step does not rewrite its node's row twice.
+-- the last stamp (lifecycle.STAMP_FRACTION; a change of status alone does not
+-- re-stamp), each records its event, and a claim drops its role head. The status and
+-- the stamp are separate statements, so a flip sets no column of nodes_dead_at.
+-- Whether a completion leaves its node idle (lifecycle.status_after_finishing) is
+-- decided by the store after the claim that may follow in the same call (the named
+-- query node_now_idle), so a worker's complete-and-claim step does not rewrite its
+-- node's row twice.
 CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
 WHEN old.status = 'pending' AND new.status = 'in_progress'
 BEGIN
-    UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL,
-                     last_activity = new.claimed_at, dead_at = new.claimed_at + live_window
-    WHERE id = new.assigned_to AND status <> 'terminated'
-      AND (status <> 'working' OR current_task_id IS NOT NULL
-           OR dead_at - new.claimed_at < live_window * 0.9);
+    UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL
+    WHERE id = new.assigned_to AND terminated_at IS NULL
+      AND (status <> 'working' OR current_task_id IS NOT NULL);
+    UPDATE nodes SET last_activity = new.claimed_at, dead_at = new.claimed_at + live_window
+    WHERE id = new.assigned_to AND terminated_at IS NULL
+      AND dead_at - new.claimed_at < live_window * 0.9;
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.claimed_at, 'task_claimed', new.assigned_to, new.id,
             json_object('epoch', new.epoch, 'role', new.claimed_role, 'attempt', new.attempts));
@@ -116,11 +123,11 @@ END;
 CREATE TRIGGER task_completed AFTER UPDATE OF status ON tasks
 WHEN old.status = 'in_progress' AND new.status = 'done'
 BEGIN
-    UPDATE nodes SET current_task_id = CASE WHEN current_task_id = new.id THEN NULL
-                                            ELSE current_task_id END,
-                     last_activity = new.finished_at, dead_at = new.finished_at + live_window
-    WHERE id = new.assigned_to AND status <> 'terminated'
-      AND (current_task_id = new.id OR dead_at - new.finished_at < live_window * 0.9);
+    UPDATE nodes SET current_task_id = NULL
+    WHERE id = new.assigned_to AND terminated_at IS NULL AND current_task_id = new.id;
+    UPDATE nodes SET last_activity = new.finished_at, dead_at = new.finished_at + live_window
+    WHERE id = new.assigned_to AND terminated_at IS NULL
+      AND dead_at - new.finished_at < live_window * 0.9;
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
             json_object('epoch', new.epoch));
@@ -145,26 +152,26 @@ CREATE TABLE processes (
 CREATE INDEX events_process_actions ON events (json_extract(data, '$.host'), seq)
     WHERE kind = 'process_action_requested';
 
--- The live-node count (meta 'live_nodes': nodes whose status is not 'terminated'),
--- kept by triggers in the same transaction as the node changes.
+-- The live-node count (meta 'live_nodes': nodes whose terminated_at is NULL), kept by
+-- triggers in the same transaction as the node changes.
 INSERT INTO meta (key, value) VALUES ('live_nodes', '0');
 
 CREATE TRIGGER nodes_live_insert AFTER INSERT ON nodes
-WHEN NEW.status <> 'terminated'
+WHEN NEW.terminated_at IS NULL
 BEGIN
     UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'live_nodes';
 END;
 
-CREATE TRIGGER nodes_live_update AFTER UPDATE OF status ON nodes
-WHEN (OLD.status <> 'terminated') <> (NEW.status <> 'terminated')
+CREATE TRIGGER nodes_live_update AFTER UPDATE OF terminated_at ON nodes
+WHEN (OLD.terminated_at IS NULL) <> (NEW.terminated_at IS NULL)
 BEGIN
     UPDATE meta SET value = CAST(value AS INTEGER)
-        + (CASE WHEN NEW.status <> 'terminated' THEN 1 ELSE -1 END)
+        + (CASE WHEN NEW.terminated_at IS NULL THEN 1 ELSE -1 END)
     WHERE key = 'live_nodes';
 END;
 
 CREATE TRIGGER nodes_live_delete AFTER DELETE ON nodes
-WHEN OLD.status <> 'terminated'
+WHEN OLD.terminated_at IS NULL
 BEGIN
     UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'live_nodes';
 END;
@@ -290,11 +297,10 @@ CREATE TABLE runners (
 -- An activation lives while its runner's node does: the node's end (termination,
 -- death, retirement) brings its activations' expiry forward to that moment, and the
 -- monitor clears them at that deadline.
-CREATE TRIGGER nodes_end_activations AFTER UPDATE OF status ON nodes
-WHEN NEW.status = 'terminated' AND OLD.status <> 'terminated'
+CREATE TRIGGER nodes_end_activations AFTER UPDATE OF terminated_at ON nodes
+WHEN OLD.terminated_at IS NULL AND NEW.terminated_at IS NOT NULL
 BEGIN
-    UPDATE activations
-    SET expires_at = min(expires_at, coalesce(NEW.terminated_at, NEW.last_activity))
+    UPDATE activations SET expires_at = min(expires_at, NEW.terminated_at)
     WHERE runner_id = NEW.id;
 END;
 -- Spawn requests: a pool in "ask" mode waits for an operator's yes (one request,
