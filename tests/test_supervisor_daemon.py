@@ -25,6 +25,8 @@ from corral.supervisor.manifest import Manifest, parse_manifest
 from corral.supervisor.supervisor import Supervisor
 
 PY = sys.executable
+# How late a timer may fire on a loaded 2-core machine (a restart is never early).
+LATE = 0.5
 FAST = {"backoff_base": 0.05, "backoff_cap": 0.05, "backoff_jitter": 0.0, "restart_limit": 100}
 
 
@@ -162,13 +164,17 @@ def test_backoff_follows_its_schedule_plus_jitter(tmp_path: Path, jitter_draw: f
 
     supervise(sup, scenario)
     recs = transitions(tmp_path / "state", "a")
-    downs = [r["ts"] for r in recs if r["to"] == "UNHEALTHY"]
-    ups = [r["ts"] for r in recs if r["to"] == "STARTING"][1:]
-    delays = [up - down for down, up in zip(downs, ups, strict=False)][:4]
+    downs = [r for r in recs if r["to"] == "UNHEALTHY"][:4]
+    ups = [r["ts"] for r in recs if r["to"] == "STARTING"][1:5]
     schedule = [0.2, 0.4, 0.8, 0.8]
-    for got, step in zip(delays, schedule, strict=True):
-        want = step + 0.4 * jitter_draw
-        assert want <= got <= want + 0.1, (delays, schedule)
+    # The delay each crash was given is exactly its step of the schedule plus its
+    # jitter; the restart came no earlier than that, and at most LATE after it (the
+    # timer's lateness on a loaded machine, not the rule).
+    assert [r["restart_in"] for r in downs] == [
+        round(step + 0.4 * jitter_draw, 3) for step in schedule
+    ]
+    for down, up in zip(downs, ups, strict=True):
+        assert down["restart_in"] - 0.001 <= up - down["ts"] <= down["restart_in"] + LATE, recs
 
 
 def test_exhaustion_stops_with_the_flag_and_start_clears_it(tmp_path: Path) -> None:
