@@ -1,5 +1,6 @@
 """What ``corral up`` prints for its agents' process events: a restart names the exit
-it follows and the last line the process wrote to stderr (from the host's report)."""
+it follows and the last line the process wrote to stderr, which the process_state
+event carries from the host's report."""
 
 from __future__ import annotations
 
@@ -35,6 +36,11 @@ def test_a_restart_line_names_the_last_exit_and_its_last_stderr_line(sqlite_clus
     _report(sqlite_cluster, "UNHEALTHY", 0, {**CRASH, "stderr_tail": []}, 101)
     _report(sqlite_cluster, "STARTING", 1, CRASH, 102)  # the tail is known by now
     printer.drain()
+    restart = [e for e in sqlite_cluster.events() if e.kind == "process_state"][-1]
+    assert (restart.data["exit"], restart.data["stderr"]) == (
+        "exit code 1",
+        "ModuleNotFoundError: No module named 'corral'",
+    )
     texts = [line.split(" ", 1)[1] for line in lines]
     assert texts == [
         "spawned worker-1 (pid 101)",

@@ -37,7 +37,6 @@ __all__ = ["EventPrinter", "Lock", "describe", "seed_board"]
 STATE_DIR = Path(".corral") / "supervisor"
 LOCK_FILE = Path(".corral") / "up.lock"
 PRINT_INTERVAL = 0.2  # seconds between two reads of the cluster's events
-STDERR_LINE_CHARS = 200  # of a restarted agent's last stderr line, in its restart line
 
 
 class AlreadyRunning(CorralError):
@@ -127,7 +126,10 @@ def describe(e: Event) -> Line | None:
         if new in ("STARTING", "RUNNING") and old in (None, "STOPPED"):
             return Line(e.ts, "spawned", who, f"spawned {who} (pid {d.get('pid')})")
         if new in ("STARTING", "RUNNING") and old == "UNHEALTHY":
-            return Line(e.ts, "restarted", who, f"restarted {who} (pid {d.get('pid')})")
+            # The exit it follows and the last line it wrote to stderr: why it restarts.
+            why = f"; last exit: {d['exit']}" if d.get("exit") else ""
+            why += f", stderr: {d['stderr']}" if why and d.get("stderr") else ""
+            return Line(e.ts, "restarted", who, f"restarted {who} (pid {d.get('pid')}){why}")
         if new == "RUNNING" and old == "STARTING":
             return Line(e.ts, "ready", who, f"{who} running (heartbeat)")
         if new == "UNHEALTHY":
@@ -189,29 +191,10 @@ class EventPrinter:
             for e in events:
                 self.cursor = e.seq
                 line = describe(e)
-                if line is not None and line.what == "restarted":
-                    line = self._why(line, e)
                 if line is not None:
                     self.emit(line)
             if len(events) < 1000:
                 return
-
-    def _why(self, line: Line, e: Event) -> Line:
-        """A restart line with the exit it follows and the last line the process
-        wrote to stderr, from the host's report (the crash a person must see when an
-        agent restarts over and over: a missing module, a wrong path)."""
-        try:
-            procs = self.cluster.list_processes(e.data.get("host"))
-        except CorralError:
-            return line
-        last = next((p.last_exit for p in procs if p.agent == line.who), None)
-        if not last or not isinstance(last.get("at"), int | float) or last["at"] > e.ts:
-            return line  # no exit known, or the host has reported a later one since
-        text = f"{line.text}; last exit: {last.get('describe') or 'unknown'}"
-        said = [t.strip() for t in last.get("stderr_tail") or [] if t.strip()]
-        if said:
-            text += f", stderr: {said[-1][:STDERR_LINE_CHARS]}"
-        return Line(line.ts, line.what, line.who, text)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

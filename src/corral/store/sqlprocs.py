@@ -36,6 +36,29 @@ def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
+EXIT_STDERR_CHARS = 200  # of the last stderr line a process_state event carries
+
+
+def _exit_summary(last_exit: dict[str, Any] | None) -> dict[str, Any]:
+    """A process_state event's account of the agent's last exit, when its host
+    reported one: ``exit`` (how it ended, e.g. ``exit code 1``) and ``stderr`` (the
+    last non-blank line of its stderr tail, or None), so a reader of the event sees why
+    an agent is restarted without looking the process up."""
+    if not isinstance(last_exit, dict):
+        return {}
+    described = last_exit.get("describe")
+    tail = last_exit.get("stderr_tail")
+    said = (
+        [t.strip() for t in tail if isinstance(t, str) and t.strip()]
+        if isinstance(tail, list)
+        else []
+    )
+    return {
+        "exit": described if isinstance(described, str) else "unknown",
+        "stderr": said[-1][:EXIT_STDERR_CHARS] if said else None,
+    }
+
+
 class ProcessesMixin(SQLHost):
     """Mixed into ``SQLStore``: uses its transactions and helpers."""
 
@@ -71,6 +94,7 @@ class ProcessesMixin(SQLHost):
                         to=p.state,
                         pid=p.pid,
                         flags=list(p.flags),
+                        **_exit_summary(p.last_exit),
                     )
                 stored.append(process_from_row(row))
             for agent, before in sorted(old.items()):
