@@ -66,3 +66,23 @@ def test_a_restart_names_only_an_exit_from_before_it(sqlite_cluster: Any, clock:
     texts = [line.split(" ", 1)[1] for line in lines]
     assert texts[1] == "restarted worker-1 (pid 102)"
     assert texts[3] == "restarted worker-1 (pid 103); last exit: exit code 1"
+
+
+def test_the_events_exit_fields_are_one_bounded_printable_line_each(
+    sqlite_cluster: Any,
+) -> None:
+    """Whatever a host reports as its last exit, the event carries one printable line
+    of at most 200 characters for each field (no newline or terminal escape reaches
+    a reader's terminal), and nothing for a report without an exit."""
+    odd = {
+        "describe": "exit code 1\n" + "x" * 60_000,
+        "stderr_tail": ["fine", "\x1b[31mboom\x1b[0m\r", "\x07\n"],
+    }
+    _report(sqlite_cluster, "RUNNING", 0, None, 101)
+    _report(sqlite_cluster, "UNHEALTHY", 0, odd, 101)
+    _report(sqlite_cluster, "STARTING", 1, {"describe": 7, "stderr_tail": "no list"}, 102)
+    first, down, up = [e.data for e in sqlite_cluster.events() if e.kind == "process_state"]
+    assert "exit" not in first and "stderr" not in first
+    assert down["exit"] == "exit code 1 " + "x" * 188
+    assert down["stderr"] == "[31mboom [0m"
+    assert (up["exit"], up["stderr"]) == ("unknown", None)

@@ -42,8 +42,9 @@ def status_after_finishing(status: str, role: str, holds_other: bool) -> str:
     idle limit unless it claims again). A bootstrap manager stays ``working`` (it
     coordinates), and a node that said ``waiting`` keeps saying so. A claim in the same
     call (``complete_and_claim``) makes the node ``working`` on the new task. Encoded in
-    SQL: the named query ``node_done_with`` (both dialects; SQLite runs it after the
-    claim that may follow) and PostgreSQL's one-statement completions (the part
+    SQL: the named query ``node_done_with`` (both dialects, for ``fail_task`` and a
+    handed-back claim), SQLite's ``node_now_idle`` (run after a completion and the
+    claim that may follow it) and PostgreSQL's one-statement completions (the part
     ``node_finished``); tests/test_node_truth.py checks every case on each."""
     if status == "working" and role != MANAGER_ROLE and not holds_other:
         return "idle"

@@ -36,27 +36,29 @@ def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-EXIT_STDERR_CHARS = 200  # of the last stderr line a process_state event carries
+EXIT_TEXT_CHARS = 200  # of each text a process_state event carries about the last exit
+
+
+def _one_line(text: str) -> str:
+    """``text`` as one printable line of at most ``EXIT_TEXT_CHARS``: control
+    characters (newlines, terminal escapes) become spaces."""
+    return "".join(c if c.isprintable() else " " for c in text[:EXIT_TEXT_CHARS]).strip()
 
 
 def _exit_summary(last_exit: dict[str, Any] | None) -> dict[str, Any]:
     """A process_state event's account of the agent's last exit, when its host
     reported one: ``exit`` (how it ended, e.g. ``exit code 1``) and ``stderr`` (the
     last non-blank line of its stderr tail, or None), so a reader of the event sees why
-    an agent is restarted without looking the process up."""
+    an agent is restarted without looking the process up. Each is one printable line
+    of at most ``EXIT_TEXT_CHARS``, whatever the host sent."""
     if not isinstance(last_exit, dict):
         return {}
     described = last_exit.get("describe")
     tail = last_exit.get("stderr_tail")
-    said = (
-        [t.strip() for t in tail if isinstance(t, str) and t.strip()]
-        if isinstance(tail, list)
-        else []
-    )
-    return {
-        "exit": described if isinstance(described, str) else "unknown",
-        "stderr": said[-1][:EXIT_STDERR_CHARS] if said else None,
-    }
+    lines = [_one_line(t) for t in tail if isinstance(t, str)] if isinstance(tail, list) else []
+    said = [t for t in lines if t]
+    exit_text = _one_line(described) if isinstance(described, str) else ""
+    return {"exit": exit_text or "unknown", "stderr": said[-1] if said else None}
 
 
 class ProcessesMixin(SQLHost):

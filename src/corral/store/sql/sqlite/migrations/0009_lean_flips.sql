@@ -9,6 +9,9 @@
 -- stamp does, in a statement of its own), so a flip sets no column of nodes_dead_at.
 UPDATE nodes SET terminated_at = last_activity
 WHERE status = 'terminated' AND terminated_at IS NULL;
+-- The live-node count by the new rule (the same as before wherever the rule held).
+UPDATE meta SET value = CAST((SELECT count(*) FROM nodes WHERE terminated_at IS NULL) AS TEXT)
+WHERE key = 'live_nodes';
 
 DROP INDEX nodes_live_id;
 CREATE UNIQUE INDEX nodes_live_id ON nodes (id) WHERE terminated_at IS NULL;
