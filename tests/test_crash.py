@@ -90,7 +90,7 @@ class _Run:
         self.rng = random.Random(self.seed)
         self.acks = tmp_path / "acks"
         self.acks.mkdir()
-        self.live: dict[str, Any] = {}
+        self.live: dict[str, tuple[Any, Path]] = {}  # node -> (writer process, its acks file)
         self.started = 0
         self.added = 0
         self.outages = False
@@ -108,15 +108,22 @@ class _Run:
             )
             self.added += BATCH
 
-    def start_writer(self) -> None:
-        node = f"W{self.started}"
+    def start_writer(self, node: str | None = None) -> None:
+        """A writer process with an acknowledgements file of its own. ``node`` again
+        for a writer that found the board empty: its node is live and holds nothing,
+        so registering it again takes no new place under max_agents (a new id each
+        time would fill the cluster when the writers drain the board faster than the
+        feeder tops it up)."""
+        run = self.started
         self.started += 1
+        node = node or f"W{run}"
+        acks = self.acks / f"{node}-{run}.acks"
         p = CTX.Process(
             target=procs.work_until_killed,
-            args=(self.url, self.overrides, node, str(self.acks / f"{node}.acks"), self.outages),
+            args=(self.url, self.overrides, node, str(acks), self.outages),
         )
         p.start()
-        self.live[node] = p
+        self.live[node] = (p, acks)
 
     def progress(self) -> None:
         """Wait for a random number of new acknowledgements (1-10), then a random
@@ -127,25 +134,21 @@ class _Run:
         # least): a kill of a writer still starting up would test nothing.
         while (told := len(_acks(self.acks))) < target or not self._all_looping():
             self.top_up(told)
-            for node in [n for n, p in self.live.items() if p.exitcode is not None]:
-                self.live.pop(node).join(30)  # it found the board empty for a moment
-                self.start_writer()
+            for node in [n for n, (p, _) in self.live.items() if p.exitcode is not None]:
+                self.live.pop(node)[0].join(30)  # it found the board empty for a moment
+                self.start_writer(node)
             assert time.monotonic() < deadline, f"no progress (seed {self.seed})"
             time.sleep(0.001)
         time.sleep(self.rng.uniform(0, 0.002))
 
     def _all_looping(self) -> bool:
-        for node in self.live:
-            f = self.acks / f"{node}.acks"
-            if not f.exists() or f.stat().st_size == 0:
-                return False
-        return True
+        return all(f.exists() and f.stat().st_size > 0 for _, f in self.live.values())
 
     def kill_writer(self) -> None:
         node = self.rng.choice(sorted(self.live))
-        os.kill(self.live[node].pid, signal.SIGKILL)
-        self.live.pop(node).join(30)
-        self.start_writer()
+        os.kill(self.live[node][0].pid, signal.SIGKILL)
+        self.live.pop(node)[0].join(30)
+        self.start_writer()  # a new node: the killed one's lease waits for the monitor
 
     def drive(self, kills: int, kill: Callable[[], None]) -> None:
         """Start the writers; then ``kills`` times, let them progress and ``kill``."""
@@ -159,7 +162,7 @@ class _Run:
             self.stop()
 
     def stop(self) -> None:
-        for p in self.live.values():
+        for p, _ in self.live.values():
             p.kill()
             p.join(30)
         self.feeder.close()
