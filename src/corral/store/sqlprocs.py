@@ -55,10 +55,10 @@ def _exit_summary(last_exit: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     described = last_exit.get("describe")
     tail = last_exit.get("stderr_tail")
-    lines = [_one_line(t) for t in tail if isinstance(t, str)] if isinstance(tail, list) else []
-    said = [t for t in lines if t]
+    lines = reversed(tail) if isinstance(tail, list) else ()
+    said = next((one for t in lines if isinstance(t, str) and (one := _one_line(t))), None)
     exit_text = _one_line(described) if isinstance(described, str) else ""
-    return {"exit": exit_text or "unknown", "stderr": said[-1] if said else None}
+    return {"exit": exit_text or "unknown", "stderr": said}
 
 
 class ProcessesMixin(SQLHost):
