@@ -99,12 +99,28 @@ TASK_COLUMNS = (*ROW_TASK_COLUMNS, "claimed_role")
 _task = task_from_tuple
 
 
+# Held from a new database file's creation to the close of the descriptor that made it
+# (``_create_private``), so no store of this process opens the file in between.
+_CREATING = threading.Lock()
+
+
 def _create_private(path: Path) -> None:
     """Create the database file, if missing, readable by its owner only: SQLite gives
     the WAL and shared-memory files the database's mode. An existing file keeps its
-    mode; an unreadable one is left for SQLite to report."""
-    with contextlib.suppress(OSError):
-        os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    mode; an unreadable one is left for SQLite to report.
+
+    The file is opened here only when this call creates it (``O_EXCL``), never when it
+    exists. SQLite's locks on the database file are POSIX advisory locks, which belong
+    to the process and the file: closing *any* descriptor of that file in the process
+    drops them all, including those of the process's open connections. An open and
+    close of an existing file, here while another store of this process (``corral
+    serve``'s monitor, for one) had it open, let another process's close believe it
+    was the last connection, checkpoint and delete the WAL, and this process's later
+    commits went to a WAL that no longer had a name. A file this call creates is a new
+    one that no connection has open, and ``_CREATING`` keeps this process's other
+    stores from opening it before its descriptor is closed."""
+    with _CREATING, contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 def _unavailable(exc: sqlite3.Error) -> StoreUnavailableError:
