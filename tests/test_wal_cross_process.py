@@ -21,6 +21,7 @@ before the fix either. bench/wal_cross_process.py runs the same at 1,000 writes 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -56,6 +57,7 @@ def _check(process: Served | Upped | EmbeddedWriter, db: Path, seed: int) -> Non
         work = Workload(process.client, seed=seed)
         run = interleave(work, reader, db, WRITES, OPENINGS, alive=process.alive)
         assert run.openings == OPENINGS and run.acked == WRITES
+        assert run.invisible == []
         assert run.side_files_gone == []
         assert run.slowest <= VISIBLE_WITHIN
         process.kill()
@@ -204,3 +206,29 @@ def test_each_opener_alone_leaves_the_server_its_wal(tmp_path: Path, trigger: st
         if served.alive():
             served.kill()
         reader.close()
+
+
+def test_the_contract_suites_http_backend_reads_each_write_back_from_another_process(
+    tmp_path: Path,
+) -> None:
+    """The contract suite's HTTP client (``ReadBack``) checks every write from a
+    separate process. Shown here by doing to the server's process what the defect did:
+    a descriptor of the file opened and closed beside the store drops its locks, the
+    next opener elsewhere deletes the WAL, and the next write through the client fails
+    its check although the server answered it."""
+    from tests.backends.http import ReadBack, serving
+
+    with serving(tmp_path) as (base, _):
+        db = tmp_path / "served.db"
+        client = ReadBack(corral.connect(base, token="test-operator-token"), db)
+        try:
+            client.add_task("checked from another process")
+            os.close(os.open(db, os.O_RDONLY))  # the hazard docs/core.md names
+            open_and_close("sqlite3", db)
+            assert side_files(db) == {"-wal": False, "-shm": False}
+            # (a new connection in the server's own process cannot read the file either)
+            lost = r"after add_task: (another process reads a different|this process cannot)"
+            with pytest.raises(AssertionError, match=lost):
+                client.add_task("committed where no other process can see it")
+        finally:
+            client.close()

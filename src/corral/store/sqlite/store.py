@@ -109,16 +109,14 @@ def _create_private(path: Path) -> None:
     the WAL and shared-memory files the database's mode. An existing file keeps its
     mode; an unreadable one is left for SQLite to report.
 
-    The file is opened here only when this call creates it (``O_EXCL``), never when it
-    exists. SQLite's locks on the database file are POSIX advisory locks, which belong
-    to the process and the file: closing *any* descriptor of that file in the process
-    drops them all, including those of the process's open connections. An open and
-    close of an existing file, here while another store of this process (``corral
-    serve``'s monitor, for one) had it open, let another process's close believe it
-    was the last connection, checkpoint and delete the WAL, and this process's later
-    commits went to a WAL that no longer had a name. A file this call creates is a new
-    one that no connection has open, and ``_CREATING`` keeps this process's other
-    stores from opening it before its descriptor is closed."""
+    The file is opened here only when this call creates it (``O_EXCL``). SQLite's locks
+    on it are POSIX locks, which closing *any* descriptor of the file in the process
+    drops, the open connections' included: an open and close of an existing file here,
+    while another store of the process had it open, once let another process's close
+    delete the WAL that this process went on writing into (docs/core.md, "What a corral
+    process must never do to its database file"). A file this call creates has no
+    connection yet, and ``_CREATING`` keeps this process's other stores from opening it
+    before its descriptor is closed."""
     with _CREATING, contextlib.suppress(OSError):
         os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
