@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -203,11 +204,20 @@ def test_one_leader_and_handover_when_its_connection_drops(pg_url: str) -> None:
         assert a.try_lead("A") is True
         assert b.try_lead("B") is False
         assert a.try_lead("A") is True
+        # A's session only: this test's database (others may run a monitor named A),
+        # and gone before B tries (pg_terminate_backend only signals the backend).
+        dbname = urlsplit(pg_url).path.lstrip("/")
         with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = 'corral monitor A'"
-            )
+            pids = [r[0] for r in admin.execute(
+                "SELECT pid FROM pg_stat_activity"
+                " WHERE application_name = 'corral monitor A' AND datname = %s", [dbname],
+            )]  # fmt: skip
+            assert len(pids) == 1
+            admin.execute("SELECT pg_terminate_backend(%s)", pids)
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", pids).fetchone():
+                assert time.monotonic() < deadline, "the leader's backend did not exit"
+                time.sleep(0.01)
         assert b.try_lead("B") is True
         with pytest.raises(StoreUnavailableError):
             a.try_lead("A")  # A learns it lost the lead

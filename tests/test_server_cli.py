@@ -68,22 +68,32 @@ def test_serve_process_creates_token_serves_and_stops_on_sigterm(tmp_path: Path)
 
 
 def test_serve_refuses_a_missing_or_empty_token_file(tmp_path: Path) -> None:
+    """A bad --token-file is the error, whatever holds the port: here a listener of the
+    test's own (a fixed port such as the default 7070 may be anyone's, corral up's
+    included)."""
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
-    r = subprocess.run(
-        [sys.executable, "-m", "corral", "serve", "--token-file", str(tmp_path / "nope")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert r.returncode == 2
-    assert "does not exist" in r.stderr
-    (tmp_path / "empty").write_text("\n")
-    r = subprocess.run(
-        [sys.executable, "-m", "corral", "serve", "--token-file", str(tmp_path / "empty")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-    assert r.returncode == 2
-    assert r.stderr.splitlines() == [
-        f"error: Invalid value for --token-file: token file {tmp_path / 'empty'} is empty"
-    ]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        r = subprocess.run(
+            [sys.executable, "-m", "corral", "serve", "--port", port,
+             "--token-file", str(tmp_path / "nope")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert r.returncode == 2
+        assert "does not exist" in r.stderr
+        (tmp_path / "empty").write_text("\n")
+        r = subprocess.run(
+            [sys.executable, "-m", "corral", "serve", "--port", port,
+             "--token-file", str(tmp_path / "empty")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert r.returncode == 2
+        assert r.stderr.splitlines() == [
+            f"error: Invalid value for --token-file: token file {tmp_path / 'empty'} is empty"
+        ]
+    assert not (tmp_path / ".corral").exists()  # nothing made: no store, no token
 
 
 def test_init_creates_the_token(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

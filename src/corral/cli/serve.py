@@ -80,20 +80,23 @@ def serve(
         import uvicorn  # noqa: F401  # installed? (the server runs it in _serve_one)
 
         from corral.cluster import Cluster
-        from corral.server import load_token
     except ImportError as exc:
         raise click.ClickException(
             f"the server is not installed ({exc}); pip install 'corral[server]'"
         ) from None
     if token_file is not None and not token_file.is_file():
         raise click.BadParameter(f"{token_file} does not exist", param_hint="--token-file")
-    sock = _listen(host, port)  # first: a taken port changes nothing, not even files
-    try:
-        token = load_token(token_file)
-    except (OSError, ValueError) as exc:
-        if token_file is not None:
-            raise click.BadParameter(str(exc), param_hint="--token-file") from None
-        raise click.ClickException(f"cannot read the token: {exc}") from None
+    # A token file named is read before the port is bound (reading changes nothing), so
+    # a bad one is reported as such whatever else holds the port; the default file may
+    # be created, so it waits for the port: a taken port changes nothing, not even files.
+    token = None if token_file is None else _read_token(token_file)
+    sock = _listen(host, port)
+    if token is None:
+        try:
+            token = _read_token(None)
+        except click.ClickException:
+            sock.close()
+            raise
     cluster = client(ctx, create=True)
     if not isinstance(cluster, Cluster):
         raise click.UsageError("corral serve needs a sqlite:// or postgresql:// --url")
@@ -177,6 +180,18 @@ def _serve_one(cluster: Any, sock: socket.socket, options: dict[str, Any], *,
         return
     if not server.started:
         raise _Unavailable("the server did not start; see the log above")
+
+
+def _read_token(token_file: Path | None) -> str:
+    """The operator token (``load_token``); a click error naming what is wrong."""
+    from corral.server import load_token
+
+    try:
+        return load_token(token_file)
+    except (OSError, ValueError) as exc:
+        if token_file is not None:
+            raise click.BadParameter(str(exc), param_hint="--token-file") from None
+        raise click.ClickException(f"cannot read the token: {exc}") from None
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
