@@ -1,4 +1,5 @@
-"""The shape of ``src/corral``: small modules, and no import cycle between them."""
+"""The shape of ``src/corral``: no import cycle between its modules. (A module's size
+is judged in review by its cohesion, not by a line count: a size rule made mixins.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src"
 PACKAGE = SRC / "corral"
-MAX_LINES = 600
 
 
 def _module_name(path: Path) -> str:
@@ -51,15 +51,6 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
 
     Visitor().visit(tree)
     return {m for m in found if m in known and m != name}
-
-
-def test_no_module_passes_the_size_limit() -> None:
-    big = {
-        name: n
-        for name, path in _modules().items()
-        if (n := len(path.read_text().splitlines())) > MAX_LINES
-    }
-    assert not big, f"modules over {MAX_LINES} lines (split by concern): {big}"
 
 
 def test_no_import_cycle_between_modules() -> None:
