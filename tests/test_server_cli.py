@@ -67,28 +67,28 @@ def test_serve_process_creates_token_serves_and_stops_on_sigterm(tmp_path: Path)
     assert "monitor stopped" in text
 
 
+def _serve(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``corral serve ARGS`` in ``cwd``, without a token or URL from the environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
+    return subprocess.run(
+        [sys.executable, "-m", "corral", "serve", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 def test_serve_refuses_a_missing_or_empty_token_file(tmp_path: Path) -> None:
     """A bad --token-file is the error, whatever holds the port: here a listener of the
     test's own (a fixed port such as the default 7070 may be anyone's, corral up's
     included)."""
-    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        r = subprocess.run(
-            [sys.executable, "-m", "corral", "serve", "--port", port,
-             "--token-file", str(tmp_path / "nope")],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+        r = _serve(tmp_path, "--port", port, "--token-file", str(tmp_path / "nope"))
         assert r.returncode == 2
         assert "does not exist" in r.stderr
         (tmp_path / "empty").write_text("\n")
-        r = subprocess.run(
-            [sys.executable, "-m", "corral", "serve", "--port", port,
-             "--token-file", str(tmp_path / "empty")],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+        r = _serve(tmp_path, "--port", port, "--token-file", str(tmp_path / "empty"))
         assert r.returncode == 2
         assert r.stderr.splitlines() == [
             f"error: Invalid value for --token-file: token file {tmp_path / 'empty'} is empty"
@@ -145,13 +145,9 @@ def test_serve_fails_at_once_on_a_taken_port_or_an_address_it_cannot_have(
     """A port another process listens on: exit 3 and one line naming the address,
     before anything starts (no token file, no database, no monitor). A port out of
     range, or an address this machine does not have: exit 2 naming the option."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
 
     def serve(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "corral", "serve", *args],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        return _serve(tmp_path, *args)
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
