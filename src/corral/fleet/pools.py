@@ -25,8 +25,9 @@ for idleness, is STOPPED and not restarted by its restart policy; any other exit
 (a crash, a kill) is restarted by it (``on-failure``), which replaces the member,
 but not before the cluster has declared the old node dead (its leases recovered at
 their threshold): the replacement registers as a new incarnation.
-Each scale change is an ``alert`` event with ``reason: pool_scaled`` (pool, from,
-to, why, and ``at``: the decision's time), so the fleet's history is in the cluster's events.
+Each change of a pool's size is one ``alert`` event with ``reason: pool_scaled``
+(pool, from, to, why, ``cause``: ``decision`` or ``exit`` for members that stopped by
+themselves, and ``at``), down to 0, so the fleet's history is in the cluster's events.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class PoolRuntime:
     last_change: float | None = None
     last_decision: Decision | None = None
     retiring: set[str] = field(default_factory=set)
+    size: int | None = None  # the member count the last pool event recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +182,10 @@ class FleetSupervisor(Supervisor):
         for rt in self.pools.values():
             pool = rt.spec
             members = [a for a in self.members(pool.id) if a.spec.id not in rt.retiring]
+            if rt.size is None:
+                rt.size = len(members)  # what this run starts with (adopted members)
+            elif rt.size != len(members):  # members that stopped by themselves (retired, gave up)
+                self._record_size(rt, now, len(members), "members stopped", "exit")
             idle = expired = 0
             for a in members:
                 node = seen.nodes.get(a.spec.id)
@@ -230,10 +236,11 @@ class FleetSupervisor(Supervisor):
                     if (n := seen.nodes.get(a.spec.id)) is not None and n.status == "idle"
                     and n.idle_since is not None and now - n.idle_since >= seen.idle_timeout
                 ]  # fmt: skip
-                for a in idle_members[: -d.change]:
+                chosen = idle_members[: -d.change]
+                for a in chosen:
                     rt.retiring.add(a.spec.id)
                     self._spawn_task(functools.partial(self._retire, rt, a))
-                self._scaled(rt, now, len(members), len(members) + d.change, d.reason)
+                self._scaled(rt, now, len(members), len(members) - len(chosen), d.reason)
         return out
 
     def _deps_ready(self, pool: PoolSpec) -> bool:
@@ -291,12 +298,22 @@ class FleetSupervisor(Supervisor):
             rt.retiring.discard(a.spec.id)
 
     def _scaled(self, rt: PoolRuntime, now: float, old: int, new: int, why: str) -> None:
+        """A decision of the pool changed its size (the cooldown starts now)."""
         rt.last_change = now
+        if rt.size is None:
+            rt.size = old
+        self._record_size(rt, now, new, why, "decision")
+
+    def _record_size(self, rt: PoolRuntime, now: float, new: int, why: str, cause: str) -> None:
+        """One ``pool_scaled`` event per change of the pool's size, none for a non-change:
+        ``cause`` is ``decision`` (the pool spawned or retired) or ``exit`` (members
+        stopped by themselves: the worker's own retirement, a restart given up)."""
+        old, rt.size = rt.size, new
         if self.client is None or old == new:
             return
         message = f"pool {rt.spec.id}: {old} -> {new} members ({why})"
         data = {"reason": "pool_scaled", "pool": rt.spec.id, "role": rt.spec.role,
-                "from": old, "to": new, "why": why, "at": now}  # fmt: skip
+                "from": old, "to": new, "why": why, "cause": cause, "at": now}  # fmt: skip
 
         async def record() -> None:
             with contextlib.suppress(CorralError):

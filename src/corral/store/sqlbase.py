@@ -358,9 +358,10 @@ class SQLStore(
                 now=now,
                 incarnation=old["incarnation"],
             )
-            self._event(
-                tx, now, "node_status", node_id, current_task_id, old=old["status"], new=status
-            )
+            if (old["status"], old["current_task_id"]) != (status, current_task_id):
+                self._event(  # a status set again is no change: no event
+                    tx, now, "node_status", node_id, current_task_id, old=old["status"], new=status
+                )
             if status == "terminated":
                 self._release_all(
                     tx, old, now, kind="lease_released", counts=False, reason="terminated"
