@@ -173,7 +173,7 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     """The stores' short statements (claim and completion without the node update,
     completion without RETURNING) hand over to the full ones whenever the holder's
     row must change: a claim whose stamp is due, a completion of the task the node
-    names as its current one, a worker's step from idle, a step after a settings
+    names as its current one, a worker's step from waiting, a step after a settings
     change; and a stale epoch on the short path is refused and changes nothing."""
     embedded.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
     for i in range(8):
@@ -190,7 +190,7 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     assert node.current_task_id is None and node.status == "idle"  # nothing else held
 
     c = embedded.claim_best_task("W", "developer")
-    embedded.set_agent_status("W", "idle")  # a call of its own: stamped
+    embedded.set_agent_status("W", "waiting")  # a call of its own: stamped
     stamped = embedded.get_node("W").dead_at
     clock.advance(1)
     done, d = embedded.complete_and_claim(c.id, "W", "developer", c.epoch)

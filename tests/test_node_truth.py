@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import corral
-from corral import Monitor
+from corral import InvalidInputError, Monitor
 from corral.defaults import MANAGER_ROLE
 from corral.lifecycle import status_after_finishing
 
@@ -88,6 +90,13 @@ def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
             embedded.complete_task(held[0].id, node, held[0].epoch)
             embedded.add_task(f"Implement {node} again")
             held[0] = embedded.claim_best_task(node, "developer")
+        if status == "idle":  # a node that holds a task cannot say idle (docs/core.md)
+            before = embedded.get_node(node)
+            with pytest.raises(InvalidInputError):
+                embedded.set_agent_status(node, status)
+            assert embedded.get_node(node) == before
+            embedded.set_agent_status(node, "terminated")
+            continue
         if status != "working":
             embedded.set_agent_status(node, status)
         before = embedded.get_node(node)

@@ -205,13 +205,20 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         self, node_id: str, status: str, current_task_id: int | str | None = None
     ) -> Node:
         """Set a node's status (working, idle, waiting or terminated); ``idle_since``
-        tracks idle spells, and terminated is final."""
-        return self.store.set_status(
-            check_id(node_id),
-            check_choice(status, defaults.NODE_STATUSES, "status"),
-            None if current_task_id is None else check_task_id(current_task_id, "current_task_id"),
-            self.clock.now(),
+        tracks idle spells, and terminated is final. A node that holds a task cannot
+        be idle (``InvalidInputError`` naming the task), and an idle node names no
+        current task."""
+        node_id = check_id(node_id)
+        status = check_choice(status, defaults.NODE_STATUSES, "status")
+        task_id = (
+            None if current_task_id is None else check_task_id(current_task_id, "current_task_id")
         )
+        if status == "idle" and task_id is not None:
+            raise InvalidInputError(
+                "an idle node works on no task: leave current_task_id out, or say working",
+                field="current_task_id",
+            )
+        return self.store.set_status(node_id, status, task_id, self.clock.now())
 
     def terminate_node(self, node_id: str) -> Node:
         """Mark a node terminated (its leases go back to the queue)."""

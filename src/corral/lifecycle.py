@@ -15,8 +15,11 @@ __all__ = [
     "liveness_window",
     "next_idle_since",
     "registration_allowed",
+    "reregistration_allowed",
     "stamp_due",
     "status_after_finishing",
+    "status_allowed",
+    "status_on_reregistering",
 ]
 
 
@@ -25,6 +28,36 @@ def registration_allowed(role: str, live_nodes: int, max_agents: int) -> bool:
     ``max_agents`` nodes are not terminated; a bootstrap manager always fits.
     (Re-registering a live node is not a new node and is always allowed.)"""
     return role == MANAGER_ROLE or live_nodes < max_agents
+
+
+def reregistration_allowed(old_role: str, role: str, live_nodes: int, max_agents: int) -> bool:
+    """Capacity for a live node that registers again (``live_nodes`` counts it).
+
+    It keeps its place while it keeps a role that earned one: a counted role for
+    any role, a manager's for a manager's. A manager that takes a counted role makes
+    a new claim on a place: it fits as a new node would, while the other live nodes
+    are fewer than ``max_agents``."""
+    if old_role != MANAGER_ROLE or role == MANAGER_ROLE:
+        return True
+    return registration_allowed(role, live_nodes - 1, max_agents)
+
+
+def status_on_reregistering(status: str, old_role: str, role: str, holds_task: bool) -> str:
+    """A live node's status after it registers again.
+
+    In the same role it keeps its status. In a new role it starts as a new node in
+    that role would (``initial_status``: a manager working, any other idle), unless
+    it holds a task: then it keeps its status (working or waiting on it)."""
+    if role == old_role or holds_task:
+        return status
+    return initial_status(role)
+
+
+def status_allowed(status: str, holds_task: bool) -> bool:
+    """Whether a node may say ``status`` (``set_agent_status``): an idle node has
+    nothing to work on, so a node that holds a task's lease cannot be idle (it
+    completes the task, gives it up with ``fail_task``, or says ``waiting``)."""
+    return not (status == "idle" and holds_task)
 
 
 def initial_status(role: str) -> str:

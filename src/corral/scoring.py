@@ -25,6 +25,7 @@ __all__ = [
     "matched_roles",
     "score",
     "sort_key",
+    "task_roles",
 ]
 
 PRIORITY_POINTS: Mapping[str, int] = {"high": 30, "medium": 20, "low": 10}
@@ -53,6 +54,16 @@ def matched_roles(
     if explicit:
         found.add(explicit)
     return tuple(sorted(found))
+
+
+def task_roles(
+    title: str, description: str, role_keywords: Mapping[str, Sequence[str]], role: str | None
+) -> str:
+    """A task's role matches, as the store keeps them (space-separated, sorted): the
+    roles whose keywords start a word of its title or description, plus its explicit
+    ``role``. The one rule for every task, whoever adds it (``add_task``, the
+    monitor's manager-recovery task) and when ``role_keywords`` change."""
+    return " ".join(matched_roles(f"{title}\n{description}", role_keywords, role))
 
 
 def score(priority: str, matched: bool, created_at: float, now: float) -> float:

@@ -134,9 +134,11 @@ class SQLStore(
             self._actor.events = None
 
     def _node(self, tx: Tx, row: Any) -> Node:
-        """``node_from_row`` with the held task looked up for a working node."""
+        """``node_from_row`` with the held task looked up for a working or waiting
+        node (an idle node holds none: ``lifecycle.status_allowed``; a terminated one
+        has handed its leases back), so the answer is the record ``get_node`` reads."""
         held = None
-        if row["current_task_id"] is None and row["status"] == "working":
+        if row["current_task_id"] is None and row["status"] in ("working", "waiting"):
             found = tx.one("node_held_task", id=row["id"])
             held = found["t"] if found else None
         return node_from_row(row, held)
@@ -258,10 +260,8 @@ class SQLStore(
     def _reindex_roles(self, tx: Tx, settings: Settings) -> None:
         tx.run("ready_clear")
         for row in tx.all("tasks_pending_all"):
-            roles = " ".join(
-                scoring.matched_roles(
-                    f"{row['title']}\n{row['description']}", settings.role_keywords, row["role"]
-                )
+            roles = scoring.task_roles(
+                row["title"], row["description"], settings.role_keywords, row["role"]
             )
             tx.run("task_set_roles", id=row["id"], roles=roles)
             self._enqueue(tx, row["id"], row["sort_key"], row["created_at"], roles)
@@ -284,11 +284,10 @@ class SQLStore(
                 pid=spec.pid,
                 now=now,
             )
-            existing = tx.one("node_live", id=spec.id)
+            existing = tx.one("node_live_for_update", id=spec.id)
             live = tx.one("nodes_count_live")["n"]
             if existing is not None:
-                row = tx.one("node_reregister", incarnation=existing["incarnation"], **params)
-                self._event(tx, now, "node_reregistered", spec.id, role=spec.role)
+                row = self._reregister(tx, existing, spec, params, live, s, now)
             else:
                 if not lifecycle.registration_allowed(spec.role, live, s.max_agents):
                     raise CapacityError(capacity_error_text(s.max_agents))
@@ -325,6 +324,39 @@ class SQLStore(
                 max_agents=s.max_agents,
             )
 
+    def _reregister(
+        self,
+        tx: Tx,
+        old: Any,
+        spec: NodeSpec,
+        params: dict[str, Any],
+        live: int,
+        s: Settings,
+        now: float,
+    ) -> Any:
+        """A live node registering again: the cap when it leaves a manager's role for
+        a counted one, and the status its new role gives it (``lifecycle``)."""
+        if not lifecycle.reregistration_allowed(old["role"], spec.role, live, s.max_agents):
+            raise CapacityError(capacity_error_text(s.max_agents))
+        holds = tx.one("node_held_task", id=spec.id) is not None
+        status = lifecycle.status_on_reregistering(old["status"], old["role"], spec.role, holds)
+        row = tx.one(
+            "node_reregister",
+            incarnation=old["incarnation"],
+            status=status,
+            idle_since=lifecycle.next_idle_since(old["status"], old["idle_since"], status, now),
+            **params,
+        )
+        if spec.role == old["role"]:
+            self._event(tx, now, "node_reregistered", spec.id, role=spec.role)
+        else:
+            self._event(
+                tx, now, "node_reregistered", spec.id, role=spec.role, old_role=old["role"]
+            )
+        if status != old["status"]:
+            self._event(tx, now, "node_status", spec.id, old=old["status"], new=status)
+        return row
+
     def get_node(self, node_id: str) -> Node:
         with self._read() as tx:
             row = tx.one("node_latest", id=node_id)
@@ -349,6 +381,15 @@ class SQLStore(
             old = self._live(tx, node_id, "node_live_for_update")
             if current_task_id is not None and tx.one("task_get", id=current_task_id) is None:
                 raise NotFoundError(f"unknown task {current_task_id}", field="current_task_id")
+            if status == "idle":
+                held = tx.one("node_held_task", id=node_id)
+                if not lifecycle.status_allowed(status, held is not None):
+                    raise InvalidInputError(
+                        f"node {node_id} holds task {held['t']} (in progress), so it cannot be"
+                        f" idle: finish it with complete_task, give it up with fail_task, or"
+                        f" say waiting to keep it",
+                        field="status",
+                    )
             row = tx.one(
                 "node_update_status",
                 status=status,
@@ -398,37 +439,29 @@ class SQLStore(
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         with self._write() as tx:
             s = self._settings_in(tx)
-            tasks = []
-            for spec in specs:
-                roles = " ".join(
-                    scoring.matched_roles(
-                        f"{spec.title}\n{spec.description}", s.role_keywords, spec.role
-                    )
-                )
-                key = scoring.sort_key(spec.priority, now)
-                row = tx.one(
-                    "task_insert",
-                    title=spec.title,
-                    description=spec.description,
-                    priority=spec.priority,
-                    role=spec.role,
-                    roles=roles,
-                    max_attempts=spec.max_attempts or s.max_attempts,
-                    sort_key=key,
-                    now=now,
-                )
-                self._enqueue(tx, row["id"], key, now, roles)
-                self._event(
-                    tx,
-                    now,
-                    "task_added",
-                    None,
-                    row["id"],
-                    priority=spec.priority,
-                    roles=roles.split(),
-                )
-                tasks.append(task_from_row(row))
-            return tasks
+            return [task_from_row(self._insert_task(tx, spec, s, now)) for spec in specs]
+
+    def _insert_task(self, tx: Tx, spec: TaskSpec, s: Settings, now: float) -> Any:
+        """Put one task on the board (its roles by ``scoring.task_roles``, its role
+        heads, its ``task_added`` event); the inserted row."""
+        roles = scoring.task_roles(spec.title, spec.description, s.role_keywords, spec.role)
+        key = scoring.sort_key(spec.priority, now)
+        row = tx.one(
+            "task_insert",
+            title=spec.title,
+            description=spec.description,
+            priority=spec.priority,
+            role=spec.role,
+            roles=roles,
+            max_attempts=spec.max_attempts or s.max_attempts,
+            sort_key=key,
+            now=now,
+        )
+        self._enqueue(tx, row["id"], key, now, roles)
+        self._event(
+            tx, now, "task_added", None, row["id"], priority=spec.priority, roles=roles.split()
+        )
+        return row
 
     def get_task(self, task_id: int) -> Task:
         with self._read() as tx:

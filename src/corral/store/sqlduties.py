@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import scoring
 from corral.defaults import MANAGER_ROLE
 from corral.model import Event, last_seen
-from corral.store.base import Deadlines
+from corral.store.base import Deadlines, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads
 from corral.store.sqlhost import SQLHost
 
@@ -98,19 +97,8 @@ class DutiesMixin(SQLHost):
             f"The bootstrap manager {node['id']} stopped heartbeating and was terminated. "
             "Start a new bootstrap manager session; it resumes from the cluster state."
         )
-        key = scoring.sort_key("high", now)
-        row = tx.one(
-            "task_insert",
-            title=title,
-            description=description,
-            priority="high",
-            role=MANAGER_ROLE,
-            roles=MANAGER_ROLE,
-            max_attempts=s.max_attempts,
-            sort_key=key,
-            now=now,
-        )
-        self._enqueue(tx, row["id"], key, now, MANAGER_ROLE)
+        spec = TaskSpec(title=title, description=description, priority="high", role=MANAGER_ROLE)
+        row = self._insert_task(tx, spec, s, now)  # its roles by the rule of every task
         md = self._meta(tx, "cluster_metadata")
         md.update(ask_user=True, ask_user_reason=title, manager_id=None)
         tx.run("meta_put", key="cluster_metadata", value=_dumps(md))

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from corral.model import Event, Settings, Task
+    from corral.store.base import TaskSpec
     from corral.store.rows import Tx
 
 __all__ = ["SQLHost"]
@@ -43,6 +44,7 @@ class SQLHost:
         def _enqueue(
             self, tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str
         ) -> None: ...
+        def _insert_task(self, tx: Tx, spec: TaskSpec, s: Settings, now: float) -> Any: ...
         def _release_all(
             self, tx: Tx, node: Any, now: float, *, kind: str, counts: bool, **data: Any
         ) -> list[Task]: ...

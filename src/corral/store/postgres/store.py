@@ -350,10 +350,8 @@ class PostgresStore(SQLStore):
 
 
 def _match_roles(specs: list[TaskSpec], settings: Any) -> list[str]:
-    """Each task's roles (space-separated), as ``scoring.matched_roles`` finds them."""
+    """Each task's roles (space-separated), by ``scoring.task_roles``."""
     return [
-        " ".join(
-            scoring.matched_roles(f"{sp.title}\n{sp.description}", settings.role_keywords, sp.role)
-        )
+        scoring.task_roles(sp.title, sp.description, settings.role_keywords, sp.role)
         for sp in specs
     ]

@@ -46,7 +46,11 @@ VALUES (:id, :role, :model, :strength, :status, :idle_since, :now, :heartbeat_in
 RETURNING *;
 
 -- name: node_reregister
+-- A live node registering again; its status and idle_since by
+-- lifecycle.status_on_reregistering (a new role: a new node's status, unless it holds
+-- a task).
 UPDATE nodes SET role = :role, model = :model, strength = :strength,
+                 status = :status, idle_since = :idle_since,
                  heartbeat_interval = :heartbeat_interval, live_window = :live_window,
                  dead_at = :dead_at, last_activity = :now,
                  host = coalesce(:host, host), pid = coalesce(:pid, pid)
@@ -121,14 +125,16 @@ ORDER BY claimed_at DESC, id DESC LIMIT 1;
 -- name: node_heartbeat_steady
 -- A beat that changes no health, in one guarded statement; no row: the node is not
 -- live or its health changes (then the store reads it and records the change).
-UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
-                 dead_at = :now + live_window
+UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload,
+                 health = coalesce(:health, health), dead_at = :now + live_window
 WHERE id = :id AND terminated_at IS NULL AND (:health IS NULL OR health IS :health)
 RETURNING *;
 
 -- name: node_heartbeat
-UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload, health = :health,
-                 dead_at = :now + live_window
+-- A beat that changes the node's health (the store records the change); a beat with
+-- no health (no health_status, no metrics) keeps the last one.
+UPDATE nodes SET last_heartbeat = :now, heartbeat = :payload,
+                 health = coalesce(:health, health), dead_at = :now + live_window
 WHERE incarnation = :incarnation
 RETURNING *;
 
