@@ -55,6 +55,10 @@ def test_legal_transitions_follow_the_state_machine() -> None:
         (S.WAITING, S.RUNNING),
         (S.WAITING, S.UNHEALTHY),
         (S.WAITING, S.STOPPED),
+        # held: a start comes due while a dependency is not RUNNING, then spawned
+        (S.STOPPED, S.WAITING),
+        (S.UNHEALTHY, S.WAITING),
+        (S.WAITING, S.STARTING),
     }
     assert set(TRANSITIONS) == set(State)
     for old, new in itertools.product(State, State):

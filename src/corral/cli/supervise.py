@@ -143,6 +143,8 @@ def _describe_exit(last: Any) -> str:
     if last is None or isinstance(last, str):
         return last or ""
     if isinstance(last, dict):
+        if isinstance(last.get("error"), str):  # it could not be started: say why
+            return str(last["error"])
         if isinstance(last.get("describe"), str):
             return str(last["describe"])
         if last.get("signal") is not None:

@@ -97,12 +97,12 @@ class ClusterLink:
     def changed(self) -> None:
         """A transition happened: send a report unless one is in flight (that one's
         sender sends again when it is done)."""
-        if self.sup.client is None or self.sup._loop is None or not self._ready:
+        if self.sup.client is None or self.sup.loop is None or not self._ready:
             return
         self._dirty = True
         if not self._sending:
             self._sending = True
-            self.sup._spawn_task(self._send)
+            self.sup.spawn_task(self._send)
 
     async def _send(self) -> None:
         try:
@@ -114,7 +114,7 @@ class ClusterLink:
                     self._failed = False
                 except Exception as e:  # the cluster being down must not stop supervision
                     self._failed = True
-                    self.sup._log("warning", "cannot report processes", error=repr(e))
+                    self.sup.log("warning", "cannot report processes", error=repr(e))
         finally:
             self._sending = False
 
@@ -129,10 +129,10 @@ class ClusterLink:
             try:
                 requests = await asyncio.to_thread(client.process_actions, self.host, since)
             except Exception as e:
-                self.sup._log("warning", "cannot read process actions", error=repr(e))
+                self.sup.log("warning", "cannot read process actions", error=repr(e))
                 requests = []
             for req in requests:
-                if self.sup._shutting_down:
+                if self.sup.shutting_down:
                     return
                 await self._run(req)
                 since = req.seq
@@ -144,7 +144,7 @@ class ClusterLink:
 
     async def _run(self, req: Any) -> None:
         agent, action = req.data.get("agent"), req.data.get("action")
-        self.sup._log("info", "cluster request", agent=agent, action=action, request=req.seq)
+        self.sup.log("info", "cluster request", agent=agent, action=action, request=req.seq)
         try:
             run = {"start": self.sup.start, "stop": self.sup.stop, "restart": self.sup.restart}
             st = await run[action](agent)
@@ -156,7 +156,7 @@ class ClusterLink:
                 self.sup.client.ack_process_action, self.host, req.seq, ok, message[:500]
             )
         except Exception as e:
-            self.sup._log("warning", "cannot acknowledge", request=req.seq, error=repr(e))
+            self.sup.log("warning", "cannot acknowledge", request=req.seq, error=repr(e))
 
     def _initial_cursor(self) -> int:
         with contextlib.suppress(OSError, ValueError), open(self._cursor_file) as f:
@@ -194,14 +194,14 @@ def check_cluster(sup: Supervisor, a: _Agent) -> None:
             node = await asyncio.to_thread(client.get_node, a.spec.id)
             seen = getattr(node, "last_heartbeat", None)
         except Exception as e:  # unknown node yet, or the cluster unreachable
-            sup._log("debug", "cluster heartbeat check", agent=a.spec.id, error=repr(e))
+            sup.log("debug", "cluster heartbeat check", agent=a.spec.id, error=repr(e))
         a.checking = False
         if a.child is not child:
             return
         since = a.last_beat if a.last_beat is not None else (a.started_at or 0)
         if seen is not None and seen > since:
-            sup._beat(a, min(seen, sup.clock()), None)
+            sup.beat(a, min(seen, sup.clock()), None)
         a.next_check = sup.clock() + a.spec.heartbeat_interval
-        sup._kick()
+        sup.kick()
 
-    sup._spawn_task(check)
+    sup.spawn_task(check)

@@ -26,7 +26,9 @@ A TOML manifest::
     env = { RUST_LOG = "info" }
     cwd = "services/relay"
     depends_on = []             # ids of agents that must be RUNNING first
-    heartbeat = "pipe"          # none (default) | pipe | cluster
+    heartbeat = "pipe"          # none (default) | pipe | cluster | a probe table:
+    #   { http = "http://127.0.0.1:3338/v1/info", interval = 5, timeout = 2, failures = 3 },
+    #   { tcp = "127.0.0.1:7777" } or { exec = ["pg_isready", "-h", "127.0.0.1"] }
     startup_timeout = 30
     stop_timeout = 10
     stop_signal = "SIGTERM"     # a signal name: "SIGTERM", "TERM", "sigint"...
@@ -68,6 +70,7 @@ __all__ = [
     "AgentSpec",
     "Manifest",
     "ManifestError",
+    "Probe",
     "Rlimits",
     "Settings",
     "dependents",
@@ -77,7 +80,8 @@ __all__ = [
     "stop_phases",
 ]
 
-HEARTBEAT_KINDS = ("none", "pipe", "cluster")
+HEARTBEAT_KINDS = ("none", "pipe", "cluster")  # and the probe tables (PROBE_KINDS)
+PROBE_KINDS = ("http", "tcp", "exec")
 ORPHAN_ACTIONS = ("adopt", "kill")
 _ENV_KEY = re.compile(r"[^=\x00]+")
 
@@ -141,6 +145,20 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
+class Probe:
+    """A probe heartbeat (:mod:`corral.supervisor.probe`): ``kind`` ``http`` (target
+    a URL), ``tcp`` (``host:port``) or ``exec`` (an argv tuple), run every
+    ``interval`` s, failed when it takes more than ``timeout`` s; ``failures``
+    consecutive failures make a running agent UNHEALTHY."""
+
+    kind: str
+    target: str | tuple[str, ...]
+    interval: float = 5.0
+    timeout: float = 2.0
+    failures: int = 3
+
+
+@dataclass(frozen=True, slots=True)
 class AgentSpec:
     """One agent, with every default already resolved from :class:`Settings`."""
 
@@ -160,6 +178,7 @@ class AgentSpec:
     log_keep: int = 5
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 15.0
+    probe: Probe | None = None  # heartbeat "http", "tcp" or "exec"
 
     @property
     def argv(self) -> list[str]:
@@ -383,6 +402,7 @@ def _agent(path: str, index: int, raw: Any, s: Settings) -> AgentSpec:
         raise f.error("rlimits", "must be a table with memory and/or open_files")
     rf = _Fields(path, agent_id, rl_raw, "rlimits.")
     rf.unknown(frozenset({"memory", "open_files"}))
+    probe = _probe(f, raw.get("heartbeat"), s)
     return AgentSpec(
         id=agent_id,
         cmd=f.string("cmd", None),
@@ -391,7 +411,8 @@ def _agent(path: str, index: int, raw: Any, s: Settings) -> AgentSpec:
         env=MappingProxyType(dict(env_raw)),
         cwd=f.string("cwd", None),
         depends_on=depends_on,
-        heartbeat=f.string("heartbeat", "none", choices=HEARTBEAT_KINDS),
+        heartbeat=probe.kind if probe else f.string("heartbeat", "none", choices=HEARTBEAT_KINDS),
+        probe=probe,
         startup_timeout=f.seconds("startup_timeout", s.startup_timeout),
         stop_timeout=f.seconds("stop_timeout", s.stop_timeout, zero=True),
         stop_signal=f.sig("stop_signal", s.stop_signal),
@@ -403,6 +424,38 @@ def _agent(path: str, index: int, raw: Any, s: Settings) -> AgentSpec:
         log_keep=f.integer("log_keep", s.log_keep, minimum=0),
         heartbeat_interval=s.heartbeat_interval,
         heartbeat_timeout=s.heartbeat_timeout,
+    )
+
+
+def _probe(f: _Fields, raw: Any, s: Settings) -> Probe | None:
+    if not isinstance(raw, dict):
+        return None
+    pf = _Fields(f.path, f.agent, raw, "heartbeat.")
+    pf.unknown(frozenset({*PROBE_KINDS, "interval", "timeout", "failures"}))
+    kinds = [k for k in PROBE_KINDS if k in raw]
+    if len(kinds) != 1:
+        raise f.error("heartbeat", "a probe table needs exactly one of http, tcp or exec")
+    kind = kinds[0]
+    target: str | tuple[str, ...]
+    if kind == "exec":
+        target = pf.strings("exec")
+        if not target:
+            raise pf.error("exec", "must be a non-empty list of strings")
+    else:
+        text: str = pf.string(kind, None)
+        target = text
+        if kind == "http" and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", text):
+            raise pf.error("http", "must be an http:// or https:// URL")
+        host, _, port = text.rpartition(":")
+        if kind == "tcp" and not (host and port.isdigit() and 0 < int(port) < 65536):
+            raise pf.error("tcp", "must be host:port")
+    timeout = pf.seconds("timeout", min(2.0, s.heartbeat_interval))
+    return Probe(
+        kind,
+        target,
+        interval=pf.seconds("interval", s.heartbeat_interval),
+        timeout=timeout,
+        failures=pf.integer("failures", 3, minimum=1),
     )
 
 

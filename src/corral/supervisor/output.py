@@ -14,9 +14,10 @@ to ``synced`` before adoption, so :attr:`Output.held` tells which adopted childr
 streams logd still holds: an adopted pipe-heartbeat agent whose stdout logd holds
 keeps being read (and timed out when it stops beating).
 
-The crash record's last stderr lines are read from ``stderr.log`` once logd has
-drained the dead child's stderr (its ``eof`` event), or after :data:`TAIL_GRACE`
-seconds when a descendant still holds the pipe.
+The crash record's last stderr lines are read from ``stderr.log`` (and the files
+it rotated into since) once logd has drained the dead child's stderr (its ``eof``
+event), or after :data:`TAIL_GRACE` seconds when a descendant still holds the pipe;
+they are that run's only: they start where ``stderr.log`` ended when it was spawned.
 
 If logd dies (the event socket closes while the supervisor did not ask it to stop),
 it is logged as critical and a new logd is started for the children spawned from
@@ -72,15 +73,15 @@ class Output:
             while not any(e.get("kind") in ("synced", "disconnected") for e in events):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self.sup._log("warning", "log daemon: no synced event", timeout=SYNC_TIMEOUT)
+                    self.sup.log("warning", "log daemon: no synced event", timeout=SYNC_TIMEOUT)
                     break
                 events.extend(client.read_events(timeout=left))
         self.client = client
-        loop = self.sup._loop
+        loop = self.sup.loop
         if loop is not None and not client.closed:
             self._fd = client.fileno()
             loop.add_reader(self._fd, self._readable)
-        self.sup._log("info", "log daemon connected", socket=str(client.socket_path))
+        self.sup.log("info", "log daemon connected", socket=str(client.socket_path))
         self._handle(events)
         return client
 
@@ -90,8 +91,8 @@ class Output:
         return self.client
 
     def _unwatch(self) -> None:
-        if self._fd >= 0 and self.sup._loop is not None:
-            self.sup._loop.remove_reader(self._fd)
+        if self._fd >= 0 and self.sup.loop is not None:
+            self.sup.loop.remove_reader(self._fd)
         self._fd = -1
 
     def _lost(self, why: str) -> None:
@@ -104,7 +105,7 @@ class Output:
             return
         streams = sorted({a for a, _s, _p in self.held})
         self.held.clear()
-        self.sup._log(
+        self.sup.log(
             "critical",
             "log daemon lost: output of the running children now goes nowhere (their "
             "writes get EPIPE); starting a new one for the children spawned from now on",
@@ -114,7 +115,7 @@ class Output:
         try:
             self.connect(sync=False)
         except CorralError as e:
-            self.sup._log("critical", "cannot restart the log daemon", error=e.message)
+            self.sup.log("critical", "cannot restart the log daemon", error=e.message)
 
     # ---- attaching ----------------------------------------------------------------
 
@@ -144,7 +145,7 @@ class Output:
                 err = e.message
             except CorralError as e:
                 err = e.message
-            self.sup._log(
+            self.sup.log(
                 "critical",
                 "cannot hand the output to the log daemon: the child's writes get EPIPE",
                 agent=spec.id,
@@ -167,7 +168,7 @@ class Output:
             kind = ev.get("kind")
             key = (str(ev.get("agent")), str(ev.get("stream")), ev.get("pid"))
             if kind == "line":
-                self.sup._on_line(key[0], key[1], ev.get("pid"), str(ev.get("line", "")))
+                self.sup.on_line(key[0], key[1], ev.get("pid"), str(ev.get("line", "")))
             elif kind == "attached":
                 self.held.add(key)
             elif kind == "eof":
@@ -175,9 +176,9 @@ class Output:
                 if key[1] == "stderr" and isinstance(key[2], int):
                     self._stderr_done(key[0], key[2])
             elif kind == "dropped":
-                self.sup._log("warning", "log daemon dropped events", count=ev.get("count"))
+                self.sup.log("warning", "log daemon dropped events", count=ev.get("count"))
             elif kind == "shutdown" and not self._closing:
-                self.sup._log("critical", "log daemon is shutting down (not asked by us)")
+                self.sup.log("critical", "log daemon is shutting down (not asked by us)")
             elif kind == "disconnected":
                 self._lost("event connection closed")
                 return
@@ -189,13 +190,14 @@ class Output:
         dead child ``pid`` wrote to stderr (at once when that is already so)."""
         agent = a.spec.id
         path = self.sup.logs_dir / agent / "stderr.log"
+        since = a.run_start  # this run's lines only (a restart may begin meanwhile)
 
         def done() -> None:
             if pid is not None:
                 self._pending.pop((agent, pid), None)
-            then(stderr_tail(path))
+            then(stderr_tail(path, since=since))
 
-        loop = self.sup._loop
+        loop = self.sup.loop
         if pid is None or loop is None or (agent, "stderr", pid) not in self.held:
             done()  # nothing to wait for: no pipe, or logd already drained it (eof)
             return
@@ -213,9 +215,9 @@ class Output:
         """Ask logd to reopen every agent's log files."""
         try:
             n = self._ensure().reopen()
-            self.sup._log("info", "log daemon reopened the logs", files=n)
+            self.sup.log("info", "log daemon reopened the logs", files=n)
         except CorralError as e:
-            self.sup._log("error", "log daemon: reopen failed", error=e.message)
+            self.sup.log("error", "log daemon: reopen failed", error=e.message)
 
     def shutdown(self) -> None:
         """Stop logd (after the children: it finishes every log and exits)."""
@@ -227,9 +229,9 @@ class Output:
             return
         try:
             client.shutdown()
-            self.sup._log("info", "log daemon stopped")
+            self.sup.log("info", "log daemon stopped")
         except CorralError as e:
-            self.sup._log("error", "log daemon: shutdown failed", error=e.message)
+            self.sup.log("error", "log daemon: shutdown failed", error=e.message)
             client.close()
 
     def close(self) -> None:

@@ -69,19 +69,21 @@ class State(StrEnum):
 
 _S = State
 TRANSITIONS: Mapping[State, frozenset[State]] = {
-    # spawned (manifest start, operator start, or a restart after backoff)
-    _S.STOPPED: frozenset({_S.STARTING}),
+    # spawned (manifest start, operator start, or a restart after backoff) / a start
+    # comes due while a dependency is not RUNNING: held, no process yet
+    _S.STOPPED: frozenset({_S.STARTING, _S.WAITING}),
     # first beat (or spawned with heartbeat "none") / startup timeout or exit /
     # clean exit or operator stop / a dependency restarts meanwhile
     _S.STARTING: frozenset({_S.RUNNING, _S.UNHEALTHY, _S.STOPPED, _S.WAITING}),
     # heartbeat timeout or exit / a dependency restarts / clean exit or operator stop
     _S.RUNNING: frozenset({_S.UNHEALTHY, _S.WAITING, _S.STOPPED}),
     # restart after backoff / no restart (policy, operator, exhausted) / a late beat
-    # arrives before the hung process was killed
-    _S.UNHEALTHY: frozenset({_S.STARTING, _S.STOPPED, _S.RUNNING}),
+    # arrives before the hung process was killed / the restart comes due while a
+    # dependency is not RUNNING: held
+    _S.UNHEALTHY: frozenset({_S.STARTING, _S.STOPPED, _S.RUNNING, _S.WAITING}),
     # the dependency is RUNNING again (SIGUSR2) / exit or heartbeat timeout /
-    # clean exit or operator stop
-    _S.WAITING: frozenset({_S.RUNNING, _S.UNHEALTHY, _S.STOPPED}),
+    # clean exit or operator stop / held: every dependency RUNNING, spawned
+    _S.WAITING: frozenset({_S.RUNNING, _S.UNHEALTHY, _S.STOPPED, _S.STARTING}),
 }
 
 
@@ -205,7 +207,7 @@ class RestartConfig:
 class Decision:
     """What to do after an exit: ``restart`` at ``restart_at`` (after ``delay``), or
     stay STOPPED because of ``reason``: ``"operator"``, ``"policy"`` or
-    ``"restart-exhausted"``."""
+    ``"restart-exhausted"`` (or ``"retired"``)."""
 
     restart: bool
     delay: float = 0.0
@@ -296,6 +298,35 @@ class RestartTracker:
     def flags(self) -> tuple[str, ...]:
         return (EXHAUSTED_FLAG,) if self.exhausted else ()
 
+    def snapshot(self) -> dict[str, object]:
+        """What a supervisor started again needs to go on counting (``pids.json``):
+        the backoff step, the restarts granted and when, the RUNNING run, exhaustion."""
+        return {
+            "attempt": self.attempt,
+            "restarts": self.restarts,
+            "recent": list(self.recent),
+            "running_since": self.running_since,
+            "exhausted": self.exhausted,
+        }
+
+    def restore(self, saved: Mapping[str, object]) -> None:
+        """Take back a :meth:`snapshot` (fields of the wrong type are ignored)."""
+
+        def num(v: object) -> float | None:
+            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            return float(v) if ok else None  # type: ignore[arg-type]
+
+        attempt, restarts = saved.get("attempt"), saved.get("restarts")
+        if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt >= 0:
+            self.attempt = attempt
+        if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts >= 0:
+            self.restarts = restarts
+        recent = saved.get("recent")
+        if isinstance(recent, list):
+            self.recent = [t for t in map(num, recent) if t is not None]
+        self.running_since = num(saved.get("running_since"))
+        self.exhausted = saved.get("exhausted") is True
+
 
 def decide(
     policy: str,
@@ -304,13 +335,19 @@ def decide(
     stopped_by_operator: bool,
     tracker: RestartTracker,
     now: float,
+    retired: bool = False,
 ) -> Decision:
     """Apply the restart policy and the tracker to an exit: the one call the
     runtime makes when a process ends. Touches ``tracker`` only when the policy
-    says restart."""
+    says restart. ``retired``: the agent's work is over by an outside decision (a
+    pool member whose node the cluster retired), so it is not restarted whatever
+    its policy (reason ``"retired"``)."""
     if stopped_by_operator:
         tracker.mark_down(now)
         return Decision(restart=False, reason="operator")
+    if retired:
+        tracker.mark_down(now)
+        return Decision(restart=False, reason="retired")
     if not should_restart(policy, exit.code, exit.signal, False):
         tracker.mark_down(now)
         return Decision(restart=False, reason="policy")

@@ -38,13 +38,7 @@ from typing import Any
 from corral.errors import CorralError, NotFoundError
 from corral.supervisor import link
 from corral.supervisor import process as proc
-from corral.supervisor.agent import (
-    STDERR_TAIL,
-    _Agent,
-    agent_record,
-    agent_status,
-    stderr_tail,
-)
+from corral.supervisor.agent import PROBES, STDERR_TAIL, _Agent, stderr_tail
 from corral.supervisor.logs import RotatingLog
 from corral.supervisor.manifest import Manifest, dependents, phases, stop_phases
 from corral.supervisor.output import Output
@@ -53,21 +47,26 @@ from corral.supervisor.policy import (
     Exit,
     RestartTracker,
     State,
-    agent_deadline,
     check_transition,
-    decide,
     heartbeat_expired,
     next_deadline,
     parse_heartbeat,
     startup_expired,
 )
+from corral.supervisor.probe import Probes
 from corral.supervisor.state import PidFile
 
 __all__ = ["STDERR_TAIL", "Supervisor", "stderr_tail"]
 
 
 class Supervisor:
-    """Runs a :class:`Manifest`'s agents; see the module docstring."""
+    """Runs a :class:`Manifest`'s agents; see the module docstring.
+
+    Its helpers (:mod:`~corral.supervisor.adopt`, :mod:`~corral.supervisor.link`,
+    :mod:`~corral.supervisor.output`, :mod:`~corral.supervisor.probe`) use the public
+    members only: :meth:`log`, :attr:`loop`, :attr:`shutting_down`, :meth:`spawn_task`,
+    :meth:`kick`, :meth:`beat`, :meth:`on_line`, :meth:`adopt`, :meth:`died_unwatched`,
+    :meth:`resume`, :meth:`probe_failed` and :meth:`pause_dependents`."""
 
     def __init__(
         self,
@@ -92,7 +91,8 @@ class Supervisor:
         self._operator_token = token if token is not None else getattr(client, "token", None)
         cfg = manifest.settings.restart_config()
         self.agents: dict[str, _Agent] = {
-            s.id: _Agent(s, RestartTracker(config=cfg, rand=rand)) for s in manifest.agents
+            s.id: _Agent(s, RestartTracker(config=cfg, rand=rand), cluster=client is not None)
+            for s in manifest.agents
         }
         self._phases = [[a.id for a in p] for p in phases(manifest)]
         self._phase = 0  # the next phase to start
@@ -108,6 +108,7 @@ class Supervisor:
         self._state_log: RotatingLog | None = None
         self._log_file: RotatingLog | None = None
         self.output = Output(self)
+        self.probes = Probes(self)  # http/tcp/exec heartbeats
         self.link = link.ClusterLink(self, host)  # reports and requests (cluster)
 
     # ---- public API ---------------------------------------------------------------
@@ -137,8 +138,9 @@ class Supervisor:
             self._close()
 
     def reconcile(self, now: float) -> float | None:
-        """Apply every decision due at ``now`` (stop timeouts, due restarts, startup
-        and heartbeat timeouts, the next phase) and return the next deadline."""
+        """Apply every decision due at ``now`` (stop timeouts, due restarts, held
+        starts whose dependencies run, startup and heartbeat timeouts, the next
+        phase) and return the next deadline."""
         for a in self.agents.values():
             if a.stop_deadline is not None and now >= a.stop_deadline:
                 a.stop_deadline = None
@@ -148,10 +150,10 @@ class Supervisor:
             if a.restart_at is not None and now >= a.restart_at:
                 a.restart_at = None
                 if not self._shutting_down and a.child is None:
-                    self._spawn(a)
-            if a.child is None or a.stopping is not None or a.hung or a.beats_lost:
+                    self._launch(a, "restart due")
+            if not a.watched:
                 continue
-            hb = self._heartbeat(a)
+            hb = a.heartbeat
             if hb == "cluster" and a.next_check is not None and now >= a.next_check:
                 link.check_cluster(self, a)
             elif hb == "none" or a.checking:
@@ -160,22 +162,25 @@ class Supervisor:
                 if startup_expired(a.started_at, a.spec.startup_timeout, now):
                     self._unhealthy(a, "startup timeout", now)
             elif (
-                a.state in (State.RUNNING, State.WAITING)
+                hb not in PROBES  # a probe's failures count instead (probe_failed)
+                and a.state in (State.RUNNING, State.WAITING)
                 and a.last_beat is not None
                 and heartbeat_expired(a.last_beat, a.spec.heartbeat_timeout, now)
             ):
                 self._unhealthy(a, "heartbeat timeout", now)
+        self._release_held()
         self._advance_phases()
-        return next_deadline(self._deadline(a) for a in self.agents.values())
+        return next_deadline(a.deadline() for a in self.agents.values())
 
     async def start(self, agent_id: str) -> dict[str, Any]:
-        """Start a stopped agent now (clears ``restart-exhausted`` and the backoff)."""
+        """Start a stopped agent now (clears ``restart-exhausted`` and the backoff);
+        while a dependency is not RUNNING it waits for it (WAITING, no process)."""
         a = self._get(agent_id)
         a.operator_stopped = False
         a.tracker.operator_start()
         if a.child is None and not self._shutting_down:
             a.restart_at = None
-            self._spawn(a)
+            self._launch(a, "operator start")
             self._kick()
         return self._status(a)
 
@@ -184,9 +189,11 @@ class Supervisor:
         a = self._get(agent_id)
         a.operator_stopped = True
         a.restart_at = None
+        a.held = False
         if a.child is not None:
             await self._stop_child(a, "operator stop")
         elif a.state is not State.STOPPED:
+            a.waiting_on.clear()
             self._set(a, State.STOPPED, "operator stop")
         self._dirty()
         return self._status(a)
@@ -197,24 +204,34 @@ class Supervisor:
         a = self._get(agent_id)
         a.restart_at = None
         if a.child is not None:
-            self._pause_dependents(a)
+            self.pause_dependents(a)
             await self._stop_child(a, "operator restart")
         return await self.start(agent_id)
 
     async def shutdown(self) -> None:
-        """Cascade stop: dependents first (reverse phase order), then the log
-        daemon, then exit ``run``."""
+        """Cascade stop: the start phases last first; within a phase the agents
+        nothing depends on together, then each agent others depend on alone, in
+        reverse manifest order, each waited for (at most its ``stop_timeout`` and
+        the SIGKILL after it) before the next; then the log daemon; then ``run``
+        returns."""
         if self._shutting_down:
             return
         self._shutting_down = True
         self._log("info", "shutdown: cascade stop")
         for a in self.agents.values():
             a.restart_at = None
+            a.held = False
         for layer in stop_phases(self.manifest):
             batch = [self.agents[s.id] for s in layer]
-            await asyncio.gather(*(self._stop_child(a, "shutdown") for a in batch if a.child))
+            needed = {s.id for s in layer if dependents(self.manifest, s.id, transitive=False)}
+            leaves = [a for a in batch if a.spec.id not in needed and a.child]
+            await asyncio.gather(*(self._stop_child(a, "shutdown") for a in leaves))
+            for a in batch:  # reverse manifest order: one at a time
+                if a.spec.id in needed and a.child is not None:
+                    await self._stop_child(a, "shutdown")
             for a in batch:
                 if a.state is not State.STOPPED and a.child is None:
+                    a.waiting_on.clear()
                     self._set(a, State.STOPPED, "shutdown")
         self._save(clean=True)
         self.link.stop()  # the final report still goes (pending below)
@@ -227,7 +244,8 @@ class Supervisor:
 
     def status(self) -> list[dict[str, Any]]:
         """One dict per agent in manifest order: agent, state, pid, restarts,
-        uptime, last_beat, flags, last_exit (and heartbeat, beat_status, waiting_on)."""
+        uptime, last_beat, flags, last_exit (and heartbeat, beat_status, waiting_on,
+        restart_at)."""
         return [self._status(a) for a in self.agents.values()]
 
     def reopen_logs(self) -> None:
@@ -237,6 +255,144 @@ class Supervisor:
             if log is not None:
                 log.reopen()
         self.output.reopen()
+
+    # ---- the helpers' interface ---------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop (``None`` before :meth:`run`)."""
+        return self._loop
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def log(self, level: str, msg: str, **fields: Any) -> None:
+        """One JSON line in ``logs/supervisor/supervisor.log``."""
+        if self._log_file is not None:
+            rec = {"ts": self.clock(), "level": level, "msg": msg, **fields}
+            self._log_file.write_line(json.dumps(rec, default=str).encode())
+
+    _log = log
+
+    def spawn_task(self, fn: Callable[[], Any]) -> None:
+        """Run the coroutine function ``fn`` on the loop (cancelled at close)."""
+        task = asyncio.ensure_future(fn())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    _spawn_task = spawn_task
+
+    def kick(self) -> None:
+        """Run :meth:`reconcile` now and sleep until the deadline it returns."""
+        if self._loop is None or (self._done is not None and self._done.is_set()):
+            return
+        nxt = self.reconcile(self.clock())
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if nxt is not None:
+            self._timer = self._loop.call_later(max(0.0, nxt - self.clock()), self._kick)
+
+    _kick = kick
+
+    def on_line(self, agent: str, stream: str, pid: Any, line: str) -> None:
+        """A ``HEARTBEAT`` line the log daemon read from a child's stdout."""
+        a = self.agents.get(agent)
+        if a is None or stream != "stdout" or a.child is None or a.child.pid != pid:
+            return  # an old child's line, or one of another state dir's agent
+        beat = parse_heartbeat(line)
+        if beat is not None and a.heartbeat in ("pipe", "none"):
+            self.beat(a, self.clock(), beat.status)
+            self._kick()
+
+    def beat(self, a: _Agent, now: float, status: str | None) -> None:
+        """A sign of life of ``a``'s process (a line, a node's beat, a probe)."""
+        a.last_beat = now
+        a.beat_status = status
+        if a.state is State.STARTING and not a.hung and a.stopping is None:
+            self._set(a, State.RUNNING, "first heartbeat")
+            self._resume_dependents(a)
+
+    def probe_failed(self, a: _Agent, why: str) -> None:
+        """``a``'s probe failed its ``failures``-th time in a row while it ran."""
+        if a.watched and a.state in (State.RUNNING, State.WAITING):
+            self._unhealthy(a, f"probe failed: {why}", self.clock())
+            self._kick()
+
+    def adopt(
+        self, a: _Agent, child: proc.Child, *, recorded: State | None, state: State, reason: str
+    ) -> None:
+        """Watch a process a previous run left (``child``) as ``a``'s, resuming
+        ``state``; logged as an adoption from the ``recorded`` state, not as a
+        transition."""
+        assert self._watcher is not None
+        a.child, a.last_pid = child, child.pid
+        a.restart_at, a.held = None, False
+        self._watcher.watch(child, lambda ex: self._on_exit(a, child, ex), self._before_reap)
+        a.state = state
+        if state is State.RUNNING:
+            a.tracker.mark_running(self.clock())
+        a.auto_start = False
+        a.reached_running = True
+        self._write_state_line(a, recorded, state, reason, adopted=True)
+        if state is State.UNHEALTHY:  # it was being stopped (hung): stop it again
+            a.hung = "unhealthy when adopted"
+            proc.signal_group(child.pid, a.spec.stop_signal)
+            a.stop_deadline = self.clock() + a.spec.stop_timeout
+        if a.heartbeat == "pipe":
+            if (a.spec.id, "stdout", child.pid) in self.output.held:
+                a.last_beat = self.clock()  # beats keep coming through the log daemon
+            else:  # the log daemon that held its stdout is gone: its beats cannot be read
+                a.beats_lost = True
+                self._log("warning", "adopted pipe agent: heartbeats not read", agent=a.spec.id)
+        elif a.heartbeat == "cluster":
+            a.last_beat = self.clock()
+            a.next_check = self.clock()
+        elif a.heartbeat in PROBES:
+            a.last_beat = self.clock()
+            self.probes.start(a, child)
+        self._log("info", "adopted", agent=a.spec.id, pid=child.pid, state=state.value)
+
+    def died_unwatched(self, a: _Agent, recorded: State, now: float) -> None:
+        """``a`` was live (``recorded``) when the last supervisor stopped watching
+        and its process is gone: its exit (status unknown) goes through the policy
+        from the recorded state."""
+        a.state = recorded
+        a.auto_start = False
+        a.reached_running = True
+        self._log("warning", "died while the supervisor was down", agent=a.spec.id, pid=a.last_pid)
+        if recorded is State.UNHEALTHY:
+            a.hung = "unhealthy when the supervisor stopped"
+        self._exited(a, Exit(at=now), pid=None)
+        if a.last_exit is not None:
+            a.last_exit["note"] = "ended while no supervisor watched it"
+
+    def resume(self, a: _Agent, reason: str) -> None:
+        """A WAITING agent with a process goes on: RUNNING, and SIGUSR2."""
+        if a.child is not None and a.state is State.WAITING:
+            self._set(a, State.RUNNING, reason)
+            proc.signal_process(a.child.pid, signal.SIGUSR2)
+
+    def pause_dependents(self, a: _Agent) -> None:
+        """``a`` is down and will start again: whatever depends on it (directly or
+        through others) and runs goes WAITING (SIGUSR1) until it is RUNNING."""
+        for spec in dependents(self.manifest, a.spec.id):
+            d = self.agents[spec.id]
+            if d.child is None:
+                if d.held:
+                    d.waiting_on.add(a.spec.id)
+                continue
+            if d.stopping is not None or d.hung:
+                continue
+            if d.state in (State.RUNNING, State.STARTING):
+                d.waiting_on.add(a.spec.id)
+                self._set(d, State.WAITING, f"{a.spec.id} restarting")
+                proc.signal_process(d.child.pid, signal.SIGUSR1)
+            elif d.state is State.WAITING:
+                d.waiting_on.add(a.spec.id)
+
+    _pause_dependents = pause_dependents
 
     # ---- setup and teardown -------------------------------------------------------
 
@@ -256,6 +412,7 @@ class Supervisor:
             self._timer.cancel()
         for t in list(self._tasks):
             t.cancel()
+        self.probes.close()
         if self._watcher is not None:
             self._watcher.close()  # adopted-on-next-start children keep running
         self.output.close()  # logd keeps the children's output flowing
@@ -265,17 +422,7 @@ class Supervisor:
             if log is not None:
                 log.close()
 
-    def _spawn_task(self, fn: Callable[[], Any]) -> None:
-        task = asyncio.ensure_future(fn())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    # ---- logging and persistence --------------------------------------------------
-
-    def _log(self, level: str, msg: str, **fields: Any) -> None:
-        if self._log_file is not None:
-            rec = {"ts": self.clock(), "level": level, "msg": msg, **fields}
-            self._log_file.write_line(json.dumps(rec, default=str).encode())
+    # ---- state transitions and persistence ----------------------------------------
 
     def _set(self, a: _Agent, new: State, reason: str, **extra: Any) -> None:
         """A state transition: checked, applied, written to state.log, published."""
@@ -283,9 +430,6 @@ class Supervisor:
         if old is new:
             return
         check_transition(old, new)
-        self._record(a, old, new, reason, **extra)
-
-    def _record(self, a: _Agent, old: State, new: State, reason: str, **extra: Any) -> None:
         now = self.clock()
         a.state = new
         if new is State.RUNNING:
@@ -293,9 +437,14 @@ class Supervisor:
             a.reached_running = True
         elif new in (State.UNHEALTHY, State.STOPPED):
             a.tracker.mark_down(now)
+        self._write_state_line(a, old, new, reason, **extra)
+
+    def _write_state_line(
+        self, a: _Agent, old: State | None, new: State, reason: str, **extra: Any
+    ) -> None:
         pid = a.child.pid if a.child else a.last_pid
-        rec = {"ts": now, "agent": a.spec.id, "from": old.value, "to": new.value}
-        rec.update(reason=reason, pid=pid, **extra)
+        rec = {"ts": self.clock(), "agent": a.spec.id, "from": old and old.value}
+        rec.update(to=new.value, reason=reason, pid=pid, **extra)
         if self._state_log is not None:
             self._state_log.write_line(json.dumps(rec, default=str).encode())
         self.link.changed()  # the cluster gets the new state (process_state events)
@@ -313,10 +462,10 @@ class Supervisor:
         for a in self.agents.values():
             if clean and a.child is None:
                 continue
-            agents[a.spec.id] = agent_record(a)
+            agents[a.spec.id] = a.record()
         self.pidfile.save({"supervisor_pid": os.getpid(), "agents": agents})
 
-    # ---- spawning and output ------------------------------------------------------
+    # ---- spawning -----------------------------------------------------------------
 
     def _env(self, a: _Agent) -> dict[str, str]:
         token = None
@@ -332,13 +481,49 @@ class Supervisor:
             self._log("warning", "manifest env overridden", agent=a.spec.id, keys=overridden)
         return env
 
+    def _deps_down(self, a: _Agent) -> set[str]:
+        """The agents ``a`` depends on that are not RUNNING."""
+        return {d for d in a.spec.depends_on if self.agents[d].state is not State.RUNNING}
+
+    def _launch(self, a: _Agent, why: str) -> None:
+        """A start of ``a`` is due: spawn it when every dependency is RUNNING, else
+        hold it (WAITING on them, no process) until they are."""
+        down = self._deps_down(a)
+        if not down:
+            a.held = False
+            self._spawn(a)
+            return
+        a.held = True
+        a.waiting_on = down
+        self._set(a, State.WAITING, f"{why}: waiting on {', '.join(sorted(down))}")
+        self._dirty()
+
+    def _release_held(self) -> None:
+        """Spawn the held agents whose dependencies are all RUNNING now."""
+        progress = not self._shutting_down
+        while progress:
+            progress = False
+            for a in self.agents.values():
+                if not a.held or a.child is not None:
+                    continue
+                down = self._deps_down(a)
+                if down != a.waiting_on:
+                    a.waiting_on = down
+                    self._dirty()
+                if not down:
+                    a.held = False
+                    self._spawn(a)
+                    progress = True
+
     def _spawn(self, a: _Agent) -> None:
         assert self._watcher is not None
         now = self.clock()
-        a.hung, a.beats_lost = None, False
+        a.hung, a.beats_lost, a.held = None, False, False
         a.last_beat = a.beat_status = None
+        a.probe_failures = 0
         a.waiting_on.clear()
         a.started_at = now
+        a.mark_run_start(self.logs_dir / a.spec.id / "stderr.log")
         reads: dict[str, int] = {}  # the pipes' read ends, for the log daemon
         writes: list[int] = []
         try:
@@ -365,35 +550,15 @@ class Supervisor:
         a.started_at = now = self.clock()  # timeouts count from the process's existence
         self._watcher.watch(child, lambda ex: self._on_exit(a, child, ex), self._before_reap)
         self._set(a, State.STARTING, "spawn")
-        if self._heartbeat(a) == "none":
+        if a.heartbeat == "none":
             self._set(a, State.RUNNING, "spawned (heartbeat none)")
             self._resume_dependents(a)
-        elif self._heartbeat(a) == "cluster":
+        elif a.heartbeat == "cluster":
             a.next_check = now + min(a.spec.heartbeat_interval, a.spec.startup_timeout)
+        elif a.heartbeat in PROBES:
+            self.probes.start(a, child)
 
-    def _heartbeat(self, a: _Agent) -> str:
-        if a.spec.heartbeat == "cluster" and self.client is None:
-            return "none"  # no cluster to ask: RUNNING once spawned
-        return a.spec.heartbeat
-
-    # ---- events -------------------------------------------------------------------
-
-    def _on_line(self, agent: str, stream: str, pid: Any, line: str) -> None:
-        """A ``HEARTBEAT`` line the log daemon read from a child's stdout."""
-        a = self.agents.get(agent)
-        if a is None or stream != "stdout" or a.child is None or a.child.pid != pid:
-            return  # an old child's line, or one of another state dir's agent
-        beat = parse_heartbeat(line)
-        if beat is not None and self._heartbeat(a) in ("pipe", "none"):
-            self._beat(a, self.clock(), beat.status)
-            self._kick()
-
-    def _beat(self, a: _Agent, now: float, status: str | None) -> None:
-        a.last_beat = now
-        a.beat_status = status
-        if a.state is State.STARTING and not a.hung and a.stopping is None:
-            self._set(a, State.RUNNING, "first heartbeat")
-            self._resume_dependents(a)
+    # ---- exits --------------------------------------------------------------------
 
     def _before_reap(self, child: proc.Child) -> None:
         # the leader has exited but is not reaped: its pgid cannot be reused yet
@@ -409,6 +574,10 @@ class Supervisor:
             self._sweep(a)
         self._exited(a, ex, pid=child.pid)
         self._kick()
+
+    def _retired(self, a: _Agent) -> bool:
+        """Whether ``a``'s work is over by an outside decision (pools override)."""
+        return False
 
     def _exited(
         self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
@@ -426,7 +595,7 @@ class Supervisor:
             rec["error"] = error
         a.stop_deadline = None
         hung = a.hung if a.stopping is None else None
-        why = f"{hung}, then {ex.describe()}" if hung else ex.describe()
+        why = f"{hung}, then {ex.describe()}" if hung else (error or ex.describe())
         crash = a.stopping is None and (not ex.clean or bool(hung))
 
         def tail_known(tail: list[str]) -> None:
@@ -444,22 +613,22 @@ class Supervisor:
             if not fut.done():
                 fut.set_result(None)
             return
+        decision = a.on_exit(ex, now, shutting_down=self._shutting_down, retired=self._retired(a))
         a.hung = None
-        decision = decide(
-            a.spec.restart,
-            Exit(at=now) if hung else ex,
-            stopped_by_operator=self._shutting_down,
-            tracker=a.tracker,
-            now=now,
-        )
         if decision.restart:
-            self._set(a, State.UNHEALTHY, why, restart_in=round(decision.delay, 3))
+            delay = round(decision.delay, 3)
+            if a.state is State.UNHEALTHY:  # already (a timeout): the decision is news
+                self._log("info", "restart scheduled", agent=a.spec.id, exit=why, restart_in=delay)
+            self._set(a, State.UNHEALTHY, why, restart_in=delay)
             a.restart_at = decision.restart_at
-            self._pause_dependents(a)
+            self.pause_dependents(a)
+            self._dirty()
         elif decision.exhausted:
             self._set(a, State.UNHEALTHY, why)
             self._set(a, State.STOPPED, EXHAUSTED_FLAG)
             self._log("critical", "restart-exhausted", agent=a.spec.id)
+        elif decision.reason == "retired":
+            self._set(a, State.STOPPED, "retired", exit=ex.describe())
         elif ex.clean and not hung:
             self._set(a, State.STOPPED, "exited 0", exit=ex.describe())
         else:
@@ -467,8 +636,9 @@ class Supervisor:
             self._set(a, State.STOPPED, f"restart={a.spec.restart}")
 
     def _unhealthy(self, a: _Agent, reason: str, now: float) -> None:
-        """A startup or heartbeat timeout: UNHEALTHY, and the process is stopped
-        (stop signal, SIGKILL at stop_timeout); its exit applies the policy."""
+        """A startup or heartbeat timeout (or failed probes): UNHEALTHY, and the
+        process is stopped (stop signal, SIGKILL at stop_timeout); its exit applies
+        the policy."""
         assert a.child is not None
         self._set(a, State.UNHEALTHY, reason)
         a.hung = reason
@@ -507,30 +677,17 @@ class Supervisor:
 
     def _reap_strays(self) -> None:
         if self._watcher is not None:
-            proc.reap_strays(self._watcher.pids)
+            proc.reap_strays(self._watcher.pids | self.probes.pids)
 
     # ---- dependencies -------------------------------------------------------------
-
-    def _pause_dependents(self, a: _Agent) -> None:
-        for spec in dependents(self.manifest, a.spec.id):
-            d = self.agents[spec.id]
-            if d.child is None or d.stopping is not None or d.hung:
-                continue
-            if d.state in (State.RUNNING, State.STARTING):
-                d.waiting_on.add(a.spec.id)
-                self._set(d, State.WAITING, f"{a.spec.id} restarting")
-                proc.signal_process(d.child.pid, signal.SIGUSR1)
-            elif d.state is State.WAITING:
-                d.waiting_on.add(a.spec.id)
 
     def _resume_dependents(self, a: _Agent) -> None:
         for d in self.agents.values():
             if a.spec.id not in d.waiting_on:
                 continue
             d.waiting_on.discard(a.spec.id)
-            if not d.waiting_on and d.state is State.WAITING and d.child is not None:
-                self._set(d, State.RUNNING, f"{a.spec.id} running again")
-                proc.signal_process(d.child.pid, signal.SIGUSR2)
+            if not d.waiting_on:
+                self.resume(d, f"{a.spec.id} running again")
 
     def _advance_phases(self) -> None:
         while self._phase < len(self._phases) and not self._shutting_down:
@@ -541,45 +698,13 @@ class Supervisor:
             for agent_id in self._phases[self._phase]:
                 a = self.agents[agent_id]
                 if a.auto_start and a.child is None and a.state is State.STOPPED:
-                    self._spawn(a)
+                    self._launch(a, "start")
             self._phase += 1
-
-    # ---- deadlines ----------------------------------------------------------------
-
-    def _deadline(self, a: _Agent) -> float | None:
-        busy = a.child is None or a.stopping is not None or a.hung or a.beats_lost or a.checking
-        hb = self._heartbeat(a)
-        return next_deadline(
-            [
-                agent_deadline(
-                    a.state,
-                    heartbeat="none" if busy else hb,
-                    started_at=a.started_at,
-                    last_beat=a.last_beat,
-                    startup_timeout=a.spec.startup_timeout,
-                    heartbeat_timeout=a.spec.heartbeat_timeout,
-                    restart_at=a.restart_at,
-                    stop_deadline=a.stop_deadline if a.child is not None else None,
-                ),
-                a.next_check if hb == "cluster" and not busy else None,
-            ]
-        )
-
-    def _kick(self) -> None:
-        """Run :meth:`reconcile` now and sleep until the deadline it returns."""
-        if self._loop is None or (self._done is not None and self._done.is_set()):
-            return
-        nxt = self.reconcile(self.clock())
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if nxt is not None:
-            self._timer = self._loop.call_later(max(0.0, nxt - self.clock()), self._kick)
 
     # ---- status -------------------------------------------------------------------
 
     def _status(self, a: _Agent) -> dict[str, Any]:
-        return agent_status(a, self.clock())
+        return a.status(self.clock())
 
     def _get(self, agent_id: str) -> _Agent:
         try:
@@ -591,7 +716,8 @@ class Supervisor:
 
     def _recover(self) -> None:
         """Re-attach to the children a previous run left (``pids.json``), apply the
-        policies to those that died meanwhile, then handle marked orphans."""
+        policies to those that died meanwhile, then pause what depends on what is
+        not RUNNING (:func:`corral.supervisor.adopt.recover`)."""
         from corral.supervisor.adopt import recover
 
         recover(self)
