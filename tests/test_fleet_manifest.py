@@ -124,3 +124,43 @@ def test_an_agent_with_a_members_name_is_refused(tmp_path):
             )
         )
     assert "pool dev: id: agent dev-1 has a member's name" in e.value.message
+
+
+def test_a_pool_whose_member_ids_cannot_be_node_ids_is_refused(tmp_path):
+    """Members are ``<id>-<n>``: a long pool id with a large max makes node ids the
+    cluster refuses (longer than 64 characters)."""
+    long_id = "p" * 60
+    text = GOOD.replace('id = "dev"', f'id = "{long_id}"').replace("max = 3", "max = 1000")
+    with pytest.raises(ManifestError) as e:
+        load_fleet(write(tmp_path, text))
+    assert f"pool {long_id}: max: member ids" in e.value.message
+    load_fleet(write(tmp_path, GOOD.replace('id = "dev"', f'id = "{long_id}"')))  # -3: fits
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('cmd = "corral"', 'cmd = "no-such-command-here"', "pool dev: cmd: no-such-command-here: "
+         "not found on PATH"),
+        ('cmd = "corral"', 'cmd = "./missing.sh"', "pool dev: cmd: ./missing.sh: no such file"),
+        ('cmd = "corral"', 'cmd = "./tasks.jsonl"', "pool dev: cmd: ./tasks.jsonl: not executable"),
+        ('cmd = "corral"', 'cmd = "corral"\ncwd = "nowhere"', "pool dev: cwd: nowhere: no such"),
+        ('cmd = "sleep"', 'cmd = "no-such-agent-cmd"', "agent relay: cmd: no-such-agent-cmd: not"),
+        ('env = { X = "1" }', f'env = {{ PATH = "{"/nonexistent"}" }}', "pool dev: cmd: corral: "
+         "not found on PATH"),
+    ],
+)  # fmt: skip
+def test_a_command_that_cannot_start_is_named(tmp_path, old, new, message):
+    """corral up checks that each pool's and agent's command starts as the supervisor
+    would start it (on the PATH it will have, or as a file from its cwd)."""
+    from corral.fleet.manifest import check_commands
+
+    (tmp_path / "corral").write_text("#!/bin/sh\n")
+    (tmp_path / "corral").chmod(0o755)
+    environ = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    check_commands(load_fleet(write(tmp_path, GOOD)), environ)  # the good one passes
+    fleet = load_fleet(write(tmp_path, GOOD.replace(old, new, 1)))
+    with pytest.raises(ManifestError) as e:
+        check_commands(fleet, environ)
+    assert e.value.message.startswith(str(tmp_path / "corral.toml") + ": ")
+    assert message in e.value.message

@@ -34,11 +34,12 @@ def up(ctx: click.Context, manifest: str, host: str, port: int, as_json: bool) -
     State lives in .corral/ of the current directory: a second corral up there
     fails at once, and `corral ctl` there reaches this one's supervisor.
     """
-    from corral.fleet.manifest import load_fleet
+    from corral.fleet.manifest import check_commands, load_fleet
     from corral.supervisor.manifest import ManifestError
 
     try:
         fleet = load_fleet(manifest)
+        check_commands(fleet)  # a member that could never start: refused before anything
     except ManifestError as exc:
         raise InvalidInputError(exc.message) from None
     from corral.fleet.up import Lock
@@ -72,6 +73,7 @@ def _run(fleet: Any, url: str, directory: Path, host: str, port: int,
         raise click.ClickException(f"the server is not installed ({exc})") from None
     from corral.cli.serve import _listen
     from corral.client import connect
+    from corral.fleet.manifest import check_roles
     from corral.fleet.up import STATE_DIR, ServerThread, apply_settings, seed_board
 
     sock = _listen(host, port)
@@ -83,6 +85,7 @@ def _run(fleet: Any, url: str, directory: Path, host: str, port: int,
     cluster: Any = connect(url)
     try:
         apply_settings(cluster, fleet)
+        check_roles(fleet, cluster.settings().roles)  # before any member could be refused
         seeded = seed_board(cluster, fleet)
         app = create_app(cluster, token=token, monitor=True, host=host)
         server = ServerThread(app, sock)

@@ -35,7 +35,9 @@ seed file and its line.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -43,6 +45,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from corral.defaults import MAX_ID_LENGTH
 from corral.errors import InvalidInputError
 from corral.scaling import SCALE_MODES, PoolLimits
 from corral.supervisor.manifest import (
@@ -55,7 +58,15 @@ from corral.supervisor.manifest import (
     parse_manifest,
 )
 
-__all__ = ["FleetManifest", "PoolSpec", "load_fleet", "parse_fleet", "read_seed"]
+__all__ = [
+    "FleetManifest",
+    "PoolSpec",
+    "check_commands",
+    "check_roles",
+    "load_fleet",
+    "parse_fleet",
+    "read_seed",
+]
 
 _POOL_KEYS = frozenset({"id", "role", "min", "max", "cooldown", "scale"})
 _AGENT_LIKE = frozenset(
@@ -190,6 +201,9 @@ def _pools(path: str, raw: Any, sup: Manifest) -> tuple[PoolSpec, ...]:
             hi = f.integer("max", max(lo, 1), minimum=1)
             if hi < lo:
                 raise f.error("max", "must be at least min")
+            if len(f"{pid}-{hi}") > MAX_ID_LENGTH:  # a member's node id, as the cluster checks it
+                longest = f"member ids ({pid}-1 .. {pid}-{hi}) must be at most {MAX_ID_LENGTH}"
+                raise f.error("max", f"{longest} characters: a shorter id or a lower max")
             limits = PoolLimits(
                 min=lo,
                 max=hi,
@@ -213,6 +227,51 @@ def _pools(path: str, raw: Any, sup: Manifest) -> tuple[PoolSpec, ...]:
         template = replace(template, restart="on-failure", env=MappingProxyType(env))
         out.append(PoolSpec(pid, role, limits, template))
     return tuple(out)
+
+
+def check_commands(fleet: FleetManifest, environ: Mapping[str, str] | None = None) -> None:
+    """Every pool's (and agent's) command can be started as the supervisor starts it:
+    its ``cwd`` a directory (relative to the manifest's), a ``cmd`` with a ``/`` an
+    executable file there, any other ``cmd`` an executable on the ``PATH`` it will
+    have (its ``env``'s, else ``environ``'s). The first that cannot is a
+    ``ManifestError`` naming the file, the pool or agent, and the field."""
+    base = os.environ if environ is None else environ
+    for p in fleet.pools:
+        problem = _command_problem(p.template, fleet.directory, base)
+        if problem is not None:
+            raise PoolError(fleet.path, problem[1], pool=p.id, field=problem[0])
+    for a in fleet.supervisor.agents:
+        problem = _command_problem(a, fleet.directory, base)
+        if problem is not None:
+            raise ManifestError(fleet.path, problem[1], agent=a.id, field=problem[0])
+
+
+def _command_problem(
+    spec: AgentSpec, directory: Path, environ: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """(field, reason) when ``spec``'s command cannot be started, else None."""
+    cwd = directory if spec.cwd is None else directory / spec.cwd
+    if not cwd.is_dir():
+        return "cwd", f"{spec.cwd}: no such directory"
+    if "/" in spec.cmd:
+        exe = cwd / spec.cmd
+        if not exe.is_file():
+            return "cmd", f"{spec.cmd}: no such file (in {cwd})"
+        if not os.access(exe, os.X_OK):
+            return "cmd", f"{spec.cmd}: not executable (chmod +x)"
+    elif shutil.which(spec.cmd, path=spec.env.get("PATH", environ.get("PATH"))) is None:
+        return "cmd", f"{spec.cmd}: not found on PATH (give its path, or fix PATH)"
+    return None
+
+
+def check_roles(fleet: FleetManifest, roles: tuple[str, ...]) -> None:
+    """Every pool's role is one the cluster accepts (``roles``: its settings' roles,
+    with the manifest's ``role_keywords`` applied); else a ``ManifestError`` naming
+    the file, the pool and ``role``."""
+    for p in fleet.pools:
+        if p.role not in roles:
+            reason = f"{p.role}: not a role of the cluster (one of {', '.join(roles)})"
+            raise PoolError(fleet.path, reason, pool=p.id, field="role")
 
 
 def _cluster(path: str, raw: Any) -> tuple[str | None, dict[str, Any]]:
