@@ -366,3 +366,42 @@ def test_heartbeat_round_trip(ts: float, status: str) -> None:
     beat = parse_heartbeat(text.encode())
     assert beat is not None and beat.status == status
     assert beat.ts == pytest.approx(float(ts), abs=1e-6)
+
+
+def test_a_tracker_restored_from_its_snapshot_goes_on_where_it_was() -> None:
+    """What ``pids.json`` keeps (the backoff step, the restarts granted and when)
+    is enough for a supervisor started again to give the next step and to exhaust
+    at the same count (issue 26, defect 3: a crash reset both)."""
+    clock = FakeClock()
+    cfg = RestartConfig(restart_limit=4)
+    first = RestartTracker(config=cfg, rand=lambda: 0.0)
+    delays = []
+    for _ in range(3):
+        delays.append(first.record_restart(clock.now()).delay)
+        clock.advance(5.0)
+    saved = first.snapshot()
+    second = RestartTracker(config=cfg, rand=lambda: 0.0)
+    second.restore(saved)
+    assert second.record_restart(clock.now()).delay == 8.0  # 1, 2, 4, then 8
+    assert delays == [1.0, 2.0, 4.0]
+    refused = second.record_restart(clock.advance(1.0))
+    assert refused.exhausted and second.restarts == 4
+    garbage = RestartTracker(config=cfg)
+    garbage.restore({"attempt": "x", "recent": [1.0, "y", None], "exhausted": 1})
+    assert (garbage.attempt, garbage.recent, garbage.exhausted) == (0, [1.0], False)
+
+
+def test_retirement_and_a_lower_bound_are_inputs_of_the_decision() -> None:
+    """A pool member retired by the cluster is not restarted whatever its policy;
+    a restart granted is not due before ``not_before`` (the old node declared
+    dead), its delay counted to that time."""
+    tracker = RestartTracker(rand=lambda: 0.0)
+    d = decide("always", Exit(code=1), stopped_by_operator=False, tracker=tracker, now=100.0,
+               retired=True)  # fmt: skip
+    assert (d.restart, d.reason) == (False, "retired") and tracker.restarts == 0
+    d = decide("on-failure", Exit(signal=9), stopped_by_operator=False, tracker=tracker,
+               now=100.0, not_before=105.5)  # fmt: skip
+    assert (d.restart, d.restart_at, d.delay) == (True, 105.5, 5.5)
+    d = decide("on-failure", Exit(signal=9), stopped_by_operator=False, tracker=tracker,
+               now=200.0, not_before=150.0)  # fmt: skip
+    assert (d.restart, d.restart_at) == (True, 202.0)  # the backoff is later: it stands

@@ -136,10 +136,17 @@ class _Agent:
         )
 
     def on_exit(
-        self, ex: Exit, now: float, *, shutting_down: bool = False, retired: bool = False
+        self,
+        ex: Exit,
+        now: float,
+        *,
+        shutting_down: bool = False,
+        retired: bool = False,
+        not_before: float | None = None,
     ) -> Decision:
         """Its process ended (``ex``; a hung one counts as a failure whatever its
-        status): the restart policy's decision, the tracker updated."""
+        status): the restart policy's decision, the tracker updated. ``retired`` and
+        ``not_before`` are the outside inputs of :func:`~corral.supervisor.policy.decide`."""
         return decide(
             self.spec.restart,
             Exit(at=now) if self.hung else ex,
@@ -147,6 +154,7 @@ class _Agent:
             tracker=self.tracker,
             now=now,
             retired=retired,
+            not_before=not_before,
         )
 
     def deadline(self) -> float | None:

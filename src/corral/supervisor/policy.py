@@ -336,12 +336,14 @@ def decide(
     tracker: RestartTracker,
     now: float,
     retired: bool = False,
+    not_before: float | None = None,
 ) -> Decision:
     """Apply the restart policy and the tracker to an exit: the one call the
     runtime makes when a process ends. Touches ``tracker`` only when the policy
     says restart. ``retired``: the agent's work is over by an outside decision (a
     pool member whose node the cluster retired), so it is not restarted whatever
-    its policy (reason ``"retired"``)."""
+    its policy (reason ``"retired"``). ``not_before``: a restart granted is not due
+    before this time (a pool member's old node must be declared dead first)."""
     if stopped_by_operator:
         tracker.mark_down(now)
         return Decision(restart=False, reason="operator")
@@ -351,7 +353,11 @@ def decide(
     if not should_restart(policy, exit.code, exit.signal, False):
         tracker.mark_down(now)
         return Decision(restart=False, reason="policy")
-    return tracker.record_restart(now)
+    d = tracker.record_restart(now)
+    late = not_before is not None and d.restart_at is not None and not_before > d.restart_at
+    if d.restart and late and not_before is not None:
+        return Decision(restart=True, delay=not_before - now, restart_at=not_before)
+    return d
 
 
 def startup_expired(started_at: float, timeout: float, now: float) -> bool:

@@ -575,9 +575,16 @@ class Supervisor:
         self._exited(a, ex, pid=child.pid)
         self._kick()
 
-    def _retired(self, a: _Agent) -> bool:
-        """Whether ``a``'s work is over by an outside decision (pools override)."""
+    # ---- policy inputs a subclass may give (pools: from their nodes snapshot) ------
+
+    def retired_by_cluster(self, a: _Agent) -> bool:
+        """Whether ``a``'s work is over by an outside decision, so its exit is not
+        restarted whatever its policy (no blocking call: read a snapshot)."""
         return False
+
+    def restart_not_before(self, a: _Agent) -> float | None:
+        """The earliest time a restart of ``a`` may be due (``None``: no bound)."""
+        return None
 
     def _exited(
         self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
@@ -613,7 +620,13 @@ class Supervisor:
             if not fut.done():
                 fut.set_result(None)
             return
-        decision = a.on_exit(ex, now, shutting_down=self._shutting_down, retired=self._retired(a))
+        decision = a.on_exit(
+            ex,
+            now,
+            shutting_down=self._shutting_down,
+            retired=self.retired_by_cluster(a),
+            not_before=self.restart_not_before(a),
+        )
         a.hung = None
         if decision.restart:
             delay = round(decision.delay, 3)
