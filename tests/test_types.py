@@ -96,7 +96,7 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "run_workflow", "list_handlers", "get_handler", "send_event", "serve_workflows",
         "take_workflow_work", "report_handler", "report_steps", "release_handler",
         "request_spawn", "spawn_requests", "accept_spawn_request", "decline_spawn_request",
-        "fulfil_spawn_request",
+        "withdraw_spawn_request", "fulfil_spawn_request",
     }  # fmt: skip
     assert _protocol_methods() == ops
 

@@ -333,7 +333,7 @@ class ClientOperations(Protocol):
         self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
     ) -> list[SpawnRequest]:
         """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
-        declined) and ``pool`` (at most ``limit``)."""
+        declined, withdrawn) and ``pool`` (at most ``limit``)."""
         ...
 
     def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
@@ -342,6 +342,14 @@ class ClientOperations(Protocol):
 
     def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
         """Decline a pending spawn request: nothing is spawned for it."""
+        ...
+
+    def withdraw_spawn_request(
+        self, request_id: int, reason: str, actor: str = "pool"
+    ) -> SpawnRequest:
+        """Withdraw a pending spawn request its pool no longer wants (the board drained,
+        the recommendation changed): status ``withdrawn``, nothing spawned, and a
+        ``spawn_request_withdrawn`` event with the ``reason``."""
         ...
 
     def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:

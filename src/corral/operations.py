@@ -345,6 +345,11 @@ OPERATIONS: tuple[Operation, ...] = (
         names={"mcp": {"actor": "agent_id"}},
     ),
     Operation(
+        "withdraw_spawn_request",
+        "POST /v1/spawn-requests/{request_id}/withdraw",
+        caller="operator",
+    ),
+    Operation(
         "fulfil_spawn_request", "POST /v1/spawn-requests/{request_id}/fulfil", caller="operator"
     ),
 )

@@ -38,6 +38,7 @@ class HttpOperations(RemoteCalls):
         "release_assignment": frozenset({"assignment_id"}),
         "accept_spawn_request": frozenset({"request_id"}),
         "decline_spawn_request": frozenset({"request_id"}),
+        "withdraw_spawn_request": frozenset({"request_id"}),
         "fulfil_spawn_request": frozenset({"request_id"}),
     }
 
@@ -425,6 +426,17 @@ class HttpOperations(RemoteCalls):
         return one(
             SpawnRequest,
             self._invoke("decline_spawn_request", {"request_id": request_id, "actor": actor}),
+        )
+
+    def withdraw_spawn_request(
+        self, request_id: int, reason: str, actor: str = "pool"
+    ) -> SpawnRequest:
+        return one(
+            SpawnRequest,
+            self._invoke(
+                "withdraw_spawn_request",
+                {"request_id": request_id, "reason": reason, "actor": actor},
+            ),
         )
 
     def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:

@@ -29,8 +29,9 @@ _POOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id rule
 
 @dataclass(frozen=True, slots=True)
 class SpawnRequest:
-    """A member a pool wants. ``status`` is pending, accepted or declined;
-    ``member`` the agent it became once spawned."""
+    """A member a pool wants. ``status`` is pending, accepted, declined or withdrawn
+    (its pool no longer wants it); ``reason`` why it was asked; ``member`` the agent
+    it became once spawned."""
 
     id: int
     pool: str
@@ -65,7 +66,7 @@ class _SpawnStore(Protocol):
         self, status: str | None, pool: str | None, limit: int
     ) -> list[SpawnRequest]: ...
     def decide_spawn_request(
-        self, request_id: int, status: str, actor: str, now: float
+        self, request_id: int, status: str, actor: str, now: float, reason: str | None = None
     ) -> SpawnRequest: ...
     def fulfil_spawn_request(self, request_id: int, member: str, now: float) -> SpawnRequest: ...
 
@@ -116,7 +117,7 @@ class SpawnRequestsMixin:
         self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
     ) -> list[SpawnRequest]:
         """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
-        declined) and ``pool`` (at most ``limit``)."""
+        declined, withdrawn) and ``pool`` (at most ``limit``)."""
         return self._spawns.spawn_requests(
             None if status is None else check_choice(status, SPAWN_STATUSES, "status"),
             None if pool is None else _pool(pool),
@@ -134,6 +135,21 @@ class SpawnRequestsMixin:
         ``spawn_request_declined`` event names the actor (``operator`` when none is
         given). A request already decided is refused."""
         return self._decide(request_id, "declined", actor)
+
+    def withdraw_spawn_request(
+        self, request_id: int, reason: str, actor: str = "pool"
+    ) -> SpawnRequest:
+        """Withdraw a pending spawn request its pool no longer wants (the board
+        drained, the recommendation changed): status ``withdrawn``, nothing spawned,
+        and a ``spawn_request_withdrawn`` event with the ``reason``. A request already
+        decided is refused."""
+        return self._spawns.decide_spawn_request(
+            check_request_id(request_id),
+            "withdrawn",
+            check_id(actor, "actor"),
+            self.clock.now(),
+            check_text(reason, "reason", max_len=500),
+        )
 
     def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
         """Record the member an accepted request was spawned as (its pool calls this

@@ -43,7 +43,7 @@ Strength: TypeAlias = Literal["high", "medium", "low"]
 ProcessState: TypeAlias = Literal["STOPPED", "STARTING", "RUNNING", "UNHEALTHY", "WAITING"]
 ProcessAction: TypeAlias = Literal["start", "stop", "restart"]
 # A spawn request's status (corral.spawning).
-SpawnStatus: TypeAlias = Literal["pending", "accepted", "declined"]
+SpawnStatus: TypeAlias = Literal["pending", "accepted", "declined", "withdrawn"]
 # What assess_workload finds (corral.assessment.decide).
 WorkloadStatus: TypeAlias = Literal["idle", "overloaded", "balanced", "underutilized"]
 

@@ -18,6 +18,7 @@ OPERATIONS = (
     "spawn_requests",
     "accept_spawn_request",
     "decline_spawn_request",
+    "withdraw_spawn_request",
     "fulfil_spawn_request",
 )
 BAD_INPUT = OPERATIONS
@@ -61,6 +62,39 @@ def test_a_request_is_pending_until_decided_and_each_step_is_an_event(
     ]
     assert events[-1].node_id == "dev-1"
     assert r.text == f"spawn request {r.id} (pool dev, developer): pending"
+
+
+def test_a_withdrawn_request_says_why_and_is_never_decided_nor_spawned(
+    cluster: Any, clock: FakeClock
+) -> None:
+    """A pool withdraws a pending request it no longer wants: status withdrawn, by
+    the pool, an event with the reason; it can then be neither accepted, declined,
+    withdrawn again nor spawned."""
+    r = cluster.request_spawn("dev", "developer", "spawn_developer: 3 pending tasks")
+    clock.advance(4)
+    w = cluster.withdraw_spawn_request(r.id, "no longer wanted: terminate_idle, 0 pending")
+    assert (w.status, w.decided_by, w.decided_at, w.reason) == (
+        "withdrawn", "pool", T0 + 4, "spawn_developer: 3 pending tasks",
+    )  # fmt: skip
+    assert [x.id for x in cluster.spawn_requests(status="withdrawn")] == [r.id]
+    assert cluster.spawn_requests(status="pending") == []
+    e = [e for e in cluster.events() if e.kind == "spawn_request_withdrawn"]
+    assert [(x.data["id"], x.data["actor"], x.data["reason"]) for x in e] == [
+        (r.id, "pool", "no longer wanted: terminate_idle, 0 pending"),
+    ]
+    before = world(cluster), _spawns(cluster)
+    for call in (
+        lambda: cluster.accept_spawn_request(r.id),
+        lambda: cluster.decline_spawn_request(r.id),
+        lambda: cluster.withdraw_spawn_request(r.id, "again"),
+        lambda: cluster.fulfil_spawn_request(r.id, "dev-1"),
+    ):
+        with pytest.raises(InvalidInputError) as exc:
+            call()
+        assert exc.value.field == "request_id"
+    with pytest.raises(NotFoundError):
+        cluster.withdraw_spawn_request(999, "gone")
+    assert (world(cluster), _spawns(cluster)) == before
 
 
 def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: Any) -> None:
@@ -109,6 +143,10 @@ def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: An
         (lambda c: c.decline_spawn_request(-1), "request_id"),
         (lambda c: c.decline_spawn_request(True), "request_id"),
         (lambda c: c.decline_spawn_request(1, 5), "actor"),
+        (lambda c: c.withdraw_spawn_request(0, "why"), "request_id"),
+        (lambda c: c.withdraw_spawn_request(1, 5), "reason"),
+        (lambda c: c.withdraw_spawn_request(1, "x" * 501), "reason"),
+        (lambda c: c.withdraw_spawn_request(1, "why", ""), "actor"),
         (lambda c: c.fulfil_spawn_request(1.5, "dev-1"), "request_id"),
         (lambda c: c.fulfil_spawn_request(1, ""), "member"),
     ],

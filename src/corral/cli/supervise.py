@@ -212,9 +212,13 @@ _TEXT: dict[str, Any] = {
 
 
 def _request_line(r: dict[str, Any]) -> str:
+    """``3  dev  developer  pending  (spawn_developer: 5 pending tasks, ...)``: a
+    pending request says why its pool asked."""
     who = f" by {r['decided_by']}" if r.get("decided_by") else ""
     member = f" -> {r['member']}" if r.get("member") else ""
-    return f"{r.get('id')}  {r.get('pool')}  {r.get('role')}  {r.get('status')}{who}{member}"
+    why = f"  ({r['reason']})" if r.get("status") == "pending" and r.get("reason") else ""
+    line = f"{r.get('id')}  {r.get('pool')}  {r.get('role')}  {r.get('status')}{who}{member}"
+    return line + why
 
 
 def _make_command(cmd: Any) -> click.Command:

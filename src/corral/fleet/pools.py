@@ -15,7 +15,8 @@ each spawns against ``max_agents`` before the next pool decides:
 
 - **spawn**: a new member, once every agent it depends on is RUNNING;
 - **ask**: one spawn request per wanted member (:mod:`corral.fleet.requests`);
-  an accepted request is spawned as soon as ``max_agents`` leaves room;
+  an accepted request is spawned as soon as ``max_agents`` leaves room; a pending
+  one the pool no longer wants is withdrawn, with the reason;
 - **retire**: SIGTERM to a member whose node has been idle for the cluster's
   ``idle_timeout`` (the worker SDK hands its leases back and exits 0).
 
@@ -41,7 +42,7 @@ from typing import Any
 
 from corral.errors import CorralError, NotFoundError
 from corral.fleet.manifest import FleetManifest, PoolSpec
-from corral.fleet.requests import Requests
+from corral.fleet.requests import Look, Requests, unwanted
 from corral.lifecycle import liveness_window
 from corral.model import Node
 from corral.scaling import Decision, FleetView, PoolState, decide
@@ -77,9 +78,7 @@ class Observation:
     max_agents: int
     idle_timeout: float
     nodes: dict[str, Node]  # the newest incarnation of every node, by id
-    accepted: dict[str, list[int]] = field(default_factory=dict)  # pool -> request ids
-    asked: dict[str, int] = field(default_factory=dict)  # pool -> pending requests
-    declined: dict[str, float] = field(default_factory=dict)  # pool -> last decline
+    requests: Look = field(default_factory=Look)  # the ask-mode pools' spawn requests
 
 
 class FleetSupervisor(Supervisor):
@@ -128,14 +127,9 @@ class FleetSupervisor(Supervisor):
         a = c.assess_workload()
         s = c.settings()
         nodes = {n.id: n for n in c.list_nodes()}
-        accepted: dict[str, list[int]] = {}
-        asked: dict[str, int] = {}
-        declined: dict[str, float] = {}
-        if self.requests is not None:
-            accepted, asked, declined = self.requests.look()
         return Observation(
             a.recommendation, a.pending_tasks, a.max_agents, float(s.idle_timeout_seconds),
-            nodes, accepted, asked, declined,
+            nodes, Look() if self.requests is None else self.requests.look(),
         )  # fmt: skip
 
     # ---- ask mode: corral ctl requests | accept ID | decline ID --------------------
@@ -195,9 +189,10 @@ class FleetSupervisor(Supervisor):
                     idle += 1
                     if node.idle_since is not None and now - node.idle_since >= seen.idle_timeout:
                         expired += 1
-            if pool.id in seen.declined:  # a no counts as a change: ask again after cooldown
-                rt.last_change = max(rt.last_change or 0.0, seen.declined[pool.id])
-            accepted = seen.accepted.get(pool.id, [])
+            asks = seen.requests
+            if pool.id in asks.declined:  # a no counts as a change: ask again after cooldown
+                rt.last_change = max(rt.last_change or 0.0, asks.declined[pool.id])
+            accepted = asks.accepted.get(pool.id, [])
             waiting = 0
             for req in accepted:  # an operator's yes: spawned when there is room
                 if live < seen.max_agents and self._deps_ready(pool) and self.requests:
@@ -213,10 +208,14 @@ class FleetSupervisor(Supervisor):
                 members=len(members),
                 idle=idle,
                 idle_expired=expired,
-                requested=seen.asked.get(pool.id, 0) + waiting,
+                requested=waiting,
                 last_change=rt.last_change,
             )
             view = FleetView(seen.recommendation, seen.pending, live, seen.max_agents)
+            pending = asks.pending.get(pool.id, [])
+            if self.requests is not None and pending:
+                pending = self._withdraw(pool, state, view, pending)
+            state = replace(state, requested=waiting + len(pending))
             d = decide(pool.role, pool.limits, state, view, now)
             rt.last_decision = d
             out[pool.id] = d
@@ -227,8 +226,9 @@ class FleetSupervisor(Supervisor):
                 live += d.change
                 self._scaled(rt, now, before, before + d.change, d.reason)
             elif d.action == "ask" and self.requests is not None:
+                why = f"{d.reason}: {_counts(view, state)}"  # shown by corral ctl requests
                 for _ in range(d.change):
-                    self.requests.ask(pool.id, pool.role, d.reason)
+                    self.requests.ask(pool.id, pool.role, why)
                 rt.last_change = now
             elif d.action == "retire":
                 idle_members = [
@@ -242,6 +242,22 @@ class FleetSupervisor(Supervisor):
                     self._spawn_task(functools.partial(self._retire, rt, a))
                 self._scaled(rt, now, len(members), len(members) - len(chosen), d.reason)
         return out
+
+    def _withdraw(
+        self, pool: PoolSpec, state: PoolState, view: FleetView, pending: list[int]
+    ) -> list[int]:
+        """Withdraw the pool's pending requests it no longer wants (newest first);
+        the ones still pending."""
+        n = unwanted(pool.role, pool.limits, state, view, len(pending))
+        if n == 0 or self.requests is None:
+            return pending
+        why = f"no longer wanted: {view.recommendation}: {_counts(view, state)}"
+        keep, drop = pending[: len(pending) - n], pending[len(pending) - n :]
+        for req in reversed(drop):
+            with contextlib.suppress(CorralError):  # decided meanwhile: the next look sees it
+                self.requests.withdraw(req, why)
+                self._log("info", "spawn request withdrawn", pool=pool.id, request=req, why=why)
+        return keep
 
     def _deps_ready(self, pool: PoolSpec) -> bool:
         return all(self.agents[d].state is State.RUNNING for d in pool.template.depends_on)
@@ -355,3 +371,8 @@ class FleetSupervisor(Supervisor):
         except (NotFoundError, CorralError):
             return None
         return node
+
+
+def _counts(view: FleetView, state: PoolState) -> str:
+    """What a spawn request's reason says of the board and the pool."""
+    return f"{view.pending} pending tasks, {state.members} members ({state.idle} idle)"

@@ -158,7 +158,8 @@ def describe(e: Event) -> Line | None:
     if e.kind.startswith("spawn_request"):
         what = "requested" if e.kind == "spawn_requested" else e.kind.removeprefix("spawn_request_")
         by = f" by {d['actor']}" if d.get("actor") else ""
-        text = f"spawn request {d.get('id')} for pool {d.get('pool')}: {d.get('status')}{by}"
+        why = f" ({d['reason']})" if d.get("reason") else ""
+        text = f"spawn request {d.get('id')} for pool {d.get('pool')}: {d.get('status')}{by}{why}"
         return Line(e.ts, what, d.get("pool"), text)
     return None
 

@@ -2,7 +2,8 @@
 wants; an operator or a manager agent accepts or declines it; the pool spawns an
 accepted one and records the member it became. Each step is one transaction that
 appends its event (``spawn_requested``, ``spawn_request_accepted``,
-``spawn_request_declined``, ``spawn_request_fulfilled``) with the actor."""
+``spawn_request_declined``, ``spawn_request_withdrawn`` with its reason,
+``spawn_request_fulfilled``) with the actor."""
 
 from __future__ import annotations
 
@@ -57,15 +58,16 @@ class SpawnMixin(SQLHost):
         return [spawn_request_from_row(r) for r in rows]
 
     def decide_spawn_request(
-        self, request_id: int, status: str, actor: str, now: float
+        self, request_id: int, status: str, actor: str, now: float, reason: str | None = None
     ) -> SpawnRequest:
         with self._write() as tx:
             row = tx.one("spawn_request_decide", id=request_id, status=status, actor=actor, now=now)
             if row is None:
                 self._refuse_decision(tx, request_id)
             req = spawn_request_from_row(row)
+            why: dict[str, Any] = {} if reason is None else {"reason": reason}  # a withdrawal's
             self._event(tx, now, f"spawn_request_{status}", id=req.id, pool=req.pool,
-                        role=req.role, status=status, actor=actor)  # fmt: skip
+                        role=req.role, status=status, actor=actor, **why)  # fmt: skip
             return req
 
     def fulfil_spawn_request(self, request_id: int, member: str, now: float) -> SpawnRequest:
