@@ -60,3 +60,30 @@ def test_bad_scheduler_calls_are_error_answers(sqlite_cluster: corral.Cluster) -
     before = (c.list_agents(), c.list_assignments(), c.events())
     run(c, script)
     assert (c.list_agents(), c.list_assignments(), c.events()) == before
+
+
+def test_releasing_an_activation_twice_points_to_get_assignment(
+    sqlite_cluster: corral.Cluster,
+) -> None:
+    """A release refused (released already) says what to do next for an activation,
+    call get_assignment, not claim_best_task (a task's hint); the Python error too."""
+    c = sqlite_cluster
+    c.register_node("r1", "runner")
+    c.add_agent("persona")
+    a = c.get_assignment("r1", "exploration")
+    assert a is not None
+    c.release_assignment(a.id, "r1", a.epoch)
+
+    async def script(call: Any, client: Client) -> None:
+        err, text = await call("release_assignment", agent_id="r1", assignment_id=a.id,
+                               epoch=a.epoch)  # fmt: skip
+        assert err and text.startswith("ERROR: "), text
+        assert "get_assignment" in text and "claim_best_task" not in text, text
+
+    run(c, script)
+    try:
+        c.release_assignment(a.id, "r1", a.epoch)
+    except corral.LeaseError as exc:
+        assert "get_assignment" in exc.hint
+    else:
+        raise AssertionError("a second release was accepted")

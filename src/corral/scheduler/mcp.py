@@ -9,7 +9,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from corral.errors import LeaseError
 from corral.scheduler import texts
+from corral.scheduler.ops import activation_lost
 
 __all__ = ["register_tools"]
 
@@ -48,7 +50,10 @@ def register_tools(
             dict[str, Any] | None, Field(description="Counts and free-form fields.")
         ] = None,
     ) -> str:
-        agent = client.release_assignment(assignment_id, agent_id, epoch, outcome)
+        try:
+            agent = client.release_assignment(assignment_id, agent_id, epoch, outcome)
+        except LeaseError as exc:  # over HTTP too: the hint is an activation's
+            raise activation_lost(exc) from None
         touch(agent_id)
         return texts.released_text(agent)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from corral.errors import InvalidInputError
+from corral.errors import InvalidInputError, LeaseError
 from corral.scheduler.agentconfig import check_config
 from corral.scheduler.policy import MODES
 from corral.validation import MAX_INT, check_choice, check_id, check_limit, check_payload
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from corral.scheduler.records import Agent, Assignment, Notification
     from corral.store import Store
 
-__all__ = ["SchedulerOps"]
+__all__ = ["ActivationLostError", "SchedulerOps", "activation_lost"]
 
 _COUNTS = ("posts", "comments", "inbox_read")
 
@@ -34,6 +34,22 @@ def _outcome(outcome: Any) -> dict[str, Any]:
             )
     check_payload(outcome, "outcome")
     return dict(outcome)
+
+
+class ActivationLostError(LeaseError):
+    """The runner no longer holds the activation it names (released already,
+    expired, or another runner's): a ``LeaseError`` whose next step is an
+    activation's, not a task's."""
+
+    hint = "That activation is over: call get_assignment for the next one."
+
+
+def activation_lost(exc: LeaseError) -> ActivationLostError:
+    """``exc`` (a release refused, maybe mapped back from HTTP as a plain
+    ``LeaseError``) with the activation's hint."""
+    if isinstance(exc, ActivationLostError):
+        return exc
+    return ActivationLostError(exc.message, field=exc.field)
 
 
 class SchedulerOps:
@@ -105,8 +121,9 @@ class SchedulerOps:
         ``activation_count`` are set and ``outcome`` (``posts``, ``comments``,
         ``inbox_read`` and free-form fields) is recorded against its daily caps.
 
-        ``LeaseError`` (nothing changed) when the runner does not hold it at
-        ``epoch``: released already, expired, or another runner's."""
+        ``LeaseError`` (nothing changed; its hint names ``get_assignment``) when the
+        runner does not hold it at ``epoch``: released already, expired, or another
+        runner's."""
         if (
             isinstance(assignment_id, bool)
             or not isinstance(assignment_id, int)
@@ -117,13 +134,16 @@ class SchedulerOps:
             )
         if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= MAX_INT:
             raise InvalidInputError("epoch must be a positive integer", field="epoch")
-        return self.store.release_activation(
-            assignment_id,
-            check_id(runner_id, "runner_id"),
-            epoch,
-            _outcome(outcome),
-            self.clock.now(),
-        )
+        try:
+            return self.store.release_activation(
+                assignment_id,
+                check_id(runner_id, "runner_id"),
+                epoch,
+                _outcome(outcome),
+                self.clock.now(),
+            )
+        except LeaseError as exc:
+            raise activation_lost(exc) from None
 
     def list_assignments(self, limit: int = 100) -> list[Assignment]:
         """The live activations (who holds which agent, until when), oldest first."""
