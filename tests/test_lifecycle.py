@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 
 import pytest
@@ -10,7 +11,16 @@ from hypothesis import strategies as st
 
 import corral
 from corral import Monitor
-from corral.lifecycle import STAMP_FRACTION, idle_expired, next_idle_since, stamp_due
+from corral.lifecycle import (
+    STAMP_FRACTION,
+    idle_expired,
+    next_idle_since,
+    registration_allowed,
+    reregistration_allowed,
+    stamp_due,
+    status_allowed,
+    status_on_reregistering,
+)
 from corral.model import Node, Settings
 from corral.store.queries import load_queries, schema
 
@@ -240,3 +250,33 @@ def test_last_seen_is_computed_in_one_place():
     assert found == []
     assert Node(id="N", role="developer", status="idle", last_activity=5.0, last_heartbeat=7.0,
                 registered_at=1.0).last_seen == 7.0  # fmt: skip
+
+
+# --- re-registration and idle (issue 32) ------------------------------------------------
+def test_reregistration_allowed_is_a_new_claim_only_for_a_manager_turning_counted():
+    """Every case: a live node keeps its place unless it leaves a manager's role for a
+    counted one; then it fits as a new node would beside the others (live - 1)."""
+    roles = ("developer", "architect", "bootstrap_manager")
+    for old, new, live, cap in itertools.product(roles, roles, range(1, 7), range(1, 6)):
+        turning = old == "bootstrap_manager" and new != "bootstrap_manager"
+        want = (live - 1 < cap) if turning else True
+        assert reregistration_allowed(old, new, live, cap) == want, (old, new, live, cap)
+        if turning:
+            assert want == registration_allowed(new, live - 1, cap)
+
+
+def test_status_on_reregistering_every_case():
+    roles = ("developer", "architect", "bootstrap_manager")
+    statuses = ("working", "idle", "waiting")
+    for status, old, new, holds in itertools.product(statuses, roles, roles, (False, True)):
+        got = status_on_reregistering(status, old, new, holds)
+        if old == new or holds:
+            assert got == status
+        else:
+            assert got == ("working" if new == "bootstrap_manager" else "idle")
+
+
+def test_only_idle_is_refused_to_a_node_that_holds_a_task():
+    for status in ("working", "idle", "waiting", "terminated"):
+        assert status_allowed(status, holds_task=False)
+        assert status_allowed(status, holds_task=True) == (status != "idle")

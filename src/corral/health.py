@@ -1,5 +1,6 @@
 """A heartbeat's health from its metrics: CPU above 70 % or memory above 4096 MB is
-``degraded``; CPU above 90 % or memory above 8192 MB is ``unhealthy``; else ``healthy``."""
+``degraded``; CPU above 90 % or memory above 8192 MB is ``unhealthy``; else ``healthy``.
+A beat that says nothing about health keeps the node's last one (``health_after_beat``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from corral.types import HealthStatus
 
-__all__ = ["HealthThresholds", "health_status"]
+__all__ = ["HealthThresholds", "health_after_beat", "health_status"]
 
 
 class HealthThresholds:
@@ -42,3 +43,13 @@ def health_status(
     if cpu > thresholds.cpu_degraded or mem > thresholds.mem_degraded:
         return "degraded"
     return "healthy"
+
+
+def health_after_beat(old: str | None, beat: str | None) -> str | None:
+    """A node's health after a heartbeat whose health (told, or derived from its
+    metrics) is ``beat``: that one, or the node's last (``old``) when the beat has none
+    (no ``health_status``, no ``metrics``). Encoded in SQL as ``coalesce(:health,
+    health)`` (the named queries ``node_heartbeat_steady`` and ``node_heartbeat``);
+    tests/test_health.py checks both dialects' statements against this. Every change
+    is a ``node_health`` event with this ``old``."""
+    return old if beat is None else beat

@@ -19,6 +19,7 @@ from corral import lifecycle, scoring
 from corral.config import check_changes, settings_from_rows, timing_changed
 from corral.defaults import MANAGER_ROLE
 from corral.errors import CapacityError, InvalidInputError, LeaseError, NotFoundError
+from corral.health import health_after_beat
 from corral.model import Event, Node, Registered, Settings, Task, last_seen
 from corral.render import capacity_error_text
 from corral.store.base import NodeSpec, Store, TaskSpec
@@ -350,9 +351,7 @@ class SQLStore(
         if spec.role == old["role"]:
             self._event(tx, now, "node_reregistered", spec.id, role=spec.role)
         else:
-            self._event(
-                tx, now, "node_reregistered", spec.id, role=spec.role, old_role=old["role"]
-            )
+            self._event(tx, now, "node_reregistered", spec.id, role=spec.role, old_role=old["role"])
         if status != old["status"]:
             self._event(tx, now, "node_status", spec.id, old=old["status"], new=status)
         return row
@@ -427,8 +426,9 @@ class SQLStore(
                     now=now,
                     incarnation=old["incarnation"],
                 )
-                if health is not None and health != old["health"]:
-                    self._event(tx, now, "node_health", node_id, old=old["health"], new=health)
+                new = health_after_beat(old["health"], health)
+                if new != old["health"]:
+                    self._event(tx, now, "node_health", node_id, old=old["health"], new=new)
             return self._node(tx, row)
 
     def touch(self, node_id: str, now: float) -> bool:
