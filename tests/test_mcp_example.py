@@ -83,3 +83,19 @@ def test_the_page_cites_only_files_the_repository_has() -> None:
     names = set(re.findall(r"[\w./-]+\.md\b", DOC.read_text(encoding="utf-8")))
     missing = [n for n in sorted(names) if not ((ROOT / n).exists() or (DOC.parent / n).exists())]
     assert missing == []
+
+
+def test_the_sdk_names_the_page_gives_are_the_pinned_sdks() -> None:
+    """Every ``mcp.NAME`` the example's section names is exported by the pinned SDK,
+    and a name the page says is gone is not (it said ``ClientSession`` was gone,
+    which 2.x still exports)."""
+    import mcp
+
+    section = DOC.read_text(encoding="utf-8").split(HEADING, 1)[1].split("```python", 1)[0]
+    named = re.findall(r"`mcp\.(\w+)`", section)
+    assert named, "the section names no SDK class"
+    assert [n for n in named if not hasattr(mcp, n)] == []
+    for sentence in re.split(r"(?<=[.;)])\s", section):
+        if re.search(r"\b(is|are) gone\b", sentence):
+            gone = re.findall(r"`(\w+)`", sentence)
+            assert [n for n in gone if hasattr(mcp, n)] == [], sentence

@@ -281,6 +281,11 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("broadcast", {"message": ""}, "message must not be empty"),
     ("catch_up", {}, "agent_id: required argument missing"),
     ("read_state", {"agent_id": "x" * 65}, "longer than"),
+    (
+        "assess_workload",
+        {"agent_id": "Node-ZZ"},
+        "no live node Node-ZZ (unknown or terminated). Call register_node with this agent_id.",
+    ),
     ("no_such_tool", {}, "unknown tool"),
 ]
 

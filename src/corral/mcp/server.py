@@ -36,7 +36,7 @@ from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 import corral
-from corral.errors import CorralError
+from corral.errors import CorralError, NotFoundError
 from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
 from corral.operations import OPERATIONS, operation
@@ -198,6 +198,17 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             if fn is not None:
                 fn(agent_id)
 
+    def caller(agent_id: str | None) -> None:
+        """``touch``, and refuse a caller that is no live node (an unknown
+        ``agent_id`` was accepted silently)."""
+        if agent_id is None:
+            return
+        fn = getattr(client, "touch", None)
+        if fn is None:
+            client.get_node(agent_id)  # NotFoundError for an unknown node
+        elif not fn(agent_id):
+            raise NotFoundError(f"no live node {agent_id} (unknown or terminated)", field="node_id")
+
     # --- nodes ------------------------------------------------------------------------
     @tool(
         "Join the cluster as agent_id in a role. strength is derived from model_name when "
@@ -315,7 +326,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         "spawn recommendation (recorded for read_state)."
     )
     def assess_workload(agent_id: OptAgentId = None) -> str:
-        touch(agent_id)
+        caller(agent_id)
         return _render("assess_workload")(client.assess_workload())
 
     @tool("The board, the active nodes, cluster metadata and work distribution.")
