@@ -30,7 +30,7 @@ from corral.types import Client
 ROOT = Path(__file__).resolve().parent.parent
 
 # Methods only the remote client has: its transport and the server's text view.
-HTTP_ONLY = {"request", "for_node"}
+HTTP_ONLY = {"request", "for_node", "keyed"}  # keyed: corral.outage's idempotency keys
 _DUNDERS = {"__enter__", "__exit__"}
 
 

@@ -17,6 +17,8 @@ import json
 import math
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, Self, overload
 from urllib.parse import urlencode, urlsplit
 
@@ -37,6 +39,7 @@ from corral.model import (
     Task,
 )
 from corral.operations import OPERATIONS
+from corral.outage import CallLost
 from corral.remote_calls import build, one, segment
 from corral.remote_ops import HttpOperations
 from corral.scheduler.remote import SchedulerRemote
@@ -228,24 +231,27 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         except UnicodeEncodeError:
             raise InvalidInputError(f"not an ASCII request target: {target!r}") from None
         message = b"".join((line, extra, b"Content-Length: %d\r\n\r\n" % len(data), data))
+        sent = False  # a try reached a server: it may have acted (CallLost)
         for attempt in (0, 1):
             try:
                 conn, reused = self._conn()
             except OSError as exc:
-                raise StoreUnavailableError(
+                unreachable = CallLost if sent else StoreUnavailableError
+                raise unreachable(
                     f"cannot reach {self.url}: {exc}; is corral serve running?"
                 ) from None
             try:
+                sent = True
                 status, payload, close = conn.roundtrip(message, timeout or self.timeout)
             except _Closed as exc:
                 self._drop(conn)
                 if reused and attempt == 0 and not exc.partial:
                     continue  # the server closed an idle keep-alive connection
-                raise StoreUnavailableError(f"lost the connection to {self.url}: {exc}") from None
+                raise CallLost(f"lost the connection to {self.url}: {exc}") from None
             except OSError as exc:
                 self._drop(conn)
-                raise StoreUnavailableError(
-                    f"cannot reach {self.url}: {exc}; is corral serve running?"
+                raise CallLost(
+                    f"no answer from {self.url}: {exc}; is corral serve running?"
                 ) from None
             if close:
                 self._drop(conn)
@@ -359,6 +365,25 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         query = {"status": status, "assigned_to": assigned_to, "limit": limit}
         return [_task(d) for d in self._call("list_tasks", query)]
 
+    @contextmanager
+    def keyed(self, key: str) -> Iterator[None]:
+        """This thread's claims (``claim_best_task``, ``complete_and_claim``) inside the
+        block carry idempotency key ``key``: a claim sent again with the key its lost
+        answer had returns what that answer held (the server keeps the key in the
+        store, in the claim's own transaction) instead of taking another task."""
+        before = getattr(self._local, "key", None)
+        self._local.key = key
+        try:
+            yield
+        finally:
+            self._local.key = before
+
+    def _keyed(self, body: dict[str, Any]) -> dict[str, Any]:
+        key = getattr(self._local, "key", None)
+        if key is not None:
+            body["idempotency_key"] = key
+        return body
+
     def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
         if isinstance(wait, float) and not math.isfinite(wait):
             raise InvalidInputError("wait must be a finite number of seconds", field="wait")
@@ -367,7 +392,7 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
             timeout = self.timeout + wait
         d = self._call(
             "claim_best_task",
-            {"role": role, "wait": wait},
+            self._keyed({"role": role, "wait": wait}),
             timeout=timeout,
             node=node_id,
         )
@@ -388,7 +413,7 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         result: Any = None,
     ) -> tuple[Task, Task | None]:
         body = {"node_id": node_id, "role": role, "epoch": epoch, "result": result}
-        d = self._call("complete_and_claim", body, task=task_id)
+        d = self._call("complete_and_claim", self._keyed(body), task=task_id)
         return _task(d["done"]), None if d["next"] is None else _task(d["next"])
 
     def fail_task(

@@ -16,15 +16,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import click
 
 from corral.cli._common import Seconds
-from corral.cli.worker import _check_command, _node_id, _stop
+from corral.cli.worker import _check_command, _node_id, _stop, outage_option
 
 __all__ = ["command_outcome", "register"]
 
@@ -130,6 +132,7 @@ def command_outcome(command: tuple[str, ...], runner_id: str, timeout: float | N
     default=None,
     help="Exit after this many activations.",
 )
+@outage_option
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings only.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -143,15 +146,18 @@ def runner(
     no_retire: bool,
     activation_timeout: float | None,
     max_activations: int | None,
+    outage_tolerance: float,
     quiet: bool,
     command: tuple[str, ...],
 ) -> int:
     """Run COMMAND once per activation (put it after --).
 
     Exit codes: 0 retired, stopped or --max-activations done; 1 terminated by the
-    cluster (or registration refused); 2 bad arguments; 3 store unavailable.
+    cluster (or registration refused); 2 bad arguments; 3 store unavailable for
+    longer than --outage-tolerance.
     """
     from corral.client import connect
+    from corral.outage import tolerant
     from corral.scheduler.runner import Runner
 
     _check_command(command)
@@ -164,6 +170,9 @@ def runner(
     root = ctx.find_root()
     cluster = connect(root.obj.get("url") if isinstance(root.obj, dict) else None)
     handle = command_outcome(command, rid, activation_timeout)
+    # The runner's calls ride out an unreachable store (its heartbeats are not
+    # retried: they count failures and alert); a stop ends a wait at once.
+    stopping = threading.Event()
     try:
         r = Runner(
             rid,
@@ -171,12 +180,20 @@ def runner(
             on_inbox=handle,
             on_discovery=handle,
             on_scheduled=handle,
-            cluster=cluster,
+            cluster=tolerant(cluster, outage_tolerance, sleep=stopping.wait),
             heartbeat_interval=heartbeat_interval,
             poll_interval=poll_interval,
             idle_timeout_seconds=idle_timeout,
             retire=not no_retire,
+            handle_signals=False,  # ours: they also end a wait for the store
         )
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stopping.set()
+            r.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         return r.run(max_activations=max_activations)
     finally:
         cluster.close()

@@ -112,6 +112,37 @@ def _check_command(command: tuple[str, ...]) -> None:
     raise click.BadParameter(f"{program}: {why}", param_hint="'COMMAND'")
 
 
+def _tolerance(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """``--outage-tolerance``: seconds from 0 up to how long the store keeps a claim's
+    idempotency key."""
+    from corral.errors import InvalidInputError
+    from corral.outage import MAX_OUTAGE_TOLERANCE, check_tolerance
+
+    try:
+        return check_tolerance(value)
+    except InvalidInputError:
+        raise click.BadParameter(
+            f"must be a number of seconds from 0 up to {MAX_OUTAGE_TOLERANCE:g}; got {value:g}",
+            ctx,
+            param,
+        ) from None
+
+
+def outage_option(fn: Any) -> Any:
+    """The ``--outage-tolerance`` option (``corral worker``, ``corral runner``)."""
+    from corral.outage import OUTAGE_TOLERANCE
+
+    return click.option(
+        "--outage-tolerance",
+        type=Seconds(zero_ok=True),
+        default=OUTAGE_TOLERANCE,
+        show_default=True,
+        callback=_tolerance,
+        help="Seconds to ride out an unreachable store (retrying with backoff, the "
+        "running task left running) before exiting with code 3; 0 exits at once.",
+    )(fn)
+
+
 def _node_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
     from corral.errors import InvalidInputError
     from corral.validation import check_id
@@ -149,6 +180,7 @@ def _node_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="Attempts per heartbeat destination.")  # fmt: skip
 @click.option("--retry-delay", type=Seconds(zero_ok=True), default=5.0, show_default=True,
               help="Seconds between attempts.")  # fmt: skip
+@outage_option
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings only.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -167,6 +199,7 @@ def worker(
     github_issue: int | None,
     retry_attempts: int,
     retry_delay: float,
+    outage_tolerance: float,
     quiet: bool,
     command: tuple[str, ...],
 ) -> int:
@@ -178,7 +211,7 @@ def worker(
 
     Exit codes: 0 retired, shut down or --max-tasks done; 1 terminated by the cluster
     (or registration refused at capacity); 2 bad arguments (one line naming the
-    option); 3 store unavailable.
+    option); 3 store unavailable for longer than --outage-tolerance.
     """
     from corral.worker import Worker
     from corral.worker.destinations import (
@@ -224,6 +257,7 @@ def worker(
             idle_timeout_seconds=idle_timeout,
             destinations=extra,
             retry=RetryPolicy(retry_attempts=retry_attempts, retry_delay=retry_delay),
+            outage_tolerance=outage_tolerance,
         )
         return w.run(command_handler(command, node_id, timeout=task_timeout),
                      max_tasks=max_tasks)  # fmt: skip

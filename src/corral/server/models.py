@@ -126,6 +126,17 @@ Message = Annotated[str, _text(defaults.MAX_DESCRIPTION, empty=False)]
 ModelName = Annotated[str, _text(200)]
 HostName = Annotated[str, _text(255)]
 Role = Annotated[str, WithJsonSchema({**ID_SCHEMA, "x-corral-role": True})]
+IdempotencyKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="A key per call, the same when the call is sent again: a claim "
+        "retried after its answer was lost returns what that answer held "
+        "(docs/worker.md, riding out an outage).",
+    ),
+]
 
 
 class _In(BaseModel):
@@ -202,6 +213,7 @@ class ClaimIn(_In):
         description="Seconds to wait for a task when none is pending; a caller that "
         "disconnects meanwhile is given none.",
     )
+    idempotency_key: IdempotencyKey | None = None
 
 
 class AlertIn(_In):
@@ -234,6 +246,7 @@ class CompleteAndClaimIn(_In):
     role: Role = Field(description="Claim the next task as this role.")
     epoch: PositiveInt | None = Field(None, description="The lease epoch the claim returned.")
     result: Any = None
+    idempotency_key: IdempotencyKey | None = None
 
 
 class FailIn(_In):

@@ -24,6 +24,7 @@ from corral.server import workflows as wf
 from corral.server.auth import Principal, Tokens
 from corral.server.errors import ApiError
 from corral.server.generic import Generic
+from corral.validation import check_id, check_payload, check_task_id
 
 if TYPE_CHECKING:
     from corral.cluster import Cluster
@@ -135,7 +136,14 @@ def claim(c: Call) -> Any:
     role = c.body.role if c.body is not None and c.body.role is not None else None
     if role is None:
         role = c.cluster.get_node(node_id).role
-    task = c.cluster.claim_best_task(node_id, role, wait=c.body.wait if c.body else 0)
+    key = c.body.idempotency_key if c.body is not None else None
+    if key is not None and not c.body.wait:  # (a waiting claim's tries come with wait 0)
+        # Keyed: the store keeps the key in the claim's transaction, and a claim sent
+        # again with it returns what the first one took (corral.outage).
+        task = c.cluster.store.claim(node_id, check_id(role, "role"), c.cluster.clock.now(),
+                                     key=key)  # fmt: skip
+    else:
+        task = c.cluster.claim_best_task(node_id, role, wait=c.body.wait if c.body else 0)
     return {"task": task, "text": claim_text(task)}
 
 
@@ -176,9 +184,19 @@ def complete_task(c: Call) -> Any:
 def complete_and_claim(c: Call) -> Any:
     b = c.body
     c.act_as(b.node_id)
-    done, nxt = c.cluster.complete_and_claim(
-        c.path["task_id"], b.node_id, b.role, epoch=b.epoch, result=b.result
-    )
+    if b.idempotency_key is None:
+        done, nxt = c.cluster.complete_and_claim(
+            c.path["task_id"], b.node_id, b.role, epoch=b.epoch, result=b.result
+        )
+    else:  # keyed as claim's
+        if b.result is not None:
+            check_payload(b.result, "result")
+        task_id = check_task_id(c.path["task_id"])
+        cluster = c.cluster
+        done, nxt = cluster.store.complete_and_claim(
+            task_id, b.node_id, b.epoch, b.result, check_id(b.role, "role"),
+            cluster.clock.now(), key=b.idempotency_key,
+        )  # fmt: skip
     return {"done": done, "next": nxt, "text": claim_text(nxt)}
 
 

@@ -145,10 +145,16 @@ class Store(ABC):
         any other selection newest first."""
 
     @abstractmethod
-    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+    def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
         """Atomically take the best pending task for ``role`` (highest score:
         priority points + 15 for a role match + age in minutes),
-        bump its epoch and mark the node working on it. None when nothing is pending."""
+        bump its epoch and mark the node working on it. None when nothing is pending.
+
+        With an idempotency ``key`` (``store.claimkeys``), a claim that takes a task
+        records it in its own transaction; a claim by the same node with a key already
+        recorded takes nothing and answers the task that claim took if the node
+        still holds it at that claim's epoch, else None. (A claim that took nothing
+        records nothing: sent again, it is a new try.)"""
 
     @abstractmethod
     def complete(
@@ -157,18 +163,27 @@ class Store(ABC):
         """Finish a task the node holds (at ``epoch`` if given); ``LeaseError`` otherwise."""
 
     def complete_and_claim(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        role: str,
+        now: float,
+        *,
+        key: str | None = None,
     ) -> tuple[Task, Task | None]:
         """Complete a held task and claim the next best one for ``role``: exactly
         ``complete`` then ``claim`` (same checks, same events). A backend may do both in
-        one transaction; this default does two."""
+        one transaction; this default does two. With ``key``, as ``claim``'s: sent
+        again, it answers the finished task and what its claim took."""
         roles = self.settings().roles
         if role not in roles:  # refuse before the completion: bad input changes nothing
             raise InvalidInputError(
                 f"role must be one of {', '.join(roles)}; got {role!r:.40}", field="role"
             )
         done = self.complete(task_id, node_id, epoch, result, now)
-        return done, self.claim(node_id, role, now)
+        return done, self.claim(node_id, role, now, key=key)
 
     @abstractmethod
     def fail(

@@ -21,11 +21,12 @@ from corral.worker.destinations import (
     WebhookDestination,
 )
 from corral.worker.heartbeat import HeartbeatMonitor
-from corral.worker.worker import EXIT_LOST, EXIT_OK, Claimed, TaskFailed, Worker
+from corral.worker.worker import EXIT_LOST, EXIT_OK, EXIT_UNAVAILABLE, Claimed, TaskFailed, Worker
 
 __all__ = [
     "EXIT_LOST",
     "EXIT_OK",
+    "EXIT_UNAVAILABLE",
     "Claimed",
     "ClusterDestination",
     "Destination",

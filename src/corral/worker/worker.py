@@ -29,25 +29,33 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
 from corral.backoff import Backoff
 from corral.defaults import MANAGER_ROLE
-from corral.errors import CorralError, InvalidInputError, LeaseError, NotFoundError
+from corral.errors import (
+    CorralError,
+    InvalidInputError,
+    LeaseError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from corral.health import HealthThresholds
 from corral.model import Task
+from corral.outage import OUTAGE_TOLERANCE, check_tolerance, tolerant
 from corral.types import Client
 from corral.worker.destinations import ClusterDestination, Destination, RetryPolicy
 from corral.worker.heartbeat import HeartbeatMonitor
 
-__all__ = ["EXIT_LOST", "EXIT_OK", "Claimed", "TaskFailed", "Worker"]
+__all__ = ["EXIT_LOST", "EXIT_OK", "EXIT_UNAVAILABLE", "Claimed", "TaskFailed", "Worker"]
 
 log = logging.getLogger("corral.worker")
 
 EXIT_OK = 0  # retired for lack of work, shut down by a signal, or max_tasks reached
 EXIT_LOST = 1  # the cluster terminated this node (it went silent past its window)
+EXIT_UNAVAILABLE = 3  # the store stayed unreachable for the whole outage_tolerance
 
 _MAX_WAIT_CHUNK = 1.0  # longest single blocking claim, so a signal is acted on promptly
 _ERROR_TAIL = 4000
@@ -138,8 +146,10 @@ class Worker:
         retry: RetryPolicy | None = None,
         thresholds: HealthThresholds | None = None,
         handle_signals: bool = True,
+        outage_tolerance: float = OUTAGE_TOLERANCE,
     ) -> None:
         agent_id = _from_env(agent_id, "agent_id", "CORRAL_AGENT_ID")
+        self.outage_tolerance = check_tolerance(outage_tolerance)
         role = _from_env(role, "role", "CORRAL_ROLE")
         self.agent_id = agent_id
         self.role = role
@@ -154,10 +164,15 @@ class Worker:
 
             cluster = connect(url)
         self.cluster: Client = cluster
+        # The loop's calls ride out an unreachable store (corral.outage); a shutdown
+        # signal ends a wait between retries at once. The heartbeat keeps the plain
+        # client: its destinations count failures and alert.
+        self._stopping = threading.Event()
+        self.calls: Client = tolerant(cluster, self.outage_tolerance, sleep=self._stopping.wait)
         self.idle_timeout_seconds = (
             float(idle_timeout_seconds)
             if idle_timeout_seconds is not None
-            else float(cluster.settings().idle_timeout_seconds)
+            else float(self.calls.settings().idle_timeout_seconds)
         )
         self.monitor = HeartbeatMonitor(
             agent_id,
@@ -188,7 +203,7 @@ class Worker:
         """Join the cluster and start heartbeating (idempotent)."""
         if not self._registered:
             self._install_signals()
-            self._call(self.cluster.register_node, self.agent_id, self.role, self.model,
+            self._call(self.calls.register_node, self.agent_id, self.role, self.model,
                        self.strength, self.heartbeat_interval,
                        pid=os.getpid())  # the node's own process  # fmt: skip
             self._registered = True
@@ -205,8 +220,7 @@ class Worker:
         self._closed = True
         self.monitor.stop()
         if terminate and self._registered and self.monitor.node_lost is None:
-            with suppress(NotFoundError):
-                self.cluster.set_agent_status(self.agent_id, "terminated")
+            self._terminate()
         self._restore_signals()
         if self._owns_cluster:
             self.cluster.close()
@@ -233,6 +247,7 @@ class Worker:
         if self._shutdown_requested:
             return
         self._shutdown_requested = True
+        self._stopping.set()  # a wait for the store ends now
         log.info("worker %s got signal %d: shutting down", self.agent_id, signum,
                  extra={"action": "worker_signal"})  # fmt: skip
         if self._critical == 0:  # else _call raises once the store call is over
@@ -248,6 +263,18 @@ class Worker:
             if self._shutdown_requested and self._critical == 0 and self._old_handlers:
                 raise _Shutdown
 
+    def _terminate(self) -> None:
+        """Mark the node terminated (its held tasks pending again at once). A store
+        still unreachable after a shutdown signal is logged: the monitor recovers
+        the leases once the node's window has passed."""
+        try:
+            self.calls.set_agent_status(self.agent_id, "terminated")
+        except NotFoundError:
+            pass
+        except StoreUnavailableError as exc:
+            log.warning("worker %s could not mark itself terminated: %s", self.agent_id, exc,
+                        extra={"action": "worker_terminate_failed"})  # fmt: skip
+
     def shutdown(self) -> None:
         """What SIGTERM does: a last heartbeat with ``status: "shutting-down"``, then
         terminated, so every held task is pending again at once."""
@@ -255,8 +282,7 @@ class Worker:
         held = self.monitor.current_tasks
         if self.monitor.node_lost is None:
             self.monitor.stop(final={"status": "shutting-down"})
-            with suppress(NotFoundError):
-                self.cluster.set_agent_status(self.agent_id, "terminated")
+            self._terminate()
         self.exit_reason = "shutdown"
         log.info("worker %s shut down; released tasks %s", self.agent_id, held or "none",
                  extra={"action": "worker_shutdown"})  # fmt: skip
@@ -274,10 +300,10 @@ class Worker:
             remaining = deadline - time.monotonic()
             if self._claim_waits and remaining > 0:
                 chunk = min(remaining, _MAX_WAIT_CHUNK)
-                task = self._call(self.cluster.claim_best_task, self.agent_id, self.role,
+                task = self._call(self.calls.claim_best_task, self.agent_id, self.role,
                                   wait=chunk)  # fmt: skip
             else:
-                task = self._call(self.cluster.claim_best_task, self.agent_id, self.role)
+                task = self._call(self.calls.claim_best_task, self.agent_id, self.role)
             if task is not None:
                 return task
             remaining = deadline - time.monotonic()
@@ -305,10 +331,10 @@ class Worker:
         nxt = None
         try:
             if chain:
-                _, nxt = self._call(self.cluster.complete_and_claim, task.id, self.agent_id,
+                _, nxt = self._call(self.calls.complete_and_claim, task.id, self.agent_id,
                                     self.role, task.epoch, result)  # fmt: skip
             else:
-                self._call(self.cluster.complete_task, task.id, self.agent_id, task.epoch, result)
+                self._call(self.calls.complete_task, task.id, self.agent_id, task.epoch, result)
         except InvalidInputError as exc:
             self._fail(task, TaskFailed(f"unusable result: {exc}"))
             return None
@@ -325,7 +351,7 @@ class Worker:
     def _fail(self, task: Task, exc: BaseException) -> None:
         error = _error_text(exc)
         try:
-            self._call(self.cluster.fail_task, task.id, self.agent_id, task.epoch, error, True)
+            self._call(self.calls.fail_task, task.id, self.agent_id, task.epoch, error, True)
         except (LeaseError, NotFoundError) as refused:
             self.refused += 1
             log.warning("failure of task %s refused (lease lost): %s", task.id, refused,
@@ -339,12 +365,13 @@ class Worker:
     # --- the loop -----------------------------------------------------------------------------
     def catch_up(self) -> int:
         """Read the events since this node's cursor (STEP 1's catch_up); their count."""
-        return len(self._call(self.cluster.catch_up, self.agent_id).events)
+        return len(self._call(self.calls.catch_up, self.agent_id).events)
 
     def run(self, handler: Callable[[Task], Any], *, max_tasks: int | None = None) -> int:
         """Claim and handle tasks until retired for lack of work, shut down by a
-        signal, ``max_tasks`` handled, or terminated by the cluster. Returns the exit
-        code: ``EXIT_OK`` (0) or ``EXIT_LOST`` (1)."""
+        signal, ``max_tasks`` handled, terminated by the cluster, or the store
+        unreachable for longer than ``outage_tolerance``. Returns the exit code:
+        ``EXIT_OK`` (0), ``EXIT_LOST`` (1) or ``EXIT_UNAVAILABLE`` (3)."""
         handled = 0
         try:
             self.register()
@@ -372,6 +399,13 @@ class Worker:
                         extra={"action": "worker_lost"})  # fmt: skip
             self.close(terminate=False)
             return EXIT_LOST
+        except StoreUnavailableError as exc:
+            self.exit_reason = "unavailable"
+            log.error("worker %s: the store stayed unreachable for %.0fs: %s",
+                      self.agent_id, self.outage_tolerance, exc,
+                      extra={"action": "worker_unavailable"})  # fmt: skip
+            self.close(terminate=False)
+            return EXIT_UNAVAILABLE
         finally:
             if not self._closed and self.exit_reason is None:
                 self.close()
@@ -401,7 +435,7 @@ class Worker:
         task = self._claim(None)
         if task is not None:
             return task
-        self._call(self.cluster.set_agent_status, self.agent_id, "idle")
+        self._call(self.calls.set_agent_status, self.agent_id, "idle")
         if self.role == MANAGER_ROLE:
             log.info("manager %s idle; managers never retire", self.agent_id,
                      extra={"action": "worker_idle"})  # fmt: skip
@@ -422,8 +456,8 @@ class Worker:
         task = self._claim(None)
         if task is not None:
             return task
-        self._call(self.cluster.set_agent_status, self.agent_id, "terminated")
-        self._call(self.cluster.broadcast,
+        self._call(self.calls.set_agent_status, self.agent_id, "terminated")
+        self._call(self.calls.broadcast,
                    f"Node {self.agent_id} terminating due to lack of work")  # fmt: skip
         self.exit_reason = "idle"
         log.info("worker %s terminated due to lack of work", self.agent_id,

@@ -18,9 +18,12 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any
 
+import psycopg.errors
+
 from corral import lifecycle, scoring
-from corral.errors import InvalidInputError
+from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Event, Task
+from corral.store import claimkeys
 from corral.store.base import TaskSpec
 from corral.store.postgres.dedicated import Leader, Listener
 from corral.store.postgres.session import _QUERIES, Sessions, _Tx
@@ -160,7 +163,18 @@ class PostgresStore(SQLStore):
             return None
         return held
 
-    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+    def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
+        if key is None:
+            return self._claim(node_id, role, now, None)
+        try:  # the statement records the key, or fails if it is recorded already
+            return self._claim(node_id, role, now, key)
+        except psycopg.errors.UniqueViolation:
+            pass
+        with self._read() as tx:  # sent again: what the first one took
+            found = claimkeys.answer(tx, node_id, key)
+        return None if found is None else found[1]
+
+    def _claim(self, node_id: str, role: str, now: float, key: str | None) -> Task | None:
         refresh = False
         lean = self._lean.get(node_id, False)
         while True:
@@ -172,6 +186,7 @@ class PostgresStore(SQLStore):
                 "settings_version": self._settings_for(role, refresh),
                 "stamp": _STAMP,
                 "role_json": _dumps(role),
+                "key": key,
             }
             if lean:
                 row = self._hot("claim_lean", params)[0]
@@ -215,9 +230,43 @@ class PostgresStore(SQLStore):
         return _task(rows[0])
 
     def complete_and_claim(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        role: str,
+        now: float,
+        *,
+        key: str | None = None,
     ) -> tuple[Task, Task | None]:
-        """One statement, one commit: a worker's finish-then-next costs one round trip."""
+        """One statement, one commit: a worker's finish-then-next costs one round trip.
+        With ``key``: the statement records it, or fails (taking nothing) if it is
+        recorded already, and then the answer is the record's."""
+        if key is None:
+            return self._complete_and_claim(task_id, node_id, epoch, result, role, now, None)
+        try:
+            return self._complete_and_claim(task_id, node_id, epoch, result, role, now, key)
+        except (psycopg.errors.UniqueViolation, LeaseError) as exc:
+            refused = exc  # sent again: the completion is refused, or the key recorded
+        with self._read() as tx:
+            found = claimkeys.answer(tx, node_id, key)
+        if found is None:
+            if isinstance(refused, LeaseError):
+                raise refused
+            raise StoreUnavailableError("the claim's key vanished; retry") from None
+        return found[0] or self.get_task(task_id), found[1]
+
+    def _complete_and_claim(
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        role: str,
+        now: float,
+        key: str | None,
+    ) -> tuple[Task, Task | None]:
         version = self._settings_for(role)  # bad input changes nothing
         text = None if result is None else _dumps(result)
         params = {
@@ -226,6 +275,7 @@ class PostgresStore(SQLStore):
             "bonus": scoring.ROLE_BONUS_SECONDS,
             "settings_version": version,
             "role_json": _dumps(role),
+            "key": key,
         }
         held = self._held(task_id, epoch)
         if held is not None and self._lean.get(node_id, False):
@@ -237,7 +287,7 @@ class PostgresStore(SQLStore):
                         self._refuse(tx, task_id, node_id, epoch)  # raises
                 done = _finished(held, text, now)
                 if not fresh:
-                    return done, self.claim(node_id, role, now)  # the settings changed
+                    return done, self._claim(node_id, role, now, key)  # the settings changed
                 if row[3] is None:
                     return done, None
                 self._remember(row, 3)
@@ -255,7 +305,7 @@ class PostgresStore(SQLStore):
             return done, _task(parts["next"], 2)
         if parts["done"][0]:
             return done, None
-        return done, self.claim(node_id, role, now)  # the settings changed: claim anew
+        return done, self._claim(node_id, role, now, key)  # the settings changed: claim anew
 
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         if not specs:

@@ -38,6 +38,7 @@ from corral.defaults import (
 )
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Task
+from corral.store import claimkeys
 from corral.store.base import LockHolder, WouldBlock
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
@@ -514,16 +515,23 @@ class SQLiteStore(SQLStore):
         query; the completion's trigger did the rest of node_done_with)."""
         tx.run("node_now_idle", id=node_id, task_id=task_id, now=now)
 
-    def claim(self, node_id: str, role: str, now: float) -> Task | None:
+    def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
         tx = self._begin()
         try:
             self._check_role(tx, role)
+            found = None if key is None else claimkeys.answer(tx, node_id, key)
+            if found is not None:  # sent again: what the first one took
+                self._end(tx, commit=True)
+                return found[1]
             row = self._claim_in(tx, node_id, role, now)
+            task = None if row is None else _task(row)
+            if key is not None and task is not None:  # (nothing taken: nothing to repeat)
+                claimkeys.record(tx, node_id, key, task, now)
         except BaseException as exc:
             self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
-        return None if row is None else _task(row)
+        return task
 
     def complete(
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
@@ -539,21 +547,36 @@ class SQLiteStore(SQLStore):
         return done
 
     def complete_and_claim(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, role: str, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        role: str,
+        now: float,
+        *,
+        key: str | None = None,
     ) -> tuple[Task, Task | None]:
         """One transaction: a worker's finish-then-next costs one commit, not two."""
         tx = self._begin()
         try:
             self._check_role(tx, role)
+            found = None if key is None else claimkeys.answer(tx, node_id, key)
+            if found is not None and found[0] is not None and found[0].id == task_id:
+                self._end(tx, commit=True)  # sent again: what the first one did
+                return found[0], found[1]
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)
+            taken = None if nxt is None else _task(nxt)
+            if key is not None:
+                claimkeys.record(tx, node_id, key, taken, now, done_id=task_id)
         except BaseException as exc:
             self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
-        return done, None if nxt is None else _task(nxt)
+        return done, taken
 
     def ready_token(self) -> int:
         # Listen before the claim that takes this token: a task another process adds

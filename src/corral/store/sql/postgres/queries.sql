@@ -360,6 +360,22 @@ r AS (
       AND ready.sort_key = take.sort_key AND ready.created_at = take.created_at
       AND ready.task_id = take.id
 
+-- part: claim_key_put
+-- A keyed claim's record of what it took (store.claimkeys), in the claim's own
+-- statement, and at most two expired keys dropped (SKIP LOCKED: claims never wait on
+-- each other for it). A key already recorded makes the statement fail
+-- (unique_violation), taking nothing: the caller answers from the record. The
+-- statement's CTE keyed says whether to record (ok: a claim took a task, or a
+-- completion happened) and what it finished (done).
+    INSERT INTO claim_keys (node_id, key, task_id, epoch, done_id, created_at)
+    SELECT :node_id, :key::text, (SELECT id FROM take), (SELECT epoch FROM take),
+           keyed.done, :now
+    FROM keyed WHERE :key::text IS NOT NULL AND keyed.ok
+), ckp AS (
+    DELETE FROM claim_keys WHERE :key::text IS NOT NULL AND ctid IN (
+        SELECT ctid FROM claim_keys WHERE created_at < :now - 3600.0
+        ORDER BY created_at LIMIT 2 FOR UPDATE SKIP LOCKED)
+
 -- name: claim_full
 -- The whole claim in one statement (one round trip): lock the live node (so a
 -- reaper terminating it waits, and the claim then sees it terminated), take the
@@ -399,6 +415,11 @@ take AS (
         WHERE fresh AND (dead_at - :now < live_window * :stamp
                          OR ((SELECT id FROM take) IS NOT NULL
                              AND (status <> 'working' OR current_task_id IS NOT NULL))))
+), keyed AS (
+    SELECT coalesce((SELECT fresh FROM n), false) AND EXISTS (SELECT 1 FROM take) AS ok,
+           NULL::bigint AS done
+), ck AS (
+    -- include: claim_key_put
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
@@ -559,6 +580,10 @@ take AS (
            OR ((SELECT id FROM take) IS NOT NULL
                AND (status <> 'working' OR current_task_id IS NOT NULL))
            OR ((SELECT id FROM take) IS NULL AND free))
+), keyed AS (
+    SELECT coalesce((SELECT fresh FROM n), false) AS ok, (SELECT id FROM fin) AS done
+), ck AS (
+    -- include: claim_key_put
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
@@ -608,6 +633,11 @@ take AS (
     -- include: claim_set
     WHERE (SELECT fresh AND lean FROM n)  -- checked first: a and r run only past it
     -- include: claim_pick
+), keyed AS (
+    SELECT coalesce((SELECT fresh AND lean FROM n), false) AND EXISTS (SELECT 1 FROM take) AS ok,
+           NULL::bigint AS done
+), ck AS (
+    -- include: claim_key_put
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
@@ -670,6 +700,11 @@ take AS (
       AND EXISTS (SELECT 1 FROM fin) AND NOT EXISTS (SELECT 1 FROM take)
       AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
                         AND h.status = 'in_progress' AND h.id <> :id)
+), keyed AS (
+    SELECT coalesce((SELECT fresh FROM n), false) AND EXISTS (SELECT 1 FROM fin) AS ok,
+           (SELECT id FROM fin) AS done
+), ck AS (
+    -- include: claim_key_put
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
@@ -1104,3 +1139,10 @@ ORDER BY id LIMIT :limit;
 -- The event horizon now, at READ COMMITTED (exact): valid for any later snapshot
 -- (PostgresStore._read_latest keeps it for a REPEATABLE READ transaction begun next).
 SELECT corral_event_horizon(pg_current_snapshot()) AS event_floor;
+
+-- name: claim_key_get
+-- What the claim sent with this key took (corral.outage): a row, or none.
+SELECT task_id, epoch, done_id FROM claim_keys WHERE node_id = :node_id AND key = :key;
+
+-- name: claim_keys_prune
+DELETE FROM claim_keys WHERE created_at < :before;

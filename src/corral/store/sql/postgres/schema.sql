@@ -341,3 +341,14 @@ CREATE TABLE spawn_requests (
     spawned_at   double precision
 );
 CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);
+-- Claims' idempotency keys: what a keyed claim took, for the same claim sent again.
+CREATE TABLE claim_keys (
+    node_id    text NOT NULL,
+    key        text NOT NULL,
+    task_id    bigint,
+    epoch      bigint,
+    done_id    bigint,
+    created_at double precision NOT NULL,
+    PRIMARY KEY (node_id, key)
+);
+CREATE INDEX claim_keys_created_at ON claim_keys (created_at);

@@ -748,3 +748,14 @@ RETURNING *;
 SELECT * FROM spawn_requests
 WHERE (:status IS NULL OR status = :status) AND (:pool IS NULL OR pool = :pool)
 ORDER BY id LIMIT :limit;
+
+-- name: claim_key_get
+-- What the claim sent with this key took (corral.outage): a row, or none.
+SELECT task_id, epoch, done_id FROM claim_keys WHERE node_id = :node_id AND key = :key;
+
+-- name: claim_key_put
+INSERT INTO claim_keys (node_id, key, task_id, epoch, done_id, created_at)
+VALUES (:node_id, :key, :task_id, :epoch, :done_id, :now);
+
+-- name: claim_keys_prune
+DELETE FROM claim_keys WHERE created_at < :before;

@@ -319,3 +319,14 @@ CREATE TABLE spawn_requests (
     spawned_at   REAL
 );
 CREATE INDEX spawn_requests_by_status ON spawn_requests (status, id);
+-- Claims' idempotency keys: what a keyed claim took, for the same claim sent again.
+CREATE TABLE claim_keys (
+    node_id    TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    task_id    INTEGER,
+    epoch      INTEGER,
+    done_id    INTEGER,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (node_id, key)
+) WITHOUT ROWID;
+CREATE INDEX claim_keys_created_at ON claim_keys (created_at);

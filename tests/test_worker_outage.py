@@ -1,0 +1,426 @@
+"""Workers ride out a store that blinks (issue 26, defect 7), as real processes.
+
+``corral worker`` processes and an SDK worker process against a real ``corral serve``
+that is SIGKILLed and started again on the same port 1 s later, and against
+PostgreSQL whose every session is ended with ``pg_terminate_backend``: no worker
+exits, no lease is recovered, every task is done once. A claim whose answer is lost
+(the server SIGKILLed after its commit, before its reply) is answered again with the
+same task. The policy itself, with an injected clock: ``tests/test_outage.py``; the
+longer run: ``bench/worker_outage.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import corral
+from corral.outage import tolerant
+from corral.server.auth import ensure_token_file
+from tests.backends import postgres as pg
+from tests.backends.http import free_port
+from tests.test_server_cli import _wait_healthy
+
+TASK = """#!/bin/sh
+# one run of a task: its id on a line of the runs file, then a little work
+echo "$CORRAL_TASK_ID" >> "{runs}"
+sleep {seconds}
+echo '{{"ok": true}}'
+"""
+
+SDK_WORKER = """
+import sys, time
+import corral
+from corral.worker.destinations import RetryPolicy
+
+node, url, runs, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+
+def handle(task):
+    with open(runs, "a") as f:
+        f.write(f"{task.id}\\n")
+    time.sleep(seconds)
+    return {"ok": True}
+
+w = corral.Worker(node, "developer", url=url, heartbeat_interval=1.0,
+                  idle_timeout_seconds=120, retry=RetryPolicy(retry_attempts=1, retry_delay=0))
+sys.exit(w.run(handle))
+"""
+
+
+def _wait(what: str, ok: Callable[[], bool], deadline: float = 60.0) -> None:
+    end = time.monotonic() + deadline
+    while not ok():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Fleet:
+    """Worker processes (``corral worker`` and the SDK) on one board, with their logs."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str], task_seconds: float) -> None:
+        self.tmp = tmp_path
+        self.env = env
+        self.runs = tmp_path / "runs"
+        self.runs.touch()
+        self.script = tmp_path / "task.sh"
+        self.script.write_text(TASK.format(runs=self.runs, seconds=task_seconds))
+        self.script.chmod(0o755)
+        self.sdk = tmp_path / "sdk_worker.py"
+        self.sdk.write_text(SDK_WORKER)
+        self.task_seconds = task_seconds
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def cli(self, node: str, url: str, *options: str) -> None:
+        argv = [sys.executable, "-m", "corral", "--url", url, "worker", "--id", node,
+                "--role", "developer", "--heartbeat-interval", "1", "--idle-timeout", "120",
+                "--retry-attempts", "1", "--retry-delay", "0", *options, "--",
+                str(self.script)]  # fmt: skip
+        self._start(node, argv)
+
+    def sdk_worker(self, node: str, url: str) -> None:
+        argv = [sys.executable, str(self.sdk), node, url, str(self.runs), str(self.task_seconds)]
+        self._start(node, argv)
+
+    def _start(self, node: str, argv: list[str]) -> None:
+        log = (self.tmp / f"{node}.log").open("wb")
+        self.procs[node] = subprocess.Popen(argv, env=self.env, stderr=log, cwd=self.tmp)
+        log.close()
+
+    def log(self, node: str) -> str:
+        return (self.tmp / f"{node}.log").read_text(errors="replace")
+
+    def exited(self) -> dict[str, int]:
+        return {n: code for n, p in self.procs.items() if (code := p.poll()) is not None}
+
+    def runs_per_task(self) -> Counter[int]:
+        return Counter(int(line) for line in self.runs.read_text().split())
+
+    def stop(self) -> dict[str, int | None]:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes: dict[str, int | None] = {}
+        for node, p in self.procs.items():
+            try:
+                codes[node] = p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[node] = None
+        return codes
+
+
+class Serve:
+    """A real ``corral serve`` on a fixed port, that can be SIGKILLed and restarted."""
+
+    def __init__(self, db_url: str, tmp_path: Path, *, port: int | None = None) -> None:
+        self.db_url = db_url
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token_file = ensure_token_file(tmp_path / "token")
+        self.token = self.token_file.read_text().strip()
+        self.log = tmp_path / "serve.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.kills = 0
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "corral", "--url", self.db_url, "serve",
+                 "--port", str(self.port), "--token-file", str(self.token_file),
+                 "--log-level", "warning"],
+                stderr=log,
+            )  # fmt: skip
+        _wait_healthy(self.url, self.proc)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+        self.kills += 1
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+def _env(token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env["CORRAL_TOKEN"] = token
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    return env
+
+
+def _board(client: Any, n: int) -> None:
+    client.add_tasks([{"title": f"task {i}", "role": "developer"} for i in range(n)])
+
+
+def _check_every_task_done_once(client: Any, fleet: Fleet, n: int) -> None:
+    tasks = client.list_tasks(limit=n + 10)
+    assert len(tasks) == n
+    assert Counter(t.status for t in tasks) == {"done": n}
+    assert {t.attempts for t in tasks} == {1}, "a task was claimed more than once"
+    runs = fleet.runs_per_task()
+    assert set(runs) == {t.id for t in tasks}
+    assert set(runs.values()) == {1}, f"tasks run more than once: {runs}"
+    recovered = [e for e in client.events(limit=100000) if e.kind == "lease_recovered"]
+    assert recovered == []
+
+
+@pytest.fixture
+def sqlite_serve(tmp_path: Path) -> Iterator[Serve]:
+    serve = Serve(f"sqlite:///{tmp_path / 'board.db'}", tmp_path)
+    serve.start()
+    yield serve
+    serve.stop()
+
+
+def test_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
+    sqlite_serve: Serve, tmp_path: Path
+) -> None:
+    """The issue's reproduction: three ``corral worker`` processes and an SDK worker on
+    ``corral serve`` (its monitor on, workers beating every second: dead after 3 s),
+    the server SIGKILLed with tasks in flight and started on the same port 1 s later.
+    Every worker stays up, no lease is recovered, and every task is run and done once
+    (the task processes in flight finish and their completions are accepted)."""
+    serve = sqlite_serve
+    n = 24
+    client = corral.connect(serve.url, token=serve.token)
+    _board(client, n)
+    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=0.4)
+    try:
+        for i in range(3):
+            fleet.cli(f"w{i}", serve.url)
+        fleet.sdk_worker("sdk", serve.url)
+        done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+        _wait("tasks in flight", lambda: done() >= 4)
+        serve.kill()
+        time.sleep(1.0)  # the scenario: the server is back 1 s later
+        assert fleet.exited() == {}, "a worker exited while the server was down"
+        serve.start()
+        client.close()
+        _wait("every task done", lambda: done() == n)
+        assert fleet.exited() == {}
+        _check_every_task_done_once(client, fleet, n)
+    finally:
+        codes = fleet.stop()
+        client.close()
+    assert codes == dict.fromkeys(fleet.procs, 0)
+    assert all("unreachable" in fleet.log(node) for node in fleet.procs)
+
+
+def test_a_worker_exits_3_once_the_window_is_spent_its_task_left_to_finish(
+    sqlite_serve: Serve, tmp_path: Path
+) -> None:
+    """With the server gone for good: the task process in flight runs to its end (its
+    completion is what is retried), heartbeats fail and alert after 3 in a row, and
+    the worker exits 3 only once ``--outage-tolerance`` has passed."""
+    serve = sqlite_serve
+    with corral.connect(serve.url, token=serve.token) as client:
+        _board(client, 1)
+    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=1.0)
+    fleet.cli("w0", serve.url, "--outage-tolerance", "3", "--heartbeat-interval", "0.2")
+    _wait("the task running", lambda: fleet.runs_per_task() != Counter())
+    serve.kill()
+    gone = time.monotonic()
+    proc = fleet.procs["w0"]
+    proc.wait(30)
+    waited = time.monotonic() - gone
+    log = fleet.log("w0")
+    assert proc.returncode == 3, log
+    assert waited >= 3.0, waited
+    assert "heartbeat destination cluster failed 3 times in a row" in log
+    assert "giving up" in log
+
+
+def test_a_completion_after_the_lease_was_recovered_is_refused(
+    sqlite_serve: Serve, tmp_path: Path
+) -> None:
+    """Back after the node's window (beats every 0.3 s: dead after 0.9 s), the
+    restarted server's monitor recovers the lease at once; the worker's completion,
+    sent when its task ends, is refused (fenced), and the task is pending again."""
+    serve = sqlite_serve
+    client = corral.connect(serve.url, token=serve.token)
+    _board(client, 1)
+    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=3.0)
+    fleet.cli("w0", serve.url, "--heartbeat-interval", "0.3")
+    _wait("the task running", lambda: fleet.runs_per_task() != Counter())
+    serve.kill()
+    time.sleep(1.5)  # longer than the node's window
+    serve.start()
+    client.close()
+    _wait("the lease recovered", lambda: client.list_tasks()[0].status == "pending")
+    proc = fleet.procs["w0"]
+    proc.wait(30)
+    log = fleet.log("w0")
+    assert "completion of task 1 refused (lease lost)" in log, log
+    assert proc.returncode == 1  # terminated by the cluster: its node was dead
+    task = client.list_tasks()[0]
+    client.close()
+    assert (task.status, task.result) == ("pending", None)
+
+
+# --- a claim whose answer was lost ------------------------------------------------------
+class KillAfterClaim:
+    """A TCP proxy in front of ``serve`` that relays everything, except that the
+    first claim's answer is never delivered: once the server has sent it (the claim
+    committed), the server is SIGKILLed, the client's connection closed, and the server
+    started again 1 s later."""
+
+    def __init__(self, serve: Serve) -> None:
+        self.serve = serve
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.armed = True
+        self.restarted = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_one, args=(client,), daemon=True).start()
+
+    def _serve_one(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.serve.port))
+        except OSError:
+            client.close()  # the server is down: the client sees the connection end
+            return
+        held = threading.Event()  # the claim went up: its answer is not relayed
+        answered = threading.Event()  # ... and the server sent it: it is committed
+        threading.Thread(target=self._down, args=(upstream, client, held, answered),
+                         daemon=True).start()  # fmt: skip
+        try:
+            while data := client.recv(65536):
+                if self.armed and b"/claim " in data:
+                    self.armed = False
+                    held.set()
+                    upstream.sendall(data)
+                    _wait("the claim's answer", answered.is_set, 10)
+                    self.serve.kill()
+                    break
+                upstream.sendall(data)
+        except OSError:
+            pass
+        client.close()
+        upstream.close()
+        if held.is_set():
+            time.sleep(1.0)  # the scenario: the server is back 1 s later
+            self.serve.start()
+            self.restarted.set()
+
+    @staticmethod
+    def _down(upstream: socket.socket, client: socket.socket, held: Any, answered: Any) -> None:
+        try:
+            while data := upstream.recv(65536):
+                if held.is_set():
+                    answered.set()
+                    continue
+                client.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_serve(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve]:
+    if request.param == "postgres":
+        db_url = pg.fresh_database(request)
+    else:
+        db_url = f"sqlite:///{tmp_path / 'board.db'}"
+    serve = Serve(db_url, tmp_path)
+    serve.start()
+    yield serve
+    serve.stop()
+
+
+def test_a_claim_whose_answer_was_lost_returns_the_same_task_when_sent_again(
+    any_serve: Serve,
+) -> None:
+    """The server is SIGKILLed after the claim's commit, before its reply reaches the
+    client; the client sends the claim again (to the restarted server) and gets the
+    task the lost answer held. The node holds that one task and nothing else: no
+    task is left held by a live node that never got it."""
+    serve = any_serve
+    direct = corral.connect(serve.url, token=serve.token)
+    direct.register_node("w1", "developer")
+    _board(direct, 3)
+    proxy = KillAfterClaim(serve)
+    client = tolerant(corral.connect(proxy.url, token=serve.token), 30)
+    try:
+        task = client.claim_best_task("w1", "developer")
+        _wait("the server's restart (the claim's answer lost)", proxy.restarted.is_set, 30)
+    finally:
+        proxy.close()
+        client.close()
+    direct.close()  # (its connection died with the server)
+    held = direct.list_tasks(status="in_progress")
+    direct.close()
+    assert task is not None
+    assert [(t.id, t.epoch, t.assigned_to) for t in held] == [(task.id, task.epoch, "w1")]
+    assert client.retries >= 1
+
+
+# --- PostgreSQL: every session terminated ----------------------------------------------
+def _terminate_sessions(db_url: str) -> int:
+    """``pg_terminate_backend`` of every session on the database but this one."""
+    dbname = db_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            [dbname],
+        ).fetchall()
+    return len(rows)
+
+
+def test_workers_ride_out_pg_terminate_backend_of_every_session(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Workers straight on PostgreSQL (two ``corral worker``, one SDK worker) and one
+    through ``corral serve`` (whose monitor runs on the same database): every session
+    of the database is terminated three times while tasks run. No worker exits, no
+    lease is recovered, every task is done once."""
+    db_url = pg.fresh_database(request)
+    serve = Serve(db_url, tmp_path)
+    serve.start()
+    n = 24
+    client = tolerant(corral.connect(db_url), 30)  # its sessions are terminated too
+    _board(client, n)
+    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=0.4)
+    try:
+        fleet.cli("w0", db_url)
+        fleet.cli("w1", db_url)
+        fleet.sdk_worker("sdk", db_url)
+        fleet.cli("h0", serve.url)
+        done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+        killed = []
+        for at in (3, 9, 15):
+            _wait(f"{at} tasks done", lambda at=at: done() >= at)
+            killed.append(_terminate_sessions(db_url))
+        _wait("every task done", lambda: done() == n)
+        assert fleet.exited() == {}
+        assert min(killed) >= 4  # the workers' sessions and the server's at least
+        _check_every_task_done_once(client, fleet, n)
+    finally:
+        codes = fleet.stop()
+        serve.stop()
+        client.close()
+    assert codes == dict.fromkeys(fleet.procs, 0)
