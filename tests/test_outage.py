@@ -5,7 +5,8 @@ are ``tests/test_worker_outage.py``."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -227,3 +228,51 @@ def test_a_keyed_claim_sent_again_gets_the_same_task_on_every_store(tmp_path: An
     held = c.list_tasks(status="in_progress", assigned_to="w1")
     assert [t.id for t in held] == [nxt.id]
     c.close()
+
+
+class DownCluster:
+    """A cluster client that is unreachable until ``down`` is cleared."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.beats = 0
+        self.alerts: list[dict[str, Any]] = []
+
+    def heartbeat(self, node_id: str, **payload: Any) -> None:
+        if self.down:
+            raise StoreUnavailableError("cannot reach the server")
+        self.beats += 1
+
+    def alert(self, message: str, node_id: str | None = None, **data: Any) -> None:
+        if self.down:
+            raise StoreUnavailableError("cannot reach the server")
+        self.alerts.append(data)
+
+
+def test_the_alert_after_3_failed_beats_fires_and_reaches_the_cluster_once_it_is_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """heartbeat-protocol.md's graceful degradation: the beats fail, the third in a
+    row alerts (the log line at once; the cluster's alert event once a beat reaches
+    it again, since the cluster is what failed), and the worker goes on."""
+    from corral.worker.destinations import RetryPolicy
+    from corral.worker.heartbeat import HeartbeatMonitor
+
+    cluster = DownCluster()
+    hb = HeartbeatMonitor(
+        "w1", cast(Any, cluster), retry=RetryPolicy(retry_attempts=1, retry_delay=0),
+        sleep=lambda s: None,
+    )  # fmt: skip
+    caplog.set_level(logging.INFO, logger="corral")
+    for _ in range(4):
+        hb.beat()
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert actions.count("heartbeat_alert") == 1
+    assert cluster.alerts == []
+    cluster.down = False
+    hb.beat()
+    hb.beat()
+    assert cluster.beats == 2
+    assert [(a["destination"], a["consecutive_failures"]) for a in cluster.alerts] == [
+        ("cluster", 3)
+    ]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from corral.clock import Clock, SystemClock
-from corral.errors import InvalidInputError
+from corral.errors import CorralError, InvalidInputError, StoreUnavailableError
 from corral.health import DEFAULT_THRESHOLDS, HealthThresholds, health_status
 from corral.types import Client, HealthStatus
 from corral.worker.destinations import ClusterDestination, Delivery, Destination, RetryPolicy
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["HeartbeatMonitor", "next_beat"]
 
 log = logging.getLogger("corral.heartbeat")
+
+_UNRECORDED_KEEP = 10  # alerts kept for the cluster while it cannot be reached
 
 
 def next_beat(previous: float, interval: float, now: float) -> float:
@@ -108,6 +110,7 @@ class HeartbeatMonitor:
             for d in destinations
         ]
         self._lock = threading.Lock()
+        self._unrecorded: list[tuple[str, int, str]] = []  # alerts the cluster missed
         self._tasks: list[str] = []
         self._completed = 0
         self._failed = 0
@@ -205,6 +208,8 @@ class HeartbeatMonitor:
         payload = {**self.payload(), **extra}
         for d in self.deliveries:
             d.submit(payload)
+            if self._unrecorded and not d.threaded and d.consecutive_failures == 0:
+                self._record_unrecorded()  # the cluster took this beat: it is back
         self.beats += 1
         return payload
 
@@ -256,6 +261,30 @@ class HeartbeatMonitor:
     def _alert(self, destination: str, failures: int, error: str) -> None:
         if self.cluster is None or self.node_lost is not None:
             return
+        try:
+            self._record_alert(destination, failures, error)
+        except StoreUnavailableError:
+            # The cluster is what failed: the alert is recorded once a beat reaches it.
+            with self._lock:
+                if len(self._unrecorded) < _UNRECORDED_KEEP:
+                    self._unrecorded.append((destination, failures, error))
+            raise
+
+    def _record_unrecorded(self) -> None:
+        """After a beat the cluster took: record the alerts it could not take."""
+        while self._unrecorded and self.node_lost is None:
+            with self._lock:
+                alert = self._unrecorded.pop(0)
+            try:
+                self._record_alert(*alert)
+            except CorralError as exc:
+                log.warning("could not record the alert for %s: %s", alert[0], exc)
+                with self._lock:
+                    self._unrecorded.insert(0, alert)
+                return
+
+    def _record_alert(self, destination: str, failures: int, error: str) -> None:
+        assert self.cluster is not None
         self.cluster.alert(
             f"heartbeat destination {destination} of {self.worker_id} failed "
             f"{failures} times in a row: {error}"[:2000],
