@@ -40,14 +40,14 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from corral.errors import CorralError, NotFoundError
+from corral.errors import CorralError
 from corral.fleet.manifest import FleetManifest, PoolSpec
 from corral.fleet.requests import Look, Requests, unwanted
 from corral.lifecycle import liveness_window
 from corral.model import Node
 from corral.scaling import Decision, FleetView, PoolState, decide
 from corral.supervisor.agent import _Agent
-from corral.supervisor.policy import Exit, RestartTracker, State
+from corral.supervisor.policy import RestartTracker, State
 from corral.supervisor.supervisor import Supervisor
 
 __all__ = ["POOL_INTERVAL", "FleetSupervisor", "Observation", "PoolRuntime"]
@@ -90,7 +90,8 @@ class FleetSupervisor(Supervisor):
         self.pools = {p.id: PoolRuntime(p) for p in fleet.pools}
         self._pool_wake = asyncio.Event()
         self._pool_task: asyncio.Task[None] | None = None
-        self._nodes: dict[str, Node] = {}
+        self._nodes: dict[str, Node] = {}  # the last look's, for the policy's inputs
+        self._settings: Any = None
         asking = {p.id for p in fleet.pools if p.limits.scale == "ask"}
         self.requests = Requests(self.client, asking) if asking and self.client else None
 
@@ -126,6 +127,7 @@ class FleetSupervisor(Supervisor):
         c = self.client
         a = c.assess_workload()
         s = c.settings()
+        self._settings = s  # for restart_not_before, on the loop
         nodes = {n.id: n for n in c.list_nodes()}
         return Observation(
             a.recommendation, a.pending_tasks, a.max_agents, float(s.idle_timeout_seconds),
@@ -339,38 +341,45 @@ class FleetSupervisor(Supervisor):
 
     # ---- retirement is not a crash ------------------------------------------------
 
-    def _exited(
-        self, a: _Agent, ex: Exit, error: str | None = None, pid: int | None = None
-    ) -> None:
-        pool = self.fleet.pool_of(a.spec.id)
-        if pool is None or a.stopping is not None or ex.clean or self.client is None:
-            super()._exited(a, ex, error, pid)
-            return
-        node = self._member_node(a)
-        if node is not None and node.status == "terminated" and node.dead_at is None:
-            spec = a.spec  # the cluster retired it for idleness: not restarted
-            a.spec = replace(spec, restart="never")
-            try:
-                super()._exited(a, ex, error, pid)
-            finally:
-                a.spec = spec
-            return
-        super()._exited(a, ex, error, pid)
-        if a.restart_at is not None and node is not None and node.status != "terminated":
-            # A crash: the replacement starts once the cluster has declared the old
-            # node dead (its leases recovered at their threshold), so it registers
-            # as a new incarnation instead of inheriting a lease it knows nothing of.
-            with contextlib.suppress(CorralError):
-                window = liveness_window(node.heartbeat_interval, self.client.settings())
-                a.restart_at = max(a.restart_at, node.last_seen + window + RESTART_MARGIN)
+    def retired_by_cluster(self, a: _Agent) -> bool:
+        """A member whose node the cluster retired for idleness (terminated, not
+        dead) is not restarted, whatever its policy: read from the nodes the pools
+        last looked at (no call to the cluster on the loop)."""
+        node = self._nodes.get(a.spec.id) if self.fleet.pool_of(a.spec.id) else None
+        return node is not None and node.status == "terminated" and node.dead_at is None
 
-    def _member_node(self, a: _Agent) -> Node | None:
-        """The member's node as the cluster has it now (None: none, or unreachable)."""
-        try:
-            node: Node = self.client.get_node(a.spec.id)
-        except (NotFoundError, CorralError):
+    def restart_not_before(self, a: _Agent) -> float | None:
+        """A crashed member's replacement starts once the cluster has declared the
+        old node dead (its leases recovered at their threshold), so it registers as
+        a new incarnation instead of inheriting a lease it knows nothing of. A member
+        the last look did not see yet (it registered since) is looked up off the
+        loop, and a restart granted meanwhile is put off to that bound."""
+        if self.fleet.pool_of(a.spec.id) is None or self.client is None:
             return None
-        return node
+        node = self._nodes.get(a.spec.id)
+        if node is None:
+            self.spawn_task(functools.partial(self._bound_restart, a))
+            return None
+        return self._dead_by(node)
+
+    def _dead_by(self, node: Node) -> float | None:
+        if node.status == "terminated" or self._settings is None:
+            return None
+        window = liveness_window(node.heartbeat_interval, self._settings)
+        # the last look may predate its last beat, not its exit (now)
+        return max(node.last_seen, self.clock()) + window + RESTART_MARGIN
+
+    async def _bound_restart(self, a: _Agent) -> None:
+        try:
+            node = await asyncio.to_thread(self.client.get_node, a.spec.id)
+            if self._settings is None:
+                self._settings = await asyncio.to_thread(self.client.settings)
+        except CorralError:
+            return  # no such node (it never registered), or the cluster unreachable
+        bound = self._dead_by(node)
+        if bound is not None and a.child is None and a.restart_at is not None:
+            a.restart_at = max(a.restart_at, bound)
+            self.kick()
 
 
 def _counts(view: FleetView, state: PoolState) -> str:

@@ -640,10 +640,10 @@ class Supervisor:
             self._set(a, State.UNHEALTHY, why)
             self._set(a, State.STOPPED, EXHAUSTED_FLAG)
             self._log("critical", "restart-exhausted", agent=a.spec.id)
-        elif decision.reason == "retired":
-            self._set(a, State.STOPPED, "retired", exit=ex.describe())
         elif ex.clean and not hung:
             self._set(a, State.STOPPED, "exited 0", exit=ex.describe())
+        elif decision.reason == "retired":
+            self._set(a, State.STOPPED, "retired by the cluster", exit=ex.describe())
         else:
             self._set(a, State.UNHEALTHY, why)
             self._set(a, State.STOPPED, f"restart={a.spec.restart}")
