@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from corral.cli.supervise import status_table
 from corral.supervisor.policy import State, can_transition
 from tests.test_supervisor_daemon import (
     PY,
@@ -121,6 +122,7 @@ def test_an_operator_start_waits_for_a_stopped_dependency(tmp_path: Path) -> Non
         await sup.stop("relay")
         s = await sup.start("user")
         assert s["state"] == "WAITING" and s["pid"] is None and s["waiting_on"] == ["relay"]
+        assert "\nuser: waiting on relay;" in status_table(sup.status())
         await sup.start("relay")
         await until(lambda: len(starts(user_notes)) == 2, what="user started")
         assert st(sup, "user")["state"] == "RUNNING"
@@ -261,8 +263,6 @@ def test_a_crash_tail_holds_that_runs_stderr_only(tmp_path: Path) -> None:
 def test_status_says_why_a_program_could_not_start(tmp_path: Path) -> None:
     """``ctl status`` of an agent whose program cannot be started shows the reason,
     not only ``exit code 127`` (issue 26, defect 11)."""
-    from corral.cli.supervise import status_table
-
     agent = {"id": "ghost", "cmd": "/nonexistent/prog", "restart": "never"}
     sup = make(tmp_path, manifest([agent]))
 

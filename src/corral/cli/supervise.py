@@ -181,6 +181,8 @@ def status_table(rows: list[dict[str, Any]], now: float | None = None) -> str:
     notes = []
     for r in rows:
         parts = list(r.get("flags") or [])
+        if r.get("state") == "WAITING" and r.get("waiting_on"):
+            parts.append("waiting on " + ", ".join(r["waiting_on"]))
         if r.get("state") != "RUNNING" and r.get("last_exit"):
             parts.append("last exit: " + _describe_exit(r["last_exit"]))
         if parts:
