@@ -424,3 +424,57 @@ def test_workers_ride_out_pg_terminate_backend_of_every_session(
         serve.stop()
         client.close()
     assert codes == dict.fromkeys(fleet.procs, 0)
+
+
+ACTIVATE = """#!/bin/sh
+# one activation: its agent on a line of the runs file, then a little work
+echo "$CORRAL_AGENT_ID" >> "{runs}"
+sleep 0.3
+echo '{{"comments": 1}}'
+"""
+
+
+def test_corral_runner_rides_out_a_sigkill_and_restart_of_corral_serve(
+    sqlite_serve: Serve, tmp_path: Path
+) -> None:
+    """``corral runner`` (notification mode) with an inbox item for each of 12 agents:
+    the server is SIGKILLed mid-run and back 1 s later; the runner stays up and every
+    agent is activated once."""
+    serve = sqlite_serve
+    agents = [f"a{i}" for i in range(12)]
+    client = corral.connect(serve.url, token=serve.token)
+    for agent in agents:
+        client.add_agent(agent)
+        client.notify(agent, {"mention": agent})
+    runs = tmp_path / "runs"
+    runs.touch()
+    script = tmp_path / "activate.sh"
+    script.write_text(ACTIVATE.format(runs=runs))
+    script.chmod(0o755)
+    log = (tmp_path / "runner.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "--url", serve.url, "runner", "--id", "r1",
+         "--mode", "notification", "--no-retire", "--heartbeat-interval", "1",
+         "--poll-interval", "0.2", "--", str(script)],
+        env=_env(serve.token), stderr=log,
+    )  # fmt: skip
+    log.close()
+    ran = lambda: Counter(runs.read_text().split())  # noqa: E731
+    try:
+        _wait("activations under way", lambda: sum(ran().values()) >= 3)
+        serve.kill()
+        time.sleep(1.0)
+        assert proc.poll() is None, "the runner exited while the server was down"
+        serve.start()
+        client.close()
+        _wait("every agent activated", lambda: set(ran()) == set(agents))
+        _wait("every activation released", lambda: client.list_assignments() == [])
+        assert proc.poll() is None
+        assert set(ran().values()) == {1}, ran()
+        assert {client.get_agent(a).activation_count for a in agents} == {1}
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(20)
+        client.close()
+    assert code == 0, (tmp_path / "runner.log").read_text()

@@ -68,7 +68,10 @@ _REPEATABLE = frozenset(
         "assess_workload", "read_state", "read_state_text", "events", "broadcast", "stats",
         "list_processes", "report_processes", "process_actions", "list_handlers",
         "get_handler", "list_agents", "get_agent", "read_inbox", "release_assignment",
-        "list_assignments", "spawn_requests",
+        "list_assignments", "spawn_requests", "ack_process_action",
+        # An activation granted by a lost answer is a lease with a TTL: its agent waits
+        # for that TTL, as after a runner's crash (no key yet: docs/worker.md).
+        "get_assignment",
     }
 )  # fmt: skip
 _KEYED = frozenset({"claim_best_task", "complete_and_claim"})
