@@ -9,6 +9,10 @@ activation's outcome (``{"posts": 1}``); a non-zero exit is recorded in it
 (``exit_code``, the stderr tail). The mode is ``--mode`` or ``$CORRAL_RUNNER_MODE``
 (default hybrid). The runner heartbeats, goes idle and retires like any worker
 (``--no-retire`` keeps it, for a pool); SIGTERM lets the current activation finish.
+
+It prints a timestamped line on stderr per activation begun and released (``-q``:
+warnings only; ``--json``: JSON objects), and the command's output is kept: each line
+it wrote (stderr, and stdout but its outcome line) is logged under the activation.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -31,6 +34,21 @@ from corral.cli.worker import _check_command, _node_id, _stop, outage_option
 __all__ = ["command_outcome", "register"]
 
 _TAIL = 2000
+_OUTPUT_LINES = 200  # the most lines of a command's output logged per stream
+log = logging.getLogger("corral.runner")
+
+
+def _log_output(a: Any, stream: str, lines: list[str]) -> None:
+    """The command's output for activation ``a``, one log line per line (the last
+    :data:`_OUTPUT_LINES`)."""
+    from corral.daemonlog import event
+
+    if len(lines) > _OUTPUT_LINES:
+        log.info("activation %s %s: (%d earlier lines not shown)", a.id, stream,
+                 len(lines) - _OUTPUT_LINES)  # fmt: skip
+    for line in lines[-_OUTPUT_LINES:]:
+        log.info("activation %s %s: %s", a.id, stream, line,
+                 extra=event("activation_output", assignment=a.id, stream=stream))  # fmt: skip
 
 
 def command_outcome(command: tuple[str, ...], runner_id: str, timeout: float | None = None) -> Any:
@@ -72,8 +90,11 @@ def command_outcome(command: tuple[str, ...], runner_id: str, timeout: float | N
                 last = json.loads(lines[-1])
                 if isinstance(last, dict):
                     outcome = last
+                    lines = lines[:-1]
             except ValueError:
                 pass
+        _log_output(a, "stdout", lines)
+        _log_output(a, "stderr", err.decode("utf-8", "replace").rstrip().splitlines())
         if proc.returncode != 0:
             outcome["exit_code"] = proc.returncode
             outcome["stderr"] = err.decode("utf-8", "replace").strip()[-_TAIL:]
@@ -134,6 +155,7 @@ def command_outcome(command: tuple[str, ...], runner_id: str, timeout: float | N
 )
 @outage_option
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings only.")
+@click.option("--json", "as_json", is_flag=True, help="Log JSON objects, one per line.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def runner(
@@ -148,6 +170,7 @@ def runner(
     max_activations: int | None,
     outage_tolerance: float,
     quiet: bool,
+    as_json: bool,
     command: tuple[str, ...],
 ) -> int:
     """Run COMMAND once per activation (put it after --).
@@ -162,11 +185,9 @@ def runner(
 
     _check_command(command)
     rid = runner_id or f"runner-{socket.gethostname()}-{os.getpid()}"[:64]
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format=f"corral-runner {rid}: %(message)s",
-        stream=sys.stderr,
-    )
+    from corral.daemonlog import configure
+
+    configure(f"corral-runner {rid}", quiet=quiet, as_json=as_json)
     root = ctx.find_root()
     cluster = connect(root.obj.get("url") if isinstance(root.obj, dict) else None)
     handle = command_outcome(command, rid, activation_timeout)

@@ -48,15 +48,21 @@ _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id 
     metavar="DIR",
     help="pids.json, control.sock and logs/ live here (created with mode 0700).",
 )
+@click.option("-q", "--quiet", is_flag=True, help="Print warnings only (UNHEALTHY, gave up).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON objects, one per line.")
 @click.pass_context
-def supervise(ctx: click.Context, manifest: str, state_dir: str) -> None:
+def supervise(
+    ctx: click.Context, manifest: str, state_dir: str, quiet: bool, as_json: bool
+) -> None:
     """Run the agents of MANIFEST (TOML, or an agents.json) in the foreground.
 
     Starts them in dependency order, restarts them by their policies, and answers
     `corral ctl` on STATE_DIR/control.sock. SIGTERM or SIGINT stops every agent in
     reverse dependency order. A supervisor started again over the same state dir
-    adopts the agents still running instead of restarting them.
+    adopts the agents still running instead of restarting them. Prints a
+    timestamped line on stderr per state change (as state.log records it).
     """
+    output = "json" if as_json else "quiet" if quiet else "text"
     from corral.supervisor import entry
 
     spec = entry.load(manifest)  # a bad manifest: exit 2 before anything starts
@@ -69,7 +75,7 @@ def supervise(ctx: click.Context, manifest: str, state_dir: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         argv = boot.argv("corral.supervisor.entry:main", "corral-supervise", manifest, state_dir,
-                         same_flags=True)  # fmt: skip
+                         output, same_flags=True)  # fmt: skip
         os.execv(argv[0], argv)
     client = None
     if url:
@@ -77,7 +83,7 @@ def supervise(ctx: click.Context, manifest: str, state_dir: str) -> None:
 
         client = connect(url)
         ctx.call_on_close(client.close)
-    entry.serve(spec, Path(state_dir), client)
+    entry.serve(spec, Path(state_dir), client, output)
 
 
 def _is_the_corral_program() -> bool:

@@ -15,10 +15,15 @@ nothing to do it asks again every ``poll_interval``; idle for the
 cluster's ``idle_timeout_seconds`` it retires (terminates its node and returns 0),
 unless ``retire=False`` (a pool that keeps its runners). SIGTERM/SIGINT: the current
 activation finishes and is released, then the runner terminates its node.
+
+It logs (``corral.runner``, INFO) one line per activation begun and released (with
+its outcome and how long it took), its registration and how it ends; ``corral
+runner`` prints them (:mod:`corral.daemonlog`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from corral.daemonlog import event
 from corral.errors import CorralError, InvalidInputError, LeaseError, NotFoundError
 from corral.scheduler.policy import MODES
 from corral.scheduler.records import Assignment
@@ -100,16 +106,29 @@ class Runner:
             return None
         handler = self.handlers.get(a.kind)
         outcome: dict[str, Any] = {}
+        began = self._mono()
+        items = f", {len(a.inbox)} item(s)" if a.kind == "inbox" else ""
+        log.info("activation %s: %s (%s%s)", a.id, a.agent_id, a.kind, items,
+                 extra=event("activation_started", assignment=a.id, agent=a.agent_id,
+                             kind=a.kind))  # fmt: skip
         try:
             got = handler(a) if handler is not None else None
             outcome = dict(got) if got else {}
         except Exception as exc:  # the activation ends either way
             log.exception("runner %s: the %s handler failed", self.runner_id, a.kind)
             outcome = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        took = self._mono() - began
         try:
             self.cluster.release_assignment(a.id, self.runner_id, a.epoch, outcome)
         except LeaseError as exc:
             log.warning("runner %s lost assignment %s: %s", self.runner_id, a.id, exc)
+        else:
+            failed = "error" in outcome or outcome.get("exit_code") not in (None, 0)
+            log.log(logging.WARNING if failed else logging.INFO,
+                    "activation %s released in %.2f s: %s", a.id, took,
+                    json.dumps(outcome, default=str, ensure_ascii=False)[:500],
+                    extra=event("activation_released", assignment=a.id, agent=a.agent_id,
+                                seconds=round(took, 3), outcome=outcome))  # fmt: skip
         self.activations += 1
         return a
 
@@ -120,6 +139,8 @@ class Runner:
         self.cluster.register_node(
             self.runner_id, "runner", heartbeat_interval=self.heartbeat_interval
         )
+        who = event("runner_registered", runner=self.runner_id, mode=self.mode)
+        log.info("runner %s registered (mode %s)", self.runner_id, self.mode, extra=who)
         self._heart = HeartbeatMonitor(
             self.runner_id, self.cluster, heartbeat_interval=self.heartbeat_interval
         )
@@ -168,6 +189,9 @@ class Runner:
             log.warning("runner %s was terminated by the cluster: %s", self.runner_id, exc)
             self.close(terminate=False)
             return 1
+        log.info("runner %s: %s after %d activation(s)", self.runner_id, self.exit_reason,
+                 self.activations, extra=event("runner_done", reason=self.exit_reason,
+                                               activations=self.activations))  # fmt: skip
         self.close()
         return 0
 

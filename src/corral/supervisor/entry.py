@@ -37,10 +37,14 @@ def load(manifest: str) -> Manifest:
         raise InvalidInputError(exc.message) from None
 
 
-def serve(spec: Manifest, state_dir: Path, client: Any = None) -> None:
+def serve(spec: Manifest, state_dir: Path, client: Any = None, output: str = "text") -> None:
     """Run the supervisor of ``spec`` over ``state_dir``, answering ``corral ctl`` on
     ``STATE_DIR/control.sock``, until it shuts down (SIGTERM, SIGINT, ``ctl
-    shutdown``)."""
+    shutdown``). ``output``: a timestamped line on stderr per state change
+    (``text``), warnings only (``quiet``) or JSON objects (``json``)."""
+    from corral import daemonlog
+
+    daemonlog.configure("corral-supervise", quiet=output == "quiet", as_json=output == "json")
     try:
         from corral.supervisor.supervisor import Supervisor
     except ModuleNotFoundError as exc:
@@ -54,24 +58,34 @@ def serve(spec: Manifest, state_dir: Path, client: Any = None) -> None:
 
 
 async def _serve(sup: Any, state_dir: Path) -> None:
-    """Run ``sup`` with the control socket open for as long as it runs."""
+    """Run ``sup`` with the control socket open for as long as it runs, its state
+    changes echoed as they reach its state log."""
+    import logging
+
+    from corral.daemonlog import StateLogEcho
     from corral.supervisor.commands import dispatcher
     from corral.supervisor.control import ControlServer
 
+    echo = StateLogEcho(sup.logs_dir / "supervisor" / "state.log",
+                        logging.getLogger("corral.supervisor.state"))  # fmt: skip
+    stop = asyncio.Event()
+    echoing = asyncio.ensure_future(echo.run(stop))
     server = ControlServer(state_dir / "control.sock", dispatcher(sup))
     await server.start()
     try:
         await sup.run()
     finally:
+        stop.set()
+        await echoing
         await server.close()  # answers a shutdown in flight before the socket goes
 
 
 def main(argv: list[str]) -> int:
-    """``[MANIFEST, STATE_DIR]``: :func:`serve`, with the errors reported as the
-    ``corral`` command reports them (one ``error:`` line, the error's exit code)."""
-    manifest, state_dir = argv
+    """``[MANIFEST, STATE_DIR, OUTPUT]``: :func:`serve`, with the errors reported as
+    the ``corral`` command reports them (one ``error:`` line, the error's exit code)."""
+    manifest, state_dir, *output = argv
     try:
-        serve(load(manifest), Path(state_dir))
+        serve(load(manifest), Path(state_dir), output=output[0] if output else "text")
     except CorralError as exc:
         message = exc.message.removeprefix("ERROR: ")
         where = f"{exc.field}: " if exc.field and exc.exit_code == 2 else ""
