@@ -148,3 +148,41 @@ def test_corral_supervise_prints_each_state_change(tmp_path: Path, flag: str) ->
         assert d.stop() == 0
     if flag == "":
         assert d.has(r"steady: RUNNING -> STOPPED"), d.lines  # the way out too
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_workflows_serve_prints_each_runs_steps_and_send_prints_the_resumed_run(
+    tmp_path: Path,
+) -> None:
+    """A run started, idle (waiting for Answer), released, restored by an event and
+    completed: a line each on the host's stderr (it printed nothing). ``corral
+    workflows send`` to the released run prints it once resumed (it printed it as
+    it was before the resume: released)."""
+    url = f"sqlite:///{tmp_path / 'wf.db'}"
+    with corral.connect(url) as c:
+        c.configure(idle_release_after=0.3)
+    d = Daemon([*CORRAL, "--url", url, "workflows", "serve", "tests.workflow_app:hitl",
+                "--host", "h1"], ROOT)  # fmt: skip
+    try:
+        wait_for(lambda: d.has("host h1 serves hitl"), 30, "the host's first line")
+        with corral.connect(url) as c:
+            handler_id = c.run_workflow("hitl", topic="t")
+            wait_for(lambda: c.get_handler(handler_id).status == "released", 30, "released")
+        sent = subprocess.run(
+            [*CORRAL, "--url", url, "workflows", "send", handler_id, "Answer", "--data",
+             '{"text": "yes"}', "--json"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        shown = json.loads(sent.stdout)
+        assert shown["status"] in ("running", "completed"), shown
+        assert shown["resumes"] == 1, shown
+        wait_for(lambda: d.has(f"run {handler_id} \\(hitl\\) completed"), 30, "completed")
+        for step in ("started", "idle, waits for Answer", "released", "restored"):
+            assert d.has(f"run {handler_id} \\(hitl\\) {step}"), (step, d.lines)
+        assert all(STAMP.match(x) for x in d.lines), d.lines
+    finally:
+        assert d.stop() == 0

@@ -5,9 +5,9 @@ them.
                           [--workflow W] [--host H] [--limit N] [--json]
     corral workflows show HANDLER_ID [--json]
     corral workflows run WORKFLOW [--kwargs JSON] [--json]
-    corral workflows send HANDLER_ID EVENT_TYPE [--data JSON] [--json]
+    corral workflows send HANDLER_ID EVENT_TYPE [--data JSON] [--wait SECONDS] [--json]
     corral workflows serve MODULE:ATTR [--name NAME] [--idle-release-after SECONDS]
-                           [--host H]
+                           [--host H] [-q] [--json]
 
 ``serve`` hosts a LlamaIndex ``Workflow`` instance (the ``corral[llama]`` extra) on
 the cluster given by the global ``--url``, until interrupted.
@@ -16,6 +16,7 @@ the cluster given by the global ``--url``, until interrupted.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import click
@@ -25,6 +26,9 @@ from corral.errors import InvalidInputError
 from corral.workflows.model import HANDLER_STATUSES, Handler
 
 __all__ = ["register"]
+
+SEND_WAIT = 10.0  # seconds `send` waits for a released run to be resumed
+SEND_POLL = 0.05  # seconds between two reads of the run while it waits
 
 
 def _line(h: Handler) -> str:
@@ -113,14 +117,45 @@ def workflows_run(ctx: click.Context, workflow: str, kwargs: str | None, as_json
 @click.argument("handler_id")
 @click.argument("event_type")
 @click.option("--data", default=None, help="The event's fields, a JSON object.")
+@click.option(
+    "--wait", type=Seconds(zero_ok=True), default=SEND_WAIT, show_default=True,
+    help="Seconds to wait for a released run to be resumed by a host (0: do not wait).",
+)  # fmt: skip
 @json_option
 @click.pass_context
 def workflows_send(
-    ctx: click.Context, handler_id: str, event_type: str, data: str | None, as_json: bool
+    ctx: click.Context,
+    handler_id: str,
+    event_type: str,
+    data: str | None,
+    wait: float,
+    as_json: bool,
 ) -> None:
-    """Send EVENT_TYPE (the event class's name) to a run; a released run resumes."""
+    """Send EVENT_TYPE (the event class's name) to a run and print the run. A
+    released run resumes on a host serving its workflow: the run is printed once
+    resumed (up to --wait seconds; still released then, a line on stderr says so)."""
     fields = _json_object(data, "--data")
-    emit(client(ctx).send_event(handler_id, event_type, fields), as_json, lambda h: _table([h]))
+    c = client(ctx)
+    h = c.send_event(handler_id, event_type, fields)
+    if h.status == "released":
+        h = _resumed(c, h, wait)
+        if h.status == "released":
+            click.echo(
+                f"corral workflows send: run {h.handler_id} still released after {wait:g} s: "
+                f"it resumes when a host serving {h.workflow} takes it",
+                err=True,
+            )
+    emit(h, as_json, lambda x: _table([x]))
+
+
+def _resumed(c: Any, h: Handler, wait: float) -> Handler:
+    """``h`` once a host has taken it back (no longer released), or as it is at the
+    deadline."""
+    deadline = time.monotonic() + wait
+    while h.status == "released" and time.monotonic() < deadline:
+        time.sleep(min(SEND_POLL, max(0.0, deadline - time.monotonic())))
+        h = c.get_handler(h.handler_id)
+    return h
 
 
 @workflows.command("serve")
@@ -131,6 +166,8 @@ def workflows_send(
     help="This workflow's release delay here (default: the cluster's idle_release_after).",
 )  # fmt: skip
 @click.option("--host", default=None, help="This host's id (default: HOSTNAME-PID).")
+@click.option("-q", "--quiet", is_flag=True, help="Print warnings only (failed runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON objects, one per line.")
 @click.pass_context
 def workflows_serve(
     ctx: click.Context,
@@ -138,8 +175,13 @@ def workflows_serve(
     name: str | None,
     idle_release_after: float | None,
     host: str | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
-    """Run the LlamaIndex Workflow instance MODULE:ATTR for the cluster until interrupted."""
+    """Run the LlamaIndex Workflow instance MODULE:ATTR for the cluster until interrupted.
+
+    Prints a timestamped line on stderr per run's step (started or restored, idle and
+    what it waits for, released, finished); -q warnings only, --json objects."""
     try:
         from corral.workflows.llama.serve import load_workflow, serve
     except ImportError as exc:
@@ -147,8 +189,11 @@ def workflows_serve(
             f"corral workflows serve needs the llama extra (pip install 'corral[llama]'): {exc}"
         ) from None
 
+    from corral.daemonlog import configure
+
     workflow = load_workflow(target)
     attr = target.rpartition(":")[2]
+    configure("corral-workflows", quiet=quiet, as_json=as_json)
     serve(client(ctx), {name or attr: (workflow, idle_release_after)}, host=host)
 
 

@@ -36,6 +36,7 @@ from workflows.handler import WorkflowHandler
 from workflows.runtime.types.step_id import StepId
 from workflows.runtime.types.ticks import TickWaiterTimeout
 
+from corral.daemonlog import event as _event
 from corral.errors import CorralError, LeaseError
 from corral.types import Client
 from corral.workflows.model import HandlerRun, WorkflowWork
@@ -124,6 +125,9 @@ class LlamaHost:
             for name, s in sorted(self.served.items())
         ]
         await asyncio.to_thread(self.client.serve_workflows, self.host, items)
+        log.info("host %s serves %s", self.host, ", ".join(sorted(self.served)),
+                 extra=_event("workflows_served", host=self.host,
+                              workflows=sorted(self.served)))  # fmt: skip
 
     async def step(self) -> WorkflowWork:
         """One turn: take this host's work and do it. Returns the work taken."""
@@ -184,6 +188,10 @@ class LlamaHost:
             handler = served.workflow.run(ctx=ctx)
         run = _Run(r.handler.handler_id, r.handler.workflow, handler)
         self.resident[run.handler_id] = run
+        how = "started" if r.checkpoint is None else "restored from its checkpoint"
+        log.info("run %s (%s) %s", run.handler_id, run.name, how,
+                 extra=_event("workflow_started" if r.checkpoint is None else "workflow_restored",
+                              handler_id=run.handler_id, workflow=run.name))  # fmt: skip
         for w in r.handler.active_waiters:
             deadline = w.get("deadline")
             if deadline is not None:
@@ -291,6 +299,7 @@ class LlamaHost:
         await self._report(run, "idle", waiters=self._waiters(run, snapshot))
 
     async def _report(self, run: _Run, state: str, **fields: Any) -> None:
+        _log_state(run, state, fields)
         async with run.lock:
             await self._call(self.client.report_handler, self.host, run.handler_id, state,
                              **fields)  # fmt: skip
@@ -350,6 +359,9 @@ class LlamaHost:
                 log.info("run %s not released: %s", handler_id, exc)
                 return False
             run.stopping = True
+        log.info("run %s (%s) released: checkpointed, no longer in memory", handler_id, run.name,
+                 extra=_event("workflow_released", handler_id=handler_id,
+                              workflow=run.name))  # fmt: skip
         self.after_checkpoint(handler_id)
         await self._stop(run)
         return True
@@ -365,3 +377,23 @@ class LlamaHost:
         if not run.handler.is_done():
             await run.handler.cancel_run()
         run.tasks.clear()
+
+
+def _log_state(run: _Run, state: str, fields: dict[str, Any]) -> None:
+    """One line per state a run reports (idle and what it waits for, busy again,
+    resident and why, finished); a failure is a warning."""
+    if state == "idle":
+        waits = ", ".join(sorted({str(w.get("event_type")) for w in fields.get("waiters", ())}))
+        what = f"idle, waits for {waits}" if waits else "idle"
+    elif state == "busy":
+        what = "busy again"
+    elif state == "resident":
+        what = f"stays in memory: {fields.get('reason')}"
+    elif fields.get("error"):
+        what = f"{state}: {fields['error']}"
+    else:
+        what = state
+    level = logging.WARNING if state == "failed" else logging.INFO
+    log.log(level, "run %s (%s) %s", run.handler_id, run.name, what,
+            extra=_event(f"workflow_{state}", handler_id=run.handler_id,
+                         workflow=run.name))  # fmt: skip
