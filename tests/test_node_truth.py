@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import corral
@@ -209,3 +211,41 @@ def test_a_call_that_counts_as_a_heartbeat_is_one(cluster, clock):
     node = cluster.get_node("W")
     assert node.last_heartbeat == clock.now() == node.last_seen
     assert _line(cluster, "W").startswith("🟢 W: ")
+
+
+def _rewind_to_an_idle_holder(url: str, node_id: str) -> None:
+    """Make ``node_id`` idle while it holds its task, as set_agent_status could before
+    migration 11 (SQLite) / 12 (PostgreSQL), and mark that migration not yet applied."""
+    if url.startswith("sqlite:///"):
+        raw = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with raw:
+            raw.execute("UPDATE nodes SET status = 'idle', idle_since = 1 WHERE id = ?", [node_id])
+            raw.execute("PRAGMA user_version = 10")
+        raw.close()
+    else:
+        with psycopg.connect(url, autocommit=True) as raw:
+            raw.execute("UPDATE nodes SET status = 'idle', idle_since = 1 WHERE id = %s", [node_id])
+            raw.execute("DELETE FROM corral_migrations WHERE version = 12")
+
+
+def test_an_idle_node_that_holds_a_task_works_on_it_once_migrated(embedded, clock):
+    """A database written before the rule (an idle node holding a lease) is repaired
+    when a store opens it: the holder is working on its task, with a node_status
+    event; an idle node that holds nothing stays idle."""
+    embedded.register_node("W", "developer")
+    embedded.register_node("I", "developer")
+    embedded.add_task("Implement it")
+    task = embedded.claim_best_task("W", "developer")
+    _rewind_to_an_idle_holder(embedded.url, "W")
+    with corral.connect(embedded.url, clock=clock) as c:
+        node = c.get_node("W")
+        assert (node.status, node.current_task_id, node.idle_since) == ("working", task.id, None)
+        assert c.heartbeat("W").current_task_id == task.id
+        assert c.get_node("I").status == "idle"
+        last = [e for e in c.events() if e.kind == "node_status"][-1]
+        assert (last.node_id, last.task_id, last.data["old"], last.data["new"]) == (
+            "W",
+            task.id,
+            "idle",
+            "working",
+        )
