@@ -58,26 +58,37 @@ def serve(spec: Manifest, state_dir: Path, client: Any = None, output: str = "te
 
 
 async def _serve(sup: Any, state_dir: Path) -> None:
-    """Run ``sup`` with the control socket open for as long as it runs, its state
-    changes echoed as they reach its state log."""
-    import logging
-
-    from corral.daemonlog import StateLogEcho
+    """Run ``sup`` with the control socket open for as long as it runs, each state
+    change echoed as a log line the moment it is recorded (no polling: an idle
+    supervisor does not wake up)."""
     from corral.supervisor.commands import dispatcher
     from corral.supervisor.control import ControlServer
 
-    echo = StateLogEcho(sup.logs_dir / "supervisor" / "state.log",
-                        logging.getLogger("corral.supervisor.state"))  # fmt: skip
-    stop = asyncio.Event()
-    echoing = asyncio.ensure_future(echo.run(stop))
+    sup.listeners.append(_echo)
     server = ControlServer(state_dir / "control.sock", dispatcher(sup))
     await server.start()
     try:
         await sup.run()
     finally:
-        stop.set()
-        await echoing
         await server.close()  # answers a shutdown in flight before the socket goes
+
+
+def _echo(rec: dict[str, Any]) -> None:
+    """One ``state.log`` record as a ``corral.supervisor.state`` log line."""
+    import logging
+
+    from corral.daemonlog import event, state_line
+
+    log = logging.getLogger("corral.supervisor.state")
+    level, text = state_line(rec)
+    if not log.isEnabledFor(level):
+        return
+    record = log.makeRecord(
+        log.name, level, "state.log", 0, "%s", (text,), None, extra=event("state", **rec)
+    )
+    if isinstance(rec.get("ts"), int | float):
+        record.created = float(rec["ts"])
+    log.handle(record)
 
 
 def main(argv: list[str]) -> int:

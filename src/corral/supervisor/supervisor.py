@@ -107,6 +107,8 @@ class Supervisor:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._state_log: RotatingLog | None = None
         self._log_file: RotatingLog | None = None
+        # called with each state.log record as it is written (corral supervise's lines)
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
         self.output = Output(self)
         self.probes = Probes(self)  # http/tcp/exec heartbeats
         self.link = link.ClusterLink(self, host)  # reports and requests (cluster)
@@ -447,6 +449,8 @@ class Supervisor:
         rec.update(to=new.value, reason=reason, pid=pid, **extra)
         if self._state_log is not None:
             self._state_log.write_line(json.dumps(rec, default=str).encode())
+        for listener in self.listeners:
+            listener(rec)
         self.link.changed()  # the cluster gets the new state (process_state events)
         self._dirty()
 
