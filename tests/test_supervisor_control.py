@@ -53,6 +53,7 @@ class TableSupervisor:
             for n, agent in enumerate(ids)
         }
         self.reopened = 0
+        self.listeners: list[Any] = []  # state changes (none here: no transitions)
         self.calls: list[tuple[str, str | None]] = []
         self._done: asyncio.Event | None = None
 
