@@ -10,7 +10,6 @@ longer run: ``bench/worker_outage.py``."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -18,165 +17,24 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 import corral
 from corral.outage import tolerant
-from corral.server.auth import ensure_token_file
 from tests.backends import postgres as pg
-from tests.backends.http import free_port
-from tests.test_server_cli import _wait_healthy
-
-TASK = """#!/bin/sh
-# one run of a task: its id on a line of the runs file, then a little work
-echo "$CORRAL_TASK_ID" >> "{runs}"
-sleep {seconds}
-echo '{{"ok": true}}'
-"""
-
-SDK_WORKER = """
-import sys, time
-import corral
-from corral.worker.destinations import RetryPolicy
-
-node, url, runs, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-
-def handle(task):
-    with open(runs, "a") as f:
-        f.write(f"{task.id}\\n")
-    time.sleep(seconds)
-    return {"ok": True}
-
-w = corral.Worker(node, "developer", url=url, heartbeat_interval=1.0,
-                  idle_timeout_seconds=120, retry=RetryPolicy(retry_attempts=1, retry_delay=0))
-sys.exit(w.run(handle))
-"""
-
-
-def _wait(what: str, ok: Callable[[], bool], deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while not ok():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-class Fleet:
-    """Worker processes (``corral worker`` and the SDK) on one board, with their logs."""
-
-    def __init__(self, tmp_path: Path, env: dict[str, str], task_seconds: float) -> None:
-        self.tmp = tmp_path
-        self.env = env
-        self.runs = tmp_path / "runs"
-        self.runs.touch()
-        self.script = tmp_path / "task.sh"
-        self.script.write_text(TASK.format(runs=self.runs, seconds=task_seconds))
-        self.script.chmod(0o755)
-        self.sdk = tmp_path / "sdk_worker.py"
-        self.sdk.write_text(SDK_WORKER)
-        self.task_seconds = task_seconds
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def cli(self, node: str, url: str, *options: str) -> None:
-        argv = [sys.executable, "-m", "corral", "--url", url, "worker", "--id", node,
-                "--role", "developer", "--heartbeat-interval", "1", "--idle-timeout", "120",
-                "--retry-attempts", "1", "--retry-delay", "0", *options, "--",
-                str(self.script)]  # fmt: skip
-        self._start(node, argv)
-
-    def sdk_worker(self, node: str, url: str) -> None:
-        argv = [sys.executable, str(self.sdk), node, url, str(self.runs), str(self.task_seconds)]
-        self._start(node, argv)
-
-    def _start(self, node: str, argv: list[str]) -> None:
-        log = (self.tmp / f"{node}.log").open("wb")
-        self.procs[node] = subprocess.Popen(argv, env=self.env, stderr=log, cwd=self.tmp)
-        log.close()
-
-    def log(self, node: str) -> str:
-        return (self.tmp / f"{node}.log").read_text(errors="replace")
-
-    def exited(self) -> dict[str, int]:
-        return {n: code for n, p in self.procs.items() if (code := p.poll()) is not None}
-
-    def runs_per_task(self) -> Counter[int]:
-        return Counter(int(line) for line in self.runs.read_text().split())
-
-    def stop(self) -> dict[str, int | None]:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        codes: dict[str, int | None] = {}
-        for node, p in self.procs.items():
-            try:
-                codes[node] = p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                codes[node] = None
-        return codes
-
-
-class Serve:
-    """A real ``corral serve`` on a fixed port, that can be SIGKILLed and restarted."""
-
-    def __init__(self, db_url: str, tmp_path: Path, *, port: int | None = None) -> None:
-        self.db_url = db_url
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token_file = ensure_token_file(tmp_path / "token")
-        self.token = self.token_file.read_text().strip()
-        self.log = tmp_path / "serve.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.kills = 0
-
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "corral", "--url", self.db_url, "serve",
-                 "--port", str(self.port), "--token-file", str(self.token_file),
-                 "--log-level", "warning"],
-                stderr=log,
-            )  # fmt: skip
-        _wait_healthy(self.url, self.proc)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-        self.kills += 1
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-
-
-def _env(token: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env["CORRAL_TOKEN"] = token
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    return env
-
-
-def _board(client: Any, n: int) -> None:
-    client.add_tasks([{"title": f"task {i}", "role": "developer"} for i in range(n)])
-
-
-def _check_every_task_done_once(client: Any, fleet: Fleet, n: int) -> None:
-    tasks = client.list_tasks(limit=n + 10)
-    assert len(tasks) == n
-    assert Counter(t.status for t in tasks) == {"done": n}
-    assert {t.attempts for t in tasks} == {1}, "a task was claimed more than once"
-    runs = fleet.runs_per_task()
-    assert set(runs) == {t.id for t in tasks}
-    assert set(runs.values()) == {1}, f"tasks run more than once: {runs}"
-    recovered = [e for e in client.events(limit=100000) if e.kind == "lease_recovered"]
-    assert recovered == []
+from tests.outage_procs import (
+    Fleet,
+    Serve,
+    add_board,
+    check_done_once,
+    env_for,
+    terminate_sessions,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -198,22 +56,22 @@ def test_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
     serve = sqlite_serve
     n = 24
     client = corral.connect(serve.url, token=serve.token)
-    _board(client, n)
-    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=0.4)
+    add_board(client, n)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=0.4)
     try:
         for i in range(3):
             fleet.cli(f"w{i}", serve.url)
         fleet.sdk_worker("sdk", serve.url)
         done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
-        _wait("tasks in flight", lambda: done() >= 4)
+        wait_for("tasks in flight", lambda: done() >= 4)
         serve.kill()
         time.sleep(1.0)  # the scenario: the server is back 1 s later
         assert fleet.exited() == {}, "a worker exited while the server was down"
         serve.start()
         client.close()
-        _wait("every task done", lambda: done() == n)
+        wait_for("every task done", lambda: done() == n)
         assert fleet.exited() == {}
-        _check_every_task_done_once(client, fleet, n)
+        check_done_once(client, fleet, n)
     finally:
         codes = fleet.stop()
         client.close()
@@ -229,10 +87,10 @@ def test_a_worker_exits_3_once_the_window_is_spent_its_task_left_to_finish(
     the worker exits 3 only once ``--outage-tolerance`` has passed."""
     serve = sqlite_serve
     with corral.connect(serve.url, token=serve.token) as client:
-        _board(client, 1)
-    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=1.0)
+        add_board(client, 1)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=1.0)
     fleet.cli("w0", serve.url, "--outage-tolerance", "3", "--heartbeat-interval", "0.2")
-    _wait("the task running", lambda: fleet.runs_per_task() != Counter())
+    wait_for("the task running", lambda: fleet.runs_per_task() != Counter())
     serve.kill()
     gone = time.monotonic()
     proc = fleet.procs["w0"]
@@ -253,15 +111,15 @@ def test_a_completion_after_the_lease_was_recovered_is_refused(
     sent when its task ends, is refused (fenced), and the task is pending again."""
     serve = sqlite_serve
     client = corral.connect(serve.url, token=serve.token)
-    _board(client, 1)
-    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=3.0)
+    add_board(client, 1)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=3.0)
     fleet.cli("w0", serve.url, "--heartbeat-interval", "0.3")
-    _wait("the task running", lambda: fleet.runs_per_task() != Counter())
+    wait_for("the task running", lambda: fleet.runs_per_task() != Counter())
     serve.kill()
     time.sleep(1.5)  # longer than the node's window
     serve.start()
     client.close()
-    _wait("the lease recovered", lambda: client.list_tasks()[0].status == "pending")
+    wait_for("the lease recovered", lambda: client.list_tasks()[0].status == "pending")
     proc = fleet.procs["w0"]
     proc.wait(30)
     log = fleet.log("w0")
@@ -311,7 +169,7 @@ class KillAfterClaim:
                     self.armed = False
                     held.set()
                     upstream.sendall(data)
-                    _wait("the claim's answer", answered.is_set, 10)
+                    wait_for("the claim's answer", answered.is_set, 10)
                     self.serve.kill()
                     break
                 upstream.sendall(data)
@@ -361,12 +219,12 @@ def test_a_claim_whose_answer_was_lost_returns_the_same_task_when_sent_again(
     serve = any_serve
     direct = corral.connect(serve.url, token=serve.token)
     direct.register_node("w1", "developer")
-    _board(direct, 3)
+    add_board(direct, 3)
     proxy = KillAfterClaim(serve)
     client = tolerant(corral.connect(proxy.url, token=serve.token), 30)
     try:
         task = client.claim_best_task("w1", "developer")
-        _wait("the server's restart (the claim's answer lost)", proxy.restarted.is_set, 30)
+        wait_for("the server's restart (the claim's answer lost)", proxy.restarted.is_set, 30)
     finally:
         proxy.close()
         client.close()
@@ -379,18 +237,6 @@ def test_a_claim_whose_answer_was_lost_returns_the_same_task_when_sent_again(
 
 
 # --- PostgreSQL: every session terminated ----------------------------------------------
-def _terminate_sessions(db_url: str) -> int:
-    """``pg_terminate_backend`` of every session on the database but this one."""
-    dbname = db_url.rsplit("/", 1)[1]
-    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid()",
-            [dbname],
-        ).fetchall()
-    return len(rows)
-
-
 def test_workers_ride_out_pg_terminate_backend_of_every_session(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -403,8 +249,8 @@ def test_workers_ride_out_pg_terminate_backend_of_every_session(
     serve.start()
     n = 24
     client = tolerant(corral.connect(db_url), 30)  # its sessions are terminated too
-    _board(client, n)
-    fleet = Fleet(tmp_path, _env(serve.token), task_seconds=0.4)
+    add_board(client, n)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=0.4)
     try:
         fleet.cli("w0", db_url)
         fleet.cli("w1", db_url)
@@ -413,12 +259,12 @@ def test_workers_ride_out_pg_terminate_backend_of_every_session(
         done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
         killed = []
         for at in (3, 9, 15):
-            _wait(f"{at} tasks done", lambda at=at: done() >= at)
-            killed.append(_terminate_sessions(db_url))
-        _wait("every task done", lambda: done() == n)
+            wait_for(f"{at} tasks done", lambda at=at: done() >= at)
+            killed.append(terminate_sessions(db_url, pg.ADMIN_URL))
+        wait_for("every task done", lambda: done() == n)
         assert fleet.exited() == {}
         assert min(killed) >= 4  # the workers' sessions and the server's at least
-        _check_every_task_done_once(client, fleet, n)
+        check_done_once(client, fleet, n)
     finally:
         codes = fleet.stop()
         serve.stop()
@@ -456,19 +302,19 @@ def test_corral_runner_rides_out_a_sigkill_and_restart_of_corral_serve(
         [sys.executable, "-m", "corral", "--url", serve.url, "runner", "--id", "r1",
          "--mode", "notification", "--no-retire", "--heartbeat-interval", "1",
          "--poll-interval", "0.2", "--", str(script)],
-        env=_env(serve.token), stderr=log,
+        env=env_for(serve.token), stderr=log,
     )  # fmt: skip
     log.close()
     ran = lambda: Counter(runs.read_text().split())  # noqa: E731
     try:
-        _wait("activations under way", lambda: sum(ran().values()) >= 3)
+        wait_for("activations under way", lambda: sum(ran().values()) >= 3)
         serve.kill()
         time.sleep(1.0)
         assert proc.poll() is None, "the runner exited while the server was down"
         serve.start()
         client.close()
-        _wait("every agent activated", lambda: set(ran()) == set(agents))
-        _wait("every activation released", lambda: client.list_assignments() == [])
+        wait_for("every agent activated", lambda: set(ran()) == set(agents))
+        wait_for("every activation released", lambda: client.list_assignments() == [])
         assert proc.poll() is None
         assert set(ran().values()) == {1}, ran()
         assert {client.get_agent(a).activation_count for a in agents} == {1}
