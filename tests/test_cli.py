@@ -317,19 +317,18 @@ def _messages(log) -> list[str]:
     return [line.split(" ", 3)[3] for line in log.read_text().splitlines()]
 
 
-def test_monitor_verbose_logs_every_pass_with_what_it_did(tmp_path):
-    """``corral monitor -v``: one line per pass saying what it recovered, terminated
+def test_monitor_verbose_logs_each_pass_that_did_something(tmp_path):
+    """``corral monitor -v``: a line for a pass saying what it recovered, terminated
     and retired, the assessment when one was made, and when the next duty is due
-    (it used to log only "monitor started" and "monitor stopped")."""
+    (it used to log only "monitor started" and "monitor stopped"); a pass that finds
+    nothing new is not logged (tests/test_cli_monitor.py)."""
     proc, (c, log) = _monitor_process(tmp_path, "-v")
     try:
 
-        def after_recovery() -> int:
-            passes = [m for m in _messages(log) if m.startswith("pass: ")]
-            hits = [i for i, m in enumerate(passes) if "recovered 1 lease," in m]
-            return bool(hits) and len(passes) - hits[0] >= 3
+        def recovered() -> bool:
+            return any("recovered 1 lease," in m for m in _messages(log))
 
-        wait_for(after_recovery, timeout=30, what="the recovery pass and two more")
+        wait_for(recovered, timeout=30, what="the recovery pass")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -345,7 +344,7 @@ def test_monitor_verbose_logs_every_pass_with_what_it_did(tmp_path):
         first,
     ), first
     quiet = [m for m in passes if m is not first]
-    assert quiet and all(
+    assert all(
         re.fullmatch(
             r"pass: recovered 0 leases, terminated 0 dead nodes, retired 0 idle nodes; "
             r"assessment (not due|\w+ -> \w+ \(.*\)); next due in \d+\.\ds",

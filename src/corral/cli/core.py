@@ -18,14 +18,23 @@ from corral.model import Node, Task
 __all__ = ["register"]
 
 
+_NODE_HEAD = f"{'NODE':<24} {'ROLE':<18} {'STATUS':<10} {'STRENGTH':<8} TASK"
+_TASK_HEAD = f"{'ID':>6}  {'STATUS':<11} {'PRIO':<6} TITLE @HOLDER"
+
+
 def _node_line(n: Node) -> str:
     task = f" task-{n.current_task_id}" if n.current_task_id is not None else ""
-    return f"{n.id:<24} {n.role:<18} {n.status:<10} {n.strength or '-':<7}{task}"
+    return f"{n.id:<24} {n.role:<18} {n.status:<10} {n.strength or '-':<8}{task}"
 
 
 def _task_line(t: Task) -> str:
     who = f" @{t.assigned_to}" if t.assigned_to else ""
     return f"{t.id:>6}  {t.status:<11} {t.priority:<6} {t.title}{who}"
+
+
+def _table(head: str, lines: list[str], empty: str) -> str:
+    """A header line over the rows, or ``empty``."""
+    return "\n".join([head, *lines]) if lines else empty
 
 
 def _task_detail(t: Task) -> str:
@@ -166,7 +175,7 @@ def node_list(
     nodes = client(ctx).list_nodes(status=status, role=role)
     if not show_all and status is None:
         nodes = [n for n in nodes if n.status != "terminated"]
-    emit(nodes, as_json, lambda ns: "\n".join(map(_node_line, ns)) or "(no nodes)")
+    emit(nodes, as_json, lambda ns: _table(_NODE_HEAD, [_node_line(n) for n in ns], "(no nodes)"))
 
 
 @node.command("show")
@@ -241,7 +250,7 @@ def task_list(
 ) -> None:
     """List tasks."""
     tasks = client(ctx).list_tasks(status=status, assigned_to=assigned_to, limit=limit)
-    emit(tasks, as_json, lambda ts: "\n".join(map(_task_line, ts)) or "(no tasks)")
+    emit(tasks, as_json, lambda ts: _table(_TASK_HEAD, [_task_line(t) for t in ts], "(no tasks)"))
 
 
 @task.command("show")
@@ -381,22 +390,69 @@ def pass_line(result: Any, now: float) -> str:
     return f"pass: {', '.join(done)}; {assessed}{wait}"
 
 
+class PassFilter:
+    """Which monitor passes ``corral monitor -v`` logs. The monitor wakes on every
+    new event (a heartbeat, a claim), so most passes find nothing due; a line for
+    each said "next due in 23.2 s" every 0.5 s. A pass is logged when it did
+    something (events), when its assessment's status or recommendation is not the
+    one last logged, when its next deadline is earlier than the one last logged (a
+    new duty, sooner) or when that one has passed (the line it gave is stale), and
+    when the monitor gains or loses the lead. Pure: the pass and ``now``."""
+
+    EPSILON = 0.05  # seconds: a deadline this much earlier is a new one
+
+    def __init__(self) -> None:
+        self.logged = False
+        self.leader: bool | None = None
+        self.deadline: float | None = None
+        self.assessed: tuple[str, str] | None = None
+
+    def worth(self, result: Any, now: float) -> bool:
+        """Whether to log this pass (and remember it when so)."""
+        a = result.assessment
+        assessed = None if a is None else (a.status, a.recommendation)
+        nd = result.next_deadline
+        if not result.leader:
+            log = self.leader is not False  # a follower's passes: once, when it follows
+        else:
+            log = (
+                not self.logged
+                or self.leader is False
+                or bool(result.events)
+                or (assessed is not None and assessed != self.assessed)
+                or (nd is None) != (self.deadline is None)
+                or (nd is not None and self.deadline is not None
+                    and nd < self.deadline - self.EPSILON)
+                or (self.deadline is not None and now >= self.deadline)
+            )  # fmt: skip
+        if log:
+            self.logged, self.leader, self.deadline = True, result.leader, nd
+            if assessed is not None:
+                self.assessed = assessed
+        return log
+
+
 @click.command()
 @click.option("--max-sleep", type=float, default=None, help="Longest sleep between checks (s).")
 @click.option("-v", "--verbose", is_flag=True,
-              help="Log every pass: what it recovered, terminated and retired, the "
-                   "assessment, and when the next duty is due.")  # fmt: skip
+              help="Log a pass when it did something, its assessment changed, or its "
+                   "next deadline is new (sooner, or the last one passed): what it "
+                   "recovered, terminated and retired, the assessment, the next duty.")  # fmt: skip
 @click.pass_context
 def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""
     from corral.monitor import Monitor
 
+    passes = PassFilter()
+
     class VerboseMonitor(Monitor):
         def tick(self, now: float | None = None, due: Any = None, at: Any = None) -> Any:
             result = super().tick(now, due, at)
-            logging.getLogger("corral.monitor").info(
-                pass_line(result, self.cluster.clock.now()), extra={"action": "monitor_pass"}
-            )
+            t = self.cluster.clock.now()
+            if passes.worth(result, t):
+                logging.getLogger("corral.monitor").info(
+                    pass_line(result, t), extra={"action": "monitor_pass"}
+                )
             return result
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
