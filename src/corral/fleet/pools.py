@@ -162,7 +162,7 @@ class FleetSupervisor(Supervisor):
             p = self.fleet.pool_of(a.spec.id)
             if p is None or p.id != pool_id:
                 continue
-            if a.child is not None or a.restart_at is not None:
+            if a.child is not None or a.pending_start:  # held for a dependency too
                 out.append(a)
         return out
 
@@ -292,7 +292,7 @@ class FleetSupervisor(Supervisor):
         while True:
             spec = rt.spec.member(n)
             a = self.agents.get(spec.id)
-            if a is None or (a.child is None and a.restart_at is None and a.stopping is None):
+            if a is None or (a.child is None and not a.pending_start and a.stopping is None):
                 break
             n += 1
         if a is None:
