@@ -184,7 +184,7 @@ def _serve_one(cluster: Any, sock: socket.socket, options: dict[str, Any], *,
 
 def _read_token(token_file: Path | None) -> str:
     """The operator token (``load_token``); a click error naming what is wrong."""
-    from corral.server import load_token
+    from corral.server.auth import load_token
 
     try:
         return load_token(token_file)
