@@ -98,15 +98,16 @@ class Fleet:
         if self.tolerance is not None:
             argv += ["--outage-tolerance", str(self.tolerance)]
         argv += ["--", str(self.script)]
-        self._start(node, argv)
+        self.start(node, argv)
 
     def sdk_worker(self, node: str, url: str) -> None:
         argv = [sys.executable, str(self.sdk), node, url, str(self.runs), str(self.task_seconds)]
         if self.tolerance is not None:
             argv.append(str(self.tolerance))
-        self._start(node, argv)
+        self.start(node, argv)
 
-    def _start(self, node: str, argv: list[str]) -> None:
+    def start(self, node: str, argv: list[str]) -> None:
+        """Start ``argv`` as worker ``node`` (its stderr in ``<node>.log``)."""
         log = (self.tmp / f"{node}.log").open("wb")
         self.procs[node] = subprocess.Popen(argv, env=self.env, stderr=log, cwd=self.tmp)
         log.close()

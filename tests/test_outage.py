@@ -276,3 +276,26 @@ def test_the_alert_after_3_failed_beats_fires_and_reaches_the_cluster_once_it_is
     assert [(a["destination"], a["consecutive_failures"]) for a in cluster.alerts] == [
         ("cluster", 3)
     ]
+
+
+def test_the_cluster_destination_fits_its_tries_within_one_beat() -> None:
+    """Its beats keep the leases: a beat failed in an outage is tried again within
+    the beat, not ``retry_delay`` (5 s) later, past a short-beating node's window."""
+    from corral.worker.destinations import RetryPolicy
+    from corral.worker.heartbeat import HeartbeatMonitor, cluster_policy
+
+    default = RetryPolicy()
+    assert cluster_policy(default, 1.5) == RetryPolicy(retry_attempts=3, retry_delay=0.5)
+    assert cluster_policy(default, 30.0) is default  # 5 s apart already fits
+    assert cluster_policy(RetryPolicy(retry_attempts=1, retry_delay=9), 2.0).retry_delay == 2.0
+    hb = HeartbeatMonitor("w1", cast(Any, DownCluster()), heartbeat_interval=1.5,
+                          destinations=[_Named("cluster"), _Named("webhook")])  # fmt: skip
+    assert [d.policy.retry_delay for d in hb.deliveries] == [0.5, 5.0]
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def send(self, payload: Any) -> None:
+        pass

@@ -32,6 +32,7 @@ from tests.outage_procs import (
     add_board,
     check_done_once,
     env_for,
+    tally,
     terminate_sessions,
     wait_for,
 )
@@ -77,6 +78,39 @@ def test_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
         client.close()
     assert codes == dict.fromkeys(fleet.procs, 0)
     assert all("unreachable" in fleet.log(node) for node in fleet.procs)
+
+
+def test_a_long_task_keeps_its_lease_through_an_outage_longer_than_a_beat(
+    sqlite_serve: Serve, tmp_path: Path
+) -> None:
+    """While a long task runs, only heartbeats keep its lease. With the default
+    destination retries (3 tries, 5 s apart) a beat that failed in an outage longer
+    than a beat (2 s here; the node's window is 3 beats, 6 s) was tried again 5 s
+    later, past the window: the restarted server's monitor recovered the lease and the
+    completion was refused. The cluster's destination now fits its tries within one
+    beat (0.67 s apart here), so the lease is kept."""
+    serve = sqlite_serve
+    client = corral.connect(serve.url, token=serve.token)
+    add_board(client, 1)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=8.0)
+    argv = [sys.executable, "-m", "corral", "--url", serve.url, "worker", "--id", "w0",
+            "--role", "developer", "--heartbeat-interval", "2", "--idle-timeout", "60",
+            "--max-tasks", "1", "--", str(fleet.script)]  # fmt: skip
+    fleet.start("w0", argv)
+    try:
+        wait_for("the task running", lambda: fleet.runs_per_task() != Counter())
+        serve.kill()
+        time.sleep(2.0)  # down for longer than a beat (with the restart, ~2.6 s)
+        serve.start()
+        client.close()
+        proc = fleet.procs["w0"]
+        assert proc.wait(30) == 0, fleet.log("w0")
+        counts = tally(client, fleet, 1)
+    finally:
+        fleet.stop()
+        client.close()
+    assert counts["lease_recoveries"] == 0, fleet.log("w0")
+    assert (counts["done"], counts["run_twice"]) == (1, 0)
 
 
 def test_a_worker_exits_3_once_the_window_is_spent_its_task_left_to_finish(

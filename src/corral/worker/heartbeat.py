@@ -27,6 +27,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -40,11 +41,23 @@ from corral.worker.destinations import ClusterDestination, Delivery, Destination
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["HeartbeatMonitor", "next_beat"]
+__all__ = ["HeartbeatMonitor", "cluster_policy", "next_beat"]
 
 log = logging.getLogger("corral.heartbeat")
 
 _UNRECORDED_KEEP = 10  # alerts kept for the cluster while it cannot be reached
+
+
+def cluster_policy(policy: RetryPolicy, interval: float) -> RetryPolicy:
+    """The cluster destination's retries: ``policy`` with its tries fitting within one
+    beat (``retry_delay`` at most ``interval / retry_attempts``). The cluster's beats
+    are what keep the node's leases (it is dead after ``missed_beats`` intervals
+    without one): a beat that failed in an outage is tried again within a fraction of
+    a beat, not ``retry_delay`` later, past the node's window."""
+    most = interval / max(1, policy.retry_attempts)
+    if policy.retry_delay <= most:
+        return policy
+    return replace(policy, retry_delay=most)
 
 
 def next_beat(previous: float, interval: float, now: float) -> float:
@@ -102,7 +115,9 @@ class HeartbeatMonitor:
         self.deliveries = [
             Delivery(
                 _Guard(d, self) if d.name == "cluster" else d,
-                policy=policy,
+                policy=cluster_policy(policy, self.heartbeat_interval)
+                if d.name == "cluster"
+                else policy,
                 on_alert=self._alert,
                 threaded=d.name != "cluster",
                 sleep=sleep,
