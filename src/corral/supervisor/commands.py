@@ -221,8 +221,9 @@ def _pools(sup: SupervisorLike, method: str) -> Any:
 async def _requests(sup: SupervisorLike) -> list[dict[str, Any]]:
     """The spawn requests of corral up's pools in ask mode, oldest first.
 
-    One object per request with id, pool, role, status (pending, accepted or
-    declined), decided_by and member (the agent an accepted one became).
+    One object per request with id, pool, role, status (pending, accepted,
+    declined or withdrawn), reason (why its pool asked), decided_by and member
+    (the agent an accepted one became).
     """
     return list(await _maybe_await(_pools(sup, "spawn_requests")()))
 
