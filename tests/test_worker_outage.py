@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -358,3 +359,40 @@ def test_corral_runner_rides_out_a_sigkill_and_restart_of_corral_serve(
         code = proc.wait(20)
         client.close()
     assert code == 0, (tmp_path / "runner.log").read_text()
+
+
+# --- the store's half of the keys, on both stores ---------------------------------------
+@pytest.fixture(params=["sqlite", "postgres"])
+def embedded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "postgres":
+        url = pg.fresh_database(request)
+    else:
+        url = f"sqlite:///{tmp_path / 'c.db'}"
+    c = corral.connect(url)
+    c.register_node("w1", "developer")
+    yield c
+    c.close()
+
+
+def test_a_keyed_claim_sent_again_takes_nothing_more(embedded: Any) -> None:
+    """Claim and complete-and-claim sent again with their keys answer what the first
+    took; a key whose task the node no longer holds answers None; a key that took
+    nothing is a new try; concurrent sends of one key take one task."""
+    c, store = embedded, embedded.store
+    add_board(c, 4)
+    now = c.clock.now()
+    first = store.claim("w1", "developer", now, key="k1")
+    assert store.claim("w1", "developer", now, key="k1") == first
+    done, nxt = store.complete_and_claim(first.id, "w1", first.epoch, None, "developer", now,
+                                         key="k2")  # fmt: skip
+    assert store.complete_and_claim(
+        first.id, "w1", first.epoch, None, "developer", now, key="k2"
+    ) == (done, nxt)
+    assert done.status == "done" and nxt is not None
+    c.fail_task(nxt.id, "w1", nxt.epoch, "no", retry=True)  # no longer held
+    assert store.claim("w1", "developer", now, key="k2") is None
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: store.claim("w1", "developer", now, key="k3"), range(4)))
+    assert got[0] is not None and all(g == got[0] for g in got)
+    held = c.list_tasks(status="in_progress", assigned_to="w1")
+    assert [t.id for t in held] == [got[0].id]
