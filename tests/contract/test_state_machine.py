@@ -8,8 +8,9 @@ code. After every step it checks:
 - the live non-manager nodes are at most ``max_agents``;
 - every in-progress task is held by exactly one live node, at the model's epoch;
 - no task is done twice (one ``task_completed`` event per done task at most);
-- every answer is the record read back (``get_node``, ``get_task``), and every
-  record is the model's (status, current task, idle_since, health, roles, epochs);
+- every answer is the record read back (``get_node``, ``get_task``), every record
+  is the model's (status, current task, idle_since, health, roles, epochs), and the
+  board view (``read_state``) shows the records;
 - the assessment is the reference decision for the model's counts;
 - a refused call changes nothing.
 
@@ -63,6 +64,7 @@ OPERATIONS = (
     "list_nodes",
     "list_tasks",
     "events",
+    "read_state",
 )
 
 MANAGER = "bootstrap_manager"
@@ -87,6 +89,7 @@ class MNode:
     idle_since: float | None
     incarnation: int
     health: str | None = None
+    named: int | None = None  # the current task it named with set_agent_status
 
     @property
     def live(self) -> bool:
@@ -123,7 +126,10 @@ class Model:
         return sorted(mine, key=lambda t: (t.claimed_at, t.id), reverse=True)
 
     def current_task(self, node: str) -> int | None:
+        """The task the node named, else the newest it holds."""
         m = self.nodes[node]
+        if m.named is not None:
+            return m.named
         held = self.held(node)
         return held[0].id if held and m.status in ("working", "waiting") else None
 
@@ -158,8 +164,9 @@ class Model:
             incarnation=incarnation,
         )
 
-    def set_status(self, node: str, status: str, now: float) -> None:
+    def set_status(self, node: str, status: str, now: float, named: int | None = None) -> None:
         m = self.nodes[node]
+        m.named = named
         if status == "idle":
             m.idle_since = m.idle_since if m.status == "idle" else now
         else:
@@ -192,7 +199,7 @@ class Model:
             task.attempts += 1
             task.claimed_at = now
             m = self.nodes[node]
-            m.status, m.idle_since = "working", None
+            m.status, m.idle_since, m.named = "working", None, None
         return task
 
     def may_finish(self, task_id: int, node: str, epoch: int | None) -> bool:
@@ -213,8 +220,10 @@ class Model:
         t.status = outcome
         t.holder = None if outcome == "pending" else node
         m = self.nodes[node]
+        if m.named == task_id:
+            m.named = None
         if m.status == "working" and m.role != MANAGER and not self.held(node):
-            m.status, m.idle_since = "idle", now
+            m.status, m.idle_since, m.named = "idle", now, None
 
     def heartbeat(self, node: str, health: str | None, cpu: float | None) -> str | None:
         """The node's health after a beat: told, else from the metrics, else kept."""
@@ -342,6 +351,17 @@ class ClusterMachine(RuleBasedStateMachine):
             return
         answer = self.c.set_agent_status(node, status)
         self.model.set_status(node, status, self.clock.now())
+        self.node_is_record(answer)
+
+    @precondition(lambda self: any(self.model.held(n) for n in self.model.live()))
+    @rule(data=st.data(), status=st.sampled_from(("working", "waiting")))
+    def name_current_task(self, data: st.DataObject, status: str) -> None:
+        """A node says which of its tasks it works on (or waits on)."""
+        node = data.draw(st.sampled_from([n for n in self.model.live() if self.model.held(n)]))
+        task = data.draw(st.sampled_from([t.id for t in self.model.held(node)]))
+        answer = self.c.set_agent_status(node, status, task)
+        self.model.set_status(node, status, self.clock.now(), named=task)
+        assert answer.current_task_id == task
         self.node_is_record(answer)
 
     @rule(node=st.sampled_from(NODES))
@@ -504,6 +524,22 @@ class ClusterMachine(RuleBasedStateMachine):
             ), task_id
             if mt.status == "in_progress":
                 assert got_task.assigned_to == mt.holder, task_id
+
+    @invariant()
+    def the_board_view_is_the_records(self) -> None:
+        """read_state shows the live nodes as get_node does, the tasks in progress,
+        then the pending ones in claim order (no role bonus)."""
+        state = self.c.read_state()
+        live = [n.to_dict() for n in self.c.list_nodes() if n.status != "terminated"]
+        assert [n.to_dict() for n in state.nodes] == live
+        tasks = self.model.tasks.values()
+        in_progress = sorted(t.id for t in tasks if t.status == "in_progress")
+        pending = sorted(
+            (t for t in tasks if t.status == "pending"),
+            key=lambda t: (t.created_at - 60 * POINTS[t.priority], t.created_at, t.id),
+        )
+        assert [t.id for t in state.tasks] == (in_progress + [t.id for t in pending])[:50]
+        assert (state.pending_tasks, state.in_progress) == (len(pending), len(in_progress))
 
     @invariant()
     def live_non_managers_fit_the_cap(self) -> None:
