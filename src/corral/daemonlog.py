@@ -23,7 +23,7 @@ import sys
 import time
 from typing import IO, Any
 
-__all__ = ["JsonFormatter", "LineFormatter", "StateLogEcho", "configure", "event", "state_line"]
+__all__ = ["JsonFormatter", "LineFormatter", "configure", "event", "state_line"]
 
 _MARK = "_corral_daemonlog"  # on the handlers configure installs
 
@@ -92,14 +92,13 @@ def configure(
     return handler
 
 
-# ---- corral supervise: its state log, as lines ---------------------------------------
-
-STATE_LOG_INTERVAL = 0.1  # seconds between two looks at the state log for new lines
+# ---- corral supervise: its state changes, as lines ------------------------------------
 
 
 def state_line(rec: dict[str, Any]) -> tuple[int, str]:
-    """(level, text) of one ``state.log`` record: ``relay: STARTING -> RUNNING
-    (heartbeat; pid 4242)``; a warning for UNHEALTHY or a restart budget spent."""
+    """(level, text) of one ``state.log`` record (``corral supervise`` logs each as
+    the supervisor records it): ``relay: STARTING -> RUNNING (heartbeat; pid 4242)``;
+    a warning for UNHEALTHY or a restart budget spent."""
     why = [str(rec["reason"])] if rec.get("reason") else []
     if rec.get("pid"):
         why.append(f"pid {rec['pid']}")
@@ -107,67 +106,3 @@ def state_line(rec: dict[str, Any]) -> tuple[int, str]:
     text = f"{rec.get('agent')}: {old} -> {rec.get('to')}" + (f" ({'; '.join(why)})" if why else "")
     bad = rec.get("to") == "UNHEALTHY" or "exhausted" in str(rec.get("reason", ""))
     return (logging.WARNING if bad else logging.INFO), text
-
-
-class StateLogEcho:
-    """Logs each line the supervisor appends to its ``state.log`` (one JSON object
-    per transition) from the moment it starts, following the file across rotations.
-    The supervisor's own record of its transitions is the one source: the echo
-    reads it, it does not hook into the supervisor."""
-
-    def __init__(self, path: Any, log: logging.Logger) -> None:
-        self.path = path
-        self.log = log
-        self._inode: int | None = None
-        self._pos = 0
-        self._partial = b""
-        try:
-            st = self.path.stat()
-            self._inode, self._pos = st.st_ino, st.st_size  # only what comes next
-        except OSError:
-            pass
-
-    def poll(self) -> None:
-        """Log the lines appended since the last poll."""
-        try:
-            st = self.path.stat()
-        except OSError:
-            return
-        if st.st_ino != self._inode or st.st_size < self._pos:  # rotated or new
-            self._inode, self._pos, self._partial = st.st_ino, 0, b""
-        if st.st_size == self._pos:
-            return
-        with open(self.path, "rb") as f:
-            f.seek(self._pos)
-            data = f.read()
-        self._pos += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        for raw in lines:
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(rec, dict):
-                self._emit(rec)
-
-    def _emit(self, rec: dict[str, Any]) -> None:
-        level, text = state_line(rec)
-        record = self.log.makeRecord(
-            self.log.name, level, "state.log", 0, "%s", (text,), None,
-            extra=event("state", **rec),
-        )  # fmt: skip
-        if isinstance(rec.get("ts"), int | float):
-            record.created = float(rec["ts"])
-        if self.log.isEnabledFor(level):
-            self.log.handle(record)
-
-    async def run(self, stop: Any) -> None:
-        """Poll until ``stop`` (an ``asyncio.Event``) is set, then once more."""
-        import asyncio
-        import contextlib
-
-        while not stop.is_set():
-            self.poll()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), STATE_LOG_INTERVAL)
-        self.poll()
