@@ -46,7 +46,7 @@ from corral.fleet.requests import Look, Requests, unwanted
 from corral.lifecycle import liveness_window
 from corral.model import Node
 from corral.scaling import Decision, FleetView, PoolState, decide
-from corral.supervisor.agent import _Agent
+from corral.supervisor.agent import Agent
 from corral.supervisor.policy import RestartTracker, State
 from corral.supervisor.supervisor import Supervisor
 
@@ -111,13 +111,13 @@ class FleetSupervisor(Supervisor):
         self._pool_wake.set()
 
     async def _pool_loop(self) -> None:
-        while not self._shutting_down:
+        while not self.shutting_down:
             try:
                 seen = await asyncio.to_thread(self.observe)
-                if not self._shutting_down:
+                if not self.shutting_down:
                     self.step(self.clock(), seen)
             except CorralError as exc:  # the cluster unreachable: supervise on, retry
-                self._log("warning", "pools: cannot read the cluster", error=str(exc))
+                self.log("warning", "pools: cannot read the cluster", error=str(exc))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._pool_wake.wait(), POOL_INTERVAL)
             self._pool_wake.clear()
@@ -155,7 +155,7 @@ class FleetSupervisor(Supervisor):
 
     # ---- the decisions ------------------------------------------------------------
 
-    def members(self, pool_id: str) -> list[_Agent]:
+    def members(self, pool_id: str) -> list[Agent]:
         """The pool's members that are alive, starting or due to restart."""
         out = []
         for a in self.agents.values():
@@ -241,7 +241,7 @@ class FleetSupervisor(Supervisor):
                 chosen = idle_members[: -d.change]
                 for a in chosen:
                     rt.retiring.add(a.spec.id)
-                    self._spawn_task(functools.partial(self._retire, rt, a))
+                    self.spawn_task(functools.partial(self._retire, rt, a))
                 self._scaled(rt, now, len(members), len(members) - len(chosen), d.reason)
         return out
 
@@ -258,33 +258,26 @@ class FleetSupervisor(Supervisor):
         for req in reversed(drop):
             with contextlib.suppress(CorralError):  # decided meanwhile: the next look sees it
                 self.requests.withdraw(req, why)
-                self._log("info", "spawn request withdrawn", pool=pool.id, request=req, why=why)
+                self.log("info", "spawn request withdrawn", pool=pool.id, request=req, why=why)
         return keep
 
     def _deps_ready(self, pool: PoolSpec) -> bool:
         return all(self.agents[d].state is State.RUNNING for d in pool.template.depends_on)
 
-    def _member_agent(self, pool: PoolSpec, n: int) -> _Agent:
+    def _member_agent(self, pool: PoolSpec, n: int) -> Agent:
         """The runtime record of member ``n`` of ``pool`` (made on first use; the
         member joins the manifest, so dependencies and the cascade stop see it)."""
         spec = pool.member(n)
         a = self.agents.get(spec.id)
-        if a is None:
-            a = _Agent(spec, RestartTracker(config=self.manifest.settings.restart_config(),
-                                            rand=self.rand))  # fmt: skip
-            a.auto_start = False
-            self.agents[spec.id] = a
-            self.manifest = replace(self.manifest, agents=(*self.manifest.agents, spec))
-        return a
+        return a if a is not None else self.add_agent(spec)
 
-    def _recover(self) -> None:
+    def on_recover(self, records: dict[str, Any]) -> None:
         """Members a previous run left in ``pids.json`` are known before adoption, so
         the ones still running are adopted (not restarted, not orphans)."""
-        for agent_id in self.pidfile.load().get("agents", {}):
+        for agent_id in records:
             pool = self.fleet.pool_of(agent_id)
             if pool is not None and agent_id not in self.agents:
                 self._member_agent(pool, int(agent_id.rsplit("-", 1)[1]))
-        super()._recover()
 
     def _add_member(self, rt: PoolRuntime, now: float, reason: str) -> str:
         """Spawn the pool's next member (the lowest free number); its id."""
@@ -302,15 +295,15 @@ class FleetSupervisor(Supervisor):
                                        rand=self.rand)  # fmt: skip
         a.operator_stopped = False
         rt.retiring.discard(spec.id)
-        self._log("info", "pool member spawned", pool=rt.spec.id, agent=spec.id, reason=reason)
-        self._spawn(a)
-        self._kick()
+        self.log("info", "pool member spawned", pool=rt.spec.id, agent=spec.id, reason=reason)
+        self.launch(a, reason)
+        self.kick()
         return spec.id
 
-    async def _retire(self, rt: PoolRuntime, a: _Agent) -> None:
+    async def _retire(self, rt: PoolRuntime, a: Agent) -> None:
         """SIGTERM an idle member (its leases go back); it stays STOPPED."""
         try:
-            self._log("info", "pool member retired", pool=rt.spec.id, agent=a.spec.id)
+            self.log("info", "pool member retired", pool=rt.spec.id, agent=a.spec.id)
             await self.stop(a.spec.id)
         finally:
             rt.retiring.discard(a.spec.id)
@@ -337,18 +330,18 @@ class FleetSupervisor(Supervisor):
             with contextlib.suppress(CorralError):
                 await asyncio.to_thread(self.client.alert, message, **data)
 
-        self._spawn_task(record)
+        self.spawn_task(record)
 
     # ---- retirement is not a crash ------------------------------------------------
 
-    def retired_by_cluster(self, a: _Agent) -> bool:
+    def retired_by_cluster(self, a: Agent) -> bool:
         """A member whose node the cluster retired for idleness (terminated, not
         dead) is not restarted, whatever its policy: read from the nodes the pools
         last looked at (no call to the cluster on the loop)."""
         node = self._nodes.get(a.spec.id) if self.fleet.pool_of(a.spec.id) else None
         return node is not None and node.status == "terminated" and node.dead_at is None
 
-    def restart_not_before(self, a: _Agent) -> float | None:
+    def restart_not_before(self, a: Agent) -> float | None:
         """A crashed member's replacement starts once the cluster has declared the
         old node dead (its leases recovered at their threshold), so it registers as
         a new incarnation instead of inheriting a lease it knows nothing of. A member
@@ -369,7 +362,7 @@ class FleetSupervisor(Supervisor):
         # the last look may predate its last beat, not its exit (now)
         return max(node.last_seen, self.clock()) + window + RESTART_MARGIN
 
-    async def _bound_restart(self, a: _Agent) -> None:
+    async def _bound_restart(self, a: Agent) -> None:
         try:
             node = await asyncio.to_thread(self.client.get_node, a.spec.id)
             if self._settings is None:

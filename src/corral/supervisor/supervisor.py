@@ -32,6 +32,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from corral.supervisor import link
 from corral.supervisor import process as proc
 from corral.supervisor.agent import PROBES, STDERR_TAIL, _Agent, stderr_tail
 from corral.supervisor.logs import RotatingLog
-from corral.supervisor.manifest import Manifest, dependents, phases, stop_phases
+from corral.supervisor.manifest import AgentSpec, Manifest, dependents, phases, stop_phases
 from corral.supervisor.output import Output
 from corral.supervisor.policy import (
     EXHAUSTED_FLAG,
@@ -66,7 +67,10 @@ class Supervisor:
     :mod:`~corral.supervisor.output`, :mod:`~corral.supervisor.probe`) use the public
     members only: :meth:`log`, :attr:`loop`, :attr:`shutting_down`, :meth:`spawn_task`,
     :meth:`kick`, :meth:`beat`, :meth:`on_line`, :meth:`adopt`, :meth:`died_unwatched`,
-    :meth:`resume`, :meth:`probe_failed` and :meth:`pause_dependents`."""
+    :meth:`resume`, :meth:`probe_failed` and :meth:`pause_dependents`. A subclass that
+    adds agents at run time (pools) uses :meth:`add_agent`, :meth:`launch` and
+    :meth:`stop`, and gives the policy's inputs by overriding
+    :meth:`retired_by_cluster`, :meth:`restart_not_before` and :meth:`on_recover`."""
 
     def __init__(
         self,
@@ -376,6 +380,36 @@ class Supervisor:
             self._set(a, State.RUNNING, reason)
             proc.signal_process(a.child.pid, signal.SIGUSR2)
 
+    def add_agent(self, spec: AgentSpec) -> _Agent:
+        """An agent that joins at run time (a pool member): it is part of the
+        manifest from now on (dependencies, the cascade stop, adoption) and is
+        started by :meth:`launch`, not by the phases."""
+        tracker = RestartTracker(config=self.manifest.settings.restart_config(), rand=self.rand)
+        a = _Agent(spec, tracker, cluster=self.client is not None)
+        a.auto_start = False
+        self.agents[spec.id] = a
+        self.manifest = replace(self.manifest, agents=(*self.manifest.agents, spec))
+        return a
+
+    def launch(self, a: _Agent, why: str) -> None:
+        """Start ``a`` now: spawned when every agent it depends on is RUNNING, else
+        held (WAITING on them, no process) until they are."""
+        down = self._deps_down(a)
+        if not down:
+            a.held = False
+            self._spawn(a)
+            return
+        a.held = True
+        a.waiting_on = down
+        self._set(a, State.WAITING, f"{why}: waiting on {', '.join(sorted(down))}")
+        self._dirty()
+
+    _launch = launch
+
+    def on_recover(self, records: dict[str, Any]) -> None:
+        """Called with ``pids.json``'s agent records before adoption (a subclass
+        makes the agents it adds at run time known again)."""
+
     def pause_dependents(self, a: _Agent) -> None:
         """``a`` is down and will start again: whatever depends on it (directly or
         through others) and runs goes WAITING (SIGUSR1) until it is RUNNING."""
@@ -488,19 +522,6 @@ class Supervisor:
     def _deps_down(self, a: _Agent) -> set[str]:
         """The agents ``a`` depends on that are not RUNNING."""
         return {d for d in a.spec.depends_on if self.agents[d].state is not State.RUNNING}
-
-    def _launch(self, a: _Agent, why: str) -> None:
-        """A start of ``a`` is due: spawn it when every dependency is RUNNING, else
-        hold it (WAITING on them, no process) until they are."""
-        down = self._deps_down(a)
-        if not down:
-            a.held = False
-            self._spawn(a)
-            return
-        a.held = True
-        a.waiting_on = down
-        self._set(a, State.WAITING, f"{why}: waiting on {', '.join(sorted(down))}")
-        self._dirty()
 
     def _release_held(self) -> None:
         """Spawn the held agents whose dependencies are all RUNNING now."""
@@ -636,7 +657,7 @@ class Supervisor:
             delay = round(decision.delay, 3)
             if a.state is State.UNHEALTHY:  # already (a timeout): the decision is news
                 self._log("info", "restart scheduled", agent=a.spec.id, exit=why, restart_in=delay)
-            self._set(a, State.UNHEALTHY, why, restart_in=delay)
+            self._set(a, State.UNHEALTHY, why, restart_in=delay, restart_at=decision.restart_at)
             a.restart_at = decision.restart_at
             self.pause_dependents(a)
             self._dirty()
@@ -737,4 +758,5 @@ class Supervisor:
         not RUNNING (:func:`corral.supervisor.adopt.recover`)."""
         from corral.supervisor.adopt import recover
 
+        self.on_recover(self.pidfile.load().get("agents", {}))
         recover(self)
