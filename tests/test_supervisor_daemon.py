@@ -168,13 +168,15 @@ def test_backoff_follows_its_schedule_plus_jitter(tmp_path: Path, jitter_draw: f
     ups = [r["ts"] for r in recs if r["to"] == "STARTING"][1:5]
     schedule = [0.2, 0.4, 0.8, 0.8]
     # The delay each crash was given is exactly its step of the schedule plus its
-    # jitter; the restart came no earlier than that, and at most LATE after it (the
-    # timer's lateness on a loaded machine, not the rule).
+    # jitter, counted from the exit; the restart came no earlier than it was due
+    # (restart_at), and at most LATE after it (the timer's lateness on a loaded
+    # machine, not the rule).
     assert [r["restart_in"] for r in downs] == [
         round(step + 0.4 * jitter_draw, 3) for step in schedule
     ]
     for down, up in zip(downs, ups, strict=True):
-        assert down["restart_in"] - 0.001 <= up - down["ts"] <= down["restart_in"] + LATE, recs
+        assert down["restart_at"] <= up <= down["restart_at"] + LATE, recs
+        assert down["restart_at"] - down["restart_in"] <= down["ts"] + 0.001  # from the exit
 
 
 def test_exhaustion_stops_with_the_flag_and_start_clears_it(tmp_path: Path) -> None:
