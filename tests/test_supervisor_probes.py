@@ -144,3 +144,24 @@ def test_probe_tables_in_the_manifest() -> None:
         with pytest.raises(ManifestError) as e:
             manifest([{"id": "a", "cmd": "x", "heartbeat": hb}])
         assert e.value.field == field, (field, e.value)
+
+
+def test_a_probed_agents_deadline_is_its_startup_timeout_only() -> None:
+    """A probed agent's state changes at a probe's answer, not at a timeout after
+    its last beat: STARTING wakes the supervisor at its startup timeout; RUNNING
+    has no heartbeat deadline (failures in a row decide)."""
+    from corral.supervisor.agent import Agent
+    from corral.supervisor.policy import RestartTracker, State
+    from corral.supervisor.process import Child
+
+    spec = manifest(
+        [{"id": "a", "cmd": "x", "heartbeat": {"tcp": "h:1"}}], startup_timeout=7
+    ).agents[0]
+    a = Agent(spec, RestartTracker())
+    a.child = Child(pid=1, start_time=0.0, pidfd=-1)
+    a.state, a.started_at, a.last_beat = State.STARTING, 100.0, None
+    assert a.deadline() == 107.0
+    a.state, a.last_beat = State.RUNNING, 105.0
+    assert a.deadline() is None
+    a.restart_at, a.child = 120.0, None
+    assert a.deadline() == 120.0
