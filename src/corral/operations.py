@@ -80,6 +80,7 @@ class Operation:
 
 
 _AGENT = {"node_id": "agent_id"}
+_KEY = "a claim sent again with its lost answer's key answers what it took (corral.outage)"
 
 OPERATIONS: tuple[Operation, ...] = (
     # --- settings ---------------------------------------------------------------------
@@ -165,6 +166,7 @@ OPERATIONS: tuple[Operation, ...] = (
             "mcp": {"wait": "a tool call must not block"},
             "cli": {"wait": "a command answers at once"},
         },
+        adds={"http": {"idempotency_key": _KEY}},
     ),
     Operation(
         "complete_task",
@@ -179,6 +181,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "complete_and_claim",
         "POST /v1/tasks/{task_id}/complete-and-claim",
         node="node_id",
+        adds={"http": {"idempotency_key": _KEY}},
     ),
     Operation(
         "fail_task",
