@@ -7,8 +7,9 @@ probed by the supervisor every ``interval`` seconds from its spawn:
 - ``http``: a ``GET`` of the URL (``http://`` or ``https://``) answered with a status
   below 400 within ``timeout``;
 - ``tcp``: a connection to ``host:port`` accepted within ``timeout``;
-- ``exec``: the command (in its own session, no input, output discarded) exits 0
-  within ``timeout`` (else its group is killed).
+- ``exec``: the command (in the agent's working directory and its own session,
+  with the supervisor's environment, no input, output discarded) exits 0 within
+  ``timeout`` (else its group is killed).
 
 A success is a beat: a STARTING agent becomes RUNNING at its first one (no success
 within ``startup_timeout``: UNHEALTHY, as for the other heartbeat kinds);
@@ -26,7 +27,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import ssl
 import subprocess
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -59,7 +59,7 @@ async def check(
             return await _exec(tuple(probe.target), cwd=cwd, env=env)
     except TimeoutError:
         return f"no answer within {probe.timeout:g} s"
-    except (OSError, ValueError, ssl.SSLError) as e:
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
         return f"{type(e).__name__}: {e}"
 
 
@@ -79,7 +79,7 @@ async def _http(url: str) -> str | None:
         line = await reader.readline()
     finally:
         writer.close()
-        with contextlib.suppress(OSError, ssl.SSLError):
+        with contextlib.suppress(OSError):
             await writer.wait_closed()
     parts = line.decode("latin-1").split()
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
@@ -167,7 +167,9 @@ class Probes:
     async def _loop(self, a: _Agent, child: proc.Child) -> None:
         probe = a.spec.probe
         assert probe is not None
-        cwd = a.spec.cwd if a.spec.cwd and os.path.isabs(a.spec.cwd) else None
+        cwd = a.spec.cwd  # an exec probe runs where the agent runs
+        if cwd is not None and not os.path.isabs(cwd):
+            cwd = os.path.join(os.path.dirname(os.path.abspath(self.sup.manifest.path)), cwd)
         while a.child is child:
             why = await check(probe, cwd=cwd)
             if a.child is not child:
