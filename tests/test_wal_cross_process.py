@@ -21,6 +21,7 @@ before the fix either. bench/wal_cross_process.py runs the same at 1,000 writes 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 import corral
@@ -134,6 +136,11 @@ class _Monitor:
             if "pass: recovered 1 lease" in line:
                 self.recovered.append(time.monotonic())
 
+    def has_open(self, db: Path) -> bool:
+        with contextlib.suppress(psutil.Error):
+            return any(f.path == str(db) for f in psutil.Process(self.proc.pid).open_files())
+        return False
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
@@ -155,6 +162,8 @@ def test_corral_monitor_keeps_its_writes_while_others_open_the_file(tmp_path: Pa
     monitor = _Monitor(db)
     reader = FreshReader(db)
     try:
+        # Until the monitor has the file open, the rounds' own closes are the last ones.
+        wait_for(lambda: monitor.has_open(db), 30, "the monitor to open the database")
         expected: dict[str, tuple[str, list[list[object]]]] = {}
         for i in range(6):
             c = corral.connect(url)
