@@ -6,13 +6,19 @@ Everything runs on one asyncio loop with no thread per child and no periodic tic
 a process exit is its pidfd becoming readable, a pipe heartbeat is an event from
 the log daemon (which reads the agent's stdout), and the only timers are the
 deadlines :func:`reconcile` returns (startup and heartbeat timeouts, the end of a
-restart backoff, a stop timeout, the next cluster-heartbeat check). The decisions
-themselves are the pure functions of :mod:`corral.supervisor.policy`.
+restart backoff, a stop timeout, the next cluster-heartbeat check) and the probes'
+intervals (:mod:`corral.supervisor.probe`). The decisions themselves are the pure
+functions of :mod:`corral.supervisor.policy`, asked through each agent's
+:class:`~corral.supervisor.agent.Agent` (its exit's decision, its next deadline).
+
+``depends_on`` holds for every start: a start that comes due while a dependency is
+not RUNNING is held (WAITING, no process) and spawned when it is.
 
 State survives in the state dir: ``pids.json`` (each agent's pid with its start
-time, state, restarts, flags, last exit), ``logs/<agent>/stdout.log|stderr.log``,
-``logs/supervisor/state.log`` (one JSON line per transition) and
-``logs/supervisor/supervisor.log`` (the supervisor's own JSON log).
+time, state, restart bookkeeping, a due restart, flags, last exit),
+``logs/<agent>/stdout.log|stderr.log``, ``logs/supervisor/state.log`` (one JSON line
+per transition or adoption) and ``logs/supervisor/supervisor.log`` (the
+supervisor's own JSON log).
 
 Adoption after a supervisor crash: :mod:`corral.supervisor.adopt`. The cluster
 link (processes reported, operators' requests run, the cluster heartbeat; its 1 s
