@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,6 +93,8 @@ class FleetSupervisor(Supervisor):
         self._pool_task: asyncio.Task[None] | None = None
         self._nodes: dict[str, Node] = {}  # the last look's, for the policy's inputs
         self._settings: Any = None
+        # the requests' writes step decided, sent off the loop before the next look
+        self._writes: list[tuple[Callable[[], Any], Callable[[], Any] | None]] = []
         asking = {p.id for p in fleet.pools if p.limits.scale == "ask"}
         self.requests = Requests(self.client, asking) if asking and self.client else None
 
@@ -118,9 +121,23 @@ class FleetSupervisor(Supervisor):
                     self.step(self.clock(), seen)
             except CorralError as exc:  # the cluster unreachable: supervise on, retry
                 self.log("warning", "pools: cannot read the cluster", error=str(exc))
+            await self._write()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._pool_wake.wait(), POOL_INTERVAL)
             self._pool_wake.clear()
+
+    async def _write(self) -> None:
+        """Send what the last step decided for the requests (in order, each in a
+        thread: no blocking call on the loop) before the next look."""
+        writes, self._writes = self._writes, []
+        for call, done in writes:
+            try:
+                ok = await asyncio.to_thread(call)
+            except CorralError as exc:  # unreachable: the next look sees what is left
+                self.log("warning", "pools: cannot write to the cluster", error=str(exc))
+                continue
+            if done is not None and ok is not False:
+                done()
 
     def observe(self) -> Observation:
         """Read what the decisions need (blocking: runs in a thread)."""
@@ -199,7 +216,8 @@ class FleetSupervisor(Supervisor):
             for req in accepted:  # an operator's yes: spawned when there is room
                 if live < seen.max_agents and self._deps_ready(pool) and self.requests:
                     member = self._add_member(rt, now, f"request {req} accepted")
-                    self.requests.fulfilled(req, member)
+                    fulfil = functools.partial(self.requests.fulfilled, req, member)
+                    self._writes.append((fulfil, None))
                     live += 1
                     idle += 1
                     members.append(self.agents[member])
@@ -229,8 +247,8 @@ class FleetSupervisor(Supervisor):
                 self._scaled(rt, now, before, before + d.change, d.reason)
             elif d.action == "ask" and self.requests is not None:
                 why = f"{d.reason}: {_counts(view, state)}"  # shown by corral ctl requests
-                for _ in range(d.change):
-                    self.requests.ask(pool.id, pool.role, why)
+                ask = functools.partial(self.requests.ask, pool.id, pool.role, why)
+                self._writes += [(ask, None)] * d.change
                 rt.last_change = now
             elif d.action == "retire":
                 idle_members = [
@@ -256,10 +274,21 @@ class FleetSupervisor(Supervisor):
         why = f"no longer wanted: {view.recommendation}: {_counts(view, state)}"
         keep, drop = pending[: len(pending) - n], pending[len(pending) - n :]
         for req in reversed(drop):
-            with contextlib.suppress(CorralError):  # decided meanwhile: the next look sees it
-                self.requests.withdraw(req, why)
-                self.log("info", "spawn request withdrawn", pool=pool.id, request=req, why=why)
+            done = functools.partial(
+                self.log, "info", "spawn request withdrawn", pool=pool.id, request=req, why=why
+            )
+            self._writes.append((functools.partial(self._withdraw_one, req, why), done))
         return keep
+
+    def _withdraw_one(self, req: int, why: str) -> bool:
+        """Withdraw one request (blocking: in a thread); False when it was decided
+        meanwhile (the next look sees it)."""
+        assert self.requests is not None
+        try:
+            self.requests.withdraw(req, why)
+        except CorralError:
+            return False
+        return True
 
     def _deps_ready(self, pool: PoolSpec) -> bool:
         return all(self.agents[d].state is State.RUNNING for d in pool.template.depends_on)
