@@ -20,7 +20,9 @@ VERSION = 1
 
 class PidFile:
     """The supervisor's ``pids.json``: ``{"version", "supervisor_pid", "agents":
-    {id: {pid, start_time, state, restarts, flags, last_exit, started_at, ...}}}``."""
+    {id: {pid, start_time, state, restarts, flags, last_exit, started_at, backoff,
+    restart_at, held, waiting_on, run_start, ...}}}`` (one agent's record is
+    :meth:`corral.supervisor.agent.Agent.record`)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
