@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 import corral
-from corral import InvalidInputError, Monitor
+from corral import ConflictError, Monitor
 from corral.defaults import MANAGER_ROLE
 from corral.lifecycle import status_after_finishing
 
@@ -94,7 +94,7 @@ def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
             held[0] = embedded.claim_best_task(node, "developer")
         if status == "idle":  # a node that holds a task cannot say idle (docs/core.md)
             before = embedded.get_node(node)
-            with pytest.raises(InvalidInputError):
+            with pytest.raises(ConflictError):
                 embedded.set_agent_status(node, status)
             assert embedded.get_node(node) == before
             embedded.set_agent_status(node, "terminated")

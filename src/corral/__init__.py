@@ -10,6 +10,7 @@ from corral.cluster import Cluster
 from corral.errors import (
     AuthError,
     CapacityError,
+    ConflictError,
     CorralError,
     InvalidInputError,
     LeaseError,
@@ -32,6 +33,7 @@ __all__ = [
     "CatchUp",
     "Client",
     "Cluster",
+    "ConflictError",
     "CorralError",
     "Event",
     "FakeClock",

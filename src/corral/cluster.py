@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from corral import defaults
 from corral.clock import Clock, SystemClock
-from corral.errors import InvalidInputError
+from corral.errors import ConflictError, InvalidInputError
 from corral.health import health_status
 from corral.model import (
     Assessment,
@@ -206,16 +206,17 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
     ) -> Node:
         """Set a node's status (working, idle, waiting or terminated); ``idle_since``
         tracks idle spells, and terminated is final. A node that holds a task cannot
-        be idle (``InvalidInputError`` naming the task), and an idle node names no
-        current task."""
+        be idle, and an idle node names no current task (``ConflictError``, naming the
+        task and what to do)."""
         node_id = check_id(node_id)
         status = check_choice(status, defaults.NODE_STATUSES, "status")
         task_id = (
             None if current_task_id is None else check_task_id(current_task_id, "current_task_id")
         )
         if status == "idle" and task_id is not None:
-            raise InvalidInputError(
-                "an idle node works on no task: leave current_task_id out, or say working",
+            raise ConflictError(
+                "an idle node works on no task: leave current_task_id out, or say working"
+                " or waiting",
                 field="current_task_id",
             )
         return self.store.set_status(node_id, status, task_id, self.clock.now())

@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AuthError",
     "CapacityError",
+    "ConflictError",
     "CorralError",
     "InvalidInputError",
     "LeaseError",
@@ -71,6 +72,16 @@ class LeaseError(CorralError):
     hint = "You no longer hold that task: call claim_best_task for new work."
 
 
+class ConflictError(CorralError):
+    """The call contradicts the cluster's state or itself (a node that holds a task
+    cannot go idle); nothing was written."""
+
+    code = "conflict"
+    status = 409
+    exit_code = 1
+    hint = "Nothing was changed: do what the message says first, then call again."
+
+
 class AuthError(CorralError):
     """The server refused the token (401) or what it may do (403)."""
 
@@ -106,6 +117,7 @@ def error_class(code: str, status: int = 400) -> type[CorralError]:
         NotFoundError,
         CapacityError,
         LeaseError,
+        ConflictError,
         AuthError,
         StoreUnavailableError,
     ):

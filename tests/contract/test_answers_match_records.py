@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import corral
-from corral import CapacityError, InvalidInputError, Monitor
+from corral import CapacityError, ConflictError, Monitor
 from corral.clock import FakeClock
 from corral.defaults import MANAGER_ROLE
 from corral.scoring import matched_roles
@@ -165,7 +165,7 @@ def test_going_idle_while_holding_a_task_is_refused_naming_it(cluster: Any) -> N
     cluster.add_task("Implement it")
     task = cluster.claim_best_task("A", "developer")
     before = world(cluster)
-    with pytest.raises(InvalidInputError) as exc:
+    with pytest.raises(ConflictError) as exc:
         cluster.set_agent_status("A", "idle")
     assert exc.value.field == "status"
     message = str(exc.value)
@@ -179,7 +179,7 @@ def test_an_idle_node_names_no_current_task(cluster: Any) -> None:
     cluster.register_node("A", "developer")
     task = cluster.add_task("Implement it")
     before = world(cluster)
-    with pytest.raises(InvalidInputError) as exc:
+    with pytest.raises(ConflictError) as exc:
         cluster.set_agent_status("A", "idle", task.id)
     assert exc.value.field == "current_task_id"
     assert world(cluster) == before

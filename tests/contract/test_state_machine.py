@@ -42,7 +42,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from corral import CapacityError, InvalidInputError, LeaseError, NotFoundError
+from corral import CapacityError, ConflictError, LeaseError, NotFoundError
 from corral.clock import FakeClock
 from tests.conftest import BACKENDS
 from tests.contract._world import T0, world
@@ -346,7 +346,7 @@ class ClusterMachine(RuleBasedStateMachine):
             self.refused(NotFoundError, lambda: self.c.set_agent_status(node, status))
             return
         if status == "idle" and self.model.held(node):
-            err = self.refused(InvalidInputError, lambda: self.c.set_agent_status(node, status))
+            err = self.refused(ConflictError, lambda: self.c.set_agent_status(node, status))
             assert f"task {self.model.held(node)[0].id}" in str(err)
             return
         answer = self.c.set_agent_status(node, status)

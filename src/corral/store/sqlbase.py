@@ -18,7 +18,13 @@ from typing import Any
 from corral import lifecycle, scoring
 from corral.config import check_changes, settings_from_rows, timing_changed
 from corral.defaults import MANAGER_ROLE
-from corral.errors import CapacityError, InvalidInputError, LeaseError, NotFoundError
+from corral.errors import (
+    CapacityError,
+    ConflictError,
+    InvalidInputError,
+    LeaseError,
+    NotFoundError,
+)
 from corral.health import health_after_beat
 from corral.model import Event, Node, Registered, Settings, Task, last_seen
 from corral.render import capacity_error_text
@@ -383,7 +389,7 @@ class SQLStore(
             if status == "idle":
                 held = tx.one("node_held_task", id=node_id)
                 if not lifecycle.status_allowed(status, held is not None):
-                    raise InvalidInputError(
+                    raise ConflictError(
                         f"node {node_id} holds task {held['t']} (in progress), so it cannot be"
                         f" idle: finish it with complete_task, give it up with fail_task, or"
                         f" say waiting to keep it",
