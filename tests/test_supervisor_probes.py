@@ -105,7 +105,7 @@ def test_an_exec_probe_and_a_slow_one_never_blocks_the_loop(tmp_path: Path) -> N
             now = time.monotonic()
             gaps.append(now - last)
             last = now
-        assert max(gaps) < 0.15, max(gaps)
+        assert max(gaps) < 0.25, max(gaps)  # a probe waited on the loop: 0.3 s or more
         assert st(sup, "db")["state"] == "STARTING"
         ready.write_text("")
         await until(lambda: st(sup, "db")["state"] == "RUNNING", what="RUNNING")
