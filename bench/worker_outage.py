@@ -1,7 +1,7 @@
 """Issue 26's Acceptance line, run longer: workers through a blinking store.
 
 Two runs, each with three ``corral worker`` processes and an SDK worker (tasks of
-``--task-seconds`` each, heartbeats every second: a node is dead after 3 s):
+``--task-seconds`` each, heartbeats every 2 s: a node is dead after 6 s):
 
 - **serve**: the workers on ``corral serve`` (SQLite, its monitor on); the server is
   SIGKILLed ``--blinks`` times, spread over the board, each time started again on the
@@ -216,7 +216,7 @@ def main() -> None:
                 "blinks": args.blinks,
                 "task_seconds": args.task_seconds,
                 "tolerance": args.tolerance,
-                "workers": "3 corral worker + 1 SDK worker, heartbeat 1 s",
+                "workers": "3 corral worker + 1 SDK worker, heartbeat 2 s",
             },
             "results": results,
         },

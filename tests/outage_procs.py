@@ -5,10 +5,13 @@ bench/worker_outage.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,6 +25,7 @@ from tests.backends.http import free_port
 
 __all__ = [
     "Fleet",
+    "Partition",
     "Serve",
     "add_board",
     "check_done_once",
@@ -44,7 +48,7 @@ import corral
 from corral.worker.destinations import RetryPolicy
 
 node, url, runs, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-tolerance = float(sys.argv[5]) if len(sys.argv) > 5 else 60.0
+beat, tolerance = float(sys.argv[5]), float(sys.argv[6])
 
 def handle(task):
     with open(runs, "a") as f:
@@ -52,7 +56,7 @@ def handle(task):
     time.sleep(seconds)
     return {"ok": True}
 
-w = corral.Worker(node, "developer", url=url, heartbeat_interval=1.0,
+w = corral.Worker(node, "developer", url=url, heartbeat_interval=beat,
                   idle_timeout_seconds=120, retry=RetryPolicy(retry_attempts=1, retry_delay=0),
                   outage_tolerance=tolerance)
 sys.exit(w.run(handle))
@@ -77,8 +81,13 @@ class Fleet:
         task_seconds: float,
         *,
         tolerance: float | None = None,
+        beat: float = 2.0,
     ) -> None:
         self.tolerance = tolerance  # the workers' outage_tolerance (None: the default)
+        # Their heartbeat interval: a node is dead after 3 beats without one, and a
+        # restarted server (its monitor) judges them at once, so the window must
+        # outlast the restart on a loaded machine (1 s down, then 1-3 s to listen).
+        self.beat = beat
         self.tmp = tmp_path
         self.env = env
         self.runs = tmp_path / "runs"
@@ -93,7 +102,8 @@ class Fleet:
 
     def cli(self, node: str, url: str, *options: str) -> None:
         argv = [sys.executable, "-m", "corral", "--url", url, "worker", "--id", node,
-                "--role", "developer", "--heartbeat-interval", "1", "--idle-timeout", "120",
+                "--role", "developer", "--heartbeat-interval", str(self.beat),
+                "--idle-timeout", "120",
                 "--retry-attempts", "1", "--retry-delay", "0", *options]  # fmt: skip
         if self.tolerance is not None:
             argv += ["--outage-tolerance", str(self.tolerance)]
@@ -101,9 +111,9 @@ class Fleet:
         self.start(node, argv)
 
     def sdk_worker(self, node: str, url: str) -> None:
-        argv = [sys.executable, str(self.sdk), node, url, str(self.runs), str(self.task_seconds)]
-        if self.tolerance is not None:
-            argv.append(str(self.tolerance))
+        tolerance = 60.0 if self.tolerance is None else self.tolerance
+        argv = [sys.executable, str(self.sdk), node, url, str(self.runs),
+                str(self.task_seconds), str(self.beat), str(tolerance)]  # fmt: skip
         self.start(node, argv)
 
     def start(self, node: str, argv: list[str]) -> None:
@@ -237,3 +247,62 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline: float = 20.0
             pass
         time.sleep(0.05)
     raise AssertionError("corral serve did not become healthy")
+
+
+class Partition:
+    """A TCP proxy to ``port`` that can cut the network for a while: ``cut(seconds)``
+    closes every relayed connection and, for ``seconds``, closes each new one at once
+    (the client sees its connection refused or reset, as when the server is down),
+    while the server itself and its monitor keep running."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._until = 0.0
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self, seconds: float) -> None:
+        with self._lock:
+            self._until = time.monotonic() + seconds
+            conns, self._open = self._open, set()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        self.cut(0)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            if time.monotonic() < self._until:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_RDWR)  # the other direction ends too
+        src.close()  # (each socket is the source of one pipe)

@@ -29,6 +29,7 @@ from corral.outage import tolerant
 from tests.backends import postgres as pg
 from tests.outage_procs import (
     Fleet,
+    Partition,
     Serve,
     add_board,
     check_done_once,
@@ -51,7 +52,7 @@ def test_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
     sqlite_serve: Serve, tmp_path: Path
 ) -> None:
     """The issue's reproduction: three ``corral worker`` processes and an SDK worker on
-    ``corral serve`` (its monitor on, workers beating every second: dead after 3 s),
+    ``corral serve`` (its monitor on, workers beating every 2 s: dead after 6 s),
     the server SIGKILLed with tasks in flight and started on the same port 1 s later.
     Every worker stays up, no lease is recovered, and every task is run and done once
     (the task processes in flight finish and their completions are accepted)."""
@@ -84,31 +85,31 @@ def test_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
 def test_a_long_task_keeps_its_lease_through_an_outage_longer_than_a_beat(
     sqlite_serve: Serve, tmp_path: Path
 ) -> None:
-    """While a long task runs, only heartbeats keep its lease. With the default
-    destination retries (3 tries, 5 s apart) a beat that failed in an outage longer
-    than a beat (2 s here; the node's window is 3 beats, 6 s) was tried again 5 s
-    later, past the window: the restarted server's monitor recovered the lease and the
-    completion was refused. The cluster's destination now fits its tries within one
-    beat (0.67 s apart here), so the lease is kept."""
+    """While a long task runs, only heartbeats keep its lease. The network to the
+    server is cut for 2.6 s, longer than a beat (2 s; the node's window is 3 beats),
+    while the server and its monitor run on. With the default destination retries
+    (3 tries, 5 s apart) the beat that failed was tried again 5 s later, past the
+    window: the monitor recovered the lease and the completion was refused. The
+    cluster's destination now fits its tries within one beat (0.67 s apart), so the
+    lease is kept."""
     serve = sqlite_serve
     client = corral.connect(serve.url, token=serve.token)
     add_board(client, 1)
-    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=8.0)
-    argv = [sys.executable, "-m", "corral", "--url", serve.url, "worker", "--id", "w0",
+    net = Partition(serve.port)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=7.0)
+    argv = [sys.executable, "-m", "corral", "--url", net.url, "worker", "--id", "w0",
             "--role", "developer", "--heartbeat-interval", "2", "--idle-timeout", "60",
             "--max-tasks", "1", "--", str(fleet.script)]  # fmt: skip
     fleet.start("w0", argv)
     try:
         wait_for("the task running", lambda: fleet.runs_per_task() != Counter())
-        serve.kill()
-        time.sleep(2.0)  # down for longer than a beat (with the restart, ~2.6 s)
-        serve.start()
-        client.close()
+        net.cut(2.6)
         proc = fleet.procs["w0"]
         assert proc.wait(30) == 0, fleet.log("w0")
         counts = tally(client, fleet, 1)
     finally:
         fleet.stop()
+        net.close()
         client.close()
     assert counts["lease_recoveries"] == 0, fleet.log("w0")
     assert (counts["done"], counts["run_twice"]) == (1, 0)
@@ -335,7 +336,7 @@ def test_corral_runner_rides_out_a_sigkill_and_restart_of_corral_serve(
     log = (tmp_path / "runner.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", "--url", serve.url, "runner", "--id", "r1",
-         "--mode", "notification", "--no-retire", "--heartbeat-interval", "1",
+         "--mode", "notification", "--no-retire", "--heartbeat-interval", "2",
          "--poll-interval", "0.2", "--", str(script)],
         env=env_for(serve.token), stderr=log,
     )  # fmt: skip
