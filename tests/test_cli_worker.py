@@ -62,7 +62,7 @@ def _worker(capsys, *args: str) -> tuple[int, str]:
         ("--heartbeat-interval", "1e300"),
         ("--retry-attempts", "0"),
         ("--outage-tolerance", "-1"),
-        ("--outage-tolerance", "3601"),
+        ("--outage-tolerance", "601"),
         ("--outage-tolerance", "nan"),
         ("--outage-tolerance", "soon"),
         ("--metrics-keep", "0"),

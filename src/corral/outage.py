@@ -51,7 +51,7 @@ __all__ = [
 log = logging.getLogger("corral.outage")
 
 OUTAGE_TOLERANCE = 60.0  # seconds a worker rides out an unreachable store by default
-MAX_OUTAGE_TOLERANCE = 3600.0  # the store keeps a claim's idempotency key this long
+MAX_OUTAGE_TOLERANCE = 600.0  # the store keeps a claim's idempotency key this long
 RETRY_FIRST = 0.1  # the first retry's delay (seconds), doubling ...
 RETRY_CAP = 5.0  # ... up to this
 RETRY_JITTER = 0.5  # each delay scaled by a factor drawn from [0.5, 1]

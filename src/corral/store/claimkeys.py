@@ -15,9 +15,10 @@ from typing import Any, Protocol
 from corral.model import Task
 from corral.store.rows import task_from_row
 
-__all__ = ["CLAIM_KEY_SECONDS", "answer", "record"]
+__all__ = ["CLAIM_KEY_SECONDS", "PRUNE_EVERY", "answer", "record"]
 
-CLAIM_KEY_SECONDS = 3600.0  # corral.outage.MAX_OUTAGE_TOLERANCE is the same
+CLAIM_KEY_SECONDS = 600.0  # corral.outage.MAX_OUTAGE_TOLERANCE is the same
+PRUNE_EVERY = 10.0  # seconds between a store's drops of expired keys (SQLite)
 
 
 class _Tx(Protocol):
@@ -58,10 +59,13 @@ def record(
     now: float,
     *,
     done_id: int | None = None,
+    prune: bool = True,
 ) -> None:
     """Record in ``tx`` (the claim's transaction) that the claim with ``key`` took
-    ``taken`` (and finished ``done_id``); drop the expired keys."""
-    tx.run("claim_keys_prune", before=now - CLAIM_KEY_SECONDS)
+    ``taken`` (and finished ``done_id``); with ``prune``, drop the expired keys. A
+    key recorded already is the store's integrity error (the claim was sent again)."""
+    if prune:
+        tx.run("claim_keys_prune", before=now - CLAIM_KEY_SECONDS)
     tx.run(
         "claim_key_put",
         node_id=node_id,

@@ -187,6 +187,7 @@ class PostgresStore(SQLStore):
                 "stamp": _STAMP,
                 "role_json": _dumps(role),
                 "key": key,
+                "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
             }
             if lean:
                 row = self._hot("claim_lean", params)[0]
@@ -276,6 +277,7 @@ class PostgresStore(SQLStore):
             "settings_version": version,
             "role_json": _dumps(role),
             "key": key,
+            "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
         }
         held = self._held(task_id, epoch)
         if held is not None and self._lean.get(node_id, False):

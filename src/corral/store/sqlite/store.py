@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from corral import lifecycle, scoring
 from corral.backoff import Backoff
@@ -36,7 +36,7 @@ from corral.defaults import (
     SQLITE_WAL_LIMIT_PAGES,
     SQLITE_WAL_RESTART_PAGES,
 )
-from corral.errors import InvalidInputError, StoreUnavailableError
+from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
 from corral.store import claimkeys
 from corral.store.base import LockHolder, WouldBlock
@@ -174,6 +174,7 @@ class SQLiteStore(SQLStore):
                 ) from None
             _create_private(self.path)
         self._lock = threading.RLock()
+        self._keys_pruned = 0.0  # when this store last dropped expired claim keys
         self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
         self._group: tuple[int, _Tx] | None = None  # (thread, transaction) of a group()
         self._nowait = _Flag()
@@ -519,19 +520,45 @@ class SQLiteStore(SQLStore):
         tx = self._begin()
         try:
             self._check_role(tx, role)
-            found = None if key is None else claimkeys.answer(tx, node_id, key)
-            if found is not None:  # sent again: what the first one took
-                self._end(tx, commit=True)
-                return found[1]
             row = self._claim_in(tx, node_id, role, now)
             task = None if row is None else _task(row)
-            if key is not None and task is not None:  # (nothing taken: nothing to repeat)
-                claimkeys.record(tx, node_id, key, task, now)
+            # (A claim that took nothing records nothing: sent again, it is a new try.)
+            kept = key is None or task is None or self._keep_key(tx, node_id, key, task, now)
         except BaseException as exc:
             self._abort(tx, exc)
             raise
+        if not kept:  # sent again (tx undone): what the first one took
+            return self._repeated(node_id, cast(str, key), None)[1]
         self._end(tx, commit=True)
         return task
+
+    def _keep_key(
+        self, tx: _Tx, node_id: str, key: str, taken: Task | None, now: float, done_id: Any = None
+    ) -> bool:
+        """Record the claim's ``key`` in ``tx`` (``store.claimkeys``); False, with
+        ``tx`` undone, when the key is recorded already: the claim was sent again."""
+        prune = now - self._keys_pruned >= claimkeys.PRUNE_EVERY
+        try:
+            claimkeys.record(tx, node_id, key, taken, now, done_id=done_id, prune=prune)
+        except sqlite3.IntegrityError:
+            self._end(tx, commit=False)
+            return False
+        if prune:
+            self._keys_pruned = now
+        return True
+
+    def _repeated(
+        self, node_id: str, key: str, refused: BaseException | None
+    ) -> tuple[Task | None, Task | None]:
+        """The answer of the claim first sent with ``key`` (``claimkeys.answer``);
+        ``refused`` (a completion's refusal) when no claim was made with it."""
+        with self._read() as tx:
+            found = claimkeys.answer(tx, node_id, key)
+        if found is None:
+            if refused is not None:
+                raise refused
+            raise StoreUnavailableError("the claim's key vanished; retry")  # pragma: no cover
+        return found
 
     def complete(
         self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
@@ -557,24 +584,30 @@ class SQLiteStore(SQLStore):
         *,
         key: str | None = None,
     ) -> tuple[Task, Task | None]:
-        """One transaction: a worker's finish-then-next costs one commit, not two."""
+        """One transaction: a worker's finish-then-next costs one commit, not two.
+        With ``key``: recorded with the claim, or, sent again (the completion refused,
+        or the key recorded), the answer the first one had."""
         tx = self._begin()
+        refused: LeaseError | None = None
         try:
             self._check_role(tx, role)
-            found = None if key is None else claimkeys.answer(tx, node_id, key)
-            if found is not None and found[0] is not None and found[0].id == task_id:
-                self._end(tx, commit=True)  # sent again: what the first one did
-                return found[0], found[1]
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)
             taken = None if nxt is None else _task(nxt)
-            if key is not None:
-                claimkeys.record(tx, node_id, key, taken, now, done_id=task_id)
+            kept = key is None or self._keep_key(tx, node_id, key, taken, now, task_id)
+        except LeaseError as exc:
+            self._abort(tx, exc)
+            if key is None:
+                raise
+            kept, refused = False, exc  # perhaps sent again: the completion is done
         except BaseException as exc:
             self._abort(tx, exc)
             raise
+        if not kept:  # sent again (tx undone): what the first one did
+            first, held = self._repeated(node_id, cast(str, key), refused)
+            return first or self.get_task(task_id), held
         self._end(tx, commit=True)
         return done, taken
 

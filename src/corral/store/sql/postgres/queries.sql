@@ -373,7 +373,7 @@ r AS (
     FROM keyed WHERE :key::text IS NOT NULL AND keyed.ok
 ), ckp AS (
     DELETE FROM claim_keys WHERE :key::text IS NOT NULL AND ctid IN (
-        SELECT ctid FROM claim_keys WHERE created_at < :now - 3600.0
+        SELECT ctid FROM claim_keys WHERE created_at < :keys_before
         ORDER BY created_at LIMIT 2 FOR UPDATE SKIP LOCKED)
 
 -- name: claim_full

@@ -4,8 +4,8 @@
 -- again after its answer was lost) records here, in its own transaction, what it took:
 -- a claim sent again with that key returns the same task instead of taking another
 -- (corral.outage). task_id is NULL when nothing was taken; done_id is the task a
--- complete_and_claim finished. Kept an hour (SQLStore.CLAIM_KEY_SECONDS), pruned by
--- the keyed claims themselves.
+-- complete_and_claim finished (a claim that took nothing records nothing). Kept 10
+-- minutes (claimkeys.CLAIM_KEY_SECONDS), pruned by the keyed claims themselves.
 CREATE TABLE claim_keys (
     node_id    TEXT NOT NULL,
     key        TEXT NOT NULL,
