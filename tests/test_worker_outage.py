@@ -27,6 +27,7 @@ import pytest
 import corral
 from corral.outage import tolerant
 from tests.backends import postgres as pg
+from tests.backends.http import free_port
 from tests.outage_procs import (
     Fleet,
     Partition,
@@ -397,3 +398,61 @@ def test_a_keyed_claim_sent_again_takes_nothing_more(embedded: Any) -> None:
     assert got[0] is not None and all(g == got[0] for g in got)
     held = c.list_tasks(status="in_progress", assigned_to="w1")
     assert [t.id for t in held] == [got[0].id]
+
+
+FLEET = """
+[cluster]
+settings = {{ max_agents = 6, idle_timeout_seconds = 60 }}
+
+[[pools]]
+id = "worker"
+cmd = "{python}"
+args = ["{worker}"]
+role = "developer"
+min = 3
+max = 3
+scale = "auto"
+"""
+
+
+def test_corral_up_pools_ride_out_pg_terminate_backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``corral up`` on PostgreSQL with a pool of three SDK workers
+    (examples/fleet_worker.py): every session of the database, ``corral up``'s own
+    among them, is terminated three times while the board drains. No member exits or
+    is restarted, no lease is recovered, no task is claimed twice."""
+    db_url = pg.fresh_database(request)
+    worker = tmp_path / "fleet_worker.py"
+    worker.write_text((Path(__file__).parents[1] / "examples" / "fleet_worker.py").read_text())
+    (tmp_path / "fleet.toml").write_text(FLEET.format(python=sys.executable, worker=worker))
+    env = env_for("")
+    del env["CORRAL_TOKEN"]
+    env["FLEET_WORK_SECONDS"] = "0.3"
+    port = free_port()
+    with (tmp_path / "up.log").open("wb") as log:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "corral", "--url", db_url, "up", "--port", str(port),
+             "fleet.toml"],
+            cwd=tmp_path, env=env, stdout=log, stderr=log,
+        )  # fmt: skip
+    client = tolerant(corral.connect(db_url), 30)  # its sessions are terminated too
+    n = 30
+    try:
+        add_board(client, n)
+        done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+        for at in (5, 12, 20):
+            wait_for(f"{at} tasks done", lambda at=at: done() >= at)
+            terminate_sessions(db_url, pg.ADMIN_URL)
+        wait_for("every task done", lambda: done() == n)
+        tasks = client.list_tasks(limit=n)
+        recovered = [e for e in client.events(limit=100000) if e.kind == "lease_recovered"]
+        assert up.poll() is None
+    finally:
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(60)
+        client.close()
+    printed = (tmp_path / "up.log").read_text()
+    assert recovered == [] and {t.attempts for t in tasks} == {1}, printed
+    assert " restarted " not in printed and " dead" not in printed, printed
+    assert code == 0, printed
