@@ -339,8 +339,16 @@ class ClusterMachine(RuleBasedStateMachine):
             self.model.max_agents,
         )
 
-    @rule(node=st.sampled_from(NODES), status=st.sampled_from(("working", "idle", "waiting")))
-    def set_status(self, node: str, status: str) -> None:
+    def pick(self, data: st.DataObject, prefer: list[str] | None = None) -> str:
+        """A node id: half the time a live node (or one of ``prefer``), else any."""
+        anyone = st.sampled_from(NODES)
+        first = prefer or self.model.live()
+        return data.draw(st.sampled_from(first) | anyone if first else anyone)
+
+    @rule(data=st.data(), status=st.sampled_from(("working", "idle", "waiting")))
+    def set_status(self, data: st.DataObject, status: str) -> None:
+        holders = [n for n in self.model.live() if self.model.held(n)]
+        node = self.pick(data, holders)
         m = self.model.nodes.get(node)
         if m is None or not m.live:
             self.refused(NotFoundError, lambda: self.c.set_agent_status(node, status))
@@ -364,8 +372,9 @@ class ClusterMachine(RuleBasedStateMachine):
         assert answer.current_task_id == task
         self.node_is_record(answer)
 
-    @rule(node=st.sampled_from(NODES))
-    def terminate(self, node: str) -> None:
+    @rule(data=st.data())
+    def terminate(self, data: st.DataObject) -> None:
+        node = self.pick(data)
         m = self.model.nodes.get(node)
         if m is None or not m.live:
             self.refused(NotFoundError, lambda: self.c.terminate_node(node))
@@ -375,11 +384,19 @@ class ClusterMachine(RuleBasedStateMachine):
         self.node_is_record(answer)
 
     @rule(
-        node=st.sampled_from(NODES),
+        data=st.data(),
         told=st.sampled_from((None, "healthy", "degraded", "unhealthy")),
         cpu=st.sampled_from((None, 5.0, 75.0, 95.0)),
     )
-    def heartbeat(self, node: str, told: str | None, cpu: float | None) -> None:
+    def heartbeat(self, data: st.DataObject, told: str | None, cpu: float | None) -> None:
+        self.beat(self.pick(data), told, cpu)
+
+    @rule(data=st.data())
+    def plain_heartbeat(self, data: st.DataObject) -> None:
+        """A beat that says nothing about health (it keeps the node's)."""
+        self.beat(self.pick(data), None, None)
+
+    def beat(self, node: str, told: str | None, cpu: float | None) -> None:
         payload: dict[str, Any] = {}
         if told is not None:
             payload["health_status"] = told
@@ -417,8 +434,9 @@ class ClusterMachine(RuleBasedStateMachine):
         )
         self.task_is_record(answer)
 
-    @rule(node=st.sampled_from(NODES))
-    def claim(self, node: str) -> None:
+    @rule(data=st.data())
+    def claim(self, data: st.DataObject) -> None:
+        node = self.pick(data)
         m = self.model.nodes.get(node)
         if m is None or not m.live:
             self.refused(NotFoundError, lambda: self.c.claim_best_task(node, "developer"))
