@@ -456,3 +456,58 @@ def test_corral_up_pools_ride_out_pg_terminate_backend(
     assert recovered == [] and {t.attempts for t in tasks} == {1}, printed
     assert " restarted " not in printed and " dead" not in printed, printed
     assert code == 0, printed
+
+
+SUPERVISOR = """
+[supervisor]
+heartbeat_interval = 2
+heartbeat_timeout = 15
+"""
+
+SUPERVISED = """
+[[agents]]
+id = "{node}"
+cmd = "{python}"
+args = ["-m", "corral", "worker", "--role", "developer", "--heartbeat-interval", "2",
+        "--idle-timeout", "60", "--", "{script}"]
+heartbeat = "cluster"
+restart = "always"
+"""
+
+
+def test_corral_supervise_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
+    sqlite_serve: Serve, tmp_path: Path
+) -> None:
+    """``corral supervise --url`` running two ``corral worker`` agents whose heartbeat
+    is the cluster's: ``corral serve`` SIGKILLed and back 1 s later. The supervisor's
+    link rides it out (its calls fail, it tries again at its next poll), no agent is
+    restarted, no lease is recovered, every task is done once."""
+    serve = sqlite_serve
+    n = 16
+    client = corral.connect(serve.url, token=serve.token)
+    add_board(client, n)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=0.4)
+    manifest = tmp_path / "agents.toml"
+    agents = [
+        SUPERVISED.format(node=f"s{i}", python=sys.executable, script=fleet.script)
+        for i in range(2)
+    ]
+    manifest.write_text(SUPERVISOR + "".join(agents))
+    fleet.start("supervise", [sys.executable, "-m", "corral", "--url", serve.url, "supervise",
+                              "--state-dir", str(tmp_path / "state"), str(manifest)])  # fmt: skip
+    done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+    try:
+        wait_for("tasks in flight", lambda: done() >= 3)
+        serve.kill()
+        time.sleep(1.0)
+        serve.start()
+        client.close()
+        wait_for("every task done", lambda: done() == n)
+        counts = tally(client, fleet, n)
+    finally:
+        fleet.stop()
+        client.close()
+    printed = fleet.log("supervise")
+    assert "UNHEALTHY" not in printed, printed
+    assert counts["lease_recoveries"] == 0 and counts["claimed_twice"] == 0, printed
+    assert (counts["done"], counts["run_twice"], counts["worker_exits"]) == (n, 0, 0)
