@@ -185,7 +185,7 @@ class Tolerant:
                 raise
             else:
                 if started is not None:
-                    log.warning("%s: the store is back after %.1fs (%d retries)", name,
+                    log.info("%s: the store is back after %.1fs (%d retries)", name,
                                 self._mono() - started, attempt,
                                 extra={"action": "store_back"})  # fmt: skip
                 return result
@@ -195,8 +195,8 @@ class Tolerant:
                 self.outages += 1
             pause = self.policy.wait(attempt, now - started, self._rand)
             if pause is None:
-                log.warning("%s: the store stayed unreachable for %.0fs: giving up", name,
-                            now - started, extra={"action": "store_gone"})  # fmt: skip
+                log.error("%s: the store stayed unreachable for %.0fs: giving up", name,
+                          now - started, extra={"action": "store_gone"})  # fmt: skip
                 raise error
             if attempt == 0:
                 log.warning("%s: the store is unreachable (%s); retrying for up to %.0fs",
