@@ -138,6 +138,8 @@ def test_a_worker_exits_3_once_the_window_is_spent_its_task_left_to_finish(
     assert waited >= 3.0, waited
     assert "heartbeat destination cluster failed 3 times in a row" in log
     assert "giving up" in log
+    # The task's process ran to its end: its completion is the call that was retried.
+    assert "complete_and_claim: the store is unreachable" in log, log
 
 
 def test_a_completion_after_the_lease_was_recovered_is_refused(
