@@ -106,11 +106,11 @@ def _rewind(store: Any) -> None:
         if hasattr(tx, "_cur"):
             # A database last opened before the counter lacks the later migrations too
             # (SQLite re-runs every migration past its user_version): the scheduler's
-            # (0005) and the workflow runs' (0006).
+            # (0005), the workflow runs' (0006) and the claim keys' (0010).
             raw.execute("DROP TRIGGER nodes_end_activations")
             for table in ("agents", "notifications", "activations", "runners"):
                 raw.execute(f"DROP TABLE {table}")
-            for table in ("handler_inbox", "handlers", "workflow_hosts"):
+            for table in ("handler_inbox", "handlers", "workflow_hosts", "claim_keys"):
                 raw.execute(f"DROP TABLE {table}")
             raw.execute("PRAGMA user_version = 3")
         else:

@@ -19,6 +19,7 @@ SHARED = (
     "signal.py",
     "sqlsched.py",
     "sqlspawn.py",
+    "claimkeys.py",
 )
 
 

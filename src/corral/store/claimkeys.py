@@ -5,7 +5,9 @@ its reply) sends the claim again with the same key (``corral.outage``). The clai
 recorded the key and what it took in its own transaction (table ``claim_keys``), so
 the repeat answers from that record instead of taking a second task that the node
 would hold without knowing it. Keys are kept ``CLAIM_KEY_SECONDS``, longer than any
-client's ``outage_tolerance``; each keyed claim prunes the expired ones.
+client's ``outage_tolerance``; keyed claims prune the expired ones. Each dialect
+records a key its own way (SQLite in a statement after the claim's, PostgreSQL inside
+the claim's one statement); the answer to a claim sent again is read the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, Protocol
 from corral.model import Task
 from corral.store.rows import task_from_row
 
-__all__ = ["CLAIM_KEY_SECONDS", "PRUNE_EVERY", "answer", "record"]
+__all__ = ["CLAIM_KEY_SECONDS", "PRUNE_EVERY", "answer"]
 
 CLAIM_KEY_SECONDS = 600.0  # corral.outage.MAX_OUTAGE_TOLERANCE is the same
 PRUNE_EVERY = 10.0  # seconds between a store's drops of expired keys (SQLite)
@@ -23,8 +25,6 @@ PRUNE_EVERY = 10.0  # seconds between a store's drops of expired keys (SQLite)
 
 class _Tx(Protocol):
     def one(self, name: str, **params: Any) -> Any: ...
-
-    def run(self, name: str, **params: Any) -> int: ...
 
 
 def answer(tx: _Tx, node_id: str, key: str) -> tuple[Task | None, Task | None] | None:
@@ -49,29 +49,3 @@ def answer(tx: _Tx, node_id: str, key: str) -> tuple[Task | None, Task | None] |
         ):
             held = task_from_row(t)
     return done, held
-
-
-def record(
-    tx: _Tx,
-    node_id: str,
-    key: str,
-    taken: Task | None,
-    now: float,
-    *,
-    done_id: int | None = None,
-    prune: bool = True,
-) -> None:
-    """Record in ``tx`` (the claim's transaction) that the claim with ``key`` took
-    ``taken`` (and finished ``done_id``); with ``prune``, drop the expired keys. A
-    key recorded already is the store's integrity error (the claim was sent again)."""
-    if prune:
-        tx.run("claim_keys_prune", before=now - CLAIM_KEY_SECONDS)
-    tx.run(
-        "claim_key_put",
-        node_id=node_id,
-        key=key,
-        task_id=None if taken is None else taken.id,
-        epoch=None if taken is None else taken.epoch,
-        done_id=done_id,
-        now=now,
-    )

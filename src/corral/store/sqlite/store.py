@@ -535,11 +535,23 @@ class SQLiteStore(SQLStore):
     def _keep_key(
         self, tx: _Tx, node_id: str, key: str, taken: Task | None, now: float, done_id: Any = None
     ) -> bool:
-        """Record the claim's ``key`` in ``tx`` (``store.claimkeys``); False, with
-        ``tx`` undone, when the key is recorded already: the claim was sent again."""
+        """Record in ``tx`` (the claim's transaction) that the claim sent with ``key``
+        took ``taken`` (and finished ``done_id``), dropping expired keys at most every
+        ``claimkeys.PRUNE_EVERY``; False, with ``tx`` undone, when the key is recorded
+        already (its integrity error): the claim was sent again."""
         prune = now - self._keys_pruned >= claimkeys.PRUNE_EVERY
         try:
-            claimkeys.record(tx, node_id, key, taken, now, done_id=done_id, prune=prune)
+            if prune:
+                tx.run("claim_keys_prune", before=now - claimkeys.CLAIM_KEY_SECONDS)
+            tx.run(
+                "claim_key_put",
+                node_id=node_id,
+                key=key,
+                task_id=None if taken is None else taken.id,
+                epoch=None if taken is None else taken.epoch,
+                done_id=done_id,
+                now=now,
+            )
         except sqlite3.IntegrityError:
             self._end(tx, commit=False)
             return False

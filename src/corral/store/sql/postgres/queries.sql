@@ -1143,6 +1143,3 @@ SELECT corral_event_horizon(pg_current_snapshot()) AS event_floor;
 -- name: claim_key_get
 -- What the claim sent with this key took (corral.outage): a row, or none.
 SELECT task_id, epoch, done_id FROM claim_keys WHERE node_id = :node_id AND key = :key;
-
--- name: claim_keys_prune
-DELETE FROM claim_keys WHERE created_at < :before;
