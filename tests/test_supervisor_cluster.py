@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,3 +235,63 @@ def test_a_supervised_sdk_worker_joins_through_its_environment(
     finally:
         sup.close()
         c.close()
+
+
+def _serve_on(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+    """`corral serve` over ``served.db`` on ``port``, once it answers."""
+    proc = subprocess.Popen(
+        [PY, "-m", "corral", "--url", f"sqlite:///{tmp_path / 'served.db'}", "serve",
+         "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path, env={**env(), "CORRAL_TOKEN": TOKEN}, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def healthy() -> bool:
+        assert proc.poll() is None, "corral serve exited"
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, what="corral serve healthy")
+    return proc
+
+
+def test_a_cluster_that_cannot_be_reached_is_no_silence_of_its_agents(
+    tmp_path: Path, state: Path
+) -> None:
+    """An agent whose heartbeat is the cluster's, and `corral serve` SIGKILLed for
+    three times the agent's heartbeat timeout: nobody can tell whether it beats, so it
+    stays RUNNING, the same process. Once the cluster is back, its silence counts
+    again: with no beat it goes UNHEALTHY one timeout later."""
+    timeout = 1.5
+    path = tmp_path / "fleet.toml"
+    path.write_text(
+        f"[supervisor]\nheartbeat_interval = 0.2\nheartbeat_timeout = {timeout}\n"
+        '[[agents]]\nid = "n1"\ncmd = "sleep"\nargs = ["1000"]\nheartbeat = "cluster"\n'
+        'restart = "never"\n'
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    serve = _serve_on(tmp_path, port)
+    c = corral.connect(url, token=TOKEN)
+    c.register_node("n1", "developer", heartbeat_interval=60)
+    sup = ClusterSupervise(url, path, state)
+    try:
+        wait_for(lambda: c.heartbeat("n1") and sup.running("n1"), what="n1 RUNNING")
+        pid = sup.status()["n1"]["pid"]
+        serve.kill()
+        serve.wait(10)
+        down = time.monotonic()
+        wait_for(lambda: time.monotonic() - down > 3 * timeout, what="an outage of 3 timeouts")
+        assert sup.status()["n1"]["state"] == "RUNNING"
+        assert sup.status()["n1"]["pid"] == pid
+        serve = _serve_on(tmp_path, port)
+        wait_for(lambda: sup.status()["n1"]["state"] == "UNHEALTHY" or not alive(pid),
+                 what="n1 judged silent once the cluster is back")  # fmt: skip
+        states = [(t["from"], t["to"]) for t in e2e.transitions(state, "n1")]
+        assert states.count(("RUNNING", "UNHEALTHY")) == 1, states
+    finally:
+        sup.close()
+        c.close()
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(20)

@@ -98,6 +98,9 @@ class _Agent:
         self.child: proc.Child | None = None
         self.started_at: float | None = None
         self.last_beat: float | None = None
+        # The last moment the cluster (a "cluster" heartbeat's source) could not be
+        # asked: silence is not counted while nobody can tell (silence_from).
+        self.cluster_unreachable_at: float | None = None
         self.beat_status: str | None = None
         self.beats_lost = False  # pipe agent whose stdout the log daemon lost
         self.restart_at: float | None = None
@@ -157,12 +160,20 @@ class _Agent:
             not_before=not_before,
         )
 
+    def silence_from(self) -> float | None:
+        """The moment this agent's silence counts from: its last beat or, when later,
+        the last time the cluster could not be asked (an outage of the cluster is no
+        silence of the agent's: its timeout runs again from the cluster's return)."""
+        if self.last_beat is None or self.cluster_unreachable_at is None:
+            return self.last_beat
+        return max(self.last_beat, self.cluster_unreachable_at)
+
     def deadline(self) -> float | None:
         """The earliest moment a check could change this agent: a startup or
         heartbeat timeout, the end of a backoff, a stop timeout, the next cluster
         check (exits and beats are events, not deadlines)."""
         hb = self.heartbeat if self.watched else "none"
-        last_beat = self.last_beat
+        last_beat = self.silence_from()
         if hb in PROBES:  # probes fail by count, not by a timeout after the last beat
             last_beat = None
         return next_deadline(

@@ -28,6 +28,8 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
+from corral.errors import StoreUnavailableError
+
 if TYPE_CHECKING:
     from corral.supervisor.agent import _Agent
     from corral.supervisor.supervisor import Supervisor
@@ -183,21 +185,29 @@ class ClusterLink:
 
 def check_cluster(sup: Supervisor, a: _Agent) -> None:
     """Ask the cluster for the node named like the agent; its last heartbeat
-    after the spawn counts as a beat."""
+    after the spawn counts as a beat. A cluster that cannot be reached tells nothing
+    of the agent: its silence counts again from the cluster's return
+    (``_Agent.silence_from``), so a blink of the cluster restarts no one."""
     a.checking = True
     a.next_check = None
     client, child = sup.client, a.child
 
     async def check() -> None:
         seen = None
+        unreachable = False
         try:
             node = await asyncio.to_thread(client.get_node, a.spec.id)
             seen = getattr(node, "last_heartbeat", None)
-        except Exception as e:  # unknown node yet, or the cluster unreachable
+        except StoreUnavailableError as e:
+            unreachable = True
+            sup.log("debug", "cluster unreachable", agent=a.spec.id, error=repr(e))
+        except Exception as e:  # unknown node yet
             sup.log("debug", "cluster heartbeat check", agent=a.spec.id, error=repr(e))
         a.checking = False
         if a.child is not child:
             return
+        if unreachable:
+            a.cluster_unreachable_at = sup.clock()
         since = a.last_beat if a.last_beat is not None else (a.started_at or 0)
         if seen is not None and seen > since:
             sup.beat(a, min(seen, sup.clock()), None)

@@ -176,8 +176,8 @@ class Supervisor:
             elif (
                 hb not in PROBES  # a probe's failures count instead (probe_failed)
                 and a.state in (State.RUNNING, State.WAITING)
-                and a.last_beat is not None
-                and heartbeat_expired(a.last_beat, a.spec.heartbeat_timeout, now)
+                and (silent := a.silence_from()) is not None
+                and heartbeat_expired(silent, a.spec.heartbeat_timeout, now)
             ):
                 self._unhealthy(a, "heartbeat timeout", now)
         self._release_held()
@@ -550,7 +550,7 @@ class Supervisor:
         assert self._watcher is not None
         now = self.clock()
         a.hung, a.beats_lost, a.held = None, False, False
-        a.last_beat = a.beat_status = None
+        a.last_beat = a.beat_status = a.cluster_unreachable_at = None
         a.probe_failures = 0
         a.waiting_on.clear()
         a.started_at = now
