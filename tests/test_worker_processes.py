@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import corral
@@ -114,12 +115,31 @@ def test_kill_9_holder_lease_recovered_at_threshold_and_completed_elsewhere(env,
     assert done.attempts == 2
 
 
+def _stop_outside_a_write(c: Any, pid: int) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no write lock. Stopped inside a write
+    transaction it would block every writer, the monitor's included: the store's
+    documented limit, which tests/test_sqlite_frozen.py holds it to. On a loaded
+    machine a stop after the task's start met the heartbeat that follows the claim."""
+    deadline = time.monotonic() + 10
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED,
+                 what=f"process {pid} stopped")  # fmt: skip
+        holder = c.store.write_lock_holder()
+        if holder is None or holder.pid != pid:
+            return
+        os.kill(pid, signal.SIGCONT)  # let it finish its transaction, then again
+        assert time.monotonic() < deadline, f"process {pid} keeps the write lock"
+        wait_for(lambda: getattr(c.store.write_lock_holder(), "pid", None) != pid,
+                 what=f"process {pid} to release the write lock")  # fmt: skip
+
+
 def test_sigstop_past_threshold_loses_lease_and_late_completion_is_refused(env, monitor):
     c, d = env["c"], env["dir"]
     task = c.add_task("implement the thing")
     w1 = env["start"]("W1", "--interval", str(INTERVAL))
     wait_for(lambda: _started(d, "W1", task.id), what="W1 to start the task")
-    os.kill(w1.pid, signal.SIGSTOP)
+    _stop_outside_a_write(c, w1.pid)
     wait_for(lambda: _events(c, "lease_recovered", task_id=task.id), timeout=5,
              what="lease recovery")  # fmt: skip
     assert c.get_node("W1").status == "terminated"
