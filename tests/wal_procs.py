@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tests.fleet_up import corral_cmd, env, wait_for
 
 TRIGGERS = ("cli", "embedded", "sqlite3")
@@ -320,6 +322,7 @@ class Upped:
     def __init__(self, directory: Path) -> None:
         from tests.fleet_up import EXAMPLES
 
+        self.directory = directory
         shutil.copy(EXAMPLES / "relay.py", directory / "relay.py")
         (directory / "fleet.toml").write_text(_FLEET)
         self.db = directory / ".corral" / "corral.db"
@@ -335,9 +338,13 @@ class Upped:
         self._lines: list[dict[str, Any]] = []
         self._out = threading.Thread(target=self._read, daemon=True)
         self._out.start()
-        banner = wait_for(self._banner, 60, "corral up's banner")
-        token = (directory / banner["token_file"]).read_text().strip()
-        self.client = _http_client(banner["http"], token, self.proc, None)
+        try:
+            banner = wait_for(self._banner, 60, "corral up's banner")
+            token = (directory / banner["token_file"]).read_text().strip()
+            self.client = _http_client(banner["http"], token, self.proc, None)
+        except BaseException:
+            self._kill_all()
+            raise
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -354,12 +361,23 @@ class Upped:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """``kill -9`` of corral up and its whole tree (its agents would otherwise
-        be adopted by the next start)."""
+        """``kill -9`` of corral up, then of what it leaves running by design (its
+        agents and their log daemon, in sessions of their own, which a next start
+        would adopt): nothing of the run is left behind."""
         self.client.close()
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        from tests.fleet_up import marked
+
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
+        left = marked(self.directory)
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(left, timeout=10)
         self._out.join(5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
