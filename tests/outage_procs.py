@@ -22,6 +22,7 @@ import psycopg
 
 from corral.server.auth import ensure_token_file
 from tests.backends.http import free_port
+from tests.test_server_cli import _wait_healthy as wait_healthy
 
 __all__ = [
     "Fleet",
@@ -166,7 +167,7 @@ class Serve:
                  "--log-level", "warning"],
                 stderr=log,
             )  # fmt: skip
-        wait_healthy(self.url, self.proc)
+        wait_healthy(self.url, self.proc)  # tests/test_server_cli.py's
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -229,24 +230,6 @@ def terminate_sessions(db_url: str, admin_url: str) -> int:
             [dbname],
         ).fetchall()
     return len(rows)
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], deadline: float = 20.0) -> None:
-    """Return once ``corral serve`` at ``url`` answers ``/healthz``."""
-    import urllib.error
-    import urllib.request
-
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        assert proc.poll() is None, "corral serve exited"
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except (OSError, urllib.error.URLError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError("corral serve did not become healthy")
 
 
 class Partition:

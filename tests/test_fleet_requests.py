@@ -5,14 +5,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from corral.fleet.requests import unwanted
 from corral.scaling import FleetView, PoolLimits, PoolState
-from tests.fleet_up import Up, copy_example, corral_cmd, env, wait_for
+from tests.fleet_up import Up, copy_example, wait_for
+from tests.test_fleet_up import ASK as ASK_FLEET
+from tests.test_fleet_up import ctl
 
 ASK = PoolLimits(min=0, max=3, cooldown=600.0, scale="ask")
 
@@ -40,29 +41,8 @@ def test_a_request_is_unwanted_once_its_recommendation_is_gone() -> None:
     assert unwanted("developer", auto, PoolState(), drained, 2) == 0  # asks only in ask mode
 
 
-POOL = """
-[cluster]
-settings = { max_agents = 6, idle_timeout_seconds = 2, grace_period_seconds = 5 }
-
-[board]
-seed = "tasks.jsonl"
-
-[[pools]]
-id = "ask"
-cmd = "python3"
-args = ["fleet_worker.py"]
-cwd = "."
-env = { FLEET_WORK_SECONDS = "0.3" }
-role = "developer"
-max = 3
-cooldown = 600
-scale = "ask"
-"""
-
-
-def ctl(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(corral_cmd("ctl", *args), cwd=directory, env=env(),
-                          capture_output=True, text=True, timeout=10)  # fmt: skip
+# test_fleet_up.py's ask-mode pool, with room for a third request
+POOL = ASK_FLEET.replace("max = 2", "max = 3")
 
 
 @pytest.mark.slow

@@ -133,28 +133,13 @@ def test_a_restart_through_an_embedded_cluster_reaches_the_supervisor(
 def server(tmp_path: Path) -> Iterator[str]:
     """A real `corral serve` over a fresh SQLite file, operator token ``TOKEN``."""
     port = free_port()
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [PY, "-m", "corral", "--url", f"sqlite:///{tmp_path / 'served.db'}", "serve",
-         "--port", str(port), "--log-level", "warning"],
-        cwd=tmp_path, env={**env(), "CORRAL_TOKEN": TOKEN}, stderr=log,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+    with (tmp_path / "serve.log").open("wb") as log:
+        proc = _serve_on(tmp_path, port, log)
         try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(healthy, what="corral serve healthy")
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=20)
-        log.close()
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -237,18 +222,20 @@ def test_a_supervised_sdk_worker_joins_through_its_environment(
         c.close()
 
 
-def _serve_on(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
-    """`corral serve` over ``served.db`` on ``port``, once it answers."""
+def _serve_on(tmp_path: Path, port: int, log: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """`corral serve` over ``served.db`` on ``port`` (stderr to ``log``), once it answers."""
     proc = subprocess.Popen(
         [PY, "-m", "corral", "--url", f"sqlite:///{tmp_path / 'served.db'}", "serve",
          "--port", str(port), "--log-level", "warning"],
-        cwd=tmp_path, env={**env(), "CORRAL_TOKEN": TOKEN}, stderr=subprocess.DEVNULL,
+        cwd=tmp_path, env={**env(), "CORRAL_TOKEN": TOKEN}, stderr=log,
     )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
-        assert proc.poll() is None, "corral serve exited"
+        log_text = (tmp_path / "serve.log").read_text() if log is not subprocess.DEVNULL else ""
+        assert proc.poll() is None, f"corral serve exited: {log_text}"
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 
