@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -62,3 +63,16 @@ def test_the_version_is_written_once() -> None:
     assert source == "src/corral/__init__.py"
     assert f'__version__ = "{corral.__version__}"' in (ROOT / source).read_text()
     assert importlib.metadata.version("corral") == corral.__version__
+
+
+def test_the_cli_and_the_changelog_tell_the_same_version() -> None:
+    """``corral --version`` reads the one place, and CHANGELOG.md's latest release
+    (the first section after Unreleased) is that version: a release is tag-ready."""
+    out = subprocess.run(
+        [sys.executable, "-m", "corral", "--version"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert out.strip() == f"corral, version {corral.__version__}"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\] - \d{4}-\d\d-\d\d$", changelog, re.M)
+    assert releases and releases[0] == corral.__version__, releases
+    assert changelog.index("## [Unreleased]") < changelog.index(f"## [{releases[0]}]")

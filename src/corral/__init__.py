@@ -54,7 +54,7 @@ __all__ = [
     "connect",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "HeartbeatMonitor": "corral.worker.heartbeat",

@@ -14,6 +14,7 @@ import sys
 
 import click
 
+import corral
 from corral.cli._common import CONTEXT_SETTINGS, run_main
 
 __all__ = ["cli", "main"]
@@ -28,7 +29,7 @@ __all__ = ["cli", "main"]
     help="Cluster URL: sqlite:///PATH, postgresql://… or http://HOST:PORT "
     "(env CORRAL_URL; default sqlite:///.corral/corral.db).",
 )
-@click.version_option(package_name="corral")
+@click.version_option(version=corral.__version__, package_name="corral")  # the one place
 @click.pass_context
 def cli(ctx: click.Context, url: str | None) -> None:
     """corral keeps a fleet of agents alive, busy and bounded."""
