@@ -26,6 +26,7 @@ ceiling ``max_agents``), the number ``/metrics`` publishes for an outside scaler
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,8 +36,10 @@ __all__ = [
     "FleetView",
     "PoolLimits",
     "PoolState",
+    "count_members",
     "decide",
     "desired_workers",
+    "idle_past_timeout",
 ]
 
 SCALE_MODES = ("off", "ask", "auto")
@@ -97,6 +100,32 @@ class Decision:
     action: Action
     reason: str
     retry_at: float | None = None
+
+
+def idle_past_timeout(idle_since: float | None, idle_timeout: float, now: float) -> bool:
+    """Whether a member idle since ``idle_since`` has been idle for the cluster's
+    ``idle_timeout`` at ``now`` (the pool retires it; the SDK worker retires itself at
+    the same moment)."""
+    return idle_since is not None and now - idle_since >= idle_timeout
+
+
+def count_members(
+    members: Iterable[tuple[str | None, float | None]], idle_timeout: float, now: float
+) -> tuple[int, int]:
+    """``(idle, idle_expired)`` of a pool's members for :class:`PoolState`, each given
+    as its node's ``(status, idle_since)``; status None for a member still starting
+    (or whose node is terminated: it is being replaced). A starting member counts as
+    idle (it claims once registered); an idle one is expired once
+    :func:`idle_past_timeout`."""
+    idle = expired = 0
+    for status, idle_since in members:
+        if status is None or status == "terminated":
+            idle += 1
+        elif status == "idle":
+            idle += 1
+            if idle_past_timeout(idle_since, idle_timeout, now):
+                expired += 1
+    return idle, expired
 
 
 def _target(role: str, limits: PoolLimits, pool: PoolState, fleet: FleetView) -> tuple[int, str]:

@@ -46,7 +46,14 @@ from corral.fleet.manifest import FleetManifest, PoolSpec
 from corral.fleet.requests import Look, Requests, unwanted
 from corral.lifecycle import liveness_window
 from corral.model import Node
-from corral.scaling import Decision, FleetView, PoolState, decide
+from corral.scaling import (
+    Decision,
+    FleetView,
+    PoolState,
+    count_members,
+    decide,
+    idle_past_timeout,
+)
 from corral.supervisor.agent import Agent
 from corral.supervisor.policy import RestartTracker, State
 from corral.supervisor.supervisor import Supervisor
@@ -199,15 +206,14 @@ class FleetSupervisor(Supervisor):
                 rt.size = len(members)  # what this run starts with (adopted members)
             elif rt.size != len(members):  # members that stopped by themselves (retired, gave up)
                 self._record_size(rt, now, len(members), "members stopped", "exit")
-            idle = expired = 0
+            looks: list[tuple[str | None, float | None]] = []
             for a in members:
                 node = seen.nodes.get(a.spec.id)
-                if node is None or node.status == "terminated" or a.spec.id in starting:
-                    idle += 1  # starting: it will claim once registered
-                elif node.status == "idle":
-                    idle += 1
-                    if node.idle_since is not None and now - node.idle_since >= seen.idle_timeout:
-                        expired += 1
+                if node is None or a.spec.id in starting:
+                    looks.append((None, None))  # starting: it will claim once registered
+                else:
+                    looks.append((node.status, node.idle_since))
+            idle, expired = count_members(looks, seen.idle_timeout, now)
             asks = seen.requests
             if pool.id in asks.declined:  # a no counts as a change: ask again after cooldown
                 rt.last_change = max(rt.last_change or 0.0, asks.declined[pool.id])
@@ -254,7 +260,7 @@ class FleetSupervisor(Supervisor):
                 idle_members = [
                     a for a in members
                     if (n := seen.nodes.get(a.spec.id)) is not None and n.status == "idle"
-                    and n.idle_since is not None and now - n.idle_since >= seen.idle_timeout
+                    and idle_past_timeout(n.idle_since, seen.idle_timeout, now)
                 ]  # fmt: skip
                 chosen = idle_members[: -d.change]
                 for a in chosen:
