@@ -54,13 +54,30 @@ scale = "{scale}"
 """
 
 
-def _fleet(directory: Path, *, scale: str, lo: int, hi: int, idle: float, work: float,
-           cooldown: float = 0.0) -> Up:  # fmt: skip
+def _fleet(
+    directory: Path,
+    *,
+    scale: str,
+    lo: int,
+    hi: int,
+    idle: float,
+    work: float,
+    cooldown: float = 0.0,
+) -> Up:
     directory.mkdir(parents=True, exist_ok=True)
     shutil.copy(EXAMPLES / "fleet_worker.py", directory / "fleet_worker.py")
-    (directory / "corral.toml").write_text(POOL.format(
-        cap=hi + 2, idle=idle, python=sys.executable, work=work, lo=lo, hi=hi,
-        cooldown=cooldown, scale=scale))  # fmt: skip
+    (directory / "corral.toml").write_text(
+        POOL.format(
+            cap=hi + 2,
+            idle=idle,
+            python=sys.executable,
+            work=work,
+            lo=lo,
+            hi=hi,
+            cooldown=cooldown,
+            scale=scale,
+        )
+    )
     return Up(directory, "corral.toml")
 
 
@@ -69,16 +86,26 @@ def scale_ups(root: Path, rounds: int) -> dict[str, Any]:
     decision, startup, claim, total = [], [], [], []
     try:
         for i in range(rounds):
-            wait_for(lambda: not up.cluster.list_nodes(status="idle")
-                     and not up.cluster.list_nodes(status="working"), 30, "no worker")  # fmt: skip
+            wait_for(
+                lambda: (
+                    not up.cluster.list_nodes(status="idle")
+                    and not up.cluster.list_nodes(status="working")
+                ),
+                30,
+                "no worker",
+            )
             since = up.events()[-1].seq
             up.cluster.add_task(f"round {i}")
-            wait_for(lambda s=since: any(e.kind == "task_claimed" for e in up.cluster.events(s)),
-                     30, "the claim")  # fmt: skip
+            wait_for(
+                lambda s=since: any(e.kind == "task_claimed" for e in up.cluster.events(s)),
+                30,
+                "the claim",
+            )
             ev = up.cluster.events(since, 10_000)
             added = next(e.ts for e in ev if e.kind == "task_added")
-            scaled = next(e.ts for e in ev if e.kind == "alert"
-                          and e.data.get("reason") == "pool_scaled")  # fmt: skip
+            scaled = next(
+                e.ts for e in ev if e.kind == "alert" and e.data.get("reason") == "pool_scaled"
+            )
             registered = next(e.ts for e in ev if e.kind == "node_registered")
             claimed = next(e.ts for e in ev if e.kind == "task_claimed")
             decision.append(scaled - added)
@@ -107,8 +134,9 @@ def _economics(up: Up, end: float) -> dict[str, Any]:
             incarnation[e.node_id] = e.data.get("incarnation", 0)
             born[(e.node_id, incarnation[e.node_id])] = e.ts
         elif (e.kind == "node_status" and e.data.get("new") == "terminated") or e.kind in (
-            "node_retired", "node_dead",
-        ):  # fmt: skip
+            "node_retired",
+            "node_dead",
+        ):
             key = (e.node_id, incarnation.get(e.node_id, 0))
             if key in born:
                 alive += e.ts - born.pop(key)
@@ -136,8 +164,9 @@ def _economics(up: Up, end: float) -> dict[str, Any]:
     }
 
 
-def bursty(root: Path, *, burst: int, every: float, duration: float, hi: int,
-           work: float, idle: float) -> dict[str, Any]:  # fmt: skip
+def bursty(
+    root: Path, *, burst: int, every: float, duration: float, hi: int, work: float, idle: float
+) -> dict[str, Any]:
     fleets = {
         "auto": _fleet(
             root / "auto", scale="auto", lo=0, hi=hi, idle=idle, work=work, cooldown=1.0
@@ -148,9 +177,13 @@ def bursty(root: Path, *, burst: int, every: float, duration: float, hi: int,
         start = time.monotonic()
         n = 0
         while time.monotonic() - start < duration:
-            threads = [threading.Thread(target=up.cluster.add_tasks,
-                                        args=([{"title": f"b{n}-{i}"} for i in range(burst)],))
-                       for up in fleets.values()]  # fmt: skip
+            threads = [
+                threading.Thread(
+                    target=up.cluster.add_tasks,
+                    args=([{"title": f"b{n}-{i}"} for i in range(burst)],),
+                )
+                for up in fleets.values()
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -184,25 +217,49 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     try:
         ups = scale_ups(root, args.rounds)
-        eco = bursty(root, burst=args.burst, every=args.every, duration=args.duration,
-                     hi=args.max, work=args.work, idle=args.idle)  # fmt: skip
+        eco = bursty(
+            root,
+            burst=args.burst,
+            every=args.every,
+            duration=args.duration,
+            hi=args.max,
+            work=args.work,
+            idle=args.idle,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ms = 1000.0
-    print(table(
-        ["scale-up (ms)", "p50", "p99", "max"],
-        [[k, v["p50"] * ms, v["p99"] * ms, v["max"] * ms] for k, v in ups.items()
-         if isinstance(v, dict)],
-    ))  # fmt: skip
+    print(
+        table(
+            ["scale-up (ms)", "p50", "p99", "max"],
+            [
+                [k, v["p50"] * ms, v["p99"] * ms, v["max"] * ms]
+                for k, v in ups.items()
+                if isinstance(v, dict)
+            ],
+        )
+    )
     print()
-    print(table(
-        ["bursty board", "tasks", "worker-s", "idle worker-s", "p95 wait (s)"],
-        [[k, v["tasks"], v["worker_seconds"], v["idle_worker_seconds"], v["task_wait_p95"]]
-         for k, v in eco.items() if isinstance(v, dict)],
-    ))  # fmt: skip
-    write_json(args.out, {"bench": "fleet_bench", "machine": machine_info(),
-                          "params": {k: str(v) for k, v in vars(args).items()},
-                          "scale_ups": ups, "bursty": eco})  # fmt: skip
+    print(
+        table(
+            ["bursty board", "tasks", "worker-s", "idle worker-s", "p95 wait (s)"],
+            [
+                [k, v["tasks"], v["worker_seconds"], v["idle_worker_seconds"], v["task_wait_p95"]]
+                for k, v in eco.items()
+                if isinstance(v, dict)
+            ],
+        )
+    )
+    write_json(
+        args.out,
+        {
+            "bench": "fleet_bench",
+            "machine": machine_info(),
+            "params": {k: str(v) for k, v in vars(args).items()},
+            "scale_ups": ups,
+            "bursty": eco,
+        },
+    )
 
 
 if __name__ == "__main__":

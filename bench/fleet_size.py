@@ -144,8 +144,12 @@ def registration_and_wake(db: Db, n: int, samples: int) -> dict[str, Any]:
             result = mon.tick()
             ticks.append(time.perf_counter() - t0)
             assert not result.events and result.assessment is None
-    return {"fleet": n, "register_us": _us(reg), "deadlines_us": _us(reads),
-            "idle_tick_us": _us(ticks)}  # fmt: skip
+    return {
+        "fleet": n,
+        "register_us": _us(reg),
+        "deadlines_us": _us(reads),
+        "idle_tick_us": _us(ticks),
+    }
 
 
 # --- a silent node's lease recovered (embedded monitor thread, own connection) ---------
@@ -199,8 +203,10 @@ def _status_reader(db: Db) -> tuple[Any, Any]:
         return wait, conn.close
     proc = subprocess.Popen(
         [sys.executable, "-c", _PG_OBSERVER, db.url],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
 
@@ -246,17 +252,21 @@ def recovery(db: Db, n: int, rounds: int) -> dict[str, Any]:
                 assert dead_at is not None
                 lags.append(wait_recovered(task.id) - dead_at)
                 event = next(
-                    e for e in reversed(c.events(0, 100_000))
+                    e
+                    for e in reversed(c.events(0, 100_000))
                     if e.kind == "lease_recovered" and e.node_id == node
-                )  # fmt: skip
+                )
                 wakes.append(event.ts - dead_at)
     finally:
         mon.stop()
         thread.join(timeout=5)
         mon_client.close()
         close_reader()
-    return {"fleet": n, "committed_after_threshold_ms": percentiles([x * 1e3 for x in lags]),
-            "woke_after_threshold_ms": percentiles([x * 1e3 for x in wakes])}  # fmt: skip
+    return {
+        "fleet": n,
+        "committed_after_threshold_ms": percentiles([x * 1e3 for x in lags]),
+        "woke_after_threshold_ms": percentiles([x * 1e3 for x in wakes]),
+    }
 
 
 # --- corral serve and the load client ---------------------------------------------------
@@ -278,18 +288,38 @@ class Serve:
     """A ``corral serve`` process (and its workers), or with ``floor`` ("none",
     "sqlite", "postgres") the minimal app of bench/floor_app.py served the same way."""
 
-    def __init__(self, url: str, workers: int = 1, monitor: bool = True,
-                 floor: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, url: str, workers: int = 1, monitor: bool = True, floor: str | None = None
+    ) -> None:
         self.port = free_port()
         if floor is None:
-            argv = [sys.executable, "-m", "corral", "serve", "--port", str(self.port),
-                    "--workers", str(workers), "--log-level", "warning"]  # fmt: skip
+            argv = [
+                sys.executable,
+                "-m",
+                "corral",
+                "serve",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "warning",
+            ]
             if not monitor:
                 argv.append("--no-monitor")
         else:
-            argv = [sys.executable, str(Path(__file__).resolve().parent / "floor_app.py"),
-                    "--port", str(self.port), "--workers", str(workers), "--store", floor,
-                    "--url", url]  # fmt: skip
+            argv = [
+                sys.executable,
+                str(Path(__file__).resolve().parent / "floor_app.py"),
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+                "--store",
+                floor,
+                "--url",
+                url,
+            ]
         env = {**os.environ, "CORRAL_URL": url, "CORRAL_TOKEN": TOKEN}
         self.proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
         end = time.monotonic() + 30
@@ -339,10 +369,8 @@ class Conn:
         )
 
     async def beat(self, node: str) -> int:
-        self.w.write(
-            f"POST /v1/nodes/{node}/heartbeat HTTP/1.1\r\n{self.head}Content-Length: 2\r\n\r\n{{}}"
-            .encode()
-        )  # fmt: skip
+        line = f"POST /v1/nodes/{node}/heartbeat HTTP/1.1\r\n"
+        self.w.write(f"{line}{self.head}Content-Length: 2\r\n\r\n{{}}".encode())
         head = await self.r.readuntil(b"\r\n\r\n")
         length = 0
         for line in head.split(b"\r\n"):
@@ -386,8 +414,13 @@ async def _saturate(port: int, fleet: int, conns: int, seconds: float) -> dict[s
     for c in pool:
         c.w.close()
     p = percentiles(lat)
-    return {"beats_per_s": len(lat) / elapsed, "p50_ms": p["p50"] * 1e3,
-            "p99_ms": p["p99"] * 1e3, "n": len(lat), "errors": errors}  # fmt: skip
+    return {
+        "beats_per_s": len(lat) / elapsed,
+        "p50_ms": p["p50"] * 1e3,
+        "p99_ms": p["p99"] * 1e3,
+        "n": len(lat),
+        "errors": errors,
+    }
 
 
 async def _paced(port: int, fleet: int, conns: int, seconds: float) -> dict[str, Any]:
@@ -425,10 +458,17 @@ async def _paced(port: int, fleet: int, conns: int, seconds: float) -> dict[str,
     for c in pool:
         c.w.close()
     p, q = percentiles(lat), percentiles(lags)
-    return {"beats_per_s_offered": fleet / PERIOD, "beats_per_s": len(lat) / elapsed,
-            "p50_ms": p["p50"] * 1e3, "p99_ms": p["p99"] * 1e3, "max_ms": p["max"] * 1e3,
-            "send_lag_p99_ms": q["p99"] * 1e3, "send_lag_max_ms": q["max"] * 1e3,
-            "n": len(lat), "errors": errors}  # fmt: skip
+    return {
+        "beats_per_s_offered": fleet / PERIOD,
+        "beats_per_s": len(lat) / elapsed,
+        "p50_ms": p["p50"] * 1e3,
+        "p99_ms": p["p99"] * 1e3,
+        "max_ms": p["max"] * 1e3,
+        "send_lag_p99_ms": q["p99"] * 1e3,
+        "send_lag_max_ms": q["max"] * 1e3,
+        "n": len(lat),
+        "errors": errors,
+    }
 
 
 def through_serve(srv: Serve, coro: Any, db: Db | None = None) -> dict[str, Any]:
@@ -456,8 +496,9 @@ def through_serve(srv: Serve, coro: Any, db: Db | None = None) -> dict[str, Any]
 Config = tuple[str, int, bool, "str | None"]  # name, workers, monitor, floor (Serve's)
 
 
-def serve_rounds(db: Db, fleet: int, configs: list[Config], rounds: int,
-                 seconds: float, conns: int) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+def serve_rounds(
+    db: Db, fleet: int, configs: list[Config], rounds: int, seconds: float, conns: int
+) -> dict[str, list[dict[str, Any]]]:
     """Saturating heartbeat runs, the configurations interleaved round by round, each
     round starting one configuration further on (none always runs first or last)."""
     out: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in configs}
@@ -485,9 +526,14 @@ def workers_configs(backend: str) -> list[Config]:
     """corral with 1 and 2 processes, and its floor (bench/floor_app.py) the same way:
     the minimal app doing the one write a heartbeat needs on this backend
     (``floor_*``), and doing none (``bare_*``)."""
-    return [("workers_1", 1, True, None), ("workers_2", 2, True, None),
-            ("floor_1", 1, False, backend), ("floor_2", 2, False, backend),
-            ("bare_1", 1, False, "none"), ("bare_2", 2, False, "none")]  # fmt: skip
+    return [
+        ("workers_1", 1, True, None),
+        ("workers_2", 2, True, None),
+        ("floor_1", 1, False, backend),
+        ("floor_2", 2, False, backend),
+        ("bare_1", 1, False, "none"),
+        ("bare_2", 2, False, "none"),
+    ]
 
 
 def run_backend(backend: str, tmp: Path, a: argparse.Namespace) -> dict[str, Any]:
@@ -509,12 +555,17 @@ def run_backend(backend: str, tmp: Path, a: argparse.Namespace) -> dict[str, Any
             db = new("serve")
             db.load(a.fleet, QUIET)
         if "monitor" in a.only:
-            print(f"[{backend}] heartbeats through corral serve, monitor vs --no-monitor",
-                  flush=True)  # fmt: skip
+            print(
+                f"[{backend}] heartbeats through corral serve, monitor vs --no-monitor", flush=True
+            )
             res["monitor"] = serve_rounds(
-                db, a.fleet, [("monitor", 1, True, None), ("no_monitor", 1, False, None)],
-                a.rounds, a.seconds, a.conns,
-            )  # fmt: skip
+                db,
+                a.fleet,
+                [("monitor", 1, True, None), ("no_monitor", 1, False, None)],
+                a.rounds,
+                a.seconds,
+                a.conns,
+            )
         if "workers" in a.only:
             print(f"[{backend}] --workers 2 vs 1 and the floor's (saturation)", flush=True)
             res["workers"] = serve_rounds(
@@ -617,57 +668,159 @@ def render(res: dict[str, Any], s: dict[str, Any]) -> str:
     b = res["backend"]
     out = [f"### {b}"]
     if "wake" in res:
-        out += ["", table(
-            ["fleet", "register p50 µs", "register p99 µs", "wake read p50 µs",
-             "wake read p99 µs", "idle tick p50 µs", "idle tick p99 µs"],
-            [[r["fleet"], r["register_us"]["p50"], r["register_us"]["p99"],
-              r["deadlines_us"]["p50"], r["deadlines_us"]["p99"], r["idle_tick_us"]["p50"],
-              r["idle_tick_us"]["p99"]] for r in res["wake"]],
-        )]  # fmt: skip
+        out += [
+            "",
+            table(
+                [
+                    "fleet",
+                    "register p50 µs",
+                    "register p99 µs",
+                    "wake read p50 µs",
+                    "wake read p99 µs",
+                    "idle tick p50 µs",
+                    "idle tick p99 µs",
+                ],
+                [
+                    [
+                        r["fleet"],
+                        r["register_us"]["p50"],
+                        r["register_us"]["p99"],
+                        r["deadlines_us"]["p50"],
+                        r["deadlines_us"]["p99"],
+                        r["idle_tick_us"]["p50"],
+                        r["idle_tick_us"]["p99"],
+                    ]
+                    for r in res["wake"]
+                ],
+            ),
+        ]
     if "recovery" in res:
-        out += ["", table(
-            ["fleet", "recovered after threshold p50 ms", "max ms", "monitor woke after, max ms"],
-            [[r["fleet"], r["committed_after_threshold_ms"]["p50"],
-              r["committed_after_threshold_ms"]["max"], r["woke_after_threshold_ms"]["max"]]
-             for r in res["recovery"]],
-        )]  # fmt: skip
+        out += [
+            "",
+            table(
+                [
+                    "fleet",
+                    "recovered after threshold p50 ms",
+                    "max ms",
+                    "monitor woke after, max ms",
+                ],
+                [
+                    [
+                        r["fleet"],
+                        r["committed_after_threshold_ms"]["p50"],
+                        r["committed_after_threshold_ms"]["max"],
+                        r["woke_after_threshold_ms"]["max"],
+                    ]
+                    for r in res["recovery"]
+                ],
+            ),
+        ]
     rows = []
     for group in ("monitor", "workers"):
         for name, runs in res.get(group, {}).items():
-            db = [_median(runs, "db_cores"), _median(runs, "db_us_per_beat")] if (
-                "db_cores" in runs[0]) else [None, None]  # fmt: skip
-            rows.append([name, _median(runs, "beats_per_s"), _median(runs, "p99_ms"),
-                         _median(runs, "server_cores"), _median(runs, "server_us_per_beat"),
-                         *db, _median(runs, "client_cores"),
-                         _median(runs, "client_us_per_beat"),
-                         sum(r["errors"] for r in runs), _median(runs, "loadavg_1m")])  # fmt: skip
+            db = (
+                [_median(runs, "db_cores"), _median(runs, "db_us_per_beat")]
+                if ("db_cores" in runs[0])
+                else [None, None]
+            )
+            rows.append(
+                [
+                    name,
+                    _median(runs, "beats_per_s"),
+                    _median(runs, "p99_ms"),
+                    _median(runs, "server_cores"),
+                    _median(runs, "server_us_per_beat"),
+                    *db,
+                    _median(runs, "client_cores"),
+                    _median(runs, "client_us_per_beat"),
+                    sum(r["errors"] for r in runs),
+                    _median(runs, "loadavg_1m"),
+                ]
+            )
     if rows:
-        out += ["", table(["serve (medians)", "beats/s", "p99 ms", "server cores",
-                           "server µs/beat", "PG backend cores", "PG backend µs/beat",
-                           "client cores", "client µs/beat", "errors", "load 1m"],
-                          rows)]  # fmt: skip
+        out += [
+            "",
+            table(
+                [
+                    "serve (medians)",
+                    "beats/s",
+                    "p99 ms",
+                    "server cores",
+                    "server µs/beat",
+                    "PG backend cores",
+                    "PG backend µs/beat",
+                    "client cores",
+                    "client µs/beat",
+                    "errors",
+                    "load 1m",
+                ],
+                rows,
+            ),
+        ]
     if "workers" in res:
         # Round by round: the ratio 2/1 of each round's own pair, next to the medians'.
         per_round = []
         for kind in ("workers", "floor", "bare"):
-            per_round.append([kind, " ".join(f"{x:.2f}" for x in s[f"{kind}2_over_1_rounds"]),
-                              s[f"{kind}2_over_1_rounds_median"], s[f"{kind}2_over_1"],
-                              s[f"{kind}2_cpu_per_beat_ratio"],
-                              s[f"{kind}2_cpu_ceiling"]])  # fmt: skip
+            per_round.append(
+                [
+                    kind,
+                    " ".join(f"{x:.2f}" for x in s[f"{kind}2_over_1_rounds"]),
+                    s[f"{kind}2_over_1_rounds_median"],
+                    s[f"{kind}2_over_1"],
+                    s[f"{kind}2_cpu_per_beat_ratio"],
+                    s[f"{kind}2_cpu_ceiling"],
+                ]
+            )
         cores = len(os.sched_getaffinity(0))
-        out += ["", table(["2 processes / 1", "beats/s, each round", "their median",
-                           "beats/s, medians",
-                           "server CPU per beat, medians",
-                           f"ceiling if CPU-bound ({cores} cores, CPU per beat as here)"],
-                          per_round)]  # fmt: skip
+        out += [
+            "",
+            table(
+                [
+                    "2 processes / 1",
+                    "beats/s, each round",
+                    "their median",
+                    "beats/s, medians",
+                    "server CPU per beat, medians",
+                    f"ceiling if CPU-bound ({cores} cores, CPU per beat as here)",
+                ],
+                per_round,
+            ),
+        ]
     if "paced" in res:
-        out += ["", table(
-            ["paced fleet", "offered/s", "done/s", "p50 ms", "p99 ms", "max ms",
-             "send lag p99 ms", "send lag max ms", "server cores", "client cores", "errors"],
-            [[name, r["beats_per_s_offered"], r["beats_per_s"], r["p50_ms"], r["p99_ms"],
-              r["max_ms"], r["send_lag_p99_ms"], r["send_lag_max_ms"], r["server_cores"],
-              r["client_cores"], r["errors"]] for name, r in res["paced"].items()],
-        )]  # fmt: skip
+        out += [
+            "",
+            table(
+                [
+                    "paced fleet",
+                    "offered/s",
+                    "done/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "max ms",
+                    "send lag p99 ms",
+                    "send lag max ms",
+                    "server cores",
+                    "client cores",
+                    "errors",
+                ],
+                [
+                    [
+                        name,
+                        r["beats_per_s_offered"],
+                        r["beats_per_s"],
+                        r["p50_ms"],
+                        r["p99_ms"],
+                        r["max_ms"],
+                        r["send_lag_p99_ms"],
+                        r["send_lag_max_ms"],
+                        r["server_cores"],
+                        r["client_cores"],
+                        r["errors"],
+                    ]
+                    for name, r in res["paced"].items()
+                ],
+            ),
+        ]
     ratios = [
         ("register p99, largest / smallest fleet", "register_p99_ratio"),
         ("wake read p99, largest / smallest", "wake_read_p99_ratio"),
@@ -679,12 +832,16 @@ def render(res: dict[str, Any], s: dict[str, Any]) -> str:
         ("server CPU per beat, --workers 2 / 1", "workers2_cpu_per_beat_ratio"),
     ]
     out += ["", table(["ratio", "value"], [[t, s[k]] for t, k in ratios if k in s])]
-    out += ["", "targets met: " + ", ".join(f"{k} {'yes' if v else 'NO'}"
-                                           for k, v in s["met"].items())]  # fmt: skip
+    out += [
+        "",
+        "targets met: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in s["met"].items()),
+    ]
     if "floor2_at_least_1.5x" in s:
-        out.append("floor at 1.5x with 2 processes: "
-                   f"one write {'yes' if s['floor2_at_least_1.5x'] else 'NO'}, "
-                   f"no write {'yes' if s['bare2_at_least_1.5x'] else 'NO'}")  # fmt: skip
+        out.append(
+            "floor at 1.5x with 2 processes: "
+            f"one write {'yes' if s['floor2_at_least_1.5x'] else 'NO'}, "
+            f"no write {'yes' if s['bare2_at_least_1.5x'] else 'NO'}"
+        )
     out.append(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return "\n".join(out)
 
@@ -704,8 +861,11 @@ def main() -> None:
     ap.add_argument("--paced-seconds", type=float, default=20.0)
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "fleet_size.json")
     ap.add_argument("--quick", action="store_true", help="a smoke run in seconds")
-    ap.add_argument("--only", default=",".join(PHASES),
-                    help=f"the phases to run, a comma list of {','.join(PHASES)}")  # fmt: skip
+    ap.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help=f"the phases to run, a comma list of {','.join(PHASES)}",
+    )
     a = ap.parse_args()
     a.only = [x for x in a.only.split(",") if x]
     if bad := set(a.only) - set(PHASES):
@@ -738,8 +898,16 @@ def main() -> None:
         results.append(res)
         summaries[backend] = s
         print(render(res, s), flush=True)
-        write_json(a.out, {"bench": "fleet_size", "machine": machine_info(), "params": params,
-                           "results": results, "summary": summaries})  # fmt: skip
+        write_json(
+            a.out,
+            {
+                "bench": "fleet_size",
+                "machine": machine_info(),
+                "params": params,
+                "results": results,
+                "summary": summaries,
+            },
+        )
 
 
 if __name__ == "__main__":

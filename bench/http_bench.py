@@ -736,16 +736,20 @@ def main() -> None:
         "median": summary,
         "rounds": rounds,
     }
-    print(f"\nHTTP, {CONNECTIONS} connections, {args.seconds:g}s each (uvloop + httptools), "
-          f"median of {args.repeat} rounds\n")  # fmt: skip
+    print(
+        f"\nHTTP, {CONNECTIONS} connections, {args.seconds:g}s each (uvloop + httptools), "
+        f"median of {args.repeat} rounds\n"
+    )
     rows = []
     for label, p in loads:
         d = summary["load"]["/".join(p)]
         rows.append([label, d["ops_per_s"], d["p50_ms"], d["p99_ms"], d["server_cpu_us_per_op"]])
     print(table(["workload", "ops/s", "p50 ms", "p99 ms", "server CPU µs/op"], rows))
     print("\nOne caller, sequential (ms)\n")
-    rows = [[op, who, d["p50"], d["p99"]] for (op, who, _), d in
-            zip(singles, summary["single"].values(), strict=True)]  # fmt: skip
+    rows = [
+        [op, who, d["p50"], d["p99"]]
+        for (op, who, _), d in zip(singles, summary["single"].values(), strict=True)
+    ]
     print(table(["operation", "client", "p50", "p99"], rows))
     r = summary["ratios"]
     print(
@@ -777,24 +781,54 @@ def print_embedded32(args: argparse.Namespace, summary: dict[str, Any], rounds: 
     rows = []
     for op, label in (("heartbeat", "heartbeat"), ("claim_complete", "claim + complete")):
         d = summary["load"][f"corral/{op}"]
-        rows.append([
-            label, f"HTTP, {CONNECTIONS} connections", d["ops_per_s"], d["p50_ms"], d["p90_ms"],
-            d["p99_ms"], d["mean_ms"], CONNECTIONS / d["ops_per_s"] * 1e3,
-            d["server_cpu_us_per_op"] + d["client_cpu_us_per_op"],
-            d["server_voluntary_switches_per_op"], d["server_involuntary_switches_per_op"],
-        ])  # fmt: skip
+        rows.append(
+            [
+                label,
+                f"HTTP, {CONNECTIONS} connections",
+                d["ops_per_s"],
+                d["p50_ms"],
+                d["p90_ms"],
+                d["p99_ms"],
+                d["mean_ms"],
+                CONNECTIONS / d["ops_per_s"] * 1e3,
+                d["server_cpu_us_per_op"] + d["client_cpu_us_per_op"],
+                d["server_voluntary_switches_per_op"],
+                d["server_involuntary_switches_per_op"],
+            ]
+        )
         for m in args.embedded32:
             e = summary["embedded32"][f"{EMBEDDED32[m]}/{op}"]
             who = f"embedded, {CONNECTIONS} " + (
                 "processes" if m == "process" else "threads, 1 process"
             )
-            rows.append([
-                label, who, e["ops_per_s"], e["p50_ms"], e["p90_ms"], e["p99_ms"], e["mean_ms"],
-                CONNECTIONS / e["ops_per_s"] * 1e3, e["cpu_us_per_op"],
-                e["voluntary_switches_per_op"], e["involuntary_switches_per_op"],
-            ])  # fmt: skip
-    heads = ["operation", "callers", "ops/s", "p50 ms", "p90 ms", "p99 ms", "mean ms",
-             f"{CONNECTIONS}/rate ms", "CPU µs/op", "vol sw/op", "invol sw/op"]  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    who,
+                    e["ops_per_s"],
+                    e["p50_ms"],
+                    e["p90_ms"],
+                    e["p99_ms"],
+                    e["mean_ms"],
+                    CONNECTIONS / e["ops_per_s"] * 1e3,
+                    e["cpu_us_per_op"],
+                    e["voluntary_switches_per_op"],
+                    e["involuntary_switches_per_op"],
+                ]
+            )
+    heads = [
+        "operation",
+        "callers",
+        "ops/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "mean ms",
+        f"{CONNECTIONS}/rate ms",
+        "CPU µs/op",
+        "vol sw/op",
+        "invol sw/op",
+    ]
     print(table(heads, rows))
     print(
         "(CPU per op: HTTP = server + load client, embedded = the callers' processes; "
@@ -803,12 +837,23 @@ def print_embedded32(args: argparse.Namespace, summary: dict[str, Any], rounds: 
     )
     for m in args.embedded32:
         key = EMBEDDED32[m]
-        names = [f"{op}_http_vs_{key}_{q}" for op in ("heartbeat", "claim_complete")
-                 for q in ("p50", "p99", "mean", "rate")]  # fmt: skip
+        names = [
+            f"{op}_http_vs_{key}_{q}"
+            for op in ("heartbeat", "claim_complete")
+            for q in ("p50", "p99", "mean", "rate")
+        ]
         rows = [[f"round {i + 1}", *(r["ratios"][k] for k in names)] for i, r in enumerate(rounds)]
         rows.append(["median", *(summary["ratios"][k] for k in names)])
-        heads = ["HB p50", "HB p99", "HB mean", "HB rate", "C+C p50", "C+C p99", "C+C mean",
-                 "C+C rate"]  # fmt: skip
+        heads = [
+            "HB p50",
+            "HB p99",
+            "HB mean",
+            "HB rate",
+            "C+C p50",
+            "C+C p99",
+            "C+C mean",
+            "C+C rate",
+        ]
         print(f"HTTP / {key}, per round (target: latency <= 3x)\n")
         print(table(["", *heads], rows))
         r = summary["ratios"]

@@ -182,10 +182,16 @@ class LibraryClient(HttpClient):
             _lib_sent.reused = False
             try:
                 resp = self._pool.urlopen(
-                    method, target, body=data, headers=headers, retries=False,
-                    redirect=False, assert_same_host=False, timeout=limit,
+                    method,
+                    target,
+                    body=data,
+                    headers=headers,
+                    retries=False,
+                    redirect=False,
+                    assert_same_host=False,
+                    timeout=limit,
                     preload_content=False,
-                )  # fmt: skip
+                )
                 break
             except ProtocolError as exc:  # the connection ended before the answer's head
                 cause = exc.args[1] if len(exc.args) > 1 else exc
@@ -475,13 +481,41 @@ def main() -> None:
     for pause, s in summary.items():
         for op in OPS:
             e, h, r = s[f"embedded/{op}"], s[f"{http}/{op}"], s["ratios"]
-            rows.append([pause, op_names[op], e["p50"], h["p50"], r[f"{op}_p50"], e["p99"],
-                         h["p99"], r[f"{op}_p99"]])  # fmt: skip
+            rows.append(
+                [
+                    pause,
+                    op_names[op],
+                    e["p50"],
+                    h["p50"],
+                    r[f"{op}_p50"],
+                    e["p99"],
+                    h["p99"],
+                    r[f"{op}_p99"],
+                ]
+            )
         f = s[f"{floor}/request"]
-        rows.append([pause, "floor request", None, f["p50"], s["ratios"]
-                     ["floor_vs_embedded_heartbeat_p50"], None, f["p99"], None])  # fmt: skip
-    heads = ["pause ms", "operation", "embedded p50", "HTTP p50", "HTTP/emb p50",
-             "embedded p99", "HTTP p99", "HTTP/emb p99"]  # fmt: skip
+        rows.append(
+            [
+                pause,
+                "floor request",
+                None,
+                f["p50"],
+                s["ratios"]["floor_vs_embedded_heartbeat_p50"],
+                None,
+                f["p99"],
+                None,
+            ]
+        )
+    heads = [
+        "pause ms",
+        "operation",
+        "embedded p50",
+        "HTTP p50",
+        "HTTP/emb p50",
+        "embedded p99",
+        "HTTP p99",
+        "HTTP/emb p99",
+    ]
     print(table(heads, rows))
     print("\n(floor request row: HTTP/emb p50 is one floor request over an embedded heartbeat)")
     if both:
@@ -491,16 +525,43 @@ def main() -> None:
             r = s["ratios"]
             for op in OPS:
                 lib, hand = s[f"{names['library'][0]}/{op}"], s[f"{names['hand'][0]}/{op}"]
-                rows.append([pause, op_names[op], hand["p50"], lib["p50"],
-                             r[f"library_vs_hand_{op}_p50"], hand["p99"], lib["p99"],
-                             r[f"library_vs_hand_{op}_p99"]])  # fmt: skip
+                rows.append(
+                    [
+                        pause,
+                        op_names[op],
+                        hand["p50"],
+                        lib["p50"],
+                        r[f"library_vs_hand_{op}_p50"],
+                        hand["p99"],
+                        lib["p99"],
+                        r[f"library_vs_hand_{op}_p99"],
+                    ]
+                )
             lib = s[f"{names['library'][1]}/request"]
             hand = s[f"{names['hand'][1]}/request"]
             ratio = r["library_vs_hand_floor_p50"]
-            rows.append([pause, "floor request", hand["p50"], lib["p50"], ratio,
-                         hand["p99"], lib["p99"], None])  # fmt: skip
-        heads = ["pause ms", "operation", "hand p50", "library p50", "library/hand p50",
-                 "hand p99", "library p99", "library/hand p99"]  # fmt: skip
+            rows.append(
+                [
+                    pause,
+                    "floor request",
+                    hand["p50"],
+                    lib["p50"],
+                    ratio,
+                    hand["p99"],
+                    lib["p99"],
+                    None,
+                ]
+            )
+        heads = [
+            "pause ms",
+            "operation",
+            "hand p50",
+            "library p50",
+            "library/hand p50",
+            "hand p99",
+            "library p99",
+            "library/hand p99",
+        ]
         print(table(heads, rows))
     print(f"wrote {args.out}")
 

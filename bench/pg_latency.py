@@ -97,14 +97,30 @@ def main() -> None:
         for db, _, _ in loaded.values():
             _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     rows = [
-        {"pending": n, "claims": len(samples[n]), "load_seconds": loaded[n][2],
-         **percentiles(samples[n])}
+        {
+            "pending": n,
+            "claims": len(samples[n]),
+            "load_seconds": loaded[n][2],
+            **percentiles(samples[n]),
+        }
         for n in sizes
-    ]  # fmt: skip
+    ]
     base = rows[0]["p99"]
-    print(table(["pending", "p50 ms", "p99 ms", "max ms", "p99 / p99(1k)"],
-                [[r["pending"], f"{r['p50'] * 1e3:.2f}", f"{r['p99'] * 1e3:.2f}",
-                  f"{r['max'] * 1e3:.2f}", f"{r['p99'] / base:.2f}"] for r in rows]))  # fmt: skip
+    print(
+        table(
+            ["pending", "p50 ms", "p99 ms", "max ms", "p99 / p99(1k)"],
+            [
+                [
+                    r["pending"],
+                    f"{r['p50'] * 1e3:.2f}",
+                    f"{r['p99'] * 1e3:.2f}",
+                    f"{r['max'] * 1e3:.2f}",
+                    f"{r['p99'] / base:.2f}",
+                ]
+                for r in rows
+            ],
+        )
+    )
     write_json(RESULTS_DIR / "pg_latency.json", {"machine": machine_info(), "runs": rows})
 
 

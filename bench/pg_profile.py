@@ -142,14 +142,29 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3000)
     args = parser.parse_args()
     runs = [profile(s, args.jobs) for s in ("bare", "corral", "corral_cc")]
-    print(table(
-        ["system", "jobs/s", "client CPU µs/job", "server CPU µs/job", "WAL B/job",
-         "rows written per job"],
-        [[r["system"], f"{r['jobs_per_s']:.0f}", f"{r['client_cpu_us']:.0f}",
-          f"{r['server_cpu_us']:.0f}", f"{r['wal_bytes']:.0f}",
-          ", ".join(f"{t} {n:g}" for t, n in sorted(r["rows_written"].items()))]
-         for r in runs],
-    ))  # fmt: skip
+    print(
+        table(
+            [
+                "system",
+                "jobs/s",
+                "client CPU µs/job",
+                "server CPU µs/job",
+                "WAL B/job",
+                "rows written per job",
+            ],
+            [
+                [
+                    r["system"],
+                    f"{r['jobs_per_s']:.0f}",
+                    f"{r['client_cpu_us']:.0f}",
+                    f"{r['server_cpu_us']:.0f}",
+                    f"{r['wal_bytes']:.0f}",
+                    ", ".join(f"{t} {n:g}" for t, n in sorted(r["rows_written"].items())),
+                ]
+                for r in runs
+            ],
+        )
+    )
     write_json(RESULTS_DIR / "pg_profile.json", {"machine": machine_info(), "runs": runs})
 
 

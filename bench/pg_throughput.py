@@ -193,8 +193,13 @@ def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str
         for p in ps:
             p.join(timeout=60)
         elapsed = max(r[2] for r in results) - min(r[1] for r in results)
-        return {"system": system, "procs": procs, "jobs": jobs, "seconds": elapsed,
-                "jobs_per_s": jobs / elapsed}  # fmt: skip
+        return {
+            "system": system,
+            "procs": procs,
+            "jobs": jobs,
+            "seconds": elapsed,
+            "jobs_per_s": jobs / elapsed,
+        }
     finally:
         _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
@@ -205,11 +210,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--procs", type=int, nargs="+", default=None, help="process counts")
-    parser.add_argument("--baseline", default=None, metavar="DIR",
-                        help="also run corral_base and corral_cc_base: the corral package"
-                             " in DIR/src")  # fmt: skip
-    parser.add_argument("--systems", nargs="+", default=None, choices=SYSTEMS,
-                        help="run only these (and the baselines)")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also run corral_base and corral_cc_base: the corral package in DIR/src",
+    )
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        default=None,
+        choices=SYSTEMS,
+        help="run only these (and the baselines)",
+    )
     args = parser.parse_args()
     base = os.path.abspath(args.baseline) if args.baseline else None
     mine = tuple(args.systems) if args.systems else SYSTEMS
@@ -238,30 +251,83 @@ def main() -> None:
         for procs in procs_list:
             c, b, p = by["corral", procs], by["bare", procs], by["procrastinate", procs]
             cc = by["corral_cc", procs]
-            summary.append([procs, f"{b:.0f}", f"{c:.0f}", f"{cc:.0f}", f"{p:.0f}", f"{c / b:.0%}",
-                            f"{c / p:.1f}x", f"{cc / b:.0%}", f"{cc / p:.1f}x"])  # fmt: skip
-        print(table(["procs", "bare/s", "corral/s", "corral_cc/s", "procrastinate/s",
-                     "corral/bare", "corral/procr.", "cc/bare", "cc/procr."], summary))  # fmt: skip
+            summary.append(
+                [
+                    procs,
+                    f"{b:.0f}",
+                    f"{c:.0f}",
+                    f"{cc:.0f}",
+                    f"{p:.0f}",
+                    f"{c / b:.0%}",
+                    f"{c / p:.1f}x",
+                    f"{cc / b:.0%}",
+                    f"{cc / p:.1f}x",
+                ]
+            )
+        print(
+            table(
+                [
+                    "procs",
+                    "bare/s",
+                    "corral/s",
+                    "corral_cc/s",
+                    "procrastinate/s",
+                    "corral/bare",
+                    "corral/procr.",
+                    "cc/bare",
+                    "cc/procr.",
+                ],
+                summary,
+            )
+        )
     if base and set(SYSTEMS) <= set(systems):
         print(f"\ncorral_base, corral_cc_base: {base}")
         for loop in ("corral", "corral_cc"):
-            print(table(
-                ["procs", "bare/s", f"{loop}_base/s", f"{loop}/s", "base/bare", "new/bare",
-                 "new/base", "base/procr.", "new/procr."],
-                [[p, f"{(b := by['bare', p]):.0f}", f"{(o := by[f'{loop}_base', p]):.0f}",
-                  f"{(c := by[loop, p]):.0f}", f"{o / b:.0%}", f"{c / b:.0%}", f"{c / o:.2f}x",
-                  f"{o / (q := by['procrastinate', p]):.1f}x", f"{c / q:.1f}x"]
-                 for p in procs_list],
-            ))  # fmt: skip
+            print(
+                table(
+                    [
+                        "procs",
+                        "bare/s",
+                        f"{loop}_base/s",
+                        f"{loop}/s",
+                        "base/bare",
+                        "new/bare",
+                        "new/base",
+                        "base/procr.",
+                        "new/procr.",
+                    ],
+                    [
+                        [
+                            p,
+                            f"{(b := by['bare', p]):.0f}",
+                            f"{(o := by[f'{loop}_base', p]):.0f}",
+                            f"{(c := by[loop, p]):.0f}",
+                            f"{o / b:.0%}",
+                            f"{c / b:.0%}",
+                            f"{c / o:.2f}x",
+                            f"{o / (q := by['procrastinate', p]):.1f}x",
+                            f"{c / q:.1f}x",
+                        ]
+                        for p in procs_list
+                    ],
+                )
+            )
     with psycopg.connect(ADMIN) as conn:
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
         version = conn.execute("SHOW server_version").fetchone()[0]
     write_json(
         RESULTS_DIR / "pg_throughput.json",
-        {"machine": machine_info(), "postgres": version, "synchronous_commit": sync,
-         "baseline": base, "jobs": jobs, "repeat": repeat,
-         "median_jobs_per_s": {f"{s} x{p}": v for (s, p), v in by.items()}, "runs": rows},
-    )  # fmt: skip
+        {
+            "machine": machine_info(),
+            "postgres": version,
+            "synchronous_commit": sync,
+            "baseline": base,
+            "jobs": jobs,
+            "repeat": repeat,
+            "median_jobs_per_s": {f"{s} x{p}": v for (s, p), v in by.items()},
+            "runs": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -534,9 +534,12 @@ def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
                 if rate.get(name) and rate.get(f"{name}_base")
             }
             row_base.update(
-                {f"{name}_base": rate[f"{name}_base"] for name in ("corral", "corral_cc")
-                 if rate.get(f"{name}_base")}
-            )  # fmt: skip
+                {
+                    f"{name}_base": rate[f"{name}_base"]
+                    for name in ("corral", "corral_cc")
+                    if rate.get(f"{name}_base")
+                }
+            )
             rows.append(
                 {
                     **row_base,
@@ -611,13 +614,19 @@ def render(result: dict[str, Any]) -> str:
         out += table(
             ["synchronous", "processes", "loop", "baseline jobs/s", "this tree jobs/s", "ratio"],
             [
-                [r["synchronous"], r["procs"], name, r[f"{name}_base"], r[name],
-                 _ratio(r[f"{name}_base_vs_new"])]
+                [
+                    r["synchronous"],
+                    r["procs"],
+                    name,
+                    r[f"{name}_base"],
+                    r[name],
+                    _ratio(r[f"{name}_base_vs_new"]),
+                ]
                 for r in result["summary"]
                 for name in ("corral", "corral_cc")
                 if r.get(f"{name}_base_vs_new")
             ],
-        )  # fmt: skip
+        )
     if result["locked"]:
         out += "\n\n" + table(
             [

@@ -144,9 +144,13 @@ class System:
         self.write_config()
         out = open(self.dir / f"{self.name}.out", "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            self.command(), stdout=out, stderr=subprocess.STDOUT, env=clean_env(),
-            cwd=self.dir, start_new_session=True,
-        )  # fmt: skip
+            self.command(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=clean_env(),
+            cwd=self.dir,
+            start_new_session=True,
+        )
         out.close()
 
     def write_config(self) -> None:
@@ -208,8 +212,15 @@ class Corral(System):
         (self.dir / "fleet.toml").write_text("\n".join(lines))
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "corral", "supervise", str(self.dir / "fleet.toml"),
-                "--state-dir", str(self.dir / "state")]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "corral",
+            "supervise",
+            str(self.dir / "fleet.toml"),
+            "--state-dir",
+            str(self.dir / "state"),
+        ]
 
     def extra_processes(self) -> list[psutil.Process]:
         try:
@@ -236,24 +247,43 @@ class Supervisord(System):
     def write_config(self) -> None:
         d = self.dir
         lines = [
-            "[unix_http_server]", f"file={d}/supervisor.sock", "",
-            "[supervisord]", f"logfile={d}/supervisord.log", f"pidfile={d}/supervisord.pid",
-            "nodaemon=true", f"childlogdir={d}", "minfds=4096", "",
+            "[unix_http_server]",
+            f"file={d}/supervisor.sock",
+            "",
+            "[supervisord]",
+            f"logfile={d}/supervisord.log",
+            f"pidfile={d}/supervisord.pid",
+            "nodaemon=true",
+            f"childlogdir={d}",
+            "minfds=4096",
+            "",
             "[rpcinterface:supervisor]",
             "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
-            "", "[supervisorctl]", f"serverurl=unix://{d}/supervisor.sock", "",
-        ]  # fmt: skip
+            "",
+            "[supervisorctl]",
+            f"serverurl=unix://{d}/supervisor.sock",
+            "",
+        ]
         for agent in self.ids:
             lines += [
-                f"[program:{agent}]", f"command={self.child} {self.pidfile(agent)}",
-                "startsecs=0", "autorestart=true", "startretries=1000000",
-                "stopwaitsecs=10", "",
-            ]  # fmt: skip
+                f"[program:{agent}]",
+                f"command={self.child} {self.pidfile(agent)}",
+                "startsecs=0",
+                "autorestart=true",
+                "startretries=1000000",
+                "stopwaitsecs=10",
+                "",
+            ]
         (d / "supervisord.conf").write_text("\n".join(lines))
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "supervisor.supervisord", "-c",
-                str(self.dir / "supervisord.conf")]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "supervisor.supervisord",
+            "-c",
+            str(self.dir / "supervisord.conf"),
+        ]
 
 
 class Circus(System):
@@ -262,18 +292,27 @@ class Circus(System):
     def write_config(self) -> None:
         d = self.dir
         lines = [
-            "[circus]", f"endpoint = ipc://{d}/circus.ctl", f"pubsub_endpoint = ipc://{d}/circus.pub",
-            f"logoutput = {d}/circusd.log", "warmup_delay = 0",
-        ]  # fmt: skip
+            "[circus]",
+            f"endpoint = ipc://{d}/circus.ctl",
+            f"pubsub_endpoint = ipc://{d}/circus.pub",
+            f"logoutput = {d}/circusd.log",
+            "warmup_delay = 0",
+        ]
         if "check_delay" in self.opts:
             lines.append(f"check_delay = {self.opts['check_delay']}")
         lines.append("")
         for agent in self.ids:
             lines += [
-                f"[watcher:{agent}]", f"cmd = {self.child}", f"args = {self.pidfile(agent)}",
-                "numprocesses = 1", "warmup_delay = 0", "respawn = true", "max_retry = -1",
-                "graceful_timeout = 10", "",
-            ]  # fmt: skip
+                f"[watcher:{agent}]",
+                f"cmd = {self.child}",
+                f"args = {self.pidfile(agent)}",
+                "numprocesses = 1",
+                "warmup_delay = 0",
+                "respawn = true",
+                "max_retry = -1",
+                "graceful_timeout = 10",
+                "",
+            ]
         (d / "circus.ini").write_text("\n".join(lines))
 
     def command(self) -> list[str]:
@@ -396,14 +435,19 @@ def bench_idle(tmp: Path, child: str, config: str, n: int, seconds: float, warmu
     finally:
         sys_.stop()
     return {
-        "config": config, "children": n, "children_alive_at_end": alive,
-        "startup_s": round(startup, 3), "seconds": round(wall, 2),
-        "cpu_s": round(cpu, 4), "cpu_percent": round(100 * cpu / wall, 3),
+        "config": config,
+        "children": n,
+        "children_alive_at_end": alive,
+        "startup_s": round(startup, 3),
+        "seconds": round(wall, 2),
+        "cpu_s": round(cpu, 4),
+        "cpu_percent": round(100 * cpu / wall, 3),
         "rss_mb_mean": round(sum(rss) / len(rss) / 2**20, 1),
         "rss_mb_peak": round(max(rss) / 2**20, 1),
         "pss_mb": round(sum(m.pss for m in full) / 2**20, 1),
-        "uss_mb": round(sum(m.uss for m in full) / 2**20, 1), "processes": names,
-    }  # fmt: skip
+        "uss_mb": round(sum(m.uss for m in full) / 2**20, 1),
+        "processes": names,
+    }
 
 
 def bench_adopt(tmp: Path, child: str, n: int, kills: int) -> dict:
@@ -428,10 +472,13 @@ def bench_adopt(tmp: Path, child: str, n: int, kills: int) -> dict:
     finally:
         sys_.stop()
     return {
-        "children": n, "first_answer_s": round(t_first, 4), "all_watched_s": round(t_all, 4),
-        "same_pids": len(same), "restarts_after_adoption": restarted,
+        "children": n,
+        "first_answer_s": round(t_first, 4),
+        "all_watched_s": round(t_all, 4),
+        "same_pids": len(same),
+        "restarts_after_adoption": restarted,
         "adopted_kill_to_replacement_ms": percentiles(replaced),
-    }  # fmt: skip
+    }
 
 
 def _answers(sys_: Corral) -> float | None:
@@ -460,26 +507,39 @@ def targets(kill: dict[str, dict], idle: list[dict], adopt: dict | None) -> dict
     p50 = {k: v["ms"]["p50"] for k, v in kill.items()}
     if "corral" in p50 and "circus_0.01" in p50:
         r = p50["corral"] / p50["circus_0.01"]
-        out["kill_corral_over_circus_0.01_p50"] = {"value": round(r, 3), "target": 0.5,
-                                                   "met": r <= 0.5}  # fmt: skip
+        out["kill_corral_over_circus_0.01_p50"] = {
+            "value": round(r, 3),
+            "target": 0.5,
+            "met": r <= 0.5,
+        }
     if "corral" in p50 and "supervisord" in p50:
         r = p50["corral"] / p50["supervisord"]
-        out["kill_corral_over_supervisord_p50"] = {"value": round(r, 4), "target": 0.1,
-                                                   "met": r < 0.1}  # fmt: skip
+        out["kill_corral_over_supervisord_p50"] = {
+            "value": round(r, 4),
+            "target": 0.1,
+            "met": r < 0.1,
+        }
     by = {(r["config"], r["children"]): r for r in idle}
     for n in sorted({r["children"] for r in idle}):
         c, s = by.get(("corral", n)), by.get(("supervisord", n))
         if c and s:
             out[f"idle_{n}_cpu_corral_minus_supervisord_s"] = {
-                "value": round(c["cpu_s"] - s["cpu_s"], 4), "target": 0.0,
+                "value": round(c["cpu_s"] - s["cpu_s"], 4),
+                "target": 0.0,
                 "met": c["cpu_s"] <= s["cpu_s"],
-            }  # fmt: skip
+            }
             r = c["rss_mb_mean"] / s["rss_mb_mean"]
-            out[f"idle_{n}_rss_corral_over_supervisord"] = {"value": round(r, 3), "target": 1.5,
-                                                            "met": r <= 1.5}  # fmt: skip
+            out[f"idle_{n}_rss_corral_over_supervisord"] = {
+                "value": round(r, 3),
+                "target": 1.5,
+                "met": r <= 1.5,
+            }
     if adopt is not None:
-        out["adoption_all_watched_s"] = {"value": adopt["all_watched_s"], "target": 1.0,
-                                         "met": adopt["all_watched_s"] < 1.0}  # fmt: skip
+        out["adoption_all_watched_s"] = {
+            "value": adopt["all_watched_s"],
+            "target": 1.0,
+            "met": adopt["all_watched_s"] < 1.0,
+        }
     return out
 
 
@@ -493,12 +553,19 @@ def print_report(data: dict[str, Any]) -> None:
     print("\nIdle: the supervisor's own processes")
     rows = [
         [
-            r["config"], r["children"], r["seconds"], f"{r['cpu_s']:.3f}",
-            f"{r['cpu_percent']:.3f}", r["rss_mb_mean"], r["rss_mb_peak"], r["pss_mb"],
-            r["uss_mb"], len(r["processes"]),
+            r["config"],
+            r["children"],
+            r["seconds"],
+            f"{r['cpu_s']:.3f}",
+            f"{r['cpu_percent']:.3f}",
+            r["rss_mb_mean"],
+            r["rss_mb_peak"],
+            r["pss_mb"],
+            r["uss_mb"],
+            len(r["processes"]),
         ]
         for r in data["idle"]
-    ]  # fmt: skip
+    ]
     heads = ["system", "children", "s", "CPU s", "CPU %", "RSS MB", "peak MB", "PSS MB", "USS MB"]
     print(table([*heads, "procs"], rows))
     a = data["adopt"]
@@ -576,13 +643,23 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     machine["loadavg_end"] = list(os.getloadavg())
     data = {
-        "bench": "supervisor_bench", "machine": machine,
-        "params": {"systems": a.systems, "kills": a.kills, "seconds": a.seconds,
-                   "warmup": a.warmup, "children": a.children, "adopt": a.adopt,
-                   "quick": a.quick, "kill_configs": configs,
-                   "versions": _versions(a.systems)},
-        "kill": kill, "idle": idle, "adopt": adopt,
-    }  # fmt: skip
+        "bench": "supervisor_bench",
+        "machine": machine,
+        "params": {
+            "systems": a.systems,
+            "kills": a.kills,
+            "seconds": a.seconds,
+            "warmup": a.warmup,
+            "children": a.children,
+            "adopt": a.adopt,
+            "quick": a.quick,
+            "kill_configs": configs,
+            "versions": _versions(a.systems),
+        },
+        "kill": kill,
+        "idle": idle,
+        "adopt": adopt,
+    }
     data["targets"] = targets(kill, idle, adopt)
     write_json(a.out, data)
     print_report(data)

@@ -41,8 +41,11 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=5.0)
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="corral-bench-"))
-    env = {**os.environ, "CORRAL_URL": f"sqlite:///{tmp / 'corral.db'}",
-           "PYTHONPATH": str(ROOT / "src")}  # fmt: skip
+    env = {
+        **os.environ,
+        "CORRAL_URL": f"sqlite:///{tmp / 'corral.db'}",
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     cases = {
         "worker, heartbeat 5 s": [sys.executable, "-c", WORKER, "W5", "5"],
         "worker, heartbeat 1 s": [sys.executable, "-c", WORKER, "W1", "1"],
@@ -63,10 +66,15 @@ def main() -> int:
         rows = []
         for name, proc in ps.items():
             cpu = sum(proc.cpu_times()[:2]) - start[name]
-            rows.append({"case": name, "seconds": round(wall, 1),
-                         "cpu_percent": round(100 * cpu / wall, 3),
-                         "rss_mb": round(proc.memory_info().rss / 2**20, 1),
-                         "peak_rss_mb": round(peak[name] / 2**20, 1)})  # fmt: skip
+            rows.append(
+                {
+                    "case": name,
+                    "seconds": round(wall, 1),
+                    "cpu_percent": round(100 * cpu / wall, 3),
+                    "rss_mb": round(proc.memory_info().rss / 2**20, 1),
+                    "peak_rss_mb": round(peak[name] / 2**20, 1),
+                }
+            )
     finally:
         for proc in procs.values():
             proc.terminate()
@@ -80,8 +88,18 @@ def main() -> int:
     print("targets: < 0.2 % CPU at 5 s; < 25 MB RSS including the interpreter")
     out = ROOT / "bench" / "results" / "worker_idle.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"bench": "worker_idle", "python": platform.python_version(),
-                               "cpus": os.cpu_count(), "rows": rows}, indent=2) + "\n")  # fmt: skip
+    out.write_text(
+        json.dumps(
+            {
+                "bench": "worker_idle",
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

@@ -190,8 +190,12 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=240)
     parser.add_argument("--blinks", type=int, default=5)
     parser.add_argument("--task-seconds", type=float, default=0.2)
-    parser.add_argument("--tolerance", type=float, default=None,
-                        help="the workers' --outage-tolerance (default: theirs, 60 s)")  # fmt: skip
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="the workers' --outage-tolerance (default: theirs, 60 s)",
+    )
     parser.add_argument("--runs", default="serve,postgres")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "worker_outage.json")
     args = parser.parse_args()
@@ -203,8 +207,18 @@ def main() -> None:
         result = fn(args.tasks, args.blinks, args.task_seconds, args.tolerance)
         results.append(result)
         print(f"{run}: {result}", flush=True)
-    keys = ["run", "tasks", "done", "worker_exits", "lease_recoveries", "not_done",
-            "claimed_twice", "run_twice", "never_run", "seconds"]  # fmt: skip
+    keys = [
+        "run",
+        "tasks",
+        "done",
+        "worker_exits",
+        "lease_recoveries",
+        "not_done",
+        "claimed_twice",
+        "run_twice",
+        "never_run",
+        "seconds",
+    ]
     print(table(keys, [[r[k] for k in keys] for r in results]))
     write_json(
         args.out,

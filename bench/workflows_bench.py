@@ -272,18 +272,35 @@ def main() -> int:
         )
     print(
         table(
-            ["host", "runs", "heap/idle run B", "heap/released run B", "freed", "RSS idle KiB",
-             "RSS released KiB", "release p50 ms", "release p99 ms", "resume p50 ms",
-             "resume p99 ms", "idle detect p99 ms", "idle detect 1-by-1 p99 ms",
-             "resume 1-by-1 p50 ms"],
+            [
+                "host",
+                "runs",
+                "heap/idle run B",
+                "heap/released run B",
+                "freed",
+                "RSS idle KiB",
+                "RSS released KiB",
+                "release p50 ms",
+                "release p99 ms",
+                "resume p50 ms",
+                "resume p99 ms",
+                "idle detect p99 ms",
+                "idle detect 1-by-1 p99 ms",
+                "resume 1-by-1 p50 ms",
+            ],
             rows,
         )
-    )  # fmt: skip
+    )
     write_json(
         args.out,
-        {"bench": "workflows", "machine": machine_info(), "params": {"runs": n, "batch": batch},
-         "corral": ours, "llama_agents_server": theirs},
-    )  # fmt: skip
+        {
+            "bench": "workflows",
+            "machine": machine_info(),
+            "params": {"runs": n, "batch": batch},
+            "corral": ours,
+            "llama_agents_server": theirs,
+        },
+    )
     return 0
 
 

@@ -58,9 +58,12 @@ class Up:
     """``corral up MANIFEST --port 0 --json`` in ``directory``; its lines kept."""
 
     def __init__(
-        self, directory: Path, manifest: str = "fleet.toml", url: str | None = None,
+        self,
+        directory: Path,
+        manifest: str = "fleet.toml",
+        url: str | None = None,
         **extra_env: str,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.directory = directory
         self.proc = subprocess.Popen(
             corral_cmd("up", manifest, "--port", "0", "--json"),
@@ -100,8 +103,12 @@ class Up:
         return [e for e in out if kind is None or e.kind == kind]
 
     def scaled(self, pool: str | None = None) -> list[Any]:
-        return [e for e in self.events("alert") if e.data.get("reason") == "pool_scaled"
-                and (pool is None or e.data.get("pool") == pool)]  # fmt: skip
+        return [
+            e
+            for e in self.events("alert")
+            if e.data.get("reason") == "pool_scaled"
+            and (pool is None or e.data.get("pool") == pool)
+        ]
 
     def done(self) -> int:
         return len(self.cluster.list_tasks(status="done", limit=10_000))

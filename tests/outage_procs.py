@@ -102,10 +102,27 @@ class Fleet:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def cli(self, node: str, url: str, *options: str) -> None:
-        argv = [sys.executable, "-m", "corral", "--url", url, "worker", "--id", node,
-                "--role", "developer", "--heartbeat-interval", str(self.beat),
-                "--idle-timeout", "120",
-                "--retry-attempts", "1", "--retry-delay", "0", *options]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "corral",
+            "--url",
+            url,
+            "worker",
+            "--id",
+            node,
+            "--role",
+            "developer",
+            "--heartbeat-interval",
+            str(self.beat),
+            "--idle-timeout",
+            "120",
+            "--retry-attempts",
+            "1",
+            "--retry-delay",
+            "0",
+            *options,
+        ]
         if self.tolerance is not None:
             argv += ["--outage-tolerance", str(self.tolerance)]
         argv += ["--", str(self.script)]
@@ -113,8 +130,16 @@ class Fleet:
 
     def sdk_worker(self, node: str, url: str) -> None:
         tolerance = 60.0 if self.tolerance is None else self.tolerance
-        argv = [sys.executable, str(self.sdk), node, url, str(self.runs),
-                str(self.task_seconds), str(self.beat), str(tolerance)]  # fmt: skip
+        argv = [
+            sys.executable,
+            str(self.sdk),
+            node,
+            url,
+            str(self.runs),
+            str(self.task_seconds),
+            str(self.beat),
+            str(tolerance),
+        ]
         self.start(node, argv)
 
     def start(self, node: str, argv: list[str]) -> None:
@@ -162,11 +187,22 @@ class Serve:
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "corral", "--url", self.db_url, "serve",
-                 "--port", str(self.port), "--token-file", str(self.token_file),
-                 "--log-level", "warning"],
+                [
+                    sys.executable,
+                    "-m",
+                    "corral",
+                    "--url",
+                    self.db_url,
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--token-file",
+                    str(self.token_file),
+                    "--log-level",
+                    "warning",
+                ],
                 stderr=log,
-            )  # fmt: skip
+            )
         wait_healthy(self.url, self.proc)  # tests/test_server_cli.py's
 
     def kill(self) -> None:
@@ -215,9 +251,15 @@ def check_done_once(client: Any, fleet: Fleet, n: int) -> None:
     """Every task done, claimed and run once; no recovery; no worker exited."""
     counts = tally(client, fleet, n)
     assert counts == {
-        "tasks": n, "done": n, "not_done": 0, "claimed_twice": 0, "run_twice": 0,
-        "never_run": 0, "lease_recoveries": 0, "worker_exits": 0,
-    }, counts  # fmt: skip
+        "tasks": n,
+        "done": n,
+        "not_done": 0,
+        "claimed_twice": 0,
+        "run_twice": 0,
+        "never_run": 0,
+        "lease_recoveries": 0,
+        "worker_exits": 0,
+    }, counts
 
 
 def terminate_sessions(db_url: str, admin_url: str) -> int:

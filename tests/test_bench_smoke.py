@@ -98,9 +98,15 @@ def test_throughput_bench_runs_a_baseline_checkout_side_by_side(tmp_path: Path) 
     without a corral package is refused with exit code 2."""
     root = BENCH.parent
     data = run_quick(
-        "sqlite_throughput.py", tmp_path / "base.json", "--dir", str(tmp_path),
-        "--systems", "corral_cc", "--baseline", str(root),
-    )  # fmt: skip
+        "sqlite_throughput.py",
+        tmp_path / "base.json",
+        "--dir",
+        str(tmp_path),
+        "--systems",
+        "corral_cc",
+        "--baseline",
+        str(root),
+    )
     params = data["params"]
     assert params["baseline"] == str(root)
     assert params["systems"] == ["corral_cc", "corral_cc_base"]
@@ -110,10 +116,17 @@ def test_throughput_bench_runs_a_baseline_checkout_side_by_side(tmp_path: Path) 
     for row in data["summary"]:
         assert row["corral_cc_base"] > 0 and row["corral_cc_base_vs_new"] > 0
     bad = subprocess.run(
-        [sys.executable, str(BENCH / "sqlite_throughput.py"), "--quick", "--baseline",
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(BENCH / "sqlite_throughput.py"),
+            "--quick",
+            "--baseline",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--baseline: no corral package" in bad.stderr
 
 
@@ -205,8 +218,10 @@ def test_http_pace_quick_run_writes_its_json(tmp_path: Path) -> None:
         assert not any(k.startswith("library") for k in pause["ratios"])
     bad = subprocess.run(
         [sys.executable, str(BENCH / "http_pace.py"), "--quick", "--transports", "curl"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--transports" in bad.stderr
 
 
@@ -237,8 +252,10 @@ def test_supervisor_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert set(data["targets"]) == {"adoption_all_watched_s"}
     bad = subprocess.run(
         [sys.executable, str(BENCH / "supervisor_bench.py"), "--quick", "--systems", "runit"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--systems" in bad.stderr
 
 
@@ -276,8 +293,7 @@ def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         for r in res["recovery"]:
             assert r["committed_after_threshold_ms"]["n"] == params["recoveries"]
         workers = {f"{kind}_{n}" for kind in ("workers", "floor", "bare") for n in (1, 2)}
-        for group, names in (("monitor", {"monitor", "no_monitor"}),
-                             ("workers", workers)):  # fmt: skip
+        for group, names in (("monitor", {"monitor", "no_monitor"}), ("workers", workers)):
             assert set(res[group]) == names
             for runs in res[group].values():
                 assert len(runs) == params["rounds"]
@@ -292,7 +308,10 @@ def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         # the floor's own 2/1 ratios beside corral's (the minimal app, same rounds)
         assert summary["floor2_over_1"] > 0 and summary["bare2_over_1"] > 0
         assert set(summary["met"]) == {
-            "register_p99_within_2x", "wake_read_within_2x",
-            "recovery_within_threshold_plus_5ms", "monitor_at_least_0.9x",
-            "paced_p99_50ms_lag_100ms", "workers2_at_least_1.5x",
-        }  # fmt: skip
+            "register_p99_within_2x",
+            "wake_read_within_2x",
+            "recovery_within_threshold_plus_5ms",
+            "monitor_at_least_0.9x",
+            "paced_p99_50ms_lag_100ms",
+            "workers2_at_least_1.5x",
+        }

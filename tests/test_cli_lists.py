@@ -11,8 +11,12 @@ import corral
 
 
 def _cli(url: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "corral", "--url", url, *args],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -29,8 +33,16 @@ def test_the_lists_have_a_header(tmp_path: Path) -> None:
     assert nodes[1].split() == ["Node-A1", "developer", "working", "high", "task-1"]
     tasks = _cli(url, "task", "list").splitlines()
     assert tasks[0].split() == ["ID", "STATUS", "PRIO", "TITLE", "@HOLDER"]
-    assert tasks[1].split() == ["1", "in_progress", "high", "Write", "tests", "for", "login",
-                                "@Node-A1"]  # fmt: skip
+    assert tasks[1].split() == [
+        "1",
+        "in_progress",
+        "high",
+        "Write",
+        "tests",
+        "for",
+        "login",
+        "@Node-A1",
+    ]
     # the columns line up under their names
     assert nodes[1].index("developer") == nodes[0].index("ROLE")
     assert tasks[1].index("in_progress") == tasks[0].index("STATUS")

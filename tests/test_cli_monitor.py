@@ -22,8 +22,9 @@ def test_a_wake_that_finds_nothing_new_is_not_logged() -> None:
     f = PassFilter()
     assert f.worth(TickResult(next_deadline=T0 + 23.7), T0)  # the first pass: logged
     # woken every 0.5 s by heartbeats: nothing done, the same deadline or a later one
-    quiet = [f.worth(TickResult(next_deadline=T0 + 23.7 + i * 0.1), T0 + i * 0.5)
-             for i in range(1, 40)]  # fmt: skip
+    quiet = [
+        f.worth(TickResult(next_deadline=T0 + 23.7 + i * 0.1), T0 + i * 0.5) for i in range(1, 40)
+    ]
     assert quiet == [False] * 39
 
 
@@ -47,8 +48,7 @@ def test_what_makes_a_pass_worth_a_line() -> None:
 
 def test_a_follower_says_so_once_and_a_new_leader_says_so_again() -> None:
     f = PassFilter()
-    follow = [f.worth(TickResult(leader=False, next_deadline=T0 + i + 1), T0 + i)
-              for i in range(5)]  # fmt: skip
+    follow = [f.worth(TickResult(leader=False, next_deadline=T0 + i + 1), T0 + i) for i in range(5)]
     assert follow == [True, False, False, False, False]
     assert f.worth(TickResult(next_deadline=T0 + 60), T0 + 6)  # leads now
     assert f.worth(TickResult(leader=False, next_deadline=T0 + 8), T0 + 7)  # lost it

@@ -82,11 +82,33 @@ def test_a_bad_option_exits_2_naming_it_and_claims_nothing(board, capsys, option
 
 
 def test_the_github_options_are_checked_together_and_each(board, capsys):
-    code, err = _worker(capsys, "--id", "W1", "--role", "developer", "--github-repo", "a/b",
-                        "--github-issue", "0", "--", "true")  # fmt: skip
+    code, err = _worker(
+        capsys,
+        "--id",
+        "W1",
+        "--role",
+        "developer",
+        "--github-repo",
+        "a/b",
+        "--github-issue",
+        "0",
+        "--",
+        "true",
+    )
     assert (code, err.count("\n")) == (2, 1) and "'--github-issue'" in err
-    code, err = _worker(capsys, "--id", "W1", "--role", "developer", "--github-repo", "nope",
-                        "--github-issue", "3", "--", "true")  # fmt: skip
+    code, err = _worker(
+        capsys,
+        "--id",
+        "W1",
+        "--role",
+        "developer",
+        "--github-repo",
+        "nope",
+        "--github-issue",
+        "3",
+        "--",
+        "true",
+    )
     assert (code, err.count("\n")) == (2, 1) and "'--github-repo'" in err
     _untouched(board)
 
@@ -111,8 +133,9 @@ def _commands(tmp_path: Path) -> list[tuple[str, str]]:
 
 def test_a_command_that_cannot_run_is_refused_before_the_first_claim(board, capsys, tmp_path):
     for command, why in _commands(tmp_path):
-        code, err = _worker(capsys, "--id", "W1", "--role", "developer", "--idle-timeout",
-                            "1", "--", command, "arg")  # fmt: skip
+        code, err = _worker(
+            capsys, "--id", "W1", "--role", "developer", "--idle-timeout", "1", "--", command, "arg"
+        )
         assert code == 2
         assert err == f"error: Invalid value for 'COMMAND': {why}\n"
         _untouched(board)
@@ -123,10 +146,26 @@ def test_the_reported_invocation_as_a_real_process(board, tmp_path):
     board.add_task("Implement more")
     board.add_task("Implement the rest")
     done = subprocess.run(
-        [sys.executable, "-m", "corral", "worker", "--id", "w", "--role", "developer",
-         "--idle-timeout", "1", "--", "/nonexistent/cmd"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=os.environ,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "worker",
+            "--id",
+            "w",
+            "--role",
+            "developer",
+            "--idle-timeout",
+            "1",
+            "--",
+            "/nonexistent/cmd",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=os.environ,
+    )
     assert done.returncode == 2
     assert done.stderr == "error: Invalid value for 'COMMAND': /nonexistent/cmd: no such file\n"
     tasks = board.list_tasks()
@@ -139,8 +178,10 @@ def test_a_command_found_on_path_or_by_path_runs(board, capsys, tmp_path):
     script = tmp_path / "ok.sh"
     script.write_text("#!/bin/sh\necho '{\"ok\": 1}'\n")
     script.chmod(0o755)
-    code = run_main(cli, ["worker", "--id", "W1", "--role", "developer", "--max-tasks", "1",
-                          "-q", "--", "./ok.sh"])  # fmt: skip
+    code = run_main(
+        cli,
+        ["worker", "--id", "W1", "--role", "developer", "--max-tasks", "1", "-q", "--", "./ok.sh"],
+    )
     assert code == 0
     [task] = board.list_tasks()
     assert (task.status, task.result) == ("done", {"ok": 1})
@@ -149,6 +190,10 @@ def test_a_command_found_on_path_or_by_path_runs(board, capsys, tmp_path):
 def test_help_lists_every_exit_code(capsys):
     assert run_main(cli, ["worker", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    for code in ("0 retired", "1 terminated by the cluster", "2 bad arguments",
-                 "3 store unavailable"):  # fmt: skip
+    for code in (
+        "0 retired",
+        "1 terminated by the cluster",
+        "2 bad arguments",
+        "3 store unavailable",
+    ):
         assert code in text, text

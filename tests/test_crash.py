@@ -82,8 +82,14 @@ class _Run:
     """Writer processes on a store, the acknowledgements they leave, and a feeder that
     keeps the board from running out."""
 
-    def __init__(self, url: str, overrides: dict[str, Any], tmp_path: Path, store_url: str,
-                 store_overrides: dict[str, Any]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        overrides: dict[str, Any],
+        tmp_path: Path,
+        store_url: str,
+        store_overrides: dict[str, Any],
+    ) -> None:
         self.url, self.overrides = url, overrides  # what the writers connect to
         self.store_url, self.store_overrides = store_url, store_overrides
         self.seed = int(os.environ.get("CORRAL_CRASH_SEED", "20261123"))

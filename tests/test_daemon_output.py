@@ -32,10 +32,26 @@ ACTIVATE = (
 def _runner(url: str, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CORRAL_URL": url}
     return subprocess.run(
-        [*CORRAL, "runner", "--id", "r1", "--mode", "exploration", "--max-activations", "2",
-         *flags, "--", sys.executable, "-c", ACTIVATE],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            *CORRAL,
+            "runner",
+            "--id",
+            "r1",
+            "--mode",
+            "exploration",
+            "--max-activations",
+            "2",
+            *flags,
+            "--",
+            sys.executable,
+            "-c",
+            ACTIVATE,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_corral_runner_prints_each_activation_and_keeps_its_commands_output(
@@ -82,12 +98,21 @@ class Daemon:
     """A daemon whose stderr lines are kept as they come."""
 
     def __init__(self, argv: list[str], cwd: Path, **env: str) -> None:
-        e = {k: v for k, v in os.environ.items()
-             if k not in ("CORRAL_SUPERVISOR", "CORRAL_AGENT_ID", "CORRAL_TOKEN")}  # fmt: skip
+        e = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("CORRAL_SUPERVISOR", "CORRAL_AGENT_ID", "CORRAL_TOKEN")
+        }
         e.update(env)
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=e, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=e,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -164,18 +189,32 @@ def test_workflows_serve_prints_each_runs_steps_and_send_prints_the_resumed_run(
     url = f"sqlite:///{tmp_path / 'wf.db'}"
     with corral.connect(url) as c:
         c.configure(idle_release_after=0.3)
-    d = Daemon([*CORRAL, "--url", url, "workflows", "serve", "tests.workflow_app:hitl",
-                "--host", "h1"], ROOT)  # fmt: skip
+    d = Daemon(
+        [*CORRAL, "--url", url, "workflows", "serve", "tests.workflow_app:hitl", "--host", "h1"],
+        ROOT,
+    )
     try:
         wait_for(lambda: d.has("host h1 serves hitl"), 30, "the host's first line")
         with corral.connect(url) as c:
             handler_id = c.run_workflow("hitl", topic="t")
             wait_for(lambda: c.get_handler(handler_id).status == "released", 30, "released")
         sent = subprocess.run(
-            [*CORRAL, "--url", url, "workflows", "send", handler_id, "Answer", "--data",
-             '{"text": "yes"}', "--json"],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                *CORRAL,
+                "--url",
+                url,
+                "workflows",
+                "send",
+                handler_id,
+                "Answer",
+                "--data",
+                '{"text": "yes"}',
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert sent.returncode == 0, sent.stderr
         shown = json.loads(sent.stdout)
         assert shown["status"] in ("running", "completed"), shown

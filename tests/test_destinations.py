@@ -34,9 +34,14 @@ EXAMPLE = {
     "health_status": "healthy",
     "current_tasks": ["task-123", "task-456"],
     "capacity_available": 3,
-    "metrics": {"cpu_usage": 45.2, "memory_usage": 2048, "tasks_completed": 42,
-                "tasks_failed": 2, "uptime": 7200},
-}  # fmt: skip
+    "metrics": {
+        "cpu_usage": 45.2,
+        "memory_usage": 2048,
+        "tasks_completed": 42,
+        "tasks_failed": 2,
+        "uptime": 7200,
+    },
+}
 
 DOC_COMMENT = """💓 **Worker Heartbeat**
 
@@ -67,8 +72,9 @@ def test_metrics_sample_is_the_documents_record():
     }
 
 
-@pytest.mark.parametrize(("s", "text"), [(0, "0s"), (42, "42s"), (932, "15m 32s"),
-                                         (7200, "2h 0m"), (7325.9, "2h 2m")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("s", "text"), [(0, "0s"), (42, "42s"), (932, "15m 32s"), (7200, "2h 0m"), (7325.9, "2h 2m")]
+)
 def test_format_uptime(s, text):
     assert format_uptime(s) == text
 
@@ -95,8 +101,9 @@ def test_three_attempts_five_seconds_apart_by_default():
 
 def test_retry_numbers_are_configurable():
     sleeps: list[float] = []
-    d = Delivery(Flaky(10), policy=RetryPolicy(retry_attempts=5, retry_delay=0.5),
-                 sleep=sleeps.append)  # fmt: skip
+    d = Delivery(
+        Flaky(10), policy=RetryPolicy(retry_attempts=5, retry_delay=0.5), sleep=sleeps.append
+    )
     assert d.deliver(EXAMPLE) is False
     assert sleeps == [0.5] * 4 and d.destination.calls == 5 and d.consecutive_failures == 1
 
@@ -119,8 +126,12 @@ def test_alert_once_after_three_failed_sends_in_a_row_then_recovery(caplog):
 
 def test_alert_is_an_event_in_the_cluster(sqlite_cluster):
     sqlite_cluster.register_node("W1", "developer")
-    hb = HeartbeatMonitor("W1", sqlite_cluster, retry=RetryPolicy(retry_attempts=1),
-                          destinations=[ClusterDestination(sqlite_cluster), Flaky(99)])  # fmt: skip
+    hb = HeartbeatMonitor(
+        "W1",
+        sqlite_cluster,
+        retry=RetryPolicy(retry_attempts=1),
+        destinations=[ClusterDestination(sqlite_cluster), Flaky(99)],
+    )
     for _ in range(3):
         hb.beat()
         hb.deliveries[1].flush(5)
@@ -146,8 +157,13 @@ class Stuck:
 def test_a_stuck_destination_holds_up_neither_the_beat_nor_the_cluster(sqlite_cluster, clock):
     sqlite_cluster.register_node("W1", "developer")
     stuck = Stuck()
-    hb = HeartbeatMonitor("W1", sqlite_cluster, clock=clock, sleep=lambda s: None,
-                          destinations=[ClusterDestination(sqlite_cluster), stuck])  # fmt: skip
+    hb = HeartbeatMonitor(
+        "W1",
+        sqlite_cluster,
+        clock=clock,
+        sleep=lambda s: None,
+        destinations=[ClusterDestination(sqlite_cluster), stuck],
+    )
     for i in range(5):
         clock.advance(1)
         hb.beat()
@@ -195,8 +211,9 @@ def server() -> Iterator[tuple[str, type[Recorder]]]:
 def test_github_destination_posts_the_comment_with_the_token(server, monkeypatch):
     base, rec = server
     monkeypatch.setenv("CORRAL_TEST_GH_TOKEN", "s3cret")
-    gh = GitHubDestination("org/repo", 123, base_url=f"{base}/api/v3",
-                           token_env="CORRAL_TEST_GH_TOKEN")  # fmt: skip
+    gh = GitHubDestination(
+        "org/repo", 123, base_url=f"{base}/api/v3", token_env="CORRAL_TEST_GH_TOKEN"
+    )
     gh.send(EXAMPLE)
     [req] = rec.requests
     assert req["method"] == "POST"
@@ -210,8 +227,9 @@ def test_github_destination_through_the_monitor_per_task_issue(server, monkeypat
     base, rec = server
     monkeypatch.setenv("GITHUB_TOKEN", "tok")
     monkeypatch.setenv("GITHUB_API_URL", base)
-    gh = GitHubDestination("org/repo", lambda p: int(p["current_tasks"][0]) if p["current_tasks"]
-                           else None)  # fmt: skip
+    gh = GitHubDestination(
+        "org/repo", lambda p: int(p["current_tasks"][0]) if p["current_tasks"] else None
+    )
     hb = HeartbeatMonitor("W1", destinations=[gh], clock=clock)
     hb.beat()  # no task: no comment
     hb.add_task(7)

@@ -13,15 +13,27 @@ from corral.health import HealthThresholds
 from corral.worker.heartbeat import HeartbeatMonitor, next_beat
 from tests.worker_app import wait_for
 
-DOC_KEYS = {"worker_id", "timestamp", "health_status", "current_tasks", "capacity_available",
-            "metrics"}  # fmt: skip
+DOC_KEYS = {
+    "worker_id",
+    "timestamp",
+    "health_status",
+    "current_tasks",
+    "capacity_available",
+    "metrics",
+}
 
 
 @pytest.mark.parametrize(
     ("previous", "now", "expected"),
-    [(0.0, 0.0, 5.0), (0.0, 4.9, 5.0), (0.0, 5.0, 5.0), (0.0, 5.1, 10.0), (0.0, 12.0, 15.0),
-     (100.0, 130.0, 130.0)],
-)  # fmt: skip
+    [
+        (0.0, 0.0, 5.0),
+        (0.0, 4.9, 5.0),
+        (0.0, 5.0, 5.0),
+        (0.0, 5.1, 10.0),
+        (0.0, 12.0, 15.0),
+        (100.0, 130.0, 130.0),
+    ],
+)
 def test_next_beat_stays_on_the_grid_and_skips_missed_slots(previous, now, expected):
     assert next_beat(previous, 5.0, now) == expected
 
@@ -65,8 +77,9 @@ def test_health_thresholds_are_configurable(node):
     rss = HeartbeatMonitor("W1", node).get_metrics()["memory_usage"]
     degraded = HeartbeatMonitor("W1", node, thresholds=HealthThresholds(mem_degraded=rss / 2))
     assert degraded.get_health_status() == "degraded"
-    sick = HeartbeatMonitor("W1", node, thresholds=HealthThresholds(mem_degraded=1,
-                                                                    mem_unhealthy=2))  # fmt: skip
+    sick = HeartbeatMonitor(
+        "W1", node, thresholds=HealthThresholds(mem_degraded=1, mem_unhealthy=2)
+    )
     assert sick.get_health_status() == "unhealthy"
     assert sick.payload()["health_status"] == "unhealthy"
 

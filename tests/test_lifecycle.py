@@ -248,8 +248,17 @@ def test_last_seen_is_computed_in_one_place():
             ):
                 found.append(f"{path.relative_to(src)}:{node.lineno}: {ast.unparse(node)}")
     assert found == []
-    assert Node(id="N", role="developer", status="idle", last_activity=5.0, last_heartbeat=7.0,
-                registered_at=1.0).last_seen == 7.0  # fmt: skip
+    assert (
+        Node(
+            id="N",
+            role="developer",
+            status="idle",
+            last_activity=5.0,
+            last_heartbeat=7.0,
+            registered_at=1.0,
+        ).last_seen
+        == 7.0
+    )
 
 
 # --- re-registration and idle (issue 32) ------------------------------------------------

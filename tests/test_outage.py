@@ -221,8 +221,9 @@ def test_a_keyed_claim_sent_again_gets_the_same_task_on_every_store(tmp_path: An
     now = 1.0e9
     first = store.claim("w1", "developer", now, key="k1")
     assert store.claim("w1", "developer", now, key="k1") == first
-    done, nxt = store.complete_and_claim(first.id, "w1", first.epoch, None, "developer", now,
-                                         key="k2")  # fmt: skip
+    done, nxt = store.complete_and_claim(
+        first.id, "w1", first.epoch, None, "developer", now, key="k2"
+    )
     again = store.complete_and_claim(first.id, "w1", first.epoch, None, "developer", now, key="k2")
     assert again == (done, nxt)
     held = c.list_tasks(status="in_progress", assigned_to="w1")
@@ -260,9 +261,11 @@ def test_the_alert_after_3_failed_beats_fires_and_reaches_the_cluster_once_it_is
 
     cluster = DownCluster()
     hb = HeartbeatMonitor(
-        "w1", cast(Any, cluster), retry=RetryPolicy(retry_attempts=1, retry_delay=0),
+        "w1",
+        cast(Any, cluster),
+        retry=RetryPolicy(retry_attempts=1, retry_delay=0),
         sleep=lambda s: None,
-    )  # fmt: skip
+    )
     caplog.set_level(logging.INFO, logger="corral")
     for _ in range(4):
         hb.beat()
@@ -288,8 +291,12 @@ def test_the_cluster_destination_fits_its_tries_within_one_beat() -> None:
     assert cluster_policy(default, 1.5) == RetryPolicy(retry_attempts=3, retry_delay=0.5)
     assert cluster_policy(default, 30.0) is default  # 5 s apart already fits
     assert cluster_policy(RetryPolicy(retry_attempts=1, retry_delay=9), 2.0).retry_delay == 2.0
-    hb = HeartbeatMonitor("w1", cast(Any, DownCluster()), heartbeat_interval=1.5,
-                          destinations=[_Named("cluster"), _Named("webhook")])  # fmt: skip
+    hb = HeartbeatMonitor(
+        "w1",
+        cast(Any, DownCluster()),
+        heartbeat_interval=1.5,
+        destinations=[_Named("cluster"), _Named("webhook")],
+    )
     assert [d.policy.retry_delay for d in hb.deliveries] == [0.5, 5.0]
 
 

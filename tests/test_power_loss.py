@@ -206,13 +206,33 @@ def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str], _Entry]:
     )
     subprocess.run(
         [
-            strace, "-f", "-qq", "-y", "-xx", "-s", "1000000", "-o", str(trace),
-            "-e", f"trace={','.join(_TRACED)}",
-            "-P", str(db), "-P", f"{db}-wal", "-P", str(acks), "-P", str(tmp_path),
-            "sh", "-c", f"{writers} & wait",
+            strace,
+            "-f",
+            "-qq",
+            "-y",
+            "-xx",
+            "-s",
+            "1000000",
+            "-o",
+            str(trace),
+            "-e",
+            f"trace={','.join(_TRACED)}",
+            "-P",
+            str(db),
+            "-P",
+            f"{db}-wal",
+            "-P",
+            str(acks),
+            "-P",
+            str(tmp_path),
+            "sh",
+            "-c",
+            f"{writers} & wait",
         ],
-        check=True, cwd=Path(__file__).parent.parent, timeout=300,
-    )  # fmt: skip
+        check=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=300,
+    )
     problems: list[str] = []
     wal = _Entry(f"{db}-wal")  # created by the first writer to open the database
 

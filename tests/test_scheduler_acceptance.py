@@ -75,8 +75,14 @@ def test_the_documents_timeline(embedded: Any, clock: FakeClock) -> None:
     assert (last.agent_id, last.kind) == ("A", "discovery")
 
 
-def _simulate(c: Any, clock: FakeClock, runners: dict[str, str], hours: float,
-              notify_every: float | None, seed: int) -> dict[str, Any]:  # fmt: skip
+def _simulate(
+    c: Any,
+    clock: FakeClock,
+    runners: dict[str, str],
+    hours: float,
+    notify_every: float | None,
+    seed: int,
+) -> dict[str, Any]:
     """Runners that each hold an activation for 5 minutes, then release it and ask
     again at once (staggered starts); notifications at random times."""
     rng = random.Random(seed)
@@ -174,8 +180,12 @@ def test_a_cron_override_due_at_nine_is_assigned_at_nine(
         c.release_assignment(a.id, "r", a.epoch)
     clock.set(at(9))
     s = c.get_assignment("r", "exploration")
-    assert (s.agent_id, s.kind, s.task, s.due_at) == ("standup", "scheduled", "daily_standup",
-                                                       at(9))  # fmt: skip
+    assert (s.agent_id, s.kind, s.task, s.due_at) == (
+        "standup",
+        "scheduled",
+        "daily_standup",
+        at(9),
+    )
     c.release_assignment(s.id, "r", s.epoch)
     assert c.get_agent("standup").next_due_at == at(9) + 86_400
 
@@ -280,9 +290,11 @@ def test_a_killed_runners_activation_expires_at_its_ttl(tmp_path: Path) -> None:
         c.register_node("other", "runner", heartbeat_interval=120)
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.sched_procs", url, "doomed"],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )  # fmt: skip
+    )
     try:
         line = child.stdout.readline().split() if child.stdout else []
         assignment_id, epoch, agent = int(line[0]), int(line[1]), line[2]
@@ -307,8 +319,11 @@ def test_a_killed_runners_activation_expires_at_its_ttl(tmp_path: Path) -> None:
                 time.sleep(min(0.05, max(0.0, (result.next_deadline or 0) - time.time())))
         assert expired, "the activation did not expire"
         e = expired[0]
-        assert (e.data["assignment"], e.data["reason"], e.node_id) == (assignment_id, "ttl",
-                                                                       "doomed")  # fmt: skip
+        assert (e.data["assignment"], e.data["reason"], e.node_id) == (
+            assignment_id,
+            "ttl",
+            "doomed",
+        )
         assert e.ts - held[0].claimed_at == pytest.approx(ttl, abs=0.5)
         again = c.get_assignment("other")
         assert again is not None and again.agent_id == "solo" and again.epoch == epoch + 1

@@ -39,8 +39,9 @@ def test_scheduler_signals_in_metrics(tmp_path: Path) -> None:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as h:
             r = h.get("/metrics")
     assert r.status_code == 200
-    check = subprocess.run([promtool, "check", "metrics"], input=r.text, capture_output=True,
-                           text=True, timeout=30)  # fmt: skip
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=r.text, capture_output=True, text=True, timeout=30
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     s = _samples(r.text)
     assert s[("corral_inbox_queue_depth", ())] == 1  # a's item, delivered but not yet read

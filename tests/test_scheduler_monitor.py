@@ -28,8 +28,11 @@ def test_an_activation_expires_at_its_ttl(embedded: Any, clock: FakeClock) -> No
     clock.set(T0 + 120)
     (e,) = _expired(monitor.tick(T0 + 120))
     assert (e.node_id, e.data["agent"], e.data["assignment"], e.data["reason"]) == (
-        "r1", "a", a.id, "ttl",
-    )  # fmt: skip
+        "r1",
+        "a",
+        a.id,
+        "ttl",
+    )
     assert e.ts == T0 + 120 and e.data["monitor"] == monitor.name
     c.register_node("r2", "runner", heartbeat_interval=3600)
     again = c.get_assignment("r2")

@@ -35,8 +35,15 @@ def test_a_runner_calls_the_handler_of_each_kind_and_releases(tmp_path: Path) ->
         for name in ("a", "b"):
             c.add_agent(name)
         c.notify("b", "hello")
-        r = corral.Runner("r1", "hybrid", on_inbox=inbox, on_discovery=discovery, cluster=c,
-                          heartbeat_interval=0.5, handle_signals=False)  # fmt: skip
+        r = corral.Runner(
+            "r1",
+            "hybrid",
+            on_inbox=inbox,
+            on_discovery=discovery,
+            cluster=c,
+            heartbeat_interval=0.5,
+            handle_signals=False,
+        )
         assert r.run(max_activations=3) == 0
         assert r.exit_reason == "max_activations"
         assert seen == [("inbox", "b"), ("discovery", "a"), ("discovery", "b")]
@@ -55,9 +62,15 @@ def test_a_failing_handler_still_releases_and_an_idle_runner_retires(tmp_path: P
 
     with corral.connect(url) as c:
         c.add_agent("a", {"min_activation_interval": 3600})
-        r = corral.Runner("r1", "exploration", on_discovery=boom, cluster=c,
-                          poll_interval=0.02, idle_timeout_seconds=0.2,
-                          handle_signals=False)  # fmt: skip
+        r = corral.Runner(
+            "r1",
+            "exploration",
+            on_discovery=boom,
+            cluster=c,
+            poll_interval=0.02,
+            idle_timeout_seconds=0.2,
+            handle_signals=False,
+        )
         assert r.run() == 0
         assert (r.exit_reason, r.activations) == ("retired", 1)
         assert _released(c)[0].data["outcome"]["error"] == "RuntimeError: no model today"
@@ -78,10 +91,24 @@ def test_corral_runner_runs_the_command_per_activation(tmp_path: Path) -> None:
     )
     env = {**os.environ, "CORRAL_RUNNER_MODE": "exploration", "CORRAL_URL": url}
     done = subprocess.run(
-        [*CORRAL, "runner", "--id", "cli-runner", "--max-activations", "2", "-q", "--",
-         sys.executable, "-c", script],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            *CORRAL,
+            "runner",
+            "--id",
+            "cli-runner",
+            "--max-activations",
+            "2",
+            "-q",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     with corral.connect(url) as c:
         released = _released(c)
@@ -94,12 +121,18 @@ def test_corral_runner_runs_the_command_per_activation(tmp_path: Path) -> None:
 
 def test_corral_runner_refuses_a_bad_mode(tmp_path: Path) -> None:
     env = {**os.environ, "CORRAL_URL": f"sqlite:///{tmp_path / 'c.db'}"}
-    bad = subprocess.run([*CORRAL, "runner", "--mode", "sometimes", "--", "true"], env=env,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [*CORRAL, "runner", "--mode", "sometimes", "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "--mode" in bad.stderr
     env["CORRAL_RUNNER_MODE"] = "weekly"
-    bad = subprocess.run([*CORRAL, "runner", "--", "true"], env=env, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [*CORRAL, "runner", "--", "true"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "--mode" in bad.stderr
 
 
@@ -118,12 +151,14 @@ def test_corral_agents_load_reads_config_files(tmp_path: Path) -> None:
     (root / "reviewer" / "config.toml").write_text('interests = ["review"]\n')
     (root / "notes").mkdir()  # no config: not an agent
     env = {**os.environ, "CORRAL_URL": f"sqlite:///{tmp_path / 'c.db'}"}
-    ok = subprocess.run([*CORRAL, "agents", "load", str(root)], env=env, capture_output=True,
-                        text=True, timeout=60)  # fmt: skip
+    ok = subprocess.run(
+        [*CORRAL, "agents", "load", str(root)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert ok.returncode == 0, ok.stderr
     assert "loaded 2 agent(s): claude-code-1, reviewer" in ok.stdout
-    listed = subprocess.run([*CORRAL, "agents", "list", "--json"], env=env,
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    listed = subprocess.run(
+        [*CORRAL, "agents", "list", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
     agents = {a["id"]: a for a in json.loads(listed.stdout)}
     assert agents["claude-code-1"]["config"]["discovery"]["min_confidence"] == 0.7
     assert agents["claude-code-1"]["next_due_task"] == "daily_standup"
@@ -131,8 +166,9 @@ def test_corral_agents_load_reads_config_files(tmp_path: Path) -> None:
     # a bad file: exit 2, one line naming the file and the field; nothing added
     (root / "zeta").mkdir()
     (root / "zeta" / "config.json").write_text('{"max_daily_posts": "five"}')
-    bad = subprocess.run([*CORRAL, "agents", "load", str(root)], env=env, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [*CORRAL, "agents", "load", str(root)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         f"error: {root / 'zeta' / 'config.json'}: max_daily_posts must be a non-negative integer"
@@ -146,14 +182,21 @@ def test_corral_notify_and_assignments(tmp_path: Path) -> None:
     with corral.connect(env["CORRAL_URL"]) as c:
         c.add_agent("a")
         c.register_node("r1", "runner")
-    out = subprocess.run([*CORRAL, "notify", "a", '{"mention": "@a"}'], env=env,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [*CORRAL, "notify", "a", '{"mention": "@a"}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "notified a" in out.stdout
     with corral.connect(env["CORRAL_URL"]) as c:
         assert c.get_assignment("r1").inbox[0].payload == {"mention": "@a"}
-    out = subprocess.run([*CORRAL, "assignments"], env=env, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [*CORRAL, "assignments"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and " a " in out.stdout and "r1" in out.stdout
-    bad = subprocess.run([*CORRAL, "notify", "ghost", "x"], env=env, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [*CORRAL, "notify", "ghost", "x"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: agent_id:")

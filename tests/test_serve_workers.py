@@ -123,10 +123,22 @@ def test_two_workers_serve_one_port_and_one_monitor_leads(
     env = {**os.environ, "CORRAL_TOKEN": TOKEN, "CORRAL_URL": url}
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--port", str(port), "--workers", "2",
-         "--log-level", "warning"],
-        cwd=tmp_path, env=env, stderr=log,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--log-level",
+            "warning",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stderr=log,
+    )
     try:
         workers = _until("two workers", lambda: (w := _children(proc.pid)) and len(w) == 2 and w)
         c = corral.connect(f"http://127.0.0.1:{port}", token=TOKEN)
@@ -200,12 +212,19 @@ def _ready(c: Any) -> bool:
 def test_bad_workers_is_exit_2_naming_the_option(
     tmp_path: Path, args: list[str], url: str | None, says: str
 ) -> None:
-    env = {**os.environ, "CORRAL_TOKEN": TOKEN,
-           "CORRAL_URL": url or f"sqlite:///{tmp_path / 'c.db'}"}  # fmt: skip
+    env = {
+        **os.environ,
+        "CORRAL_TOKEN": TOKEN,
+        "CORRAL_URL": url or f"sqlite:///{tmp_path / 'c.db'}",
+    }
     r = subprocess.run(
         [sys.executable, "-m", "corral", "serve", "--port", str(free_port()), *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.startswith("error")]
     assert len(lines) == 1 and says in lines[0], r.stderr

@@ -17,16 +17,21 @@ from corral.server.models import SettingsOut
 from corral.server.routes import ConfigureIn
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "corral"
-DECLARED = {f.name: t for f, t in zip(dataclasses.fields(Settings),
-            typing.get_type_hints(Settings).values(), strict=True)}  # fmt: skip
+DECLARED = {
+    f.name: t
+    for f, t in zip(
+        dataclasses.fields(Settings), typing.get_type_hints(Settings).values(), strict=True
+    )
+}
 
 
 def _plain(annotation: typing.Any) -> typing.Any:
     """``X | None`` with the validators of ``Annotated[X, ...]`` taken off."""
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        plain = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a
-                 for a in args]  # fmt: skip
+        plain = [
+            typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in args
+        ]
         return typing.Union[tuple(plain)]  # noqa: UP007
     return annotation
 

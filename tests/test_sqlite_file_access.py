@@ -105,8 +105,12 @@ def test_the_docs_name_the_safe_places_and_each_exists() -> None:
 
 
 def test_every_sqlite_connection_in_the_package_is_a_named_place() -> None:
-    connects = {site for path in SRC.rglob("*.py") for site, callee in _calls(path)
-                if callee == "sqlite3.connect"}  # fmt: skip
+    connects = {
+        site
+        for path in SRC.rglob("*.py")
+        for site, callee in _calls(path)
+        if callee == "sqlite3.connect"
+    }
     assert connects, "the scan found no sqlite3.connect at all"
     assert connects <= documented_safe(), (
         f"sqlite3.connect in {sorted(connects - documented_safe())}: a second connection"
@@ -116,8 +120,12 @@ def test_every_sqlite_connection_in_the_package_is_a_named_place() -> None:
 
 
 def test_every_file_open_in_the_store_is_a_named_place_or_a_file_of_its_own() -> None:
-    opens = {site for path in (SRC / "store").rglob("*.py") for site, callee in _calls(path)
-             if callee != "sqlite3.connect"}  # fmt: skip
+    opens = {
+        site
+        for path in (SRC / "store").rglob("*.py")
+        for site, callee in _calls(path)
+        if callee != "sqlite3.connect"
+    }
     unknown = opens - documented_safe() - set(OWN_FILES)
     assert not unknown, (
         f"open() or os.open() in {sorted(unknown)}: if it can open the database, its WAL"
@@ -211,8 +219,9 @@ def _unsafe(records: list[tuple[str, str, str, bool, str]]) -> list[str]:
 
 
 def _run_ok(cmd: list[str], extra: dict[str, str], cwd: Path | None = None) -> None:
-    done = subprocess.run(cmd, env=env(**extra), cwd=cwd, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        cmd, env=env(**extra), cwd=cwd, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, f"{cmd}: {done.stderr[-1000:]}"
 
 

@@ -41,8 +41,9 @@ async def until(check: Callable[[], Any], timeout: float = 10.0, every: float = 
 
 
 @asynccontextmanager
-async def hosting(c: Any, served: dict[str, Any] | None = None, *, host: str = "hA",
-                  poll: float = 0.02) -> AsyncIterator[LlamaHost]:  # fmt: skip
+async def hosting(
+    c: Any, served: dict[str, Any] | None = None, *, host: str = "hA", poll: float = 0.02
+) -> AsyncIterator[LlamaHost]:
     h = LlamaHost(c, served or SERVED, host=host, poll_interval=poll)
     stop = asyncio.Event()
     task = asyncio.create_task(h.run(stop))
@@ -167,10 +168,21 @@ def test_a_run_that_cannot_checkpoint_stays_resident_and_says_why(c: Any) -> Non
 
 def _serve(url: str, host: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from corral.cli import main; main()", "--url", url,
-         "workflows", "serve", "tests.workflow_app:hitl", "--host", host, *extra],
+        [
+            sys.executable,
+            "-c",
+            "from corral.cli import main; main()",
+            "--url",
+            url,
+            "workflows",
+            "serve",
+            "tests.workflow_app:hitl",
+            "--host",
+            host,
+            *extra,
+        ],
         cwd=ROOT,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.slow
@@ -238,8 +250,11 @@ def test_a_host_killed_between_checkpoint_and_stop_loses_and_duplicates_nothing(
         done = asyncio.run(scenario())
         assert done.result == {"topic": "survivor", "answer": "still here"}
         assert (done.host, done.resumes) == ("heir", 1)
-        finished = [e for e in c.events(limit=10_000) if e.kind == "workflow_finished"
-                    and e.data["handler_id"] == handler_id]  # fmt: skip
+        finished = [
+            e
+            for e in c.events(limit=10_000)
+            if e.kind == "workflow_finished" and e.data["handler_id"] == handler_id
+        ]
         assert len(finished) == 1
 
 
@@ -274,23 +289,37 @@ def test_the_documented_human_in_the_loop_example_runs_end_to_end(tmp_path: Path
     def corral_cli(*args: str) -> str:
         proc = subprocess.run(
             [sys.executable, "-c", "from corral.cli import main; main()", *args],
-            cwd=ROOT / "examples", env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            cwd=ROOT / "examples",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 
     corral_cli("init")
     corral_cli("config", "set", "idle_release_after", "0.5")
     serving = subprocess.Popen(
-        [sys.executable, "-c", "from corral.cli import main; main()",
-         "workflows", "serve", "hitl_workflow:review", "--host", "docs-host"],
-        cwd=ROOT / "examples", env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from corral.cli import main; main()",
+            "workflows",
+            "serve",
+            "hitl_workflow:review",
+            "--host",
+            "docs-host",
+        ],
+        cwd=ROOT / "examples",
+        env=env,
+    )
     try:
         with corral.connect(url) as c:
             asyncio.run(until(lambda: _serving(c, "docs-host"), timeout=20))
-            handler_id = corral_cli("workflows", "run", "review", "--kwargs",
-                                    '{"customer": "Ada"}').strip()  # fmt: skip
+            handler_id = corral_cli(
+                "workflows", "run", "review", "--kwargs", '{"customer": "Ada"}'
+            ).strip()
             asyncio.run(until(lambda: handler_id in corral_cli("workflows", "list", "--idle")))
             assert "Answer" in corral_cli("workflows", "list", "--idle")
             asyncio.run(until(lambda: c.get_handler(handler_id).status == "released"))
@@ -332,8 +361,11 @@ def test_two_hosts_on_postgresql_share_the_runs_and_resume_each_once(
         done = asyncio.run(scenario())
         assert [h.result for h in done] == [{"topic": f"p{i}", "answer": f"a{i}"} for i in range(n)]
         assert {h.resumes for h in done} == {1}
-        restored = [e.data["handler_id"] for e in c.events(limit=10_000)
-                    if e.kind == "workflow_resumed" and e.data.get("restored")]  # fmt: skip
+        restored = [
+            e.data["handler_id"]
+            for e in c.events(limit=10_000)
+            if e.kind == "workflow_resumed" and e.data.get("restored")
+        ]
         assert sorted(restored) == sorted(h.handler_id for h in done)  # each exactly once
 
 

@@ -148,8 +148,13 @@ def test_the_mcp_tools_start_show_and_answer_a_run(sqlite_cluster: corral.Cluste
 def test_http_answers_carry_iso_idle_since_and_waiters(cluster: Any, clock: FakeClock) -> None:
     handler_id = _idle_run(cluster)
     clock.advance(301)
-    query = {"status": "running", "idle": "true", "idle_duration_gt": 300, "workflow": "hitl",
-             "host": "h1"}  # fmt: skip
+    query = {
+        "status": "running",
+        "idle": "true",
+        "idle_duration_gt": 300,
+        "workflow": "hitl",
+        "host": "h1",
+    }
     (item,) = cluster.request("GET", "/v1/handlers", query=query)
     assert item["handler_id"] == handler_id
     assert item["idle_since"] == "2023-11-14T22:13:20+00:00"
@@ -237,8 +242,15 @@ def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) ->
     conn = sqlite3.connect(":memory:")
     conn.executescript(schema("sqlite"))
     queries = load_queries("sqlite")
-    params = {"before": 1.0, "status": None, "workflow": None, "host": "h", "limit": 10,
-              "now": 1.0, "oldest": 5}  # fmt: skip
+    params = {
+        "before": 1.0,
+        "status": None,
+        "workflow": None,
+        "host": "h",
+        "limit": 10,
+        "now": 1.0,
+        "oldest": 5,
+    }
 
     def plan(name: str) -> str:
         sql = queries[name]

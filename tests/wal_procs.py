@@ -208,8 +208,11 @@ def wait_visible(
 
 def missing(reader: FreshReader, expected: dict[str, tuple[str, list[list[Any]]]]) -> list[str]:
     """The acknowledged states a new reader does not find in the file."""
-    return [f"{q} -> {got}, expected {want}" for q, want in expected.values()
-            if (got := reader.rows(q)) != want]  # fmt: skip
+    return [
+        f"{q} -> {got}, expected {want}"
+        for q, want in expected.values()
+        if (got := reader.rows(q)) != want
+    ]
 
 
 @dataclass

@@ -22,8 +22,9 @@ T = TypeVar("T")
 HERE = Path(__file__).resolve()
 
 
-def wait_for(cond: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
-             what: str = "condition") -> T:  # fmt: skip
+def wait_for(
+    cond: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"
+) -> T:
     """Poll ``cond`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -38,8 +39,7 @@ def wait_for(cond: Callable[[], T], timeout: float = 10.0, interval: float = 0.0
 def spawn(url: str, node_id: str, workdir: Path, *args: str) -> subprocess.Popen[bytes]:
     """Start this module as a worker process; its log goes to ``workdir/<id>.log``."""
     env = {**os.environ, "PYTHONPATH": str(HERE.parents[1] / "src")}
-    cmd = [sys.executable, str(HERE), "--url", url, "--id", node_id, "--dir", str(workdir),
-           *args]  # fmt: skip
+    cmd = [sys.executable, str(HERE), "--url", url, "--id", node_id, "--dir", str(workdir), *args]
     with open(workdir / f"{node_id}.log", "ab") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 

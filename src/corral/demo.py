@@ -166,8 +166,9 @@ def run_demo(
                 n += 1
                 node_id = f"Dev-{n}"
                 try:
-                    cluster.register_node(node_id, "developer", "claude-sonnet-4-5",
-                                          heartbeat_interval=0.5)  # fmt: skip
+                    cluster.register_node(
+                        node_id, "developer", "claude-sonnet-4-5", heartbeat_interval=0.5
+                    )
                 except CapacityError as exc:
                     refused += 1
                     show_refusal(node_id, exc)

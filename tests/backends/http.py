@@ -195,8 +195,9 @@ def serving(tmp_path: Path, *, clock: Any = None, **options: Any) -> Iterator[tu
     embedded = corral.connect(f"sqlite:///{tmp_path / 'served.db'}", clock=clock)
     options = {"token": TOKEN, "monitor": False, "mcp": False, "sse_poll": 0.05, **options}
     port = free_port()
-    server, thread = start_uvicorn(create_app(embedded, **options), port,
-                                   timeout_graceful_shutdown=1)  # fmt: skip
+    server, thread = start_uvicorn(
+        create_app(embedded, **options), port, timeout_graceful_shutdown=1
+    )
     try:
         yield f"http://127.0.0.1:{port}", embedded
     finally:

@@ -20,8 +20,12 @@ def digest(conn: sqlite3.Connection) -> str:
     h = hashlib.sha256()
     conn.execute("BEGIN")
     try:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]  # fmt: skip
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
         for table in tables:
             h.update(table.encode())
             for row in conn.execute(f'SELECT * FROM "{table}"'):

@@ -41,11 +41,19 @@ def test_a_report_replaces_the_hosts_rows_and_records_changes(
     first = cluster.report_processes(
         "h1",
         [
-            _proc("web", "RUNNING", 100, restarts=2, started_at=T0 - 10, last_beat=T0 - 1,
-                  flags=[], last_exit=EXIT),
+            _proc(
+                "web",
+                "RUNNING",
+                100,
+                restarts=2,
+                started_at=T0 - 10,
+                last_beat=T0 - 1,
+                flags=[],
+                last_exit=EXIT,
+            ),
             _proc("db", "STARTING", 101),
         ],
-    )  # fmt: skip
+    )
     cluster.report_processes("h2", [_proc("web", "STOPPED", flags=["restart-exhausted"])])
     assert [(p.host, p.agent, p.state, p.pid) for p in first] == [
         ("h1", "db", "STARTING", 101),
@@ -53,8 +61,12 @@ def test_a_report_replaces_the_hosts_rows_and_records_changes(
     ]
     web = first[1]
     assert (web.restarts, web.started_at, web.last_beat, web.last_exit, web.reported_at) == (
-        2, T0 - 10, T0 - 1, EXIT, T0,
-    )  # fmt: skip
+        2,
+        T0 - 10,
+        T0 - 1,
+        EXIT,
+        T0,
+    )
     assert cluster.list_processes() == [*first, cluster.list_processes("h2")[0]]
     assert cluster.list_processes("h2")[0].flags == ["restart-exhausted"]
     assert cluster.list_processes("nowhere") == []
@@ -69,8 +81,14 @@ def test_a_report_replaces_the_hosts_rows_and_records_changes(
         ("process_state", "db", "STARTING", "RUNNING"),
         ("process_state", "c", None, "STOPPED"),
     ]
-    assert new[0].data == {"host": "h1", "agent": "db", "from": "STARTING", "to": "RUNNING",
-                           "pid": 101, "flags": []}  # fmt: skip
+    assert new[0].data == {
+        "host": "h1",
+        "agent": "db",
+        "from": "STARTING",
+        "to": "RUNNING",
+        "pid": 101,
+        "flags": [],
+    }
     assert cluster.list_processes("h1")[2].pid == 200
     seq = new[-1].seq
     cluster.report_processes("h1", [_proc("web", "RUNNING", 200)])
@@ -106,8 +124,14 @@ def test_an_action_travels_to_its_host_and_is_acknowledged(cluster: Any, clock: 
     clock.advance(1)
     done = cluster.ack_process_action("h1", req.seq, True, "pid 100 -> 101")
     assert (done.kind, done.ts) == ("process_action_done", T0 + 2)
-    assert done.data == {"host": "h1", "agent": "web", "action": "restart",
-                         "request": req.seq, "ok": True, "message": "pid 100 -> 101"}  # fmt: skip
+    assert done.data == {
+        "host": "h1",
+        "agent": "web",
+        "action": "restart",
+        "request": req.seq,
+        "ok": True,
+        "message": "pid 100 -> 101",
+    }
     failed = cluster.ack_process_action("h2", other.seq, False)
     assert (failed.data["ok"], failed.data["message"], failed.data["action"]) == (False, "", "stop")
     assert cluster.events()[-2:] == [done, failed]
@@ -117,8 +141,9 @@ def test_an_action_travels_to_its_host_and_is_acknowledged(cluster: Any, clock: 
 def test_read_state_shows_every_hosts_processes(cluster: Any) -> None:
     plain = cluster.read_state()
     assert plain.processes == [] and "Processes" not in plain.text
-    cluster.report_processes("h2", [_proc("web", "STOPPED", restarts=10,
-                                          flags=["restart-exhausted"])])  # fmt: skip
+    cluster.report_processes(
+        "h2", [_proc("web", "STOPPED", restarts=10, flags=["restart-exhausted"])]
+    )
     cluster.report_processes("h1", [_proc("web", "RUNNING", 100, restarts=1)])
     state = cluster.read_state()
     assert state.processes == cluster.list_processes()

@@ -43,12 +43,19 @@ def _setup(c: Any, *agents: str) -> None:
 
 # --- behaviour -------------------------------------------------------------------------
 def test_agents_are_added_listed_and_updated(cluster: Any, clock: FakeClock) -> None:
-    config = {"interests": ["rust"], "max_daily_posts": 5,
-              "schedule_override": [{"cron": "0 9 * * *", "task": "standup"}]}  # fmt: skip
+    config = {
+        "interests": ["rust"],
+        "max_daily_posts": 5,
+        "schedule_override": [{"cron": "0 9 * * *", "task": "standup"}],
+    }
     a = cluster.add_agent("claude-code-1", config)
     assert (a.id, a.unread, a.last_activated_at, a.activation_count, a.held_by) == (
-        "claude-code-1", 0, None, 0, None,
-    )  # fmt: skip
+        "claude-code-1",
+        0,
+        None,
+        0,
+        None,
+    )
     assert a.config["schedule_override"] == [{"cron": "0 9 * * *", "task": "standup", "tz": "UTC"}]
     assert a.next_due_task == "standup" and a.next_due_at is not None and a.next_due_at > T0
     cluster.add_agent("b")
@@ -111,8 +118,11 @@ def test_release_stamps_counts_and_reads_the_delivered_items(
         a.id, "r1", a.epoch, {"posts": 1, "comments": 2, "mood": "ok"}
     )
     assert (done.last_activated_at, done.activation_count, done.held_by, done.unread) == (
-        T0 + 300, 1, None, 1,
-    )  # fmt: skip
+        T0 + 300,
+        1,
+        None,
+        1,
+    )
     assert (done.posts_today, done.comments_today) == (1, 2)
     assert cluster.list_assignments() == []
     ev = [e for e in cluster.events() if e.kind == "activation_released"][-1]
@@ -121,8 +131,11 @@ def test_release_stamps_counts_and_reads_the_delivered_items(
     # the late item makes "a" an inbox agent again, ahead of never-activated "b"
     nxt = cluster.get_assignment("r2")
     assert (nxt.agent_id, nxt.kind, nxt.epoch, [n.payload for n in nxt.inbox]) == (
-        "a", "inbox", 2, ["late"],
-    )  # fmt: skip
+        "a",
+        "inbox",
+        2,
+        ["late"],
+    )
     assert cluster.get_assignment("r2").agent_id == "b"
     assert kinds(cluster).count("activation_assigned") == 3
 
@@ -205,8 +218,10 @@ def test_daily_caps_are_carried_and_enforced(cluster: Any, clock: FakeClock) -> 
     [
         (lambda c: c.add_agent("", {}), "agent_id"),
         (lambda c: c.add_agent("x", {"max_daily_posts": -1}), "max_daily_posts"),
-        (lambda c: c.add_agent("x", {"schedule_override": [{"cron": "61 * * * *"}]}),
-         "schedule_override[0].cron"),
+        (
+            lambda c: c.add_agent("x", {"schedule_override": [{"cron": "61 * * * *"}]}),
+            "schedule_override[0].cron",
+        ),
         (lambda c: c.add_agent("x", {"nope": 1}), "config"),
         (lambda c: c.get_agent(" x"), "agent_id"),
         (lambda c: c.list_agents(limit=0), "limit"),
@@ -220,7 +235,7 @@ def test_daily_caps_are_carried_and_enforced(cluster: Any, clock: FakeClock) -> 
         (lambda c: c.release_assignment(1, "r1", 1, {"posts": -1}), "outcome.posts"),
         (lambda c: c.list_assignments(limit=0), "limit"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_refused_naming_the_field(cluster: Any, call: Any, field: str) -> None:
     _setup(cluster, "a")
     cluster.get_assignment("r1")

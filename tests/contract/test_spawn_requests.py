@@ -33,8 +33,12 @@ def test_a_request_is_pending_until_decided_and_each_step_is_an_event(
 ) -> None:
     r = cluster.request_spawn("dev", "developer", "spawn_developer")
     assert (r.pool, r.role, r.status, r.reason, r.requested_by) == (
-        "dev", "developer", "pending", "spawn_developer", "pool",
-    )  # fmt: skip
+        "dev",
+        "developer",
+        "pending",
+        "spawn_developer",
+        "pool",
+    )
     assert (r.decided_by, r.member, r.created_at, r.decided_at) == (None, None, T0, None)
     clock.advance(2)
     other = cluster.request_spawn("dev", "developer")
@@ -42,8 +46,10 @@ def test_a_request_is_pending_until_decided_and_each_step_is_an_event(
     assert [x.id for x in cluster.spawn_requests(status="pending")] == [r.id, other.id]
     accepted = cluster.accept_spawn_request(r.id)
     assert (accepted.status, accepted.decided_by, accepted.decided_at) == (
-        "accepted", "operator", T0 + 2,
-    )  # fmt: skip
+        "accepted",
+        "operator",
+        T0 + 2,
+    )
     declined = cluster.decline_spawn_request(other.id, "BM-1")
     assert (declined.status, declined.decided_by) == ("declined", "BM-1")
     done = cluster.fulfil_spawn_request(r.id, "dev-1")
@@ -74,8 +80,11 @@ def test_a_withdrawn_request_says_why_and_is_never_decided_nor_spawned(
     clock.advance(4)
     w = cluster.withdraw_spawn_request(r.id, "no longer wanted: terminate_idle, 0 pending")
     assert (w.status, w.decided_by, w.decided_at, w.reason) == (
-        "withdrawn", "pool", T0 + 4, "spawn_developer: 3 pending tasks",
-    )  # fmt: skip
+        "withdrawn",
+        "pool",
+        T0 + 4,
+        "spawn_developer: 3 pending tasks",
+    )
     assert [x.id for x in cluster.spawn_requests(status="withdrawn")] == [r.id]
     assert cluster.spawn_requests(status="pending") == []
     e = [e for e in cluster.events() if e.kind == "spawn_request_withdrawn"]

@@ -284,9 +284,10 @@ def _cluster(path: str, raw: Any) -> tuple[str | None, dict[str, Any]]:
     stores = ("sqlite:", "postgres")
     if url is not None and (not isinstance(url, str) or not url.startswith(stores)):
         raise ManifestError(
-            path, "must be a sqlite:/// or postgresql:// url (corral up serves it)",
+            path,
+            "must be a sqlite:/// or postgresql:// url (corral up serves it)",
             field="cluster.url",
-        )  # fmt: skip
+        )
     settings = raw.get("settings", {})
     if not isinstance(settings, dict):
         raise ManifestError(path, "must be a table of cluster settings", field="cluster.settings")

@@ -35,7 +35,14 @@ def desired_workers_family(stats: Any, roles: tuple[str, ...]) -> GaugeMetricFam
         workers = sum(by_status.get(status, {}).get(role, 0) for status in _LIVE)
         idle = by_status.get("idle", {}).get(role, 0)
         cap = int(stats.max_agents)
-        n = desired_workers(role, workers=workers, idle=idle, recommendation=rec,
-                            pending=pending, live=live, max_agents=cap)  # fmt: skip
+        n = desired_workers(
+            role,
+            workers=workers,
+            idle=idle,
+            recommendation=rec,
+            pending=pending,
+            live=live,
+            max_agents=cap,
+        )
         family.add_metric([role], float(n))
     return family

@@ -213,8 +213,9 @@ class ServerThread:
     def __init__(self, app: Any, sock: Any) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=3)  # fmt: skip
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, timeout_graceful_shutdown=3
+        )
         self.server = uvicorn.Server(config)
         self.sock = sock
         self.thread = threading.Thread(target=self._run, name="corral-http", daemon=True)

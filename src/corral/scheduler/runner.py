@@ -108,9 +108,14 @@ class Runner:
         outcome: dict[str, Any] = {}
         began = self._mono()
         items = f", {len(a.inbox)} item(s)" if a.kind == "inbox" else ""
-        log.info("activation %s: %s (%s%s)", a.id, a.agent_id, a.kind, items,
-                 extra=event("activation_started", assignment=a.id, agent=a.agent_id,
-                             kind=a.kind))  # fmt: skip
+        log.info(
+            "activation %s: %s (%s%s)",
+            a.id,
+            a.agent_id,
+            a.kind,
+            items,
+            extra=event("activation_started", assignment=a.id, agent=a.agent_id, kind=a.kind),
+        )
         try:
             got = handler(a) if handler is not None else None
             outcome = dict(got) if got else {}
@@ -124,11 +129,20 @@ class Runner:
             log.warning("runner %s lost assignment %s: %s", self.runner_id, a.id, exc)
         else:
             failed = "error" in outcome or outcome.get("exit_code") not in (None, 0)
-            log.log(logging.WARNING if failed else logging.INFO,
-                    "activation %s released in %.2f s: %s", a.id, took,
-                    json.dumps(outcome, default=str, ensure_ascii=False)[:500],
-                    extra=event("activation_released", assignment=a.id, agent=a.agent_id,
-                                seconds=round(took, 3), outcome=outcome))  # fmt: skip
+            log.log(
+                logging.WARNING if failed else logging.INFO,
+                "activation %s released in %.2f s: %s",
+                a.id,
+                took,
+                json.dumps(outcome, default=str, ensure_ascii=False)[:500],
+                extra=event(
+                    "activation_released",
+                    assignment=a.id,
+                    agent=a.agent_id,
+                    seconds=round(took, 3),
+                    outcome=outcome,
+                ),
+            )
         self.activations += 1
         return a
 
@@ -189,9 +203,13 @@ class Runner:
             log.warning("runner %s was terminated by the cluster: %s", self.runner_id, exc)
             self.close(terminate=False)
             return 1
-        log.info("runner %s: %s after %d activation(s)", self.runner_id, self.exit_reason,
-                 self.activations, extra=event("runner_done", reason=self.exit_reason,
-                                               activations=self.activations))  # fmt: skip
+        log.info(
+            "runner %s: %s after %d activation(s)",
+            self.runner_id,
+            self.exit_reason,
+            self.activations,
+            extra=event("runner_done", reason=self.exit_reason, activations=self.activations),
+        )
         self.close()
         return 0
 

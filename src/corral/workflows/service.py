@@ -298,10 +298,14 @@ class WorkflowOperations:
         records the transition as ``report_handler`` does."""
         run = check_steps(steps)
         waiters = [
-            {"step": name, "event_type": w.event_type, "waiter_id": w.waiter_id,
-             "deadline": w.deadline}
+            {
+                "step": name,
+                "event_type": w.event_type,
+                "waiter_id": w.waiter_id,
+                "deadline": w.deadline,
+            }
             for name, w in active_waiters(run)
-        ]  # fmt: skip
+        ]
         return self.store.report_handler(
             check_id(host, "host"),
             check_id(handler_id, "handler_id"),

@@ -125,9 +125,12 @@ class LlamaHost:
             for name, s in sorted(self.served.items())
         ]
         await asyncio.to_thread(self.client.serve_workflows, self.host, items)
-        log.info("host %s serves %s", self.host, ", ".join(sorted(self.served)),
-                 extra=_event("workflows_served", host=self.host,
-                              workflows=sorted(self.served)))  # fmt: skip
+        log.info(
+            "host %s serves %s",
+            self.host,
+            ", ".join(sorted(self.served)),
+            extra=_event("workflows_served", host=self.host, workflows=sorted(self.served)),
+        )
 
     async def step(self) -> WorkflowWork:
         """One turn: take this host's work and do it. Returns the work taken."""
@@ -137,8 +140,13 @@ class LlamaHost:
                 self._begin(r)
             except Exception as exc:  # a bad start or checkpoint fails that run only
                 log.warning("workflow run %s did not start: %s", r.handler.handler_id, exc)
-                await self._call(self.client.report_handler, self.host, r.handler.handler_id,
-                                 "failed", error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                await self._call(
+                    self.client.report_handler,
+                    self.host,
+                    r.handler.handler_id,
+                    "failed",
+                    error=f"{type(exc).__name__}: {exc}",
+                )
         for d in work.deliveries:
             self._deliver(d.handler_id, d.event_type, d.data)
         if work.release:
@@ -173,8 +181,13 @@ class LlamaHost:
             if run.idle and await self.release(handler_id):
                 continue
             run.stopping = True
-            await self._call(self.client.report_handler, self.host, handler_id, "failed",
-                             error="the host stopped and could not release the run")  # fmt: skip
+            await self._call(
+                self.client.report_handler,
+                self.host,
+                handler_id,
+                "failed",
+                error="the host stopped and could not release the run",
+            )
             await self._stop(run)
         await asyncio.to_thread(self.client.serve_workflows, self.host, [])
 
@@ -189,9 +202,17 @@ class LlamaHost:
         run = _Run(r.handler.handler_id, r.handler.workflow, handler)
         self.resident[run.handler_id] = run
         how = "started" if r.checkpoint is None else "restored from its checkpoint"
-        log.info("run %s (%s) %s", run.handler_id, run.name, how,
-                 extra=_event("workflow_started" if r.checkpoint is None else "workflow_restored",
-                              handler_id=run.handler_id, workflow=run.name))  # fmt: skip
+        log.info(
+            "run %s (%s) %s",
+            run.handler_id,
+            run.name,
+            how,
+            extra=_event(
+                "workflow_started" if r.checkpoint is None else "workflow_restored",
+                handler_id=run.handler_id,
+                workflow=run.name,
+            ),
+        )
         for w in r.handler.active_waiters:
             deadline = w.get("deadline")
             if deadline is not None:
@@ -301,8 +322,7 @@ class LlamaHost:
     async def _report(self, run: _Run, state: str, **fields: Any) -> None:
         _log_state(run, state, fields)
         async with run.lock:
-            await self._call(self.client.report_handler, self.host, run.handler_id, state,
-                             **fields)  # fmt: skip
+            await self._call(self.client.report_handler, self.host, run.handler_id, state, **fields)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -359,9 +379,12 @@ class LlamaHost:
                 log.info("run %s not released: %s", handler_id, exc)
                 return False
             run.stopping = True
-        log.info("run %s (%s) released: checkpointed, no longer in memory", handler_id, run.name,
-                 extra=_event("workflow_released", handler_id=handler_id,
-                              workflow=run.name))  # fmt: skip
+        log.info(
+            "run %s (%s) released: checkpointed, no longer in memory",
+            handler_id,
+            run.name,
+            extra=_event("workflow_released", handler_id=handler_id, workflow=run.name),
+        )
         self.after_checkpoint(handler_id)
         await self._stop(run)
         return True
@@ -394,6 +417,11 @@ def _log_state(run: _Run, state: str, fields: dict[str, Any]) -> None:
     else:
         what = state
     level = logging.WARNING if state == "failed" else logging.INFO
-    log.log(level, "run %s (%s) %s", run.handler_id, run.name, what,
-            extra=_event(f"workflow_{state}", handler_id=run.handler_id,
-                         workflow=run.name))  # fmt: skip
+    log.log(
+        level,
+        "run %s (%s) %s",
+        run.handler_id,
+        run.name,
+        what,
+        extra=_event(f"workflow_{state}", handler_id=run.handler_id, workflow=run.name),
+    )
