@@ -97,10 +97,13 @@ def test_the_modes(lim, pool, fleet, now):
 
 @given(limits(), pools(), fleets(), NOW)
 def test_growth_above_the_floor_needs_the_recommendation_for_the_role(lim, pool, fleet, now):
+    """Above the floor a pool grows on its role's spawn recommendation or on
+    ``maintain`` (a task waiting behind busy members), never on another's or on
+    ``terminate_idle``, and only for tasks no idle member or request will take."""
     d = decide("developer", lim, pool, fleet, now)
     planned = pool.members + pool.requested
     if d.change > 0 and planned + d.change > lim.min:
-        assert fleet.recommendation == "spawn_developer"
+        assert fleet.recommendation in ("spawn_developer", "maintain")
         assert fleet.pending > pool.idle + pool.requested
 
 
@@ -110,7 +113,7 @@ def test_a_wanted_spawn_happens_when_nothing_holds_it_back(lim, pool, fleet, now
     d = decide("developer", lim, pool, fleet, now)
     room = min(lim.max - pool.members, fleet.max_agents - fleet.live)
     unserved = fleet.pending - pool.idle
-    deep = fleet.recommendation == "spawn_developer" and unserved > 0
+    deep = fleet.recommendation in ("spawn_developer", "maintain") and unserved > 0
     if lim.scale == "auto" and deep and room > 0:
         assert (d.action == "spawn" and d.change == min(unserved, room)) or (
             pool.members < lim.min and d.change > 0
@@ -124,6 +127,15 @@ def test_examples():
     assert (d.action, d.change, d.desired) == ("spawn", 3, 3)
     # the other role's recommendation does nothing
     assert decide("architect", auto, PoolState(), deep, 0.0).change == 0
+    # maintain: one member at work, two tasks waiting behind it: two more members
+    # (before the tune the pool waited for a third task, the assessment's "deep")
+    busy = FleetView("maintain", pending=2, live=1, max_agents=8)
+    d = decide("developer", auto, PoolState(members=1), busy, 0.0)
+    assert (d.action, d.change, d.desired) == ("spawn", 2, 3)
+    # ... but not for tasks an idle member will take, nor on terminate_idle
+    assert decide("developer", auto, PoolState(members=2, idle=1), busy, 0.0).change == 1
+    calm = FleetView("terminate_idle", pending=1, live=1, max_agents=8)
+    assert decide("developer", auto, PoolState(members=1), calm, 0.0).change == 0
     # max_agents: one place left
     tight = FleetView("spawn_developer", pending=10, live=7, max_agents=8)
     assert decide("developer", auto, PoolState(), tight, 0.0).change == 1

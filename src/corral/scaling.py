@@ -4,8 +4,11 @@ do about it now. Pure: a function of data and ``now``.
 A pool keeps ``min`` members always (its floor). Above the floor it follows the
 cluster's assessment for its role:
 
-- ``spawn_<role>`` with pending tasks that no idle or starting member will take:
-  grow by that many, up to ``max``;
+- ``spawn_<role>``, or ``maintain`` (the assessment's ``balanced``: a task or two
+  pending while nodes work), with pending tasks that no idle or starting member will
+  take: grow by that many, up to ``max`` (``maintain`` was tuned in: a task waiting
+  behind busy members no longer waits for the board to turn deep; see
+  docs/economics.md);
 - a member whose node has been idle for the cluster's ``idle_timeout`` (the idle
   protocol's own threshold) is retired, down to ``min``: nobody is retired mid-task;
 - otherwise keep the members it has.
@@ -13,7 +16,8 @@ cluster's assessment for its role:
 Growth is capped by ``max_agents``: the headroom is ``max_agents`` less every live
 node of the cluster and every member started but not yet registered, read before the
 spawn (never corrected after). At most one change per ``cooldown`` seconds, so the
-pool never flaps; the first change (``last_change`` None) is never delayed.
+pool never flaps (the pools count a member's own exit as a change too); the first
+change (``last_change`` None) is never delayed.
 
 ``scale`` says who acts: ``off`` keeps exactly ``min`` members (a fixed pool);
 ``auto`` spawns and retires; ``ask`` retires like ``auto`` but each spawn above the
@@ -135,7 +139,7 @@ def _target(role: str, limits: PoolLimits, pool: PoolState, fleet: FleetView) ->
     planned = pool.members + pool.requested
     if planned < limits.min:
         return limits.min, "below min"
-    if fleet.recommendation == f"spawn_{role}":
+    if fleet.recommendation in (f"spawn_{role}", "maintain"):
         unserved = fleet.pending - pool.idle - pool.requested
         if unserved > 0:
             return max(limits.min, min(limits.max, planned + unserved)), fleet.recommendation

@@ -36,9 +36,9 @@ The policies (:data:`POLICIES`):
     Dask-adaptive-style: every ``dask_interval`` s, target = min(tasks queued or
     running, ceil(their remaining work / ``dask_target_duration``)); up at once; a
     worker is removed once suggested for removal ``dask_wait_count`` checks in a row.
-``anti-idle``
-    anti-idle.md's rules as written: the manager assesses every
-    ``assess_interval`` s with the document's decision logic and spawns one
+``manager``
+    the protocol corral was specified from, followed as written: a bootstrap manager
+    assesses every ``assess_interval`` s with its decision logic and spawns one
     developer per ``spawn_*`` recommendation; a worker idle ``idle_timeout`` s with
     nothing pending and the last status ``idle`` or ``underutilized`` terminates;
     the monitor (every ``monitor_interval`` s) terminates a node idle past
@@ -87,7 +87,7 @@ __all__ = [
     "simulate_all",
 ]
 
-POLICIES = ("corral", "fixed", "keda", "dbos", "dask", "anti-idle")
+POLICIES = ("corral", "fixed", "keda", "dbos", "dask", "manager")
 
 _SETTINGS = Settings()
 _LIMITS = PoolLimits()
@@ -214,6 +214,7 @@ class _Worker:
     draining: bool = False
     busy: float = 0.0
     gone_at: float | None = None
+    stop_at: float | None = None  # when a stopping worker's process ends
     refused: bool = False
 
 
@@ -325,7 +326,10 @@ class Sim:
             elif kind == _LOOK and arg == self._look_at:
                 self._look_at = None
                 self.on_look()
-        self.run.end = self.now
+        self.run.end = max(self.now, self.horizon())
+        for w in self.workers.values():
+            if w.state == "stopping":  # its end is known: it pays to it
+                w.gone_at = w.stop_at
         self.run.unfinished = total - self.done
 
     # -- the pool -----------------------------------------------------------------
@@ -389,9 +393,13 @@ class Sim:
         if w.state == "busy":
             w.draining = True  # stops when its task is done
             return
-        w.state = "stopping"
-        self.at(self.now + self.p.stop, _GONE, w.id)
+        self._stopping(w)
         self._size()
+
+    def _stopping(self, w: _Worker) -> None:
+        w.state = "stopping"
+        w.stop_at = self.now + self.p.stop
+        self.at(w.stop_at, _GONE, w.id)
 
     def _action(self, role: str, delta: int, cause: str) -> None:
         self.run.actions.append(Action(self.now, role, delta, cause))
@@ -428,8 +436,7 @@ class Sim:
         self.last_finish = self.now
         if w.draining:
             w.draining = False
-            w.state = "stopping"
-            self.at(self.now + self.p.stop, _GONE, w.id)
+            self._stopping(w)
             return
         self._become_idle(w)
         self._dispatch(w.role)
@@ -515,6 +522,7 @@ def _corral(sim: Sim) -> None:
         # the SDK worker: idle for idle_timeout with nothing to claim, it retires
         if idle_past_timeout(w.idle_since, p.idle_timeout, sim.now):
             sim.retire(w.role, 1, "worker idle past idle_timeout", [w])
+            last_change[w.role] = sim.now  # the pools count a member's exit as a change
 
     sim.on_change = lambda: sim.look_soon(sim.now)
     sim.on_look = look
@@ -602,11 +610,12 @@ def _dask(sim: Sim) -> None:
     sim.every(p.dask_interval, 0)
 
 
-def anti_idle_decision(
+def manager_decision(
     pending_tasks: int, in_progress: int, active_count: int, active_agents: int,
     total_active: int, idle_agents: int, max_agents: int,
 ) -> tuple[str, str]:  # fmt: skip
-    """anti-idle.md's "Decision Logic", as written (``active_agents``: nodes working)."""
+    """The specification's workload decision, as written (``active_agents``: nodes
+    working; corral's own, :func:`corral.assessment.decide`, also names the role)."""
     if pending_tasks == 0 and in_progress == 0:
         return "idle", "terminate_idle"
     elif pending_tasks >= 3 and active_count < max_agents:  # noqa: SIM114 (as written)
@@ -619,7 +628,7 @@ def anti_idle_decision(
         return "balanced", "maintain"
 
 
-def _anti_idle(sim: Sim) -> None:
+def _manager(sim: Sim) -> None:
     """The manager assesses every assess_interval and spawns one node per spawn
     recommendation (active count below max_agents); a worker idle idle_timeout with
     nothing pending and the status idle or underutilized terminates; the monitor
@@ -633,7 +642,7 @@ def _anti_idle(sim: Sim) -> None:
             busy = sum(1 for w in sim.workers.values() if w.state == "busy" and not w.refused)
             active = sim.registered()
             idle = active - busy
-            st, rec = anti_idle_decision(sim.pending(), len(sim.running), active, busy,
+            st, rec = manager_decision(sim.pending(), len(sim.running), active, busy,
                                          active, idle, p.max_agents)  # fmt: skip
             status[0] = st
             if rec.startswith("spawn_") and active < p.max_agents:
@@ -664,7 +673,7 @@ _SETUP: dict[str, Callable[[Sim], None]] = {
     "keda": _keda,
     "dbos": _dbos,
     "dask": _dask,
-    "anti-idle": _anti_idle,
+    "manager": _manager,
 }
 
 
@@ -676,7 +685,7 @@ def _cooldown(policy: str, p: Params) -> float:
         "keda": p.keda_cooldown,
         "dbos": p.cooldown,
         "dask": p.dask_interval * p.dask_wait_count,
-        "anti-idle": p.assess_interval,
+        "manager": p.assess_interval,
     }[policy]
 
 
@@ -811,7 +820,8 @@ def acceptance(results: dict[str, Result]) -> list[Check]:
         if r is None:
             continue
         saved = 1 - c.idle_worker_seconds / r.idle_worker_seconds if r.idle_worker_seconds else 0.0
-        out.append(Check(f"idle vs {peer}", f"{saved:.0%} fewer (needs {cut:.0%})", saved >= cut))
+        said = f"{saved:.0%} fewer" if saved >= 0 else f"{-saved:.0%} more"
+        out.append(Check(f"idle vs {peer}", f"{said} (needs {cut:.0%} fewer)", saved >= cut))
         mine, theirs = c.wait["all"]["p95"], r.wait["all"]["p95"]
         out.append(Check(f"p95 wait vs {peer}", f"{mine:.1f} s vs {theirs:.1f} s", mine <= theirs))
     out.append(Check("cap breaches", str(c.cap_breaches), c.cap_breaches == 0))

@@ -103,7 +103,7 @@ def register(group: click.Group) -> None:
         multiple=True,
         callback=_policies,
         help="Policies to run, comma-separated or repeated: corral, fixed, keda, "
-        "dbos, dask, anti-idle (default: all).",
+        "dbos, dask, manager (default: all).",
     )
     @click.option(
         "--max",

@@ -205,6 +205,7 @@ class FleetSupervisor(Supervisor):
             if rt.size is None:
                 rt.size = len(members)  # what this run starts with (adopted members)
             elif rt.size != len(members):  # members that stopped by themselves (retired, gave up)
+                rt.last_change = now  # a change of the pool's size: the cooldown starts
                 self._record_size(rt, now, len(members), "members stopped", "exit")
             looks: list[tuple[str | None, float | None]] = []
             for a in members:
