@@ -68,8 +68,10 @@ def test_corral_serves_a_task_waiting_behind_busy_members():
     arrives at 20 s. Pending 1 with a node working is the assessment's balanced /
     maintain; the pool spawns for the task nobody idle will take (at 20 s: the cooldown
     of 10 s since the first spawn at 0 is over), ready at 30: a wait of 10 s, not 80."""
-    tasks = [TraceTask(0, 0.0, "developer", "medium", 100.0),
-             TraceTask(1, 20.0, "developer", "medium", 10.0)]  # fmt: skip
+    tasks = [
+        TraceTask(0, 0.0, "developer", "medium", 100.0),
+        TraceTask(1, 20.0, "developer", "medium", 10.0),
+    ]
     r = run("corral", tasks)
     assert r.wait["all"]["p95"] == pytest.approx(10.0)
 
@@ -157,9 +159,11 @@ def test_the_claim_order_is_corrals_score_and_waits_are_by_priority():
     """One warm worker busy 0-10 s; a low task at 1 s and a high one at 2 s: at 10 the
     high one goes first (30 points beat 10, an age of 1 s does not), wait 8; the low
     one at 20, wait 19."""
-    tasks = [TraceTask(0, 0.0, "developer", "low", 10.0),
-             TraceTask(1, 1.0, "developer", "low", 10.0),
-             TraceTask(2, 2.0, "developer", "high", 10.0)]  # fmt: skip
+    tasks = [
+        TraceTask(0, 0.0, "developer", "low", 10.0),
+        TraceTask(1, 1.0, "developer", "low", 10.0),
+        TraceTask(2, 2.0, "developer", "high", 10.0),
+    ]
     r = run("fixed", tasks, Params(**{**_asdict(P), "max": 1}))
     assert r.wait["high"]["p50"] == 8.0
     assert r.wait["low"] == {"p50": 0.0, "p95": 19.0, "p99": 19.0}
@@ -169,8 +173,13 @@ def test_a_scale_down_never_kills_a_busy_worker():
     """DBOS with a busy worker and a queue that empties: every task runs its whole
     duration (busy seconds = the trace's work) and none is left unfinished."""
     rng = random.Random(7)
-    tasks = sorted((TraceTask(i, rng.uniform(0, 600), "developer", "high", rng.uniform(5, 90))
-                    for i in range(60)), key=lambda t: t.arrival)  # fmt: skip
+    tasks = sorted(
+        (
+            TraceTask(i, rng.uniform(0, 600), "developer", "high", rng.uniform(5, 90))
+            for i in range(60)
+        ),
+        key=lambda t: t.arrival,
+    )
     tasks = [TraceTask(i, t.arrival, t.role, t.priority, t.duration) for i, t in enumerate(tasks)]
     results, _ = simulate_all(tasks, simulate.POLICIES, P)
     work = sum(t.duration for t in tasks)
@@ -266,8 +275,9 @@ def cli_run(capsys, *args: str) -> tuple[int, str, str]:
 def test_cli_bad_input_is_exit_2_with_one_line_naming_it(capsys, tmp_path):
     trace = str(TRACES / "steady.jsonl")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"arrival": 0, "role": "developer", "priority": "high", "duration": 5}\n'
-                   "{oops\n")  # fmt: skip
+    bad.write_text(
+        '{"arrival": 0, "role": "developer", "priority": "high", "duration": 5}\n{oops\n'
+    )
     neg = tmp_path / "neg.jsonl"
     neg.write_text('{"arrival": 0, "role": "developer", "priority": "high", "duration": -5}\n')
     cases = [
@@ -291,8 +301,9 @@ def test_cli_bad_input_is_exit_2_with_one_line_naming_it(capsys, tmp_path):
 
 def test_cli_json_and_plot(capsys, tmp_path):
     trace = str(TRACES / "steady.jsonl")
-    code, out, _ = cli_run(capsys, trace, "--policy", "corral", "--policy", "keda",
-                           "--json", "--plot", str(tmp_path))  # fmt: skip
+    code, out, _ = cli_run(
+        capsys, trace, "--policy", "corral", "--policy", "keda", "--json", "--plot", str(tmp_path)
+    )
     assert code == 0
     report = json.loads(out)
     steady = report["traces"]["steady"]

@@ -303,8 +303,9 @@ class Sim:
             heapq.heappop(self._events)
             self.now = when
             if kind == _ARRIVE:
-                heapq.heappush(self.queue[arg.role], (sort_key(arg.priority, arg.arrival),
-                                                      arg.arrival, arg.id))  # fmt: skip
+                heapq.heappush(
+                    self.queue[arg.role], (sort_key(arg.priority, arg.arrival), arg.arrival, arg.id)
+                )
                 self._dispatch(arg.role)
                 self.on_change()
             elif kind == _FINISH:
@@ -335,13 +336,16 @@ class Sim:
     # -- the pool -----------------------------------------------------------------
     def live(self, role: str | None = None) -> list[_Worker]:
         """Workers in the pool: spawned and not told to stop (starting, idle, busy)."""
-        return [w for w in self.workers.values()
-                if w.state != "stopping" and not w.draining
-                and (role is None or w.role == role)]  # fmt: skip
+        return [
+            w
+            for w in self.workers.values()
+            if w.state != "stopping" and not w.draining and (role is None or w.role == role)
+        ]
 
     def registered(self) -> int:
-        return sum(1 for w in self.workers.values()
-                   if w.state in ("idle", "busy") and not w.refused)  # fmt: skip
+        return sum(
+            1 for w in self.workers.values() if w.state in ("idle", "busy") and not w.refused
+        )
 
     def pending(self, role: str | None = None) -> int:
         if role is None:
@@ -372,8 +376,9 @@ class Sim:
         once their task is done."""
         pool = self.live(role)
         if not chosen:
-            idle = sorted((w for w in pool if w.state == "idle"),
-                          key=lambda w: (w.idle_since or 0.0, w.id))  # fmt: skip
+            idle = sorted(
+                (w for w in pool if w.state == "idle"), key=lambda w: (w.idle_since or 0.0, w.id)
+            )
             starting = sorted((w for w in pool if w.state == "starting"), key=lambda w: -w.id)
             busy = sorted((w for w in pool if w.state == "busy"), key=lambda w: w.id)
             chosen = (idle + starting + busy)[:n]
@@ -446,9 +451,14 @@ class Sim:
         if not q:
             self._queued()
             return
-        idle = sorted((w for w in self.workers.values()
-                       if w.role == role and w.state == "idle" and not w.refused),
-                      key=lambda w: (w.idle_since or 0.0, w.id))  # fmt: skip
+        idle = sorted(
+            (
+                w
+                for w in self.workers.values()
+                if w.role == role and w.state == "idle" and not w.refused
+            ),
+            key=lambda w: (w.idle_since or 0.0, w.id),
+        )
         for w in idle:
             if not q:
                 break
@@ -506,12 +516,18 @@ def _corral(sim: Sim) -> None:
                 live += d.change
                 last_change[role] = now
             elif d.action == "retire":
-                chosen = [w for w in members if w.state == "idle"
-                          and idle_past_timeout(w.idle_since, p.idle_timeout, now)]  # fmt: skip
+                chosen = [
+                    w
+                    for w in members
+                    if w.state == "idle" and idle_past_timeout(w.idle_since, p.idle_timeout, now)
+                ]
                 sim.retire(role, len(chosen[: -d.change]), d.reason, chosen[: -d.change])
                 last_change[role] = now
-            times = [d.retry_at] + [w.idle_since + p.idle_timeout for w in members
-                                    if w.state == "idle" and w.idle_since is not None]  # fmt: skip
+            times = [d.retry_at] + [
+                w.idle_since + p.idle_timeout
+                for w in members
+                if w.state == "idle" and w.idle_since is not None
+            ]
             for t in times:
                 if t is not None and t > now and (wake is None or t < wake):
                     wake = t
@@ -588,8 +604,9 @@ def _dask(sim: Sim) -> None:
                     counts.pop(w.id, None)
                 sim.spawn(role, target - len(pool), "dask")
                 continue
-            idle = sorted((w for w in pool if w.state == "idle"),
-                          key=lambda w: (w.idle_since or 0.0, w.id))  # fmt: skip
+            idle = sorted(
+                (w for w in pool if w.state == "idle"), key=lambda w: (w.idle_since or 0.0, w.id)
+            )
             starting = sorted((w for w in pool if w.state == "starting"), key=lambda w: -w.id)
             busy = [w for w in pool if w.state == "busy"]
             suggested = (idle + starting + busy)[: len(pool) - target]
@@ -611,9 +628,14 @@ def _dask(sim: Sim) -> None:
 
 
 def manager_decision(
-    pending_tasks: int, in_progress: int, active_count: int, active_agents: int,
-    total_active: int, idle_agents: int, max_agents: int,
-) -> tuple[str, str]:  # fmt: skip
+    pending_tasks: int,
+    in_progress: int,
+    active_count: int,
+    active_agents: int,
+    total_active: int,
+    idle_agents: int,
+    max_agents: int,
+) -> tuple[str, str]:
     """The specification's workload decision, as written (``active_agents``: nodes
     working; corral's own, :func:`corral.assessment.decide`, also names the role)."""
     if pending_tasks == 0 and in_progress == 0:
@@ -642,8 +664,9 @@ def _manager(sim: Sim) -> None:
             busy = sum(1 for w in sim.workers.values() if w.state == "busy" and not w.refused)
             active = sim.registered()
             idle = active - busy
-            st, rec = manager_decision(sim.pending(), len(sim.running), active, busy,
-                                         active, idle, p.max_agents)  # fmt: skip
+            st, rec = manager_decision(
+                sim.pending(), len(sim.running), active, busy, active, idle, p.max_agents
+            )
             status[0] = st
             if rec.startswith("spawn_") and active < p.max_agents:
                 sim.spawn(role, 1, rec)
@@ -779,8 +802,9 @@ def simulate(tasks: Sequence[TraceTask], policy: str, params: Params | None = No
     """One policy's run of ``tasks`` (sorted by arrival, as :func:`parse_trace` gives)."""
     p = params or Params()
     if policy not in _SETUP:
-        raise InvalidInputError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}",
-                                field="policy")  # fmt: skip
+        raise InvalidInputError(
+            f"unknown policy {policy!r}; one of {', '.join(POLICIES)}", field="policy"
+        )
     run = Run(policy, _cooldown(policy, p))
     sim = Sim(tasks, p, run)
     _SETUP[policy](sim)
@@ -825,8 +849,13 @@ def acceptance(results: dict[str, Result]) -> list[Check]:
         mine, theirs = c.wait["all"]["p95"], r.wait["all"]["p95"]
         out.append(Check(f"p95 wait vs {peer}", f"{mine:.1f} s vs {theirs:.1f} s", mine <= theirs))
     out.append(Check("cap breaches", str(c.cap_breaches), c.cap_breaches == 0))
-    out.append(Check("reversals per cooldown", str(c.max_reversals_per_cooldown),
-                     c.max_reversals_per_cooldown <= 1))  # fmt: skip
+    out.append(
+        Check(
+            "reversals per cooldown",
+            str(c.max_reversals_per_cooldown),
+            c.max_reversals_per_cooldown <= 1,
+        )
+    )
     return out
 
 
@@ -842,8 +871,9 @@ def plot(title: str, tasks: Sequence[TraceTask], runs: dict[str, Run], path: str
     import matplotlib.pyplot as plt
 
     end = max(r.end for r in runs.values())
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 6.5), sharex=True,
-                                      gridspec_kw={"height_ratios": [1, 2]})  # fmt: skip
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(11, 6.5), sharex=True, gridspec_kw={"height_ratios": [1, 2]}
+    )
     bucket = max(60.0, end / 200)
     bins = [i * bucket / 60 for i in range(int(end // bucket) + 2)]
     top.hist([t.arrival / 60 for t in tasks], bins=bins, color="0.45")

@@ -37,20 +37,39 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 
 
 def _table(results: dict[str, Any], markdown: bool) -> str:
-    head = ["policy", "idle worker-s", "busy worker-s", "start-up worker-s", "wait p50/p95/p99 s",
-            "high p95 s", "low p95 s", "cap breaches", "scale actions", "reversals",
-            "max reversals per cooldown", "cost"]  # fmt: skip
+    head = [
+        "policy",
+        "idle worker-s",
+        "busy worker-s",
+        "start-up worker-s",
+        "wait p50/p95/p99 s",
+        "high p95 s",
+        "low p95 s",
+        "cap breaches",
+        "scale actions",
+        "reversals",
+        "max reversals per cooldown",
+        "cost",
+    ]
     rows = []
     for r in results.values():
         w = r.wait
-        rows.append([
-            r.policy, f"{r.idle_worker_seconds:,.0f}", f"{r.busy_worker_seconds:,.0f}",
-            f"{r.startup_worker_seconds:,.0f}",
-            f"{w['all']['p50']:.1f} / {w['all']['p95']:.1f} / {w['all']['p99']:.1f}",
-            f"{w['high']['p95']:.1f}", f"{w['low']['p95']:.1f}", str(r.cap_breaches),
-            str(r.scale_actions), str(r.reversals),
-            f"{r.max_reversals_per_cooldown} ({r.cooldown:g} s)", f"{r.cost:,.2f}",
-        ])  # fmt: skip
+        rows.append(
+            [
+                r.policy,
+                f"{r.idle_worker_seconds:,.0f}",
+                f"{r.busy_worker_seconds:,.0f}",
+                f"{r.startup_worker_seconds:,.0f}",
+                f"{w['all']['p50']:.1f} / {w['all']['p95']:.1f} / {w['all']['p99']:.1f}",
+                f"{w['high']['p95']:.1f}",
+                f"{w['low']['p95']:.1f}",
+                str(r.cap_breaches),
+                str(r.scale_actions),
+                str(r.reversals),
+                f"{r.max_reversals_per_cooldown} ({r.cooldown:g} s)",
+                f"{r.cost:,.2f}",
+            ]
+        )
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
@@ -187,9 +206,15 @@ def register(group: click.Group) -> None:
     )
     @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
     def simulate_cmd(
-        traces: tuple[str, ...], policies: list[str], max_: int | None, plot_dir: str | None,
-        markdown: bool, check: bool, as_json: bool, **knobs: Any,
-    ) -> int:  # fmt: skip
+        traces: tuple[str, ...],
+        policies: list[str],
+        max_: int | None,
+        plot_dir: str | None,
+        markdown: bool,
+        check: bool,
+        as_json: bool,
+        **knobs: Any,
+    ) -> int:
         """Replay task traces (JSON lines: arrival, role, priority, duration) on a
         simulated clock through corral's scaling policy and its peers': idle and busy
         worker-seconds, task wait by priority, cap breaches, scale actions and
