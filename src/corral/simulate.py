@@ -869,23 +869,28 @@ def plot(title: str, tasks: Sequence[TraceTask], runs: dict[str, Run], path: str
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     end = max(r.end for r in runs.values())
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(11, 6.5), sharex=True, gridspec_kw={"height_ratios": [1, 2]}
+    fig, axes = plt.subplots(
+        len(runs) + 1, 1, figsize=(11, 1.6 * (len(runs) + 1) + 0.6), sharex=True, squeeze=False
     )
+    top = axes[0][0]
     bucket = max(60.0, end / 200)
     bins = [i * bucket / 60 for i in range(int(end // bucket) + 2)]
     top.hist([t.arrival / 60 for t in tasks], bins=bins, color="0.45")
-    top.set_ylabel(f"arrivals / {bucket / 60:g} min")
+    top.set_ylabel(f"arrivals\n/ {bucket / 60:g} min")
     top.set_title(title)
-    for name, run in runs.items():
+    ceiling = max((n for r in runs.values() for _, n in r.sizes), default=1)
+    for row, (name, run) in zip(axes[1:], runs.items(), strict=True):
+        ax = row[0]
         xs = [t / 60 for t, _ in run.sizes] + [run.end / 60]
         ys = [n for _, n in run.sizes] + [run.sizes[-1][1] if run.sizes else 0]
-        bottom.step(xs, ys, where="post", label=name, linewidth=1.1)
-    bottom.set_ylabel("workers in the pool")
-    bottom.set_xlabel("minutes")
-    bottom.legend(loc="upper right", ncols=3, fontsize="small")
+        ax.step(xs, ys, where="post", linewidth=0.9)
+        ax.set_ylim(0, ceiling + 0.5)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(f"{name}\nworkers")
+    axes[-1][0].set_xlabel("minutes")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
