@@ -16,6 +16,8 @@ import pytest
 
 import corral
 import corral.model
+import corral.params
+import corral.scheduler.ops
 import corral.scheduler.records
 import corral.spawning
 import corral.store.stats
@@ -67,6 +69,8 @@ _NAMES: dict[str, Any] = {
     **vars(corral.store.stats),
     **vars(corral.spawning),
     **vars(corral.types),
+    **vars(corral.params),
+    "ModeName": corral.scheduler.ops.ModeName,
     **vars(corral.scheduler.records),
     **vars(corral.workflows.model),
 }

@@ -20,6 +20,30 @@ if TYPE_CHECKING:
         State,
         Task,
     )
+    from corral.params import (
+        Epoch,
+        Flag,
+        HostName,
+        JsonObject,
+        JsonValue,
+        Limit,
+        Message,
+        ModelName,
+        NodeId,
+        NodeStatusName,
+        PositiveInt,
+        PriorityName,
+        ProcessActionName,
+        Seconds,
+        Seq,
+        StrengthName,
+        TaskRef,
+        TaskStatusName,
+        Text,
+        Title,
+        Wait,
+    )
+    from corral.scheduler.ops import ModeName
     from corral.scheduler.records import Agent, Assignment, Notification
     from corral.spawning import SpawnRequest
     from corral.store.stats import ClusterStats
@@ -42,71 +66,75 @@ class ClientOperations(Protocol):
 
     def register_node(
         self,
-        node_id: str,
+        node_id: NodeId,
         role: str,
-        model: str | None = None,
-        strength: str | None = None,
-        heartbeat_interval: float | None = None,
+        model: ModelName | None = None,
+        strength: StrengthName | None = None,
+        heartbeat_interval: Seconds | None = None,
         *,
-        host: str | None = None,
-        pid: int | None = None,
+        host: HostName | None = None,
+        pid: PositiveInt | None = None,
     ) -> Registered:
         """Register a node in a role; refused with ``CapacityError`` at ``max_agents``
         (a ``bootstrap_manager`` is always admitted)."""
         ...
 
-    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+    def list_nodes(
+        self, status: NodeStatusName | None = None, role: str | None = None
+    ) -> list[Node]:
         """Nodes (the newest incarnation of each), filtered by status and role."""
         ...
 
-    def get_node(self, node_id: str) -> Node:
+    def get_node(self, node_id: NodeId) -> Node:
         """One node (its newest incarnation); ``NotFoundError`` when unknown."""
         ...
 
     def set_agent_status(
-        self, node_id: str, status: str, current_task_id: int | str | None = None
+        self, node_id: NodeId, status: NodeStatusName, current_task_id: TaskRef | None = None
     ) -> Node:
         """Set a node's status (working, idle, waiting or terminated); ``idle_since``
         tracks idle spells, and terminated is final."""
         ...
 
-    def terminate_node(self, node_id: str) -> Node:
+    def terminate_node(self, node_id: NodeId) -> Node:
         """Mark a node terminated (its leases go back to the queue)."""
         ...
 
-    def heartbeat(self, node_id: str, **payload: Any) -> Node:
+    def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:
         """Record a node's proof of life (health, current tasks, capacity, metrics and
         free-form fields); renews its leases."""
         ...
 
-    def touch(self, node_id: str) -> bool:
+    def touch(self, node_id: NodeId) -> bool:
         """Count a call by ``node_id`` as its heartbeat: stamp its last heartbeat and
         push its death deadline out, keeping its heartbeat payload."""
         ...
 
-    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
+    def catch_up(
+        self, node_id: NodeId, since: Seq | None = None, *, limit: Limit = 1000
+    ) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
         ...
 
     def record_metrics(
-        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
+        self, node_id: NodeId, sample: JsonObject, *, keep: PositiveInt | None = None
     ) -> Event:
         """Append one point to a node's heartbeat metrics series."""
         ...
 
-    def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
+    def metrics_series(self, node_id: NodeId, limit: Limit = 100) -> list[Event]:
         """A node's newest heartbeat metrics points (at most ``limit``), oldest
         first."""
         ...
 
     def add_task(
         self,
-        title: str,
-        description: str = "",
-        priority: str = "medium",
+        title: Title,
+        description: Text = "",
+        priority: PriorityName = "medium",
         role: str | None = None,
         *,
-        max_attempts: int | None = None,
+        max_attempts: PositiveInt | None = None,
     ) -> Task:
         """Put a task on the board."""
         ...
@@ -116,21 +144,28 @@ class ClientOperations(Protocol):
         ...
 
     def list_tasks(
-        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
+        self,
+        status: TaskStatusName | None = None,
+        assigned_to: NodeId | None = None,
+        limit: Limit = 100,
     ) -> list[Task]:
         """Tasks, filtered by status and holder (at most ``limit``)."""
         ...
 
-    def get_task(self, task_id: int | str) -> Task:
+    def get_task(self, task_id: TaskRef) -> Task:
         """One task (``3`` or ``task-3``); ``NotFoundError`` when unknown."""
         ...
 
-    def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
+    def claim_best_task(self, node_id: NodeId, role: NodeId, *, wait: Wait = 0) -> Task | None:
         """Claim the best pending task for a role (priority, role match, age)."""
         ...
 
     def complete_task(
-        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> Task:
         """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is
         stale."""
@@ -138,21 +173,21 @@ class ClientOperations(Protocol):
 
     def complete_and_claim(
         self,
-        task_id: int | str,
-        node_id: str,
-        role: str,
-        epoch: int | None = None,
-        result: Any = None,
+        task_id: TaskRef,
+        node_id: NodeId,
+        role: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> tuple[Task, Task | None]:
         """Finish a held task and claim the next one for ``role``."""
         ...
 
     def fail_task(
         self,
-        task_id: int | str,
-        node_id: str,
-        epoch: int | None = None,
-        error: str = "",
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        error: Text = "",
         retry: bool = True,
     ) -> Task:
         """Give a held task up: back to pending while attempts remain (and
@@ -163,24 +198,24 @@ class ClientOperations(Protocol):
         """Assess the workload and recommend spawning or retiring nodes."""
         ...
 
-    def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
+    def read_state(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> State:
         """The board, the nodes and the cluster's metadata; ``.text`` is the text block
         the ``read_state`` tool answers."""
         ...
 
-    def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
+    def read_state_text(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> str:
         """``read_state`` as its text block (what the ``read_state`` tool answers)."""
         ...
 
-    def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+    def events(self, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         """Events after sequence number ``since``, oldest first (at most 10,000)."""
         ...
 
-    def broadcast(self, message: str, node_id: str | None = None) -> Event:
+    def broadcast(self, message: Message, node_id: NodeId | None = None) -> Event:
         """A message every node sees on its next ``catch_up``."""
         ...
 
-    def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
+    def alert(self, message: Message, node_id: NodeId | None = None, **data: Any) -> Event:
         """Record an ``alert`` event."""
         ...
 
@@ -188,24 +223,28 @@ class ClientOperations(Protocol):
         """Counts for dashboards and ``/metrics`` (a ``ClusterStats``)."""
         ...
 
-    def report_processes(self, host: str, processes: list[dict[str, Any]]) -> list[Process]:
+    def report_processes(self, host: NodeId, processes: list[dict[str, Any]]) -> list[Process]:
         """Replace a host's supervised processes with its supervisor's full view."""
         ...
 
-    def list_processes(self, host: str | None = None) -> list[Process]:
+    def list_processes(self, host: NodeId | None = None) -> list[Process]:
         """Supervised processes as their hosts last reported them (or one host's)."""
         ...
 
-    def request_process_action(self, host: str, agent: str, action: str) -> Event:
+    def request_process_action(
+        self, host: NodeId, agent: NodeId, action: ProcessActionName
+    ) -> Event:
         """Ask a host's supervisor to start, stop or restart one of its agents."""
         ...
 
-    def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]:
+    def process_actions(self, host: NodeId, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         """The start/stop/restart requests for a host after event ``since``, oldest
         first (a supervisor's inbox; at most ``limit``)."""
         ...
 
-    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
+    def ack_process_action(
+        self, host: NodeId, request_seq: Seq, ok: Flag, message: Text = ""
+    ) -> Event:
         """Answer a process action request: a ``process_action_done`` event with the
         host, agent, action, the request's ``seq``, ``ok`` and a message."""
         ...
@@ -281,43 +320,47 @@ class ClientOperations(Protocol):
         host stop the run in memory."""
         ...
 
-    def add_agent(self, agent_id: str, config: dict[str, Any] | None = None) -> Agent:
+    def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
         """Add an agent to activate, or replace its config (its place in the order and
         its counts stay)."""
         ...
 
-    def list_agents(self, after: str = "", limit: int = 100) -> list[Agent]:
+    def list_agents(self, after: str = "", limit: Limit = 100) -> list[Agent]:
         """Agents to activate, by id (at most ``limit``, those after ``after``)."""
         ...
 
-    def get_agent(self, agent_id: str) -> Agent:
+    def get_agent(self, agent_id: NodeId) -> Agent:
         """One agent to activate, with its unread count, last activation and caps;
         ``NotFoundError`` when unknown."""
         ...
 
-    def notify(self, agent_id: str, payload: Any) -> Notification:
+    def notify(self, agent_id: NodeId, payload: JsonValue) -> Notification:
         """Put an item in an agent's inbox (``payload``: JSON, at most 64 KiB)."""
         ...
 
-    def read_inbox(self, agent_id: str, limit: int = 100) -> list[Notification]:
+    def read_inbox(self, agent_id: NodeId, limit: Limit = 100) -> list[Notification]:
         """An agent's unread inbox items, oldest first (at most ``limit``), marked
         read."""
         ...
 
-    def get_assignment(self, runner_id: str, mode: str = "hybrid") -> Assignment | None:
+    def get_assignment(self, runner_id: NodeId, mode: ModeName = "hybrid") -> Assignment | None:
         """Activate the next agent for a runner: inbox first (most unread), then due
         cron overrides, then the stalest; None when nothing is due."""
         ...
 
     def release_assignment(
-        self, assignment_id: int, runner_id: str, epoch: int, outcome: dict[str, Any] | None = None
+        self,
+        assignment_id: Epoch,
+        runner_id: NodeId,
+        epoch: Epoch,
+        outcome: dict[str, Any] | None = None,
     ) -> Agent:
         """End an activation: the agent's ``last_activated_at`` and ``activation_count``
         are set and ``outcome`` (``posts``, ``comments``, ``inbox_read`` and free-form
         fields) is recorded against its daily caps."""
         ...
 
-    def list_assignments(self, limit: int = 100) -> list[Assignment]:
+    def list_assignments(self, limit: Limit = 100) -> list[Assignment]:
         """The live activations (who holds which agent, until when), oldest first."""
         ...
 

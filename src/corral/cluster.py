@@ -2,7 +2,10 @@
 
 Every interface (Python, CLI, HTTP, MCP) calls these methods; none holds logic of
 its own. Arguments are validated here, at the edge of the core, so a bad call raises
-``InvalidInputError`` and writes nothing.
+``InvalidInputError`` and writes nothing: each parameter's type carries its rule
+(``corral.params``), which ``@checked`` runs before the method's body; the body checks
+only what depends on the cluster (a role among the settings' roles) or on several
+fields together (a heartbeat's payload, a batch's items).
 """
 
 from __future__ import annotations
@@ -26,19 +29,43 @@ from corral.model import (
     State,
     Task,
 )
+from corral.params import (
+    DESCRIPTION,
+    PRIORITY,
+    TITLE,
+    Epoch,
+    Flag,
+    HostName,
+    JsonObject,
+    JsonValue,
+    Limit,
+    Message,
+    ModelName,
+    NodeId,
+    NodeStatusName,
+    PositiveInt,
+    PriorityName,
+    ProcessActionName,
+    Seconds,
+    Seq,
+    StrengthName,
+    TaskRef,
+    TaskStatusName,
+    Text,
+    Title,
+    Wait,
+)
 from corral.scheduler.ops import SchedulerOps
 from corral.spawning import SpawnRequestsMixin
 from corral.store import NodeSpec, Store, TaskSpec
 from corral.validation import (
     MAX_INT,
+    POSITIVE_INT,
     check_choice,
     check_id,
-    check_limit,
     check_payload,
-    check_positive,
-    check_seq,
     check_task_id,
-    check_text,
+    checked,
 )
 from corral.workflows.service import WorkflowOperations
 
@@ -139,13 +166,6 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
     def _role(self, role: Any, field: str = "role") -> str:
         return check_choice(role, self.store.settings().roles, field)
 
-    def _epoch(self, epoch: Any) -> int | None:
-        if epoch is None:
-            return None
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch <= MAX_INT:
-            raise InvalidInputError("epoch must be a positive integer", field="epoch")
-        return epoch
-
     # --- settings -----------------------------------------------------------------
     def settings(self) -> Settings:
         """The cluster's settings, as every process sees them."""
@@ -156,16 +176,17 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         return self.store.update_settings(changes, self.clock.now())
 
     # --- nodes --------------------------------------------------------------------
+    @checked
     def register_node(
         self,
-        node_id: str,
+        node_id: NodeId,
         role: str,
-        model: str | None = None,
-        strength: str | None = None,
-        heartbeat_interval: float | None = None,
+        model: ModelName | None = None,
+        strength: StrengthName | None = None,
+        heartbeat_interval: Seconds | None = None,
         *,
-        host: str | None = None,
-        pid: int | None = None,
+        host: HostName | None = None,
+        pid: PositiveInt | None = None,
     ) -> Registered:
         """Register a node in a role; refused with ``CapacityError`` at ``max_agents``
         (a ``bootstrap_manager`` is always admitted). The result's ``.text`` is the
@@ -175,44 +196,39 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         ``os.getpid()`` (``corral.Worker`` does); a process registering on behalf of a
         node (``corral node register``, the server, the MCP tools) names none."""
         spec = NodeSpec(
-            id=check_id(node_id),
+            id=node_id,
             role=self._role(role),
-            model=None if model is None else check_text(model, "model", max_len=200),
-            strength=None
-            if strength is None
-            else check_choice(strength, defaults.STRENGTHS, "strength"),
-            heartbeat_interval=None
-            if heartbeat_interval is None
-            else float(check_positive(heartbeat_interval, "heartbeat_interval")),
-            host=socket.gethostname() if host is None else check_text(host, "host", max_len=255),
-            pid=None if pid is None else int(check_positive(pid, "pid", integer=True)),
+            model=model,
+            strength=strength,
+            heartbeat_interval=heartbeat_interval,
+            host=socket.gethostname() if host is None else host,
+            pid=pid,
         )
         return self.store.register_node(spec, self.clock.now())
 
-    def get_node(self, node_id: str) -> Node:
+    @checked
+    def get_node(self, node_id: NodeId) -> Node:
         """One node (its newest incarnation); ``NotFoundError`` when unknown."""
-        return self.store.get_node(check_id(node_id))
+        return self.store.get_node(node_id)
 
-    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+    @checked
+    def list_nodes(
+        self, status: NodeStatusName | None = None, role: str | None = None
+    ) -> list[Node]:
         """Nodes (the newest incarnation of each), filtered by status and role."""
-        if status is not None:
-            check_choice(status, defaults.NODE_STATUSES, "status")
         if role is not None:
             self._role(role)
         return self.store.list_nodes(status=status, role=role)
 
+    @checked
     def set_agent_status(
-        self, node_id: str, status: str, current_task_id: int | str | None = None
+        self, node_id: NodeId, status: NodeStatusName, current_task_id: TaskRef | None = None
     ) -> Node:
         """Set a node's status (working, idle, waiting or terminated); ``idle_since``
         tracks idle spells, and terminated is final. A node that holds a task cannot
         be idle, and an idle node names no current task (``ConflictError``, naming the
         task and what to do)."""
-        node_id = check_id(node_id)
-        status = check_choice(status, defaults.NODE_STATUSES, "status")
-        task_id = (
-            None if current_task_id is None else check_task_id(current_task_id, "current_task_id")
-        )
+        task_id = None if current_task_id is None else int(current_task_id)
         if status == "idle" and task_id is not None:
             raise ConflictError(
                 "an idle node works on no task: leave current_task_id out, or say working"
@@ -221,15 +237,15 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
             )
         return self.store.set_status(node_id, status, task_id, self.clock.now())
 
-    def terminate_node(self, node_id: str) -> Node:
+    def terminate_node(self, node_id: NodeId) -> Node:
         """Mark a node terminated (its leases go back to the queue)."""
         return self.set_agent_status(node_id, "terminated")
 
-    def heartbeat(self, node_id: str, **payload: Any) -> Node:
+    @checked
+    def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:
         """Record a node's proof of life (health, current tasks, capacity, metrics and
         free-form fields); renews its leases. Health is derived from ``metrics`` when
         not given."""
-        node_id = check_id(node_id)
         check_payload(payload, "heartbeat")
         health = payload.get("health_status")
         if health is not None:
@@ -263,13 +279,14 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
                 health = health_status(metrics)
         return self.store.heartbeat(node_id, payload, health, self.clock.now())
 
-    def touch(self, node_id: str) -> bool:
+    @checked
+    def touch(self, node_id: NodeId) -> bool:
         """Count a call by ``node_id`` as its heartbeat: stamp its last heartbeat and
         push its death deadline out, keeping its heartbeat payload.
 
         The MCP tools do this for every call that names an agent. False when the node
         is unknown or terminated."""
-        return self.store.touch(check_id(node_id), self.clock.now())
+        return self.store.touch(node_id, self.clock.now())
 
     # --- tasks --------------------------------------------------------------------
     def _task_spec(
@@ -287,23 +304,24 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         if role is not None:
             role = check_choice(role, roles or self.store.settings().roles, "role")
         return TaskSpec(
-            title=check_text(title, "title", max_len=defaults.MAX_TITLE, allow_empty=False).strip(),
-            description=check_text(description, "description", max_len=defaults.MAX_DESCRIPTION),
-            priority=check_choice(priority, defaults.PRIORITIES, "priority"),
+            title=TITLE.check(title, "title").strip(),
+            description=DESCRIPTION.check(description, "description"),
+            priority=PRIORITY.check(priority, "priority"),
             role=role,
             max_attempts=None
             if max_attempts is None
-            else int(check_positive(max_attempts, "max_attempts", integer=True)),
+            else POSITIVE_INT.check(max_attempts, "max_attempts"),
         )
 
+    @checked
     def add_task(
         self,
-        title: str,
-        description: str = "",
-        priority: str = "medium",
+        title: Title,
+        description: Text = "",
+        priority: PriorityName = "medium",
         role: str | None = None,
         *,
-        max_attempts: int | None = None,
+        max_attempts: PositiveInt | None = None,
     ) -> Task:
         """Put a task on the board.
 
@@ -336,43 +354,29 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
             specs.append(self._task_spec(**item, roles=roles))
         return self.store.add_tasks(specs, self.clock.now())
 
-    def get_task(self, task_id: int | str) -> Task:
+    @checked
+    def get_task(self, task_id: TaskRef) -> Task:
         """One task (``3`` or ``task-3``); ``NotFoundError`` when unknown."""
-        return self.store.get_task(check_task_id(task_id))
+        return self.store.get_task(int(task_id))
 
+    @checked
     def list_tasks(
         self,
-        status: str | None = None,
-        assigned_to: str | None = None,
-        limit: int = 100,
+        status: TaskStatusName | None = None,
+        assigned_to: NodeId | None = None,
+        limit: Limit = 100,
     ) -> list[Task]:
         """Tasks, filtered by status and holder (at most ``limit``)."""
-        if status is not None:
-            check_choice(status, defaults.TASK_STATUSES, "status")
-        if assigned_to is not None:
-            check_id(assigned_to, "assigned_to")
-        return self.store.list_tasks(
-            status=status, assigned_to=assigned_to, limit=check_limit(limit)
-        )
+        return self.store.list_tasks(status=status, assigned_to=assigned_to, limit=limit)
 
-    def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
+    @checked
+    def claim_best_task(self, node_id: NodeId, role: NodeId, *, wait: Wait = 0) -> Task | None:
         """Claim the best pending task for a role (priority, role match, age).
 
         None when nothing is pending. The task carries its lease ``epoch``.
 
         ``wait`` (seconds, at most ``MAX_CLAIM_WAIT``): when nothing is pending, block
         until a task is added (woken by the store, no polling) or the time is up."""
-        role = check_id(role, "role")
-        node_id = check_id(node_id)
-        if (
-            isinstance(wait, bool)
-            or not isinstance(wait, int | float)
-            or not (0 <= wait <= defaults.MAX_CLAIM_WAIT)
-        ):
-            raise InvalidInputError(
-                f"wait must be a number of seconds from 0 to {defaults.MAX_CLAIM_WAIT:g}",
-                field="wait",
-            )
         if not wait:
             return self.store.claim(node_id, role, self.clock.now())
         deadline = time.monotonic() + wait
@@ -384,58 +388,46 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
                 return task
             self.store.wait_ready(token, left)
 
+    @checked
     def complete_task(
-        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> Task:
         """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is stale."""
-        if result is not None:
-            check_payload(result, "result")
-        return self.store.complete(
-            check_task_id(task_id), check_id(node_id), self._epoch(epoch), result, self.clock.now()
-        )
+        return self.store.complete(int(task_id), node_id, epoch, result, self.clock.now())
 
+    @checked
     def complete_and_claim(
         self,
-        task_id: int | str,
-        node_id: str,
-        role: str,
-        epoch: int | None = None,
-        result: Any = None,
+        task_id: TaskRef,
+        node_id: NodeId,
+        role: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> tuple[Task, Task | None]:
         """Finish a held task and claim the next one for ``role``.
 
         The same checks and events as ``complete_task`` then ``claim_best_task``, in
         one transaction where the backend allows (a worker's loop: one commit per task
         instead of two)."""
-        if result is not None:
-            check_payload(result, "result")
-        role = check_id(role, "role")
         return self.store.complete_and_claim(
-            check_task_id(task_id),
-            check_id(node_id),
-            self._epoch(epoch),
-            result,
-            role,
-            self.clock.now(),
+            int(task_id), node_id, epoch, result, role, self.clock.now()
         )
 
+    @checked
     def fail_task(
         self,
-        task_id: int | str,
-        node_id: str,
-        epoch: int | None = None,
-        error: str = "",
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        error: Text = "",
         retry: bool = True,
     ) -> Task:
         """Give a held task up: back to pending while attempts remain (and ``retry``)."""
-        return self.store.fail(
-            check_task_id(task_id),
-            check_id(node_id),
-            self._epoch(epoch),
-            check_text(error, "error", max_len=defaults.MAX_DESCRIPTION),
-            bool(retry),
-            self.clock.now(),
-        )
+        return self.store.fail(int(task_id), node_id, epoch, error, bool(retry), self.clock.now())
 
     # --- views --------------------------------------------------------------------
     def assess_workload(self) -> Assessment:
@@ -445,67 +437,57 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         ``read_state`` shows."""
         return self.store.assess(self.clock.now())
 
-    def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
+    @checked
+    def read_state(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> State:
         """The board, the nodes and the cluster's metadata; ``.text`` is the text block
         the ``read_state`` tool answers."""
-        if node_id is not None:
-            check_id(node_id)
-        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=check_limit(limit))
+        return self.store.snapshot(self.clock.now(), node_id=node_id, limit=limit)
 
-    def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
+    def read_state_text(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> str:
         """``read_state`` as its text block (what the ``read_state`` tool answers)."""
         return self.read_state(node_id, limit=limit).text
 
-    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
+    @checked
+    def catch_up(
+        self, node_id: NodeId, since: Seq | None = None, *, limit: Limit = 1000
+    ) -> CatchUp:
         """Events since the node's cursor (or ``since``), and the cursor to use next."""
-        if since is not None:
-            check_seq(since)
-        return self.store.catch_up(check_id(node_id), since, check_limit(limit), self.clock.now())
+        return self.store.catch_up(node_id, since, limit, self.clock.now())
 
-    def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+    @checked
+    def events(self, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         """Events after sequence number ``since``, oldest first (at most 10,000)."""
-        since = check_seq(since)
-        return self.store.events(since, check_limit(limit))
+        return self.store.events(since, limit)
 
-    def broadcast(self, message: str, node_id: str | None = None) -> Event:
+    @checked
+    def broadcast(self, message: Message, node_id: NodeId | None = None) -> Event:
         """A message every node sees on its next ``catch_up``."""
-        return self.store.broadcast(
-            None if node_id is None else check_id(node_id),
-            check_text(message, "message", max_len=defaults.MAX_DESCRIPTION, allow_empty=False),
-            self.clock.now(),
-        )
+        return self.store.broadcast(node_id, message, self.clock.now())
 
     # --- alerts and heartbeat metrics (worker SDK) ----------------------------------
-    def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
+    @checked
+    def alert(self, message: Message, node_id: NodeId | None = None, **data: Any) -> Event:
         """Record an ``alert`` event.
 
         A heartbeat destination that failed 3 times in a row raises one; ``data`` is
         free-form JSON."""
         check_payload(data, "data")
-        return self.store.record_alert(
-            None if node_id is None else check_id(node_id),
-            check_text(message, "message", max_len=defaults.MAX_DESCRIPTION, allow_empty=False),
-            data,
-            self.clock.now(),
-        )
+        return self.store.record_alert(node_id, message, data, self.clock.now())
 
+    @checked
     def record_metrics(
-        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
+        self, node_id: NodeId, sample: JsonObject, *, keep: PositiveInt | None = None
     ) -> Event:
         """Append one point to a node's heartbeat metrics series.
 
         The point is a ``heartbeat_sample`` event; with ``keep``, only the newest
         ``keep`` stay."""
-        if not isinstance(sample, dict):
-            raise InvalidInputError("sample must be an object", field="sample")
-        check_payload(sample, "sample")
-        if keep is not None:
-            keep = int(check_positive(keep, "keep", integer=True))
-        return self.store.record_sample(check_id(node_id), sample, keep, self.clock.now())
+        return self.store.record_sample(node_id, sample, keep, self.clock.now())
 
-    def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
+    @checked
+    def metrics_series(self, node_id: NodeId, limit: Limit = 100) -> list[Event]:
         """A node's newest heartbeat metrics points (at most ``limit``), oldest first."""
-        return self.store.samples(check_id(node_id), check_limit(limit))
+        return self.store.samples(node_id, limit)
 
     def stats(self) -> ClusterStats:
         """Counts for dashboards and ``/metrics`` (a ``ClusterStats``)."""
@@ -514,7 +496,8 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         return read_stats(self.store)
 
     # --- supervised processes (corral supervise) -------------------------------------
-    def report_processes(self, host: str, processes: list[dict[str, Any]]) -> list[Process]:
+    @checked
+    def report_processes(self, host: NodeId, processes: list[dict[str, Any]]) -> list[Process]:
         """Replace a host's supervised processes with its supervisor's full view.
 
         Each item has ``agent``, ``state`` (STOPPED, STARTING, RUNNING, UNHEALTHY or
@@ -523,7 +506,6 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         earlier one). A ``process_state`` event
         is recorded for each agent whose state changed and a ``process_removed`` for
         each agent the host no longer reports. Returns the stored processes."""
-        host = check_id(host, "host")
         if not isinstance(processes, list) or len(processes) > defaults.MAX_PROCESSES:
             raise InvalidInputError(
                 f"processes must be a list of at most {defaults.MAX_PROCESSES} items",
@@ -533,40 +515,33 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
         items = {p.agent: p for p in (_process_item(x, i) for i, x in enumerate(processes))}
         return self.store.report_processes(host, list(items.values()), self.clock.now())
 
-    def list_processes(self, host: str | None = None) -> list[Process]:
+    @checked
+    def list_processes(self, host: NodeId | None = None) -> list[Process]:
         """Supervised processes as their hosts last reported them (or one host's)."""
-        return self.store.list_processes(None if host is None else check_id(host, "host"))
+        return self.store.list_processes(host)
 
-    def request_process_action(self, host: str, agent: str, action: str) -> Event:
+    @checked
+    def request_process_action(
+        self, host: NodeId, agent: NodeId, action: ProcessActionName
+    ) -> Event:
         """Ask a host's supervisor to start, stop or restart one of its agents.
 
         Records a ``process_action_requested`` event (its ``seq`` is the request's
         id), which the supervisor reads with ``process_actions`` and answers with
         ``ack_process_action``. ``NotFoundError`` when the host reports no such
         agent."""
-        return self.store.request_process_action(
-            check_id(host, "host"),
-            check_id(agent, "agent"),
-            check_choice(action, defaults.PROCESS_ACTIONS, "action"),
-            self.clock.now(),
-        )
+        return self.store.request_process_action(host, agent, action, self.clock.now())
 
-    def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]:
+    @checked
+    def process_actions(self, host: NodeId, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         """The start/stop/restart requests for a host after event ``since``, oldest
         first (a supervisor's inbox; at most ``limit``)."""
-        return self.store.process_actions(
-            check_id(host, "host"), check_seq(since), check_limit(limit)
-        )
+        return self.store.process_actions(host, since, limit)
 
-    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
+    @checked
+    def ack_process_action(
+        self, host: NodeId, request_seq: Seq, ok: Flag, message: Text = ""
+    ) -> Event:
         """Answer a process action request: a ``process_action_done`` event with the
         host, agent, action, the request's ``seq``, ``ok`` and a message."""
-        if not isinstance(ok, bool):
-            raise InvalidInputError("ok must be true or false", field="ok")
-        return self.store.ack_process_action(
-            check_id(host, "host"),
-            check_seq(request_seq, "request_seq"),
-            ok,
-            check_text(message, "message", max_len=defaults.MAX_DESCRIPTION),
-            self.clock.now(),
-        )
+        return self.store.ack_process_action(host, request_seq, ok, message, self.clock.now())

@@ -312,7 +312,7 @@ def remote_source() -> str:
             for p in params
             if p.name in op.path_params
             and p.name != "task_id"
-            and _annotation(p.annotation) == "int"
+            and method_types(op).get(p.name) is int
         )
         if ints:
             int_paths.append(f'        "{op.name}": frozenset({{{", ".join(map(repr, ints))}}}),')

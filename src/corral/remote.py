@@ -40,6 +40,26 @@ from corral.model import (
 )
 from corral.operations import OPERATIONS
 from corral.outage import CallLost
+from corral.params import (
+    Epoch,
+    HostName,
+    JsonObject,
+    JsonValue,
+    Limit,
+    Message,
+    ModelName,
+    NodeId,
+    PositiveInt,
+    PriorityName,
+    Seconds,
+    Seq,
+    StrengthName,
+    TaskRef,
+    TaskStatusName,
+    Text,
+    Title,
+    Wait,
+)
 from corral.remote_calls import build, one, segment
 from corral.remote_ops import HttpOperations
 from corral.scheduler.remote import SchedulerRemote
@@ -302,14 +322,14 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
     # --- nodes --------------------------------------------------------------------
     def register_node(
         self,
-        node_id: str,
+        node_id: NodeId,
         role: str,
-        model: str | None = None,
-        strength: str | None = None,
-        heartbeat_interval: float | None = None,
+        model: ModelName | None = None,
+        strength: StrengthName | None = None,
+        heartbeat_interval: Seconds | None = None,
         *,
-        host: str | None = None,
-        pid: int | None = None,
+        host: HostName | None = None,
+        pid: PositiveInt | None = None,
     ) -> Registered:
         body = {
             "node_id": node_id,
@@ -324,22 +344,22 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         self.node_tokens[d["id"]] = d["token"]
         return build(Registered, d)
 
-    def heartbeat(self, node_id: str, **payload: Any) -> Node:
+    def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:
         # The payload is one argument to the service (``check_payload(.., "heartbeat")``).
         return build(Node, self._call("heartbeat", payload, node=node_id, body_field="heartbeat"))
 
-    def touch(self, node_id: str) -> bool:
+    def touch(self, node_id: NodeId) -> bool:
         return bool(self._call("touch", node=node_id)["touched"])
 
     # --- tasks --------------------------------------------------------------------
     def add_task(
         self,
-        title: str,
-        description: str = "",
-        priority: str = "medium",
+        title: Title,
+        description: Text = "",
+        priority: PriorityName = "medium",
         role: str | None = None,
         *,
-        max_attempts: int | None = None,
+        max_attempts: PositiveInt | None = None,
     ) -> Task:
         body = {
             "title": title,
@@ -355,11 +375,14 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
             raise InvalidInputError("tasks must be a list of at most 100000 items", field="tasks")
         return [_task(d) for d in self._call("add_tasks", {"tasks": tasks})]
 
-    def get_task(self, task_id: int | str) -> Task:
+    def get_task(self, task_id: TaskRef) -> Task:
         return _task(self._call("get_task", task=task_id))
 
     def list_tasks(
-        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
+        self,
+        status: TaskStatusName | None = None,
+        assigned_to: NodeId | None = None,
+        limit: Limit = 100,
     ) -> list[Task]:
         limit = int(check_positive(limit, "limit", integer=True))
         query = {"status": status, "assigned_to": assigned_to, "limit": limit}
@@ -384,7 +407,7 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
             body["idempotency_key"] = key
         return body
 
-    def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
+    def claim_best_task(self, node_id: NodeId, role: NodeId, *, wait: Wait = 0) -> Task | None:
         if isinstance(wait, float) and not math.isfinite(wait):
             raise InvalidInputError("wait must be a finite number of seconds", field="wait")
         timeout = None
@@ -399,18 +422,22 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         return None if d["task"] is None else _task(d["task"])
 
     def complete_task(
-        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> Task:
         body = {"node_id": node_id, "epoch": epoch, "result": result}
         return _task(self._call("complete_task", body, task=task_id))
 
     def complete_and_claim(
         self,
-        task_id: int | str,
-        node_id: str,
-        role: str,
-        epoch: int | None = None,
-        result: Any = None,
+        task_id: TaskRef,
+        node_id: NodeId,
+        role: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> tuple[Task, Task | None]:
         body = {"node_id": node_id, "role": role, "epoch": epoch, "result": result}
         d = self._call("complete_and_claim", self._keyed(body), task=task_id)
@@ -418,17 +445,17 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
 
     def fail_task(
         self,
-        task_id: int | str,
-        node_id: str,
-        epoch: int | None = None,
-        error: str = "",
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        error: Text = "",
         retry: bool = True,
     ) -> Task:
         body = {"node_id": node_id, "epoch": epoch, "error": error, "retry": bool(retry)}
         return _task(self._call("fail_task", body, task=task_id))
 
     # --- views --------------------------------------------------------------------
-    def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
+    def read_state(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> State:
         if node_id is not None:
             check_id(node_id)
         limit = check_limit(limit)  # capped as the embedded client does
@@ -438,38 +465,40 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         d["processes"] = [build(Process, p) for p in d.get("processes", ())]
         return build(State, d)
 
-    def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
+    def read_state_text(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> str:
         limit = check_limit(limit)
         result: str = self._call("read_state_text", {"node_id": node_id, "limit": limit}, raw=True)
         return result
 
-    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
+    def catch_up(
+        self, node_id: NodeId, since: Seq | None = None, *, limit: Limit = 1000
+    ) -> CatchUp:
         body = {"since": since, "limit": limit}
         d = self._call("catch_up", body, node=node_id)
         return CatchUp(events=[_event(e) for e in d["events"]], cursor=d["cursor"])
 
-    def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+    def events(self, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         since = check_seq(since)  # a query string would turn "3" into 3
         rows = self._call("events", {"since": since, "limit": check_limit(limit)})
         return [_event(e) for e in rows]
 
-    def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
+    def alert(self, message: Message, node_id: NodeId | None = None, **data: Any) -> Event:
         body = {"message": message, "node_id": node_id, "data": data}
         return _event(self._call("alert", body))
 
     def record_metrics(
-        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
+        self, node_id: NodeId, sample: JsonObject, *, keep: PositiveInt | None = None
     ) -> Event:
         body = {"sample": sample, "keep": keep}
         return _event(self._call("record_metrics", body, node=node_id))
 
-    def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
+    def metrics_series(self, node_id: NodeId, limit: Limit = 100) -> list[Event]:
         limit = int(check_positive(limit, "limit", integer=True))
         rows = self._call("metrics_series", {"limit": limit}, node=node_id)
         return [_event(e) for e in rows]
 
     # --- supervised processes -----------------------------------------------------
-    def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]:
+    def process_actions(self, host: NodeId, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         query = {"host": host, "since": check_seq(since), "limit": check_limit(limit)}
         return [_event(e) for e in self._call("process_actions", query)]
 

@@ -26,6 +26,30 @@ from corral.store.stats import ClusterStats
 from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
 if TYPE_CHECKING:
+    from corral.params import (
+        Epoch,
+        Flag,
+        HostName,
+        JsonObject,
+        JsonValue,
+        Limit,
+        Message,
+        ModelName,
+        NodeId,
+        NodeStatusName,
+        PositiveInt,
+        PriorityName,
+        ProcessActionName,
+        Seconds,
+        Seq,
+        StrengthName,
+        TaskRef,
+        TaskStatusName,
+        Text,
+        Title,
+        Wait,
+    )
+    from corral.scheduler.ops import ModeName
     from corral.types import SpawnStatus
 
 __all__ = ["HttpOperations"]
@@ -50,14 +74,14 @@ class HttpOperations(RemoteCalls):
 
     def register_node(
         self,
-        node_id: str,
+        node_id: NodeId,
         role: str,
-        model: str | None = None,
-        strength: str | None = None,
-        heartbeat_interval: float | None = None,
+        model: ModelName | None = None,
+        strength: StrengthName | None = None,
+        heartbeat_interval: Seconds | None = None,
         *,
-        host: str | None = None,
-        pid: int | None = None,
+        host: HostName | None = None,
+        pid: PositiveInt | None = None,
     ) -> Registered:
         return one(
             Registered,
@@ -75,14 +99,16 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def list_nodes(self, status: str | None = None, role: str | None = None) -> list[Node]:
+    def list_nodes(
+        self, status: NodeStatusName | None = None, role: str | None = None
+    ) -> list[Node]:
         return many(Node, self._invoke("list_nodes", {"status": status, "role": role}))
 
-    def get_node(self, node_id: str) -> Node:
+    def get_node(self, node_id: NodeId) -> Node:
         return one(Node, self._invoke("get_node", {"node_id": node_id}))
 
     def set_agent_status(
-        self, node_id: str, status: str, current_task_id: int | str | None = None
+        self, node_id: NodeId, status: NodeStatusName, current_task_id: TaskRef | None = None
     ) -> Node:
         return one(
             Node,
@@ -92,39 +118,41 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def terminate_node(self, node_id: str) -> Node:
+    def terminate_node(self, node_id: NodeId) -> Node:
         return one(Node, self._invoke("terminate_node", {"node_id": node_id}))
 
-    def heartbeat(self, node_id: str, **payload: Any) -> Node:
+    def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:
         return one(Node, self._invoke("heartbeat", {"node_id": node_id, **payload}))
 
-    def touch(self, node_id: str) -> bool:
+    def touch(self, node_id: NodeId) -> bool:
         return cast("bool", self._invoke("touch", {"node_id": node_id}))
 
-    def catch_up(self, node_id: str, since: int | None = None, *, limit: int = 1000) -> CatchUp:
+    def catch_up(
+        self, node_id: NodeId, since: Seq | None = None, *, limit: Limit = 1000
+    ) -> CatchUp:
         return one(
             CatchUp, self._invoke("catch_up", {"node_id": node_id, "since": since, "limit": limit})
         )
 
     def record_metrics(
-        self, node_id: str, sample: dict[str, Any], *, keep: int | None = None
+        self, node_id: NodeId, sample: JsonObject, *, keep: PositiveInt | None = None
     ) -> Event:
         return one(
             Event,
             self._invoke("record_metrics", {"node_id": node_id, "sample": sample, "keep": keep}),
         )
 
-    def metrics_series(self, node_id: str, limit: int = 100) -> list[Event]:
+    def metrics_series(self, node_id: NodeId, limit: Limit = 100) -> list[Event]:
         return many(Event, self._invoke("metrics_series", {"node_id": node_id, "limit": limit}))
 
     def add_task(
         self,
-        title: str,
-        description: str = "",
-        priority: str = "medium",
+        title: Title,
+        description: Text = "",
+        priority: PriorityName = "medium",
         role: str | None = None,
         *,
-        max_attempts: int | None = None,
+        max_attempts: PositiveInt | None = None,
     ) -> Task:
         return one(
             Task,
@@ -144,7 +172,10 @@ class HttpOperations(RemoteCalls):
         return many(Task, self._invoke("add_tasks", {"tasks": tasks}))
 
     def list_tasks(
-        self, status: str | None = None, assigned_to: str | None = None, limit: int = 100
+        self,
+        status: TaskStatusName | None = None,
+        assigned_to: NodeId | None = None,
+        limit: Limit = 100,
     ) -> list[Task]:
         return many(
             Task,
@@ -153,16 +184,20 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def get_task(self, task_id: int | str) -> Task:
+    def get_task(self, task_id: TaskRef) -> Task:
         return one(Task, self._invoke("get_task", {"task_id": task_id}))
 
-    def claim_best_task(self, node_id: str, role: str, *, wait: float = 0) -> Task | None:
+    def claim_best_task(self, node_id: NodeId, role: NodeId, *, wait: Wait = 0) -> Task | None:
         return maybe(
             Task, self._invoke("claim_best_task", {"node_id": node_id, "role": role, "wait": wait})
         )
 
     def complete_task(
-        self, task_id: int | str, node_id: str, epoch: int | None = None, result: Any = None
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> Task:
         return one(
             Task,
@@ -174,11 +209,11 @@ class HttpOperations(RemoteCalls):
 
     def complete_and_claim(
         self,
-        task_id: int | str,
-        node_id: str,
-        role: str,
-        epoch: int | None = None,
-        result: Any = None,
+        task_id: TaskRef,
+        node_id: NodeId,
+        role: NodeId,
+        epoch: Epoch | None = None,
+        result: JsonValue = None,
     ) -> tuple[Task, Task | None]:
         return cast(
             "tuple[Task, Task | None]",
@@ -196,10 +231,10 @@ class HttpOperations(RemoteCalls):
 
     def fail_task(
         self,
-        task_id: int | str,
-        node_id: str,
-        epoch: int | None = None,
-        error: str = "",
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        error: Text = "",
         retry: bool = True,
     ) -> Task:
         return one(
@@ -219,33 +254,35 @@ class HttpOperations(RemoteCalls):
     def assess_workload(self) -> Assessment:
         return one(Assessment, self._invoke("assess_workload", {}))
 
-    def read_state(self, node_id: str | None = None, *, limit: int = 50) -> State:
+    def read_state(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> State:
         return one(State, self._invoke("read_state", {"node_id": node_id, "limit": limit}))
 
-    def read_state_text(self, node_id: str | None = None, *, limit: int = 50) -> str:
+    def read_state_text(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> str:
         return cast("str", self._invoke("read_state_text", {"node_id": node_id, "limit": limit}))
 
-    def events(self, since: int = 0, limit: int = 1000) -> list[Event]:
+    def events(self, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         return many(Event, self._invoke("events", {"since": since, "limit": limit}))
 
-    def broadcast(self, message: str, node_id: str | None = None) -> Event:
+    def broadcast(self, message: Message, node_id: NodeId | None = None) -> Event:
         return one(Event, self._invoke("broadcast", {"message": message, "node_id": node_id}))
 
-    def alert(self, message: str, node_id: str | None = None, **data: Any) -> Event:
+    def alert(self, message: Message, node_id: NodeId | None = None, **data: Any) -> Event:
         return one(Event, self._invoke("alert", {"message": message, "node_id": node_id, **data}))
 
     def stats(self) -> ClusterStats:
         return one(ClusterStats, self._invoke("stats", {}))
 
-    def report_processes(self, host: str, processes: list[dict[str, Any]]) -> list[Process]:
+    def report_processes(self, host: NodeId, processes: list[dict[str, Any]]) -> list[Process]:
         return many(
             Process, self._invoke("report_processes", {"host": host, "processes": processes})
         )
 
-    def list_processes(self, host: str | None = None) -> list[Process]:
+    def list_processes(self, host: NodeId | None = None) -> list[Process]:
         return many(Process, self._invoke("list_processes", {"host": host}))
 
-    def request_process_action(self, host: str, agent: str, action: str) -> Event:
+    def request_process_action(
+        self, host: NodeId, agent: NodeId, action: ProcessActionName
+    ) -> Event:
         return one(
             Event,
             self._invoke(
@@ -253,12 +290,14 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def process_actions(self, host: str, since: int = 0, limit: int = 1000) -> list[Event]:
+    def process_actions(self, host: NodeId, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
         return many(
             Event, self._invoke("process_actions", {"host": host, "since": since, "limit": limit})
         )
 
-    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str = "") -> Event:
+    def ack_process_action(
+        self, host: NodeId, request_seq: Seq, ok: Flag, message: Text = ""
+    ) -> Event:
         return one(
             Event,
             self._invoke(
@@ -356,30 +395,34 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def add_agent(self, agent_id: str, config: dict[str, Any] | None = None) -> Agent:
+    def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
         return one(Agent, self._invoke("add_agent", {"agent_id": agent_id, "config": config}))
 
-    def list_agents(self, after: str = "", limit: int = 100) -> list[Agent]:
+    def list_agents(self, after: str = "", limit: Limit = 100) -> list[Agent]:
         return many(Agent, self._invoke("list_agents", {"after": after, "limit": limit}))
 
-    def get_agent(self, agent_id: str) -> Agent:
+    def get_agent(self, agent_id: NodeId) -> Agent:
         return one(Agent, self._invoke("get_agent", {"agent_id": agent_id}))
 
-    def notify(self, agent_id: str, payload: Any) -> Notification:
+    def notify(self, agent_id: NodeId, payload: JsonValue) -> Notification:
         return one(Notification, self._invoke("notify", {"agent_id": agent_id, "payload": payload}))
 
-    def read_inbox(self, agent_id: str, limit: int = 100) -> list[Notification]:
+    def read_inbox(self, agent_id: NodeId, limit: Limit = 100) -> list[Notification]:
         return many(
             Notification, self._invoke("read_inbox", {"agent_id": agent_id, "limit": limit})
         )
 
-    def get_assignment(self, runner_id: str, mode: str = "hybrid") -> Assignment | None:
+    def get_assignment(self, runner_id: NodeId, mode: ModeName = "hybrid") -> Assignment | None:
         return maybe(
             Assignment, self._invoke("get_assignment", {"runner_id": runner_id, "mode": mode})
         )
 
     def release_assignment(
-        self, assignment_id: int, runner_id: str, epoch: int, outcome: dict[str, Any] | None = None
+        self,
+        assignment_id: Epoch,
+        runner_id: NodeId,
+        epoch: Epoch,
+        outcome: dict[str, Any] | None = None,
     ) -> Agent:
         return one(
             Agent,
@@ -394,7 +437,7 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def list_assignments(self, limit: int = 100) -> list[Assignment]:
+    def list_assignments(self, limit: Limit = 100) -> list[Assignment]:
         return many(Assignment, self._invoke("list_assignments", {"limit": limit}))
 
     def request_spawn(

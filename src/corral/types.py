@@ -20,7 +20,6 @@ from corral.client_ops import ClientOperations
 __all__ = [
     "Client",
     "HealthStatus",
-    "NodeId",
     "NodeStatus",
     "Priority",
     "ProcessAction",
@@ -28,7 +27,6 @@ __all__ = [
     "SpawnStatus",
     "Strength",
     "TaskId",
-    "TaskRef",
     "TaskStatus",
     "WorkloadStatus",
 ]
@@ -47,12 +45,9 @@ SpawnStatus: TypeAlias = Literal["pending", "accepted", "declined", "withdrawn"]
 # What assess_workload finds (corral.assessment.decide).
 WorkloadStatus: TypeAlias = Literal["idle", "overloaded", "balanced", "underutilized"]
 
-NodeId: TypeAlias = str
-"""A node's id (``check_id``: 1-128 characters of letters, digits, ``._:@-``)."""
 TaskId: TypeAlias = int
-"""A task's id as the store assigns it."""
-TaskRef: TypeAlias = int | str
-"""A task id as callers may pass it (``"42"`` is accepted and checked)."""
+"""A task's id as the store assigns it. The types of the operations' parameters
+(``NodeId``, ``TaskRef``, …), each carrying its rule, are in ``corral.params``."""
 
 
 class Client(ClientOperations, Protocol):

@@ -1,17 +1,43 @@
-"""Checks at the edge: ids, enums and sizes. Pure; raise ``InvalidInputError``."""
+"""Checks at the edge: ids, enums and sizes. Pure; raise ``InvalidInputError``.
+
+Each check is also a ``Rule``: the check (its message says what the value must be,
+naming the parameter), its JSON Schema and a line of help. A rule is the metadata of
+an ``Annotated`` parameter type (``corral.types.NodeId = Annotated[str, ID]``); the
+``Cluster`` methods declare their parameters with those types, and every surface
+derives from the one rule: ``checked`` runs it at the edge of ``Cluster`` (so the
+HTTP API, the MCP tools, the remote client and the CLI all answer its message), the
+HTTP models, the OpenAPI document and the MCP input schemas state its schema
+(pydantic reads it from the ``Annotated`` metadata), and the CLI's option types run
+its check (``corral.cli._common.RuleType``).
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import re
-from collections.abc import Iterable
-from typing import Any, cast
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from corral import defaults
 from corral.errors import InvalidInputError
 
 __all__ = [
+    "EPOCH",
+    "ID",
+    "LIMIT",
+    "OBJECT",
+    "PAYLOAD",
+    "POSITIVE",
+    "POSITIVE_INT",
+    "SEQ",
+    "TASK_REF",
+    "Rule",
     "check_choice",
     "check_id",
     "check_limit",
@@ -20,6 +46,11 @@ __all__ = [
     "check_seq",
     "check_task_id",
     "check_text",
+    "checked",
+    "one_of",
+    "rule_of",
+    "seconds",
+    "text",
 ]
 
 MAX_INT = 2**63 - 1  # the largest integer a store column holds (64 bits, signed)
@@ -143,3 +174,204 @@ def check_payload(value: Any, field: str) -> Any:
             f"{field} is larger than {defaults.MAX_PAYLOAD_BYTES} bytes", field=field
         )
     return value
+
+
+def check_positive_id(value: Any, field: str) -> int:
+    """A stored record's number (a lease epoch, an assignment): 1 to ``MAX_INT``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise InvalidInputError(f"{field} must be a positive integer", field=field)
+    return value
+
+
+def check_object(value: Any, field: str) -> dict[str, Any]:
+    """A JSON object (``check_payload``'s size)."""
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{field} must be an object", field=field)
+    return cast("dict[str, Any]", check_payload(value, field))
+
+
+def check_flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{field} must be true or false", field=field)
+    return value
+
+
+# --- rules ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, eq=False)
+class Rule:
+    """One parameter rule: ``check(value, field)`` returns the value to use (an id as
+    given, ``"task-3"`` as 3, a limit capped) or raises ``InvalidInputError`` with the
+    rule's message naming ``field``; ``schema`` is the JSON Schema of the values it
+    accepts; ``doc`` says it in words (help texts)."""
+
+    check: Callable[[Any, str], Any]
+    schema: Mapping[str, Any]
+    doc: str
+
+    def json_schema(self) -> dict[str, Any]:
+        """A fresh copy of ``schema`` (callers may change theirs)."""
+        copied: dict[str, Any] = json.loads(json.dumps(self.schema))
+        return copied
+
+    # pydantic reads a rule in ``Annotated`` metadata as its field's JSON Schema: the
+    # HTTP models, the OpenAPI document and the MCP tools' input schemas state it.
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return self.json_schema()
+
+
+_SPACE_OR_CONTROL = r"\s\x00-\x1f\x7f-\x9f"
+ID = Rule(
+    check_id,
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": defaults.MAX_ID_LENGTH,
+        "pattern": rf"^[^{_SPACE_OR_CONTROL}](?:[^\x00-\x1f\x7f-\x9f]*[^{_SPACE_OR_CONTROL}])?$",
+    },
+    f"1-{defaults.MAX_ID_LENGTH} characters, no control characters, no leading or trailing spaces",
+)
+TASK_REF = Rule(
+    check_task_id,
+    {
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "maximum": 10**18 - 1},
+            {"type": "string", "pattern": r"^(task-)?[1-9][0-9]{0,17}$"},
+        ]
+    },
+    'a task number: 3, or its text "3" or "task-3"',
+)
+SEQ = Rule(
+    check_seq,
+    {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+    f"an event number from 0 to {MAX_SEQ}",
+)
+LIMIT = Rule(
+    check_limit,
+    {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+    f"a positive integer (at most {MAX_LIMIT} rows are returned)",
+)
+POSITIVE_INT = Rule(
+    lambda v, f: int(check_positive(v, f, integer=True)),
+    {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+    "a positive integer",
+)
+POSITIVE = Rule(
+    lambda v, f: float(check_positive(v, f)),
+    {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_FLOAT},
+    "a positive number",
+)
+EPOCH = Rule(
+    check_positive_id,
+    {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+    "a positive integer (a number the cluster gave)",
+)
+PAYLOAD = Rule(check_payload, {}, f"JSON data, at most {defaults.MAX_PAYLOAD_BYTES} bytes")
+OBJECT = Rule(
+    check_object,
+    {"type": "object"},
+    f"a JSON object, at most {defaults.MAX_PAYLOAD_BYTES} bytes",
+)
+FLAG = Rule(check_flag, {"type": "boolean"}, "true or false")
+
+
+@functools.cache
+def text(max_len: int, *, empty: bool = True) -> Rule:
+    """Text of at most ``max_len`` characters with no NUL (not blank unless ``empty``)."""
+    pattern = "^[^\\x00]*$" if empty else "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
+    return Rule(
+        lambda v, f: check_text(v, f, max_len=max_len, allow_empty=empty),
+        {"type": "string", "maxLength": max_len, "pattern": pattern},
+        f"text of at most {max_len} characters" + ("" if empty else ", not blank"),
+    )
+
+
+@functools.cache
+def one_of(*options: str) -> Rule:
+    """One of ``options``."""
+    return Rule(
+        lambda v, f: check_choice(v, options, f),
+        {"type": "string", "enum": list(options)},
+        f"one of {', '.join(options)}",
+    )
+
+
+@functools.cache
+def seconds(most: float) -> Rule:
+    """A number of seconds from 0 to ``most``."""
+
+    def check(value: Any, field: str) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (0 <= value <= most)
+        ):
+            raise InvalidInputError(
+                f"{field} must be a number of seconds from 0 to {most:g}", field=field
+            )
+        return value
+
+    return Rule(check, {"type": "number", "minimum": 0, "maximum": most}, f"0 to {most:g} s")
+
+
+def rule_of(annotation: Any) -> tuple[Rule | None, bool]:
+    """The rule an annotation carries (``Annotated[str, ID]``, ``… | None``), and
+    whether ``None`` is allowed besides."""
+    optional = False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        optional = type(None) in args
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return None, optional
+        annotation = rest[0]
+    if typing.get_origin(annotation) is typing.Annotated:
+        for meta in annotation.__metadata__:
+            if isinstance(meta, Rule):
+                return meta, optional
+    return None, optional
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def checked(fn: _F) -> _F:
+    """Run the rules of ``fn``'s parameters (their ``Annotated`` types) on every call,
+    before its body: a bad argument raises the rule's ``InvalidInputError`` naming
+    the parameter, and the body sees each value as its rule returns it. ``None`` is
+    let through where the annotation allows it; a default is not checked."""
+    spots: list[tuple[int, str, Rule, bool]] = []
+    params = list(inspect.signature(fn).parameters.values())
+    for i, p in enumerate(params):
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        annotation = p.annotation
+        if isinstance(annotation, str):
+            try:
+                # The annotation is text (PEP 563) naming what its own module imported.
+                annotation = eval(annotation, fn.__globals__)
+            except NameError:
+                continue  # a name imported for the type checker only: no rule
+        rule, optional = rule_of(annotation)
+        if rule is not None:
+            where = i if p.kind is p.POSITIONAL_OR_KEYWORD else 1 << 30
+            spots.append((where, p.name, rule, optional))
+    if not spots:
+        return fn
+
+    @functools.wraps(fn)
+    def run(*given: Any, **kwargs: Any) -> Any:
+        args = list(given)
+        n = len(args)
+        for where, name, rule, optional in spots:
+            if where < n:
+                value = args[where]
+                if value is not None or not optional:
+                    args[where] = rule.check(value, name)
+            elif name in kwargs:
+                value = kwargs[name]
+                if value is not None or not optional:
+                    kwargs[name] = rule.check(value, name)
+        return fn(*args, **kwargs)
+
+    run.rules = {name: rule for _, name, rule, _ in spots}  # type: ignore[attr-defined]
+    return cast("_F", run)

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.errors import InvalidInputError
 from corral.remote_calls import RemoteCalls, build, one
 from corral.scheduler.records import Agent, Assignment
+
+if TYPE_CHECKING:
+    from corral.params import Epoch, NodeId
+    from corral.scheduler.ops import ModeName
 
 __all__ = ["SchedulerRemote"]
 
@@ -16,15 +20,15 @@ class SchedulerRemote(RemoteCalls):
     """The activation scheduler's operations over HTTP, where the answer is wrapped
     or the argument is checked before it becomes a path."""
 
-    def get_assignment(self, runner_id: str, mode: str = "hybrid") -> Assignment | None:
+    def get_assignment(self, runner_id: NodeId, mode: ModeName = "hybrid") -> Assignment | None:
         d = self._invoke("get_assignment", {"runner_id": runner_id, "mode": mode})
         return None if d["assignment"] is None else one(Assignment, d["assignment"])
 
     def release_assignment(
         self,
-        assignment_id: int,
-        runner_id: str,
-        epoch: int,
+        assignment_id: Epoch,
+        runner_id: NodeId,
+        epoch: Epoch,
         outcome: dict[str, Any] | None = None,
     ) -> Agent:
         if isinstance(assignment_id, bool) or not isinstance(assignment_id, int):

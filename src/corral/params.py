@@ -1,0 +1,93 @@
+"""The operations' parameter types: each is ``Annotated`` with its rule
+(``corral.validation.Rule``: its check and message, its JSON Schema).
+
+The ``Cluster`` methods declare their parameters with these types, and everything
+else follows from the one rule: ``corral.validation.checked`` runs it at the edge of
+``Cluster`` (so the HTTP API, the MCP tools, the remote client and the CLI answer its
+message); pydantic states its schema in the HTTP models, the OpenAPI document and the
+MCP tools' input schemas; the CLI's option types run its check. To a type checker
+each is its plain type (``NodeId`` is ``str``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeAlias, get_args
+
+from corral import defaults
+from corral.types import NodeStatus, Priority, ProcessAction, Strength, TaskStatus
+from corral.validation import (
+    EPOCH,
+    FLAG,
+    ID,
+    LIMIT,
+    OBJECT,
+    PAYLOAD,
+    POSITIVE,
+    POSITIVE_INT,
+    SEQ,
+    TASK_REF,
+    one_of,
+    seconds,
+    text,
+)
+
+__all__ = [
+    "DESCRIPTION",
+    "PRIORITY",
+    "TITLE",
+    "Epoch",
+    "Flag",
+    "HostName",
+    "JsonObject",
+    "JsonValue",
+    "Limit",
+    "Message",
+    "ModelName",
+    "NodeId",
+    "NodeStatusName",
+    "PositiveInt",
+    "PriorityName",
+    "ProcessActionName",
+    "Seconds",
+    "Seq",
+    "StrengthName",
+    "TaskRef",
+    "TaskStatusName",
+    "Text",
+    "Title",
+    "Wait",
+]
+
+NodeId: TypeAlias = Annotated[str, ID]
+"""An id (a node's, a host's, an agent's, a role claimed as): 1-64 characters, any
+but control characters, no leading or trailing spaces (``validation.ID``)."""
+TaskRef: TypeAlias = Annotated[int | str, TASK_REF]
+"""A task id as callers may pass it: ``3``, ``"3"`` or ``"task-3"``."""
+Limit: TypeAlias = Annotated[int, LIMIT]
+"""A page size: a positive integer; at most 10,000 rows are returned."""
+Seq: TypeAlias = Annotated[int, SEQ]
+"""An event number to read after: 0 to 2**63-1."""
+Epoch: TypeAlias = Annotated[int, EPOCH]
+"""A lease epoch (or another number the cluster gave): a positive integer."""
+PositiveInt: TypeAlias = Annotated[int, POSITIVE_INT]
+Seconds: TypeAlias = Annotated[float, POSITIVE]
+"""A positive number of seconds."""
+Wait: TypeAlias = Annotated[float, seconds(defaults.MAX_CLAIM_WAIT)]
+"""How long a claim may wait for a task: 0 to ``MAX_CLAIM_WAIT`` seconds."""
+Flag: TypeAlias = Annotated[bool, FLAG]
+TITLE = text(defaults.MAX_TITLE, empty=False)
+DESCRIPTION = text(defaults.MAX_DESCRIPTION)
+PRIORITY = one_of(*get_args(Priority))
+Title: TypeAlias = Annotated[str, TITLE]
+Text: TypeAlias = Annotated[str, DESCRIPTION]
+Message: TypeAlias = Annotated[str, text(defaults.MAX_DESCRIPTION, empty=False)]
+ModelName: TypeAlias = Annotated[str, text(200)]
+HostName: TypeAlias = Annotated[str, text(255)]
+JsonValue: TypeAlias = Annotated[Any, PAYLOAD]
+"""Free-form JSON data (at most ``MAX_PAYLOAD_BYTES`` encoded)."""
+JsonObject: TypeAlias = Annotated[dict[str, Any], OBJECT]
+NodeStatusName: TypeAlias = Annotated[str, one_of(*get_args(NodeStatus))]
+TaskStatusName: TypeAlias = Annotated[str, one_of(*get_args(TaskStatus))]
+PriorityName: TypeAlias = Annotated[str, PRIORITY]
+StrengthName: TypeAlias = Annotated[str, one_of(*get_args(Strength))]
+ProcessActionName: TypeAlias = Annotated[str, one_of(*get_args(ProcessAction))]
