@@ -92,16 +92,17 @@ def resolve(op: Operation, annotation: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def method_types(op: Operation) -> dict[str, Any]:
+def method_types(op: Operation, *, extras: bool = False) -> dict[str, Any]:
     """The resolved annotations of ``op``'s ``Cluster`` method (``return`` included),
-    names imported only for the type checker too."""
+    names imported only for the type checker too; with ``extras``, a parameter's
+    ``Annotated`` metadata (its rule, ``corral.params``) is kept."""
     fn = _method(op)
     names: dict[str, Any] = {}
     for annotation in fn.__annotations__.values():
         if isinstance(annotation, str):
             for name, (module, real) in resolve(op, annotation).items():
                 names[name] = getattr(importlib.import_module(module), real)
-    resolved: dict[str, Any] = typing.get_type_hints(fn, localns=names)
+    resolved: dict[str, Any] = typing.get_type_hints(fn, localns=names, include_extras=extras)
     return resolved
 
 

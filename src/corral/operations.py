@@ -23,11 +23,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["OPERATIONS", "Caller", "Operation", "control_table", "markdown_table", "operation"]
+__all__ = [
+    "OPERATIONS",
+    "Caller",
+    "Exception_",
+    "Operation",
+    "control_table",
+    "markdown_table",
+    "operation",
+]
 
 Caller = Literal["public", "any", "operator"]
 """Who may call over the network: anyone (no token), the operator or the node named
 by ``node`` (``any``), or only the operator's token."""
+
+Exception_ = Literal["waiting_claim", "event_stream", "text_answer"]
+"""A protocol exception: what the generic request path (JSON in, the method's result
+as JSON out) cannot do for an operation, done by code of its own in
+``corral.server.dispatch``: ``waiting_claim`` (a claim with ``wait`` holds the
+request while its caller is connected, and hands back a task nobody received),
+``event_stream`` (``Accept: text/event-stream`` is the SSE feed), ``text_answer``
+(the answer is ``text/plain``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +60,12 @@ class Operation:
     # ``corral.mcp.text``, or ".text" when the result carries its own.
     text: str | None = None
     cli: str | None = None  # the CLI command ("task add"), if any
+    # How the HTTP server runs it: ``short`` is one bounded transaction (a single row
+    # or a node's own rows), which may run on the event loop (corral.server.dispatch);
+    # ``tag`` its OpenAPI tag; ``exception`` its protocol exception, if any.
+    short: bool = False
+    tag: str = "cluster"
+    exception: Exception_ | None = None
     # Per surface, that surface's name for a method parameter: {"mcp": {"node_id": "agent_id"}}
     names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Method parameters a surface does not take, each with the reason
@@ -84,12 +106,13 @@ _KEY = "a claim sent again with its lost answer's key answers what it took (corr
 
 OPERATIONS: tuple[Operation, ...] = (
     # --- settings ---------------------------------------------------------------------
-    Operation("settings", "GET /v1/settings", cli="config show"),
+    Operation("settings", "GET /v1/settings", short=True, cli="config show"),
     Operation("configure", "PATCH /v1/settings", caller="operator", cli="config set"),
     # --- nodes ------------------------------------------------------------------------
     Operation(
         "register_node",
         "POST /v1/nodes",
+        short=True,
         node="node_id",
         mcp="register_node",
         text=".text",
@@ -101,10 +124,11 @@ OPERATIONS: tuple[Operation, ...] = (
         },
     ),
     Operation("list_nodes", "GET /v1/nodes", cli="node list"),
-    Operation("get_node", "GET /v1/nodes/{node_id}", cli="node show"),
+    Operation("get_node", "GET /v1/nodes/{node_id}", short=True, cli="node show"),
     Operation(
         "set_agent_status",
         "POST /v1/nodes/{node_id}/status",
+        short=True,
         node="node_id",
         mcp="set_agent_status",
         text="status_text",
@@ -120,12 +144,13 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "heartbeat",
         "POST /v1/nodes/{node_id}/heartbeat",
+        short=True,
         node="node_id",
         mcp="heartbeat",
         text="heartbeat_text",
         names={"mcp": _AGENT},
     ),
-    Operation("touch", "POST /v1/nodes/{node_id}/touch", node="node_id"),
+    Operation("touch", "POST /v1/nodes/{node_id}/touch", short=True, node="node_id"),
     Operation(
         "catch_up",
         "POST /v1/nodes/{node_id}/catch-up",
@@ -135,12 +160,13 @@ OPERATIONS: tuple[Operation, ...] = (
         names={"mcp": _AGENT},
         omits={"mcp": {"since": "the tool reads from the node's cursor", "limit": "fixed"}},
     ),
-    Operation("record_metrics", "POST /v1/nodes/{node_id}/metrics", node="node_id"),
+    Operation("record_metrics", "POST /v1/nodes/{node_id}/metrics", short=True, node="node_id"),
     Operation("metrics_series", "GET /v1/nodes/{node_id}/metrics"),
     # --- tasks ------------------------------------------------------------------------
     Operation(
         "add_task",
         "POST /v1/tasks",
+        short=True,
         status=201,
         mcp="add_task",
         text="added_text",
@@ -153,10 +179,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET /v1/tasks",
         cli="task list",
     ),
-    Operation("get_task", "GET /v1/tasks/{task_id}", cli="task show"),
+    Operation("get_task", "GET /v1/tasks/{task_id}", short=True, cli="task show"),
     Operation(
         "claim_best_task",
         "POST /v1/nodes/{node_id}/claim",
+        short=True,
+        exception="waiting_claim",
         node="node_id",
         mcp="claim_best_task",
         text="claimed_text",
@@ -171,6 +199,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "complete_task",
         "POST /v1/tasks/{task_id}/complete",
+        short=True,
         node="node_id",
         mcp="complete_task",
         text="completed_text",
@@ -180,12 +209,14 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "complete_and_claim",
         "POST /v1/tasks/{task_id}/complete-and-claim",
+        short=True,
         node="node_id",
         adds={"http": {"idempotency_key": _KEY}},
     ),
     Operation(
         "fail_task",
         "POST /v1/tasks/{task_id}/fail",
+        short=True,
         node="node_id",
         mcp="fail_task",
         text="failed_text",
@@ -205,15 +236,18 @@ OPERATIONS: tuple[Operation, ...] = (
         names={"mcp": _AGENT},
         omits={"mcp": {"limit": "the tool shows the default board"}},
     ),
-    Operation("read_state_text", "GET /v1/state/text"),
+    Operation("read_state_text", "GET /v1/state/text", exception="text_answer"),
     Operation(
         "events",
         "GET /v1/events",
+        tag="events",
+        exception="event_stream",
         adds={"http": {"kind": "keep only these event kinds", "node": "only these nodes"}},
     ),
     Operation(
         "broadcast",
         "POST /v1/broadcast",
+        short=True,
         node="node_id",
         mcp="broadcast",
         text="broadcast_text",
@@ -222,6 +256,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "alert",
         "POST /v1/alerts",
+        short=True,
         node="node_id",
         adds={"http": {"data": "the free-form fields (keyword arguments in Python)"}},
     ),
@@ -232,17 +267,19 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "request_process_action",
         "POST /v1/processes/actions",
+        short=True,
         caller="operator",
         status=201,
         cli="process restart",
         omits={"cli": {"action": "the command's name: process start, stop or restart"}},
     ),
     Operation("process_actions", "GET /v1/processes/actions", caller="operator"),
-    Operation("ack_process_action", "POST /v1/processes/acks", caller="operator"),
+    Operation("ack_process_action", "POST /v1/processes/acks", short=True, caller="operator"),
     # --- workflow runs (corral.workflows; hosts use the operator token) ----------------
     Operation(
         "run_workflow",
         "POST /v1/workflows/{workflow}/runs",
+        short=True,
         status=201,
         mcp="run_workflow",
         text="started_text",
@@ -269,6 +306,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "get_handler",
         "GET /v1/handlers/{handler_id}",
+        short=True,
         mcp="get_workflow_run",
         text="handler_text",
         cli="workflows show",
@@ -276,22 +314,30 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "send_event",
         "POST /v1/handlers/{handler_id}/events",
+        short=True,
         mcp="send_workflow_event",
         text="handler_text",
         cli="workflows send",
     ),
     Operation("serve_workflows", "PUT /v1/workflow-hosts/{host}", caller="operator"),
     Operation("take_workflow_work", "POST /v1/workflow-hosts/{host}/work", caller="operator"),
-    Operation("report_handler", "POST /v1/handlers/{handler_id}/report", caller="operator"),
-    Operation("report_steps", "POST /v1/handlers/{handler_id}/steps", caller="operator"),
+    Operation(
+        "report_handler", "POST /v1/handlers/{handler_id}/report", short=True, caller="operator"
+    ),
+    Operation(
+        "report_steps", "POST /v1/handlers/{handler_id}/steps", short=True, caller="operator"
+    ),
     Operation("release_handler", "POST /v1/handlers/{handler_id}/release", caller="operator"),
     # --- the activation scheduler (corral.scheduler) ------------------------------------
-    Operation("add_agent", "POST /v1/agents", caller="operator", status=201, cli="agents add"),
+    Operation(
+        "add_agent", "POST /v1/agents", short=True, caller="operator", status=201, cli="agents add"
+    ),
     Operation("list_agents", "GET /v1/agents", cli="agents list"),
-    Operation("get_agent", "GET /v1/agents/{agent_id}", cli="agents show"),
+    Operation("get_agent", "GET /v1/agents/{agent_id}", short=True, cli="agents show"),
     Operation(
         "notify",
         "POST /v1/agents/{agent_id}/inbox",
+        short=True,
         status=201,
         mcp="notify",
         text="notified_text",
@@ -309,6 +355,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "get_assignment",
         "POST /v1/runners/{runner_id}/assignment",
+        short=True,
         node="runner_id",
         mcp="get_assignment",
         text="assignment_text",
@@ -317,6 +364,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "release_assignment",
         "POST /v1/assignments/{assignment_id}/release",
+        short=True,
         node="runner_id",
         mcp="release_assignment",
         text="released_text",
@@ -324,7 +372,9 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation("list_assignments", "GET /v1/assignments", cli="assignments"),
     # --- spawn requests (corral up's pools in ask mode; a manager agent decides) -------
-    Operation("request_spawn", "POST /v1/spawn-requests", caller="operator", status=201),
+    Operation(
+        "request_spawn", "POST /v1/spawn-requests", short=True, caller="operator", status=201
+    ),
     Operation(
         "spawn_requests",
         "GET /v1/spawn-requests",
@@ -334,6 +384,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "accept_spawn_request",
         "POST /v1/spawn-requests/{request_id}/accept",
+        short=True,
         node="actor",
         mcp="accept_spawn_request",
         text=".text",
@@ -342,6 +393,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "decline_spawn_request",
         "POST /v1/spawn-requests/{request_id}/decline",
+        short=True,
         node="actor",
         mcp="decline_spawn_request",
         text=".text",

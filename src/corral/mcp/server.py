@@ -472,7 +472,7 @@ def _generic_tool(tool: Any, client: Client, touch: Callable[[str | None], None]
     parameter counts the call as that agent's heartbeat."""
     from corral.codegen import method_types
 
-    types = method_types(op)
+    types = method_types(op, extras=True)  # a parameter's rule is its schema
     rename = dict(op.names.get("mcp", {}))
     omit = op.omits.get("mcp", {})
     params: list[inspect.Parameter] = []

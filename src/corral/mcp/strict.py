@@ -41,8 +41,19 @@ def _is_number(_checker: Any, instance: Any) -> bool:
 _TYPES = Draft202012Validator.TYPE_CHECKER.redefine_many(
     {"integer": _is_integer, "number": _is_number}
 )
+
+
+def _stated(*_args: Any) -> None:
+    """A value's bounds (a rule's schema: pattern, lengths, range, choices) are stated
+    for the client but checked by the operation, which answers its rule's own message
+    (``corral.validation``), the same on every surface."""
+
+
+_BOUNDS = "pattern minLength maxLength minimum maximum exclusiveMinimum exclusiveMaximum enum"
 # The jsonschema stubs leave ``extend`` unannotated (its result is a validator class).
-_Strict = validators.extend(Draft202012Validator, type_checker=_TYPES)  # type: ignore[no-untyped-call]
+_Strict = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, validators=dict.fromkeys(_BOUNDS.split(), _stated), type_checker=_TYPES
+)
 
 
 def close(schema: dict[str, Any]) -> dict[str, Any]:

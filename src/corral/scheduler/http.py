@@ -210,16 +210,16 @@ def list_assignments(c: Any) -> Any:
     return [a.to_dict() for a in c.cluster.list_assignments(c.query.limit)]
 
 
-# name: (handler, response, body, query, short) — routes.py's _Http fields
-ROUTES: dict[str, tuple[Any, type[BaseModel] | None, Any, Any, bool]] = {
-    "add_agent": (add_agent, AgentOut, AddAgentIn, None, True),
-    "get_agent": (get_agent, AgentOut, None, None, True),
-    "list_agents": (list_agents, None, None, ListAgentsQuery, False),
-    "notify": (notify, NotificationOut, NotifyIn, None, True),
-    "read_inbox": (read_inbox, None, ReadInboxIn, None, False),  # up to 10,000 items
-    "get_assignment": (get_assignment, AssignmentAnswer, AssignmentIn, None, True),
-    "release_assignment": (release_assignment, AgentOut, AssignmentReleaseIn, None, True),
-    "list_assignments": (list_assignments, None, None, ListAssignmentsQuery, False),
+# name: (handler, response, body, query): routes.py's _Http fields
+ROUTES: dict[str, tuple[Any, type[BaseModel] | None, Any, Any]] = {
+    "add_agent": (add_agent, AgentOut, AddAgentIn, None),
+    "get_agent": (get_agent, AgentOut, None, None),
+    "list_agents": (list_agents, None, None, ListAgentsQuery),
+    "notify": (notify, NotificationOut, NotifyIn, None),
+    "read_inbox": (read_inbox, None, ReadInboxIn, None),  # up to 10,000 items
+    "get_assignment": (get_assignment, AssignmentAnswer, AssignmentIn, None),
+    "release_assignment": (release_assignment, AgentOut, AssignmentReleaseIn, None),
+    "list_assignments": (list_assignments, None, None, ListAssignmentsQuery),
 }
 LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "list_agents": AgentOut,

@@ -227,7 +227,7 @@ async def handle(
     try:
         principal = st.authenticate(None if auth is None else auth.decode("latin-1"), op.scope)
         query = _query(op, scope.get("query_string", b""))
-        if op.name == "events" and accept is not None and b"text/event-stream" in accept:
+        if op.exception == "event_stream" and accept is not None and b"text/event-stream" in accept:
             response = sse.stream(Request(scope, receive), st, query)
             st.metrics.observe(op.method, op.path, 200, time.perf_counter() - t0)
             await response(scope, receive, send)
@@ -240,7 +240,7 @@ async def handle(
             except ValidationError as exc:
                 raise from_validation(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
-        waits = op.name == "claim_best_task" and bool(getattr(body, "wait", 0))
+        waits = op.exception == "waiting_claim" and bool(getattr(body, "wait", 0))
         if waits:
             result = await _claim_while_connected(st, op, call, receive)
             if result is None:
@@ -254,7 +254,7 @@ async def handle(
         if op.writes:
             st.notify()
         status = op.status
-        if op.name == "read_state_text":
+        if op.exception == "text_answer":
             await _send(send, status, result.encode(), _TEXT)
         else:
             await _send(send, status, dumps(result), _JSON)

@@ -37,7 +37,9 @@ class _InMore(_In):
 
 def _wire_type(name: str, annotated: Any) -> Any:
     """The parameter's type on the wire: its name's (``PARAM_TYPES``, with the bounds
-    and schema the API gives that name everywhere), optional when the method's is."""
+    and schema the API gives that name everywhere), optional when the method's is;
+    else the method's annotation, whose rule (``corral.params``) is the field's
+    schema (the rule itself runs in ``Cluster``, with its message)."""
     wire = PARAM_TYPES.get(name)
     if wire is None:
         return annotated
@@ -56,7 +58,7 @@ class Generic:
 
         self.op = op
         fn = getattr(Cluster, op.name)
-        types = method_types(op)
+        types = method_types(op, extras=True)
         self.returns = types.get("return")
         path = set(op.path_params)
         self.ints = {p for p in path if types.get(p) is int or int in typing.get_args(types.get(p))}

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from corral import defaults
 from corral.config import TYPES
 from corral.defaults import MAX_CLAIM_WAIT
+from corral.params import HostName, Message, ModelName, Text, Title
 from corral.types import (
     HealthStatus,
     NodeStatus,
@@ -24,7 +25,16 @@ from corral.types import (
     Strength,
     TaskStatus,
 )
-from corral.validation import MAX_FLOAT, MAX_INT, MAX_LIMIT, MAX_SEQ
+from corral.validation import (
+    ID,
+    MAX_FLOAT,
+    MAX_INT,
+    MAX_LIMIT,
+    MAX_SEQ,
+    POSITIVE_INT,
+    TASK_REF,
+    text,
+)
 
 __all__ = [
     "AddTaskIn",
@@ -66,18 +76,12 @@ __all__ = [
     "settings_model",
 ]
 
-# What the OpenAPI document states for the values the service checks itself (the models
-# parse types; ``corral.validation`` checks these, with its own messages).
-_SPACE_OR_CONTROL = r"\s\x00-\x1f\x7f-\x9f"
-_ID_PATTERN = rf"^[^{_SPACE_OR_CONTROL}](?:[^\x00-\x1f\x7f-\x9f]*[^{_SPACE_OR_CONTROL}])?$"
-ID_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": defaults.MAX_ID_LENGTH,
-    "pattern": _ID_PATTERN,
-}
-TASK_ID_SCHEMA: dict[str, Any] = {"type": "string", "pattern": r"^(task-)?[1-9][0-9]{0,17}$"}
-_POSITIVE_INT = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
+# What the OpenAPI document states for the values the service checks itself: the
+# models parse types; the service runs the parameter's rule (``corral.validation``),
+# whose schema pydantic writes from the ``Annotated`` metadata.
+ID_SCHEMA: dict[str, Any] = ID.json_schema()
+TASK_ID_SCHEMA: dict[str, Any] = TASK_REF.json_schema()["anyOf"][1]
+_POSITIVE_INT = POSITIVE_INT.json_schema()
 
 
 def _whole(value: Any) -> Any:
@@ -104,27 +108,12 @@ def _item_whole(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(_whole)]
 Number = Annotated[float, BeforeValidator(_exact)]
-NodeId = Annotated[str, WithJsonSchema(ID_SCHEMA)]
-PositiveInt = Annotated[int, BeforeValidator(_whole), WithJsonSchema(_POSITIVE_INT)]
-_TASK_REF = {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 10**18 - 1}, TASK_ID_SCHEMA]}
-TaskRef = Annotated[int | str, BeforeValidator(_whole), WithJsonSchema(_TASK_REF)]
+NodeId = Annotated[str, ID]
+PositiveInt = Annotated[int, BeforeValidator(_whole), POSITIVE_INT]
+TaskRef = Annotated[int | str, BeforeValidator(_whole), TASK_REF]
 # An item of a list the service checks whole (it names the list, not the item).
-TaskRefItem = Annotated[Any, BeforeValidator(_whole), WithJsonSchema(_TASK_REF)]
+TaskRefItem = Annotated[Any, BeforeValidator(_whole), TASK_REF]
 
-
-def _text(max_len: int, *, empty: bool = True) -> WithJsonSchema:
-    """The schema of a text field: no NUL, at most ``max_len``, not blank unless ``empty``."""
-    schema: dict[str, Any] = {"type": "string", "maxLength": max_len, "pattern": "^[^\\x00]*$"}
-    if not empty:
-        schema["pattern"] = "^[^\\x00]*[^\\s\\x00][^\\x00]*$"
-    return WithJsonSchema(schema)
-
-
-Title = Annotated[str, _text(defaults.MAX_TITLE, empty=False)]
-Text = Annotated[str, _text(defaults.MAX_DESCRIPTION)]
-Message = Annotated[str, _text(defaults.MAX_DESCRIPTION, empty=False)]
-ModelName = Annotated[str, _text(200)]
-HostName = Annotated[str, _text(255)]
 Role = Annotated[str, WithJsonSchema({**ID_SCHEMA, "x-corral-role": True})]
 IdempotencyKey = Annotated[
     str,
@@ -375,7 +364,7 @@ PARAM_TYPES: dict[str, Any] = {
 class SpawnRequestIn(_In):
     pool: PoolId
     role: Role
-    reason: Annotated[str, _text(500)] = ""
+    reason: Annotated[str, text(500)] = ""
     requested_by: NodeId = "pool"
 
 

@@ -153,7 +153,7 @@ def build_openapi(
             ok = _json(schema)
         else:
             ok = {"text/plain": {"schema": {"type": "string"}}}
-        if op.name == "events":
+        if op.exception == "event_stream":
             ok["text/event-stream"] = {"schema": {"type": "string"}}
         responses: dict[str, Any] = {str(op.status): {"description": "OK", "content": ok}}
         codes = ["400", "401", "403", "404", "409", "422", "503"]

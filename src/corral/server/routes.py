@@ -74,6 +74,8 @@ class Op:
     short: bool = False
     # What an operation with the generic handler answers: its method's return type.
     returns: Any = None
+    # The operation's protocol exception (``corral.operations.Exception_``), if any.
+    exception: str | None = None
 
 
 ConfigureIn = m.settings_model(
@@ -286,8 +288,6 @@ class _Http:
     response: type[BaseModel] | None
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
-    short: bool = False
-    tag: str = "cluster"
 
 
 def request_spawn(c: Call) -> Any:
@@ -310,55 +310,51 @@ def decline_spawn_request(c: Call) -> Any:
 
 
 _HTTP: dict[str, _Http] = {
-    "settings": _Http(get_settings, m.SettingsOut, short=True),
+    "settings": _Http(get_settings, m.SettingsOut),
     "configure": _Http(configure, m.SettingsOut, body=ConfigureIn),
-    "register_node": _Http(register_node, m.RegisteredOut, body=m.RegisterIn, short=True),
+    "register_node": _Http(register_node, m.RegisteredOut, body=m.RegisterIn),
     "list_nodes": _Http(list_nodes, None, query=m.ListNodesQuery),
-    "get_node": _Http(get_node, m.NodeOut, short=True),
-    "set_agent_status": _Http(set_status, m.NodeOut, body=m.StatusIn, short=True),
-    "heartbeat": _Http(heartbeat, m.NodeOut, body=m.HeartbeatIn, short=True),
-    "touch": _Http(touch, m.TouchOut, short=True),
+    "get_node": _Http(get_node, m.NodeOut),
+    "set_agent_status": _Http(set_status, m.NodeOut, body=m.StatusIn),
+    "heartbeat": _Http(heartbeat, m.NodeOut, body=m.HeartbeatIn),
+    "touch": _Http(touch, m.TouchOut),
     "catch_up": _Http(catch_up, m.CatchUpOut, body=m.CatchUpIn),
-    "record_metrics": _Http(record_metrics, m.EventOut, body=m.SampleIn, short=True),
+    "record_metrics": _Http(record_metrics, m.EventOut, body=m.SampleIn),
     "metrics_series": _Http(metrics_series, None, query=m.SeriesQuery),
-    "add_task": _Http(add_task, m.TaskOut, body=m.AddTaskIn, short=True),
+    "add_task": _Http(add_task, m.TaskOut, body=m.AddTaskIn),
     "add_tasks": _Http(add_tasks, None, body=m.AddTasksIn),
     "list_tasks": _Http(list_tasks, None, query=m.ListTasksQuery),
-    "get_task": _Http(get_task, m.TaskOut, short=True),
-    "claim_best_task": _Http(claim, m.ClaimOut, body=m.ClaimIn, short=True),
-    "complete_task": _Http(complete_task, m.TaskOut, body=m.CompleteIn, short=True),
+    "get_task": _Http(get_task, m.TaskOut),
+    "claim_best_task": _Http(claim, m.ClaimOut, body=m.ClaimIn),
+    "complete_task": _Http(complete_task, m.TaskOut, body=m.CompleteIn),
     "complete_and_claim": _Http(
-        complete_and_claim, m.CompleteAndClaimOut, body=m.CompleteAndClaimIn, short=True
+        complete_and_claim, m.CompleteAndClaimOut, body=m.CompleteAndClaimIn
     ),
-    "fail_task": _Http(fail_task, m.TaskOut, body=m.FailIn, short=True),
+    "fail_task": _Http(fail_task, m.TaskOut, body=m.FailIn),
     "assess_workload": _Http(assess, m.AssessmentOut),
     "read_state": _Http(read_state, m.StateOut, query=m.StateQuery),
     "read_state_text": _Http(read_state_text, None, query=m.StateQuery),
-    "events": _Http(events, None, query=m.EventsQuery, tag="events"),
-    "broadcast": _Http(broadcast, m.EventOut, body=m.BroadcastIn, short=True),
-    "alert": _Http(alert, m.EventOut, body=m.AlertIn, short=True),
+    "events": _Http(events, None, query=m.EventsQuery),
+    "broadcast": _Http(broadcast, m.EventOut, body=m.BroadcastIn),
+    "alert": _Http(alert, m.EventOut, body=m.AlertIn),
     "stats": _Http(stats, m.StatsOut),
     "report_processes": _Http(report_processes, None, body=m.ReportProcessesIn),
-    "request_process_action": _Http(
-        request_process_action, m.EventOut, body=m.ProcessActionIn, short=True
-    ),
-    "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn, short=True),
+    "request_process_action": _Http(request_process_action, m.EventOut, body=m.ProcessActionIn),
+    "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn),
     # --- workflow runs (corral.server.workflows)
-    "run_workflow": _Http(wf.run_workflow, wf.RunOut, body=wf.RunIn, short=True),
-    "get_handler": _Http(wf.get_handler, wf.HandlerOut, short=True),
+    "run_workflow": _Http(wf.run_workflow, wf.RunOut, body=wf.RunIn),
+    "get_handler": _Http(wf.get_handler, wf.HandlerOut),
     "list_handlers": _Http(wf.list_handlers, None, query=wf.ListHandlersQuery),
-    "send_event": _Http(wf.send_event, wf.HandlerOut, body=wf.SendEventIn, short=True),
+    "send_event": _Http(wf.send_event, wf.HandlerOut, body=wf.SendEventIn),
     "serve_workflows": _Http(wf.serve_workflows, None, body=wf.ServeIn),
     "take_workflow_work": _Http(wf.take_workflow_work, wf.WorkOut, body=wf.TakeWorkIn),
-    "report_handler": _Http(wf.report_handler, wf.HandlerOut, body=wf.ReportIn, short=True),
-    "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn, short=True),
+    "report_handler": _Http(wf.report_handler, wf.HandlerOut, body=wf.ReportIn),
+    "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn),
     "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.HandlerReleaseIn),
-    "request_spawn": _Http(request_spawn, m.SpawnRequestOut, body=m.SpawnRequestIn, short=True),
-    "accept_spawn_request": _Http(
-        accept_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn, short=True
-    ),
+    "request_spawn": _Http(request_spawn, m.SpawnRequestOut, body=m.SpawnRequestIn),
+    "accept_spawn_request": _Http(accept_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn),
     "decline_spawn_request": _Http(
-        decline_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn, short=True
+        decline_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn
     ),
 }
 # The activation scheduler's (corral.scheduler.http)
@@ -396,9 +392,10 @@ def _op(o: Operation) -> Op:
         status=o.status,
         scope=o.caller,
         writes=o.method != "GET",
-        tag=h.tag,
-        short=h.short,
+        tag=o.tag,
+        short=o.short,
         returns=h.handler.returns if isinstance(h.handler, Generic) else None,
+        exception=o.exception,
     )
 
 
