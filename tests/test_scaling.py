@@ -5,6 +5,7 @@ pools and fleets, plus a simulation that never flaps."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,6 +43,7 @@ def pools(draw: st.DrawFn) -> PoolState:
         idle_expired=draw(st.integers(0, idle)),
         requested=draw(st.integers(0, 3)),
         last_change=draw(st.none() | st.floats(0, 100)),
+        last_direction=draw(st.sampled_from((-1, 0, 1))),
     )
 
 
@@ -69,10 +71,13 @@ def test_a_spawn_never_passes_max_nor_max_agents(lim, pool, fleet, now):
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_nothing_changes_inside_the_cooldown(lim, pool, fleet, now):
+def test_inside_the_cooldown_only_an_auto_pool_goes_on_the_way_it_went(lim, pool, fleet, now):
+    """Inside the cooldown nothing reverses the last change; only an ``auto`` pool
+    whose last change is known changes at all, and then the same way."""
     d = decide("developer", lim, pool, fleet, now)
-    if pool.last_change is not None and now < pool.last_change + lim.cooldown:
-        assert d.change == 0 and d.action == "none"
+    if pool.last_change is not None and now < pool.last_change + lim.cooldown and d.change:
+        assert lim.scale == "auto" and pool.last_direction != 0
+        assert d.change * pool.last_direction > 0
 
 
 @given(limits(), pools(), fleets(), NOW)
@@ -141,9 +146,24 @@ def test_examples():
     assert decide("developer", auto, PoolState(), tight, 0.0).change == 1
     full = FleetView("spawn_developer", pending=10, live=8, max_agents=8)
     assert decide("developer", auto, PoolState(), full, 0.0).reason == "max_agents reached"
-    # cooldown
+    # cooldown: a change of unknown direction, or one that reverses the last, waits
     d = decide("developer", auto, PoolState(members=1, last_change=0.0), deep, 2.0)
     assert (d.change, d.reason, d.retry_at) == (0, "cooldown", 5.0)
+    shrunk = PoolState(members=1, last_change=0.0, last_direction=-1)
+    assert decide("developer", auto, shrunk, deep, 2.0).reason == "cooldown"
+    # ... growth after growth does not (auto): a task 2 s after the first gets a member
+    grown = PoolState(members=1, last_change=0.0, last_direction=1)
+    d = decide("developer", auto, grown, deep, 2.0)
+    assert (d.action, d.change) == ("spawn", 2)
+    # ... nor a retirement after one; but a retirement right after growth waits
+    idle = FleetView("terminate_idle", pending=0, live=2, max_agents=8)
+    gone = PoolState(members=2, idle=2, idle_expired=2, last_change=0.0, last_direction=-1)
+    assert decide("developer", auto, gone, idle, 2.0).change == -2
+    came = replace(gone, last_direction=1)
+    assert decide("developer", auto, came, idle, 2.0).reason == "cooldown"
+    # ask mode: every change waits out the cooldown
+    asked = PoolLimits(min=0, max=3, cooldown=5, scale="ask")
+    assert decide("developer", asked, grown, deep, 2.0).reason == "cooldown"
     # idle members past the timeout retire, down to min
     calm = FleetView("terminate_idle", pending=0, live=3, max_agents=8)
     lim = PoolLimits(min=1, max=3, cooldown=5, scale="auto")
@@ -169,19 +189,23 @@ def test_examples():
 )
 def test_a_simulated_pool_changes_at_most_once_per_cooldown(lim, steps):
     """Apply each decision at once (spawned members register idle, retired ones go);
-    the times of the changes are at least a cooldown apart."""
+    a change that reverses the one before it comes at least a cooldown after it (in
+    the modes other than auto every change does)."""
     now, pool, changes = 0.0, PoolState(), []
     for rec, pending, dt in steps:
         now += dt
         fleet = FleetView(rec, pending, live=pool.members, max_agents=8)
         d = decide("developer", lim, pool, fleet, now)
         if d.change:
-            changes.append(now)
+            way = 1 if d.change > 0 else -1
+            changes.append((now, way))
             members = pool.members + d.change
-            pool = PoolState(members=members, idle=members, idle_expired=members, last_change=now)
+            pool = PoolState(members, members, members, 0, now, way)
         else:
-            pool = PoolState(pool.members, pool.members, pool.members, 0, pool.last_change)
-    assert all(b >= a + lim.cooldown for a, b in itertools.pairwise(changes))
+            pool = replace(pool, idle=pool.members, idle_expired=pool.members, requested=0)
+    for (a, way_a), (b, way_b) in itertools.pairwise(changes):
+        if way_a != way_b or lim.scale != "auto":
+            assert b >= a + lim.cooldown
 
 
 @given(st.integers(0, 6), st.integers(0, 6), st.sampled_from(RECS), st.integers(0, 12),

@@ -76,6 +76,21 @@ def test_corral_serves_a_task_waiting_behind_busy_members():
     assert r.wait["all"]["p95"] == pytest.approx(10.0)
 
 
+def test_corral_grows_again_inside_the_cooldown_but_never_reverses_in_it():
+    """The tune (growth after growth is no flap): a task at 0 and another at 2 s,
+    100 s each. At 0 the pool spawns one member; at 2 s the second task is more than
+    the starting member will take, and growing again is not held back by the 10 s
+    cooldown: spawned at 2, ready at 12, a wait of 10 (18 if it waited for the
+    cooldown). Both members retire 30 s after their task: no reversal within 10 s."""
+    tasks = [
+        TraceTask(0, 0.0, "developer", "medium", 100.0),
+        TraceTask(1, 2.0, "developer", "medium", 100.0),
+    ]
+    r = run("corral", tasks)
+    assert r.wait["all"]["p95"] == pytest.approx(10.0)
+    assert r.max_reversals_per_cooldown == 1
+
+
 def test_keda_scales_down_only_after_the_cooldown():
     """Polls at 0, 30, 60 …: at 0 the queue is 1, so 1 replica (ready at 10, wait 10);
     the last poll that sees the task (running) is 60; the highest desired count of the

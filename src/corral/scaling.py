@@ -15,9 +15,14 @@ cluster's assessment for its role:
 
 Growth is capped by ``max_agents``: the headroom is ``max_agents`` less every live
 node of the cluster and every member started but not yet registered, read before the
-spawn (never corrected after). At most one change per ``cooldown`` seconds, so the
-pool never flaps (the pools count a member's own exit as a change too); the first
-change (``last_change`` None) is never delayed.
+spawn (never corrected after). A change that reverses the pool's last one (a
+retirement after growth, growth after a retirement; the pools count a member's own
+exit as a retirement) waits out ``cooldown`` seconds, so the pool never flaps; in
+``auto`` mode growth after growth, or a retirement after a retirement, is no flap and
+is not held back (tuned in: a second task arriving seconds after the first no longer
+waits for the cooldown; see docs/economics.md). In the other modes, and when the last
+change's direction is not known, every change waits out the cooldown. The first change
+(``last_change`` None) is never delayed.
 
 ``scale`` says who acts: ``off`` keeps exactly ``min`` members (a fixed pool);
 ``auto`` spawns and retires; ``ask`` retires like ``auto`` but each spawn above the
@@ -70,7 +75,9 @@ class PoolState:
     it will claim as soon as it registers);
     ``idle_expired``: members whose node has been idle at least the idle timeout;
     ``requested``: spawn requests waiting for an operator, or accepted and not yet
-    spawned; ``last_change``: when the pool last spawned or retired (None: never).
+    spawned; ``last_change``: when the pool last spawned or retired (None: never);
+    ``last_direction``: 1 if that change grew the pool, -1 if it shrank it, 0 not
+    known (an ask, a declined request: the cooldown then holds every change).
     """
 
     members: int = 0
@@ -78,6 +85,7 @@ class PoolState:
     idle_expired: int = 0
     requested: int = 0
     last_change: float | None = None
+    last_direction: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +183,9 @@ def decide(
     if delta == 0:
         return Decision(want, 0, "none", reason)
     if pool.last_change is not None and now < pool.last_change + limits.cooldown:
-        return Decision(want, 0, "none", "cooldown", pool.last_change + limits.cooldown)
+        onward = limits.scale == "auto" and delta * pool.last_direction > 0
+        if not onward:  # a reversal (or a change of unknown direction) waits
+            return Decision(want, 0, "none", "cooldown", pool.last_change + limits.cooldown)
     if delta < 0:
         return Decision(want, delta, "retire", reason)
     # Up to the floor the pool spawns itself whatever the mode; above it, ask asks.

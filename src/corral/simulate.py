@@ -486,6 +486,7 @@ def _corral(sim: Sim) -> None:
     p = sim.p
     limits = PoolLimits(min=0, max=p.max, cooldown=p.cooldown, scale="auto")
     last_change: dict[str, float | None] = dict.fromkeys(sim.roles)
+    last_direction = dict.fromkeys(sim.roles, 0)
 
     def look() -> None:
         now = sim.now
@@ -508,13 +509,15 @@ def _corral(sim: Sim) -> None:
             members = sim.live(role)
             looks = [(None if w.state == "starting" else w.state, w.idle_since) for w in members]
             idle, expired = count_members(looks, p.idle_timeout, now)
-            state = PoolState(len(members), idle, expired, 0, last_change[role])
+            state = PoolState(
+                len(members), idle, expired, 0, last_change[role], last_direction[role]
+            )
             view = FleetView(recommendation, counts.pending, live, p.max_agents)
             d = pool_decide(role, limits, state, view, now)
             if d.action == "spawn":
                 sim.spawn(role, d.change, d.reason)
                 live += d.change
-                last_change[role] = now
+                last_change[role], last_direction[role] = now, 1
             elif d.action == "retire":
                 chosen = [
                     w
@@ -522,7 +525,7 @@ def _corral(sim: Sim) -> None:
                     if w.state == "idle" and idle_past_timeout(w.idle_since, p.idle_timeout, now)
                 ]
                 sim.retire(role, len(chosen[: -d.change]), d.reason, chosen[: -d.change])
-                last_change[role] = now
+                last_change[role], last_direction[role] = now, -1
             times = [d.retry_at] + [
                 w.idle_since + p.idle_timeout
                 for w in members
@@ -539,6 +542,7 @@ def _corral(sim: Sim) -> None:
         if idle_past_timeout(w.idle_since, p.idle_timeout, sim.now):
             sim.retire(w.role, 1, "worker idle past idle_timeout", [w])
             last_change[w.role] = sim.now  # the pools count a member's exit as a change
+            last_direction[w.role] = -1
 
     sim.on_change = lambda: sim.look_soon(sim.now)
     sim.on_look = look

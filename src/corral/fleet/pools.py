@@ -72,6 +72,7 @@ class PoolRuntime:
 
     spec: PoolSpec
     last_change: float | None = None
+    last_direction: int = 0  # 1 the last change grew the pool, -1 shrank it, 0 not known
     last_decision: Decision | None = None
     retiring: set[str] = field(default_factory=set)
     size: int | None = None  # the member count the last pool event recorded
@@ -206,6 +207,7 @@ class FleetSupervisor(Supervisor):
                 rt.size = len(members)  # what this run starts with (adopted members)
             elif rt.size != len(members):  # members that stopped by themselves (retired, gave up)
                 rt.last_change = now  # a change of the pool's size: the cooldown starts
+                rt.last_direction = 1 if len(members) > rt.size else -1
                 self._record_size(rt, now, len(members), "members stopped", "exit")
             looks: list[tuple[str | None, float | None]] = []
             for a in members:
@@ -218,6 +220,7 @@ class FleetSupervisor(Supervisor):
             asks = seen.requests
             if pool.id in asks.declined:  # a no counts as a change: ask again after cooldown
                 rt.last_change = max(rt.last_change or 0.0, asks.declined[pool.id])
+                rt.last_direction = 0
             accepted = asks.accepted.get(pool.id, [])
             waiting = 0
             for req in accepted:  # an operator's yes: spawned when there is room
@@ -237,6 +240,7 @@ class FleetSupervisor(Supervisor):
                 idle_expired=expired,
                 requested=waiting,
                 last_change=rt.last_change,
+                last_direction=rt.last_direction,
             )
             view = FleetView(seen.recommendation, seen.pending, live, seen.max_agents)
             pending = asks.pending.get(pool.id, [])
@@ -257,6 +261,7 @@ class FleetSupervisor(Supervisor):
                 ask = functools.partial(self.requests.ask, pool.id, pool.role, why)
                 self._writes += [(ask, None)] * d.change
                 rt.last_change = now
+                rt.last_direction = 0
             elif d.action == "retire":
                 idle_members = [
                     a for a in members
@@ -347,6 +352,7 @@ class FleetSupervisor(Supervisor):
     def _scaled(self, rt: PoolRuntime, now: float, old: int, new: int, why: str) -> None:
         """A decision of the pool changed its size (the cooldown starts now)."""
         rt.last_change = now
+        rt.last_direction = (new > old) - (new < old)
         if rt.size is None:
             rt.size = old
         self._record_size(rt, now, new, why, "decision")
