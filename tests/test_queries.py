@@ -10,7 +10,9 @@ from corral.store.queries import load_queries, parse_queries
 
 STORE = Path(corral.store.__file__).parent
 SHARED = (
-    "sqlbase.py",
+    "sqldb.py",
+    "sqlnodes.py",
+    "sqltasks.py",
     "sqlviews.py",
     "sqlduties.py",
     "sqlprocs.py",
@@ -87,7 +89,7 @@ def test_the_postgres_claims_share_their_parts():
 def test_the_shared_code_finds_its_queries_in_both_dialects():
     text = _code(*SHARED)
     used = set(re.findall(r'tx\.(?:one|all|run)\(\s*"(\w+)"', text))
-    used |= set(re.findall(r'self\._live\(tx, \w+, "(\w+)"\)', text))
+    used |= set(re.findall(r'live\(tx, \w+, "(\w+)"\)', text))
     assert len(used) > 30
     for dialect in ("sqlite", "postgres"):
         assert used - set(load_queries(dialect)) == set(), dialect

@@ -11,9 +11,15 @@ from typing import Any
 
 from corral.errors import InvalidInputError, NotFoundError
 from corral.spawning import SpawnRequest
-from corral.store.sqlhost import SQLHost
+from corral.store.sqldb import Db
 
-__all__ = ["SpawnMixin", "spawn_request_from_row"]
+__all__ = [
+    "decide_spawn_request",
+    "fulfil_spawn_request",
+    "request_spawn",
+    "spawn_request_from_row",
+    "spawn_requests",
+]
 
 
 def _f(value: Any) -> float | None:
@@ -36,65 +42,64 @@ def spawn_request_from_row(row: Any) -> SpawnRequest:
     )
 
 
-class SpawnMixin(SQLHost):
-    """Mixed into ``SQLStore``: uses its transactions and helpers."""
+def request_spawn(
+    db: Db, pool: str, role: str, reason: str, requested_by: str, now: float
+) -> SpawnRequest:
+    with db.write() as tx:
+        row = tx.one("spawn_request_insert", pool=pool, role=role, reason=reason,
+                     requested_by=requested_by, now=now)  # fmt: skip
+        req = spawn_request_from_row(row)
+        db.event(tx, now, "spawn_requested", id=req.id, pool=pool, role=role,
+                    status="pending", actor=requested_by, reason=reason)  # fmt: skip
+        return req
 
-    def request_spawn(
-        self, pool: str, role: str, reason: str, requested_by: str, now: float
-    ) -> SpawnRequest:
-        with self._write() as tx:
-            row = tx.one("spawn_request_insert", pool=pool, role=role, reason=reason,
-                         requested_by=requested_by, now=now)  # fmt: skip
-            req = spawn_request_from_row(row)
-            self._event(tx, now, "spawn_requested", id=req.id, pool=pool, role=role,
-                        status="pending", actor=requested_by, reason=reason)  # fmt: skip
-            return req
 
-    def spawn_requests(
-        self, status: str | None, pool: str | None, limit: int
-    ) -> list[SpawnRequest]:
-        with self._read() as tx:
-            rows = tx.all("spawn_requests_list", status=status, pool=pool, limit=limit)
-        return [spawn_request_from_row(r) for r in rows]
+def spawn_requests(db: Db, status: str | None, pool: str | None, limit: int) -> list[SpawnRequest]:
+    with db.read() as tx:
+        rows = tx.all("spawn_requests_list", status=status, pool=pool, limit=limit)
+    return [spawn_request_from_row(r) for r in rows]
 
-    def decide_spawn_request(
-        self, request_id: int, status: str, actor: str, now: float, reason: str | None = None
-    ) -> SpawnRequest:
-        with self._write() as tx:
-            row = tx.one("spawn_request_decide", id=request_id, status=status, actor=actor, now=now)
-            if row is None:
-                self._refuse_decision(tx, request_id)
-            req = spawn_request_from_row(row)
-            why: dict[str, Any] = {} if reason is None else {"reason": reason}  # a withdrawal's
-            self._event(tx, now, f"spawn_request_{status}", id=req.id, pool=req.pool,
-                        role=req.role, status=status, actor=actor, **why)  # fmt: skip
-            return req
 
-    def fulfil_spawn_request(self, request_id: int, member: str, now: float) -> SpawnRequest:
-        with self._write() as tx:
-            row = tx.one("spawn_request_fulfil", id=request_id, member=member, now=now)
-            if row is None:
-                old = tx.one("spawn_request_get", id=request_id)
-                if old is None:
-                    raise NotFoundError(f"no spawn request {request_id}", field="request_id")
-                if old["status"] != "accepted":
-                    raise InvalidInputError(
-                        f"spawn request {request_id} is {old['status']}, not accepted",
-                        field="request_id",
-                    )
+def decide_spawn_request(
+    db: Db, request_id: int, status: str, actor: str, now: float, reason: str | None = None
+) -> SpawnRequest:
+    with db.write() as tx:
+        row = tx.one("spawn_request_decide", id=request_id, status=status, actor=actor, now=now)
+        if row is None:
+            _refuse_decision(db, tx, request_id)
+        req = spawn_request_from_row(row)
+        why: dict[str, Any] = {} if reason is None else {"reason": reason}  # a withdrawal's
+        db.event(tx, now, f"spawn_request_{status}", id=req.id, pool=req.pool,
+                    role=req.role, status=status, actor=actor, **why)  # fmt: skip
+        return req
+
+
+def fulfil_spawn_request(db: Db, request_id: int, member: str, now: float) -> SpawnRequest:
+    with db.write() as tx:
+        row = tx.one("spawn_request_fulfil", id=request_id, member=member, now=now)
+        if row is None:
+            old = tx.one("spawn_request_get", id=request_id)
+            if old is None:
+                raise NotFoundError(f"no spawn request {request_id}", field="request_id")
+            if old["status"] != "accepted":
                 raise InvalidInputError(
-                    f"spawn request {request_id} already spawned {old['member']}",
+                    f"spawn request {request_id} is {old['status']}, not accepted",
                     field="request_id",
                 )
-            req = spawn_request_from_row(row)
-            self._event(tx, now, "spawn_request_fulfilled", req.member, id=req.id,
-                        pool=req.pool, role=req.role, status=req.status, member=member)  # fmt: skip
-            return req
+            raise InvalidInputError(
+                f"spawn request {request_id} already spawned {old['member']}",
+                field="request_id",
+            )
+        req = spawn_request_from_row(row)
+        db.event(tx, now, "spawn_request_fulfilled", req.member, id=req.id,
+                    pool=req.pool, role=req.role, status=req.status, member=member)  # fmt: skip
+        return req
 
-    def _refuse_decision(self, tx: Any, request_id: int) -> None:
-        old = tx.one("spawn_request_get", id=request_id)
-        if old is None:
-            raise NotFoundError(f"no spawn request {request_id}", field="request_id")
-        raise InvalidInputError(
-            f"spawn request {request_id} is already {old['status']}", field="request_id"
-        )
+
+def _refuse_decision(db: Db, tx: Any, request_id: int) -> None:
+    old = tx.one("spawn_request_get", id=request_id)
+    if old is None:
+        raise NotFoundError(f"no spawn request {request_id}", field="request_id")
+    raise InvalidInputError(
+        f"spawn request {request_id} is already {old['status']}", field="request_id"
+    )

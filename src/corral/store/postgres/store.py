@@ -22,14 +22,15 @@ import psycopg.errors
 
 from corral import lifecycle, scoring
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
-from corral.model import Event, Task
+from corral.model import Task
 from corral.store import claimkeys
 from corral.store.base import TaskSpec
 from corral.store.postgres.dedicated import Leader, Listener
 from corral.store.postgres.session import _QUERIES, Sessions, _Tx
 from corral.store.rows import _dumps, task_from_tuple
 from corral.store.signal import ReadySignal
-from corral.store.sqlbase import SQLStore, event_from_row, task_from_row
+from corral.store.sqlbase import SQLStore, task_from_row
+from corral.store.sqldb import live, refuse
 
 __all__ = ["PostgresStore"]
 
@@ -120,11 +121,11 @@ class PostgresStore(SQLStore):
 
     # --- hot operations -----------------------------------------------------------------
     def _cached_settings(self, refresh: bool = False) -> tuple[Any, Any]:
-        if refresh or self._settings_cache is None:
-            self._settings_cache = None
+        if refresh or self._db.settings_cache is None:
+            self._db.settings_cache = None
             self.settings()
-        assert self._settings_cache is not None
-        return self._settings_cache
+        assert self._db.settings_cache is not None
+        return self._db.settings_cache
 
     def _settings_for(self, role: str, refresh: bool = False) -> Any:
         """The cached settings version, once ``role`` is known (re-read if it is not)."""
@@ -201,7 +202,7 @@ class PostgresStore(SQLStore):
             fresh = row[0]
             if fresh is None:  # no live node
                 with self._read() as tx:
-                    self._live(tx, node_id)  # raises NotFoundError
+                    live(tx, node_id)  # raises NotFoundError
             if fresh:
                 if row[i] is None:
                     return None
@@ -222,12 +223,12 @@ class PostgresStore(SQLStore):
             if lean:
                 if done is None:
                     with self._read() as tx:
-                        self._refuse(tx, task_id, node_id, epoch)  # raises
+                        refuse(tx, task_id, node_id, epoch)  # raises
                 return _finished(held, text, now)
         rows = self._hot("complete_full", params)
         if not rows:
             with self._read() as tx:
-                self._refuse(tx, task_id, node_id, epoch)  # raises
+                refuse(tx, task_id, node_id, epoch)  # raises
         return _task(rows[0])
 
     def complete_and_claim(
@@ -286,7 +287,7 @@ class PostgresStore(SQLStore):
             if lean:
                 if not row[2]:  # not finished
                     with self._read() as tx:
-                        self._refuse(tx, task_id, node_id, epoch)  # raises
+                        refuse(tx, task_id, node_id, epoch)  # raises
                 done = _finished(held, text, now)
                 if not fresh:
                     return done, self._claim(node_id, role, now, key)  # the settings changed
@@ -298,7 +299,7 @@ class PostgresStore(SQLStore):
         rows = self._hot("complete_claim_full", params)
         if not rows:
             with self._read() as tx:
-                self._refuse(tx, task_id, node_id, epoch)  # raises
+                refuse(tx, task_id, node_id, epoch)  # raises
         parts = {r[1]: r for r in rows}  # (fresh, part, task columns...)
         done = _task(parts["done"], 2)
         if "next" in parts:
@@ -318,7 +319,7 @@ class PostgresStore(SQLStore):
         roles = _match_roles(specs, known)
         keys = [scoring.sort_key(sp.priority, now) for sp in specs]
         with self._write() as tx:
-            s = self._settings_in(tx)
+            s = self._db.settings_in(tx)
             if s.role_keywords != known.role_keywords:
                 roles = _match_roles(specs, s)
             ids = sorted(r["id"] for r in tx.all("task_ids_next", n=len(specs)))
@@ -372,10 +373,6 @@ class PostgresStore(SQLStore):
             if row and row["n"]:
                 conn.execute(_QUERIES["claim_tables_analyze"])
         self._analyzed = True
-
-    def _events_after(self, tx: Any, start: Any) -> list[Event]:
-        """The events this transaction wrote (the monitor's duties report them)."""
-        return [event_from_row(r) for r in tx.all("events_mine")]
 
     # --- waiting claims (LISTEN/NOTIFY) ---------------------------------------------
     def ready_token(self) -> int:

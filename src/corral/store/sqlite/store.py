@@ -45,6 +45,7 @@ from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import dumps, task_from_tuple
 from corral.store.signal import WAKE_QUERIES, doorbell_for, signal_for
 from corral.store.sqlbase import SQLStore
+from corral.store.sqldb import check_role, dequeue, live, refuse
 from corral.store.sqlite.checkpoint import _Checkpointer
 from corral.store.sqlite.leader import MonitorLeader
 from corral.store.sqlite.synced import _SyncedCommits
@@ -474,14 +475,14 @@ class SQLiteStore(SQLStore):
             {"role": role, "node_id": node_id, "now": now, "bonus": scoring.ROLE_BONUS_SECONDS},
         ).fetchall()
         if not rows:  # nothing pending, or the node is not live (which raises)
-            node = tx.one("node_claim_state", id=node_id) or self._live(tx, node_id)
+            node = tx.one("node_claim_state", id=node_id) or live(tx, node_id)
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
         row = rows[0]
         task_id, roles, sort_key, created_at = row[0], row[5], row[11], row[12]
         if " " in roles:  # a task matching several roles: the trigger drops only one head
-            self._dequeue(tx, task_id, sort_key, created_at, roles)
+            dequeue(tx, task_id, sort_key, created_at, roles)
         claimed = self._claimed
         if len(claimed) >= _CLAIMED_KEEP:
             del claimed[next(iter(claimed))]
@@ -504,10 +505,10 @@ class SQLiteStore(SQLStore):
             if self._hot.execute(_TASK_COMPLETE_QUIET, params).rowcount == 1:
                 # status done, then claimed_at kept, updated_at, finished_at, result, error.
                 return _task((*held[:6], "done", *held[7:14], now, now, text, None, *held[18:]))
-            self._refuse(tx, task_id, node_id, epoch)
+            refuse(tx, task_id, node_id, epoch)
         rows = self._hot.execute(_TASK_COMPLETE, params).fetchall()
         if not rows:
-            self._refuse(tx, task_id, node_id, epoch)
+            refuse(tx, task_id, node_id, epoch)
         return _task(rows[0])
 
     def _done_with(self, tx: _Tx, node_id: str, task_id: int, now: float) -> None:
@@ -519,7 +520,7 @@ class SQLiteStore(SQLStore):
     def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
         tx = self._begin()
         try:
-            self._check_role(tx, role)
+            check_role(self._db, tx, role)
             row = self._claim_in(tx, node_id, role, now)
             task = None if row is None else _task(row)
             # (A claim that took nothing records nothing: sent again, it is a new try.)
@@ -602,7 +603,7 @@ class SQLiteStore(SQLStore):
         tx = self._begin()
         refused: LeaseError | None = None
         try:
-            self._check_role(tx, role)
+            check_role(self._db, tx, role)
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             nxt = self._claim_in(tx, node_id, role, now)
             if nxt is None:  # with a task claimed the node stays working: no write

@@ -524,13 +524,6 @@ SELECT n.id, (SELECT count(*) FROM (
 ) AS after) AS inbox
 FROM nodes n WHERE n.status <> 'terminated';
 
--- name: events_mine
--- The events this transaction wrote (its seq block), in order.
-SELECT * FROM events
-WHERE seq >= pg_current_xact_id_if_assigned()::text::bigint << 20
-  AND seq < (pg_current_xact_id_if_assigned()::text::bigint + 1) << 20
-ORDER BY seq;
-
 -- name: complete_claim_full
 -- complete_full then claim_full in one statement (one round trip, one commit), for
 -- a worker's finish-then-next: the claim part runs only if the completion did, and

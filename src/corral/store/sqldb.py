@@ -1,0 +1,229 @@
+"""The transaction object the SQL store's capability modules run over (``Db``), and
+the helpers they share: plain functions over a ``Tx``.
+
+The store's operations are plain functions in capability modules (``sqlnodes``,
+``sqltasks``, ``sqlviews``, ``sqlduties``, ``sqlprocs``, ``sqlworkflows``,
+``sqlsched``, ``sqlspawn``), each taking a ``Db`` first: the manager-over-connector
+shape. A ``Db`` is made by an adapter (``SQLiteStore``, ``PostgresStore``) from its
+transactions, and holds what every operation shares: the settings cache, the monitor
+whose duties a thread runs, the events a block captures. ``SQLStore`` composes the
+modules into the ``Store`` port.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from corral.config import settings_from_rows
+from corral.errors import InvalidInputError, LeaseError, NotFoundError
+from corral.model import Event, Node, Settings
+from corral.store.rows import Tx, dumps, event_from_row, loads, node_from_row
+
+__all__ = [
+    "Db",
+    "check_role",
+    "dequeue",
+    "enqueue",
+    "live",
+    "meta",
+    "meta_int",
+    "node_record",
+    "refuse",
+]
+
+Transaction = Callable[[], AbstractContextManager[Tx]]
+
+
+class Db:
+    """An adapter's transactions and the state its operations share.
+
+    ``write``: a write transaction that excludes conflicting writers from its start.
+    ``read``: a read-only transaction with a consistent snapshot. ``write_redone``: a
+    ``write`` the monitor would redo if a crash lost it (an adapter may commit it
+    without waiting for its log to reach the disk; default ``write``).
+    ``read_latest(single)``: a ``read`` whose event reads see every event committed
+    before it began (``single``: the body runs one statement; default ``read``).
+    ``read_row(name, **params)``: the first row of named query ``name``, read on its
+    own, its values by position (default: in a ``read_latest(single=True)``)."""
+
+    def __init__(
+        self,
+        *,
+        write: Transaction,
+        read: Transaction,
+        write_redone: Transaction | None = None,
+        read_latest: Callable[[bool], AbstractContextManager[Tx]] | None = None,
+        read_row: Callable[..., Sequence[Any] | None] | None = None,
+    ) -> None:
+        self.write = write
+        self.read = read
+        self.write_redone = write_redone or write
+        self._read_latest = read_latest
+        self._read_row = read_row
+        # (settings_version, Settings) last read; None: read them again.
+        self.settings_cache: tuple[Any, Settings] | None = None
+        self._actor = threading.local()  # the monitor whose duties this thread runs
+        # (pass time, retry time) of the last monitor pass that skipped locked rows,
+        # per duty (sqlduties).
+        self.locked: dict[str, tuple[float, float] | None] = {}
+
+    def read_latest(self, single: bool = False) -> AbstractContextManager[Tx]:
+        if self._read_latest is None:
+            return self.read()
+        return self._read_latest(single)
+
+    def read_row(self, name: str, **params: Any) -> Sequence[Any] | None:
+        if self._read_row is not None:
+            return self._read_row(name, **params)
+        with self.read_latest(True) as tx:
+            row = tx.one(name, **params)
+        return None if row is None else tuple(row)
+
+    # --- the settings -----------------------------------------------------------------
+    def settings_in(self, tx: Tx) -> Settings:
+        row = tx.one("meta_get", key="settings_version")
+        version = row["value"] if row else None
+        cached = self.settings_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
+        self.settings_cache = (version, settings)
+        return settings
+
+    def settings_now(self, version: Any) -> Settings:
+        """The settings, given their version read just now: the cached ones when it
+        is theirs, else read again."""
+        cached = self.settings_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        with self.read() as tx:
+            return self.settings_in(tx)
+
+    # --- events -----------------------------------------------------------------------
+    @contextmanager
+    def acting_as(self, monitor: str) -> Iterator[None]:
+        """Events this thread writes in the block name ``monitor``."""
+        self._actor.name = monitor
+        try:
+            yield
+        finally:
+            self._actor.name = None
+
+    def event(
+        self,
+        tx: Tx,
+        now: float,
+        kind: str,
+        node_id: str | None = None,
+        task_id: int | None = None,
+        **data: Any,
+    ) -> None:
+        """Append an event in ``tx`` (named by the monitor acting, if any)."""
+        monitor = getattr(self._actor, "name", None)
+        if monitor is not None:
+            data["monitor"] = monitor
+        captured: list[Event] | None = getattr(self._actor, "events", None)
+        params = {"ts": now, "kind": kind, "node_id": node_id, "task_id": task_id}
+        if captured is None:
+            tx.run("event_insert", **params, data=dumps(data))
+        else:  # the caller returns what it wrote (capturing): read back as it is written
+            row = tx.one("event_insert_returning", **params, data=dumps(data))
+            captured.append(event_from_row(row))
+
+    @contextmanager
+    def capturing(self) -> Iterator[list[Event]]:
+        """The events this thread's ``event`` calls write in the block, in order (each
+        read back by its INSERT: no query for them afterwards)."""
+        events: list[Event] = []
+        self._actor.events = events
+        try:
+            yield events
+        finally:
+            self._actor.events = None
+
+
+# --- helpers over a transaction ----------------------------------------------------------
+def meta(tx: Tx, key: str) -> dict[str, Any]:
+    row = tx.one("meta_get", key=key)
+    return loads(row["value"]) if row else {}
+
+
+def meta_int(tx: Tx, key: str) -> int | None:
+    row = tx.one("meta_get", key=key)
+    return int(row["value"]) if row else None
+
+
+def node_record(tx: Tx, row: Any) -> Node:
+    """``node_from_row`` with the held task looked up for a working or waiting node
+    (an idle node holds none: ``lifecycle.status_allowed``; a terminated one has
+    handed its leases back), so the answer is the record ``get_node`` reads."""
+    held = None
+    if row["current_task_id"] is None and row["status"] in ("working", "waiting"):
+        found = tx.one("node_held_task", id=row["id"])
+        held = found["t"] if found else None
+    return node_from_row(row, held)
+
+
+def live(tx: Tx, node_id: str, query: str = "node_live") -> Any:
+    """The live row of ``node_id`` (read by ``query``), or ``NotFoundError``."""
+    row = tx.one(query, id=node_id)
+    if row is not None:
+        return row
+    if tx.one("node_latest", id=node_id) is not None:
+        raise NotFoundError(
+            f"node {node_id} is terminated; register it again to rejoin", field="node_id"
+        )
+    raise NotFoundError(f"unknown node {node_id}; register it first", field="node_id")
+
+
+def enqueue(tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str) -> None:
+    """Add a pending task's role heads (the all-roles head is the partial index on
+    pending tasks, kept by the status itself)."""
+    for role in roles.split():
+        tx.run("ready_insert", role=role, sort_key=sort_key, created_at=created_at, task_id=task_id)
+
+
+def dequeue(tx: Tx, task_id: int, sort_key: float, created_at: float, roles: str) -> None:
+    """Drop a claimed task's role heads (``enqueue``'s reverse)."""
+    for role in roles.split():
+        tx.run("ready_remove", role=role, sort_key=sort_key, created_at=created_at, task_id=task_id)
+
+
+def check_role(db: Db, tx: Tx, role: str) -> None:
+    """``InvalidInputError`` unless ``role`` is one of the settings' roles."""
+    cached = db.settings_cache
+    if cached is not None and role in cached[1].role_keywords:
+        return  # a role removed since is harmless: it only loses its bonus
+    roles = db.settings_in(tx).roles
+    if role not in roles:
+        raise InvalidInputError(
+            f"role must be one of {', '.join(roles)}; got {role!r:.40}", field="role"
+        )
+
+
+def refuse(tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
+    """Raise why ``node_id`` at ``epoch`` does not hold ``task_id``."""
+    row = tx.one("task_get", id=task_id)
+    if row is None:
+        raise NotFoundError(f"unknown task {task_id}", field="task_id")
+    if row["status"] != "in_progress":
+        raise LeaseError(
+            f"task {task_id} is {row['status']}, not held by {node_id}; claim a task first",
+            field="task_id",
+        )
+    if row["assigned_to"] != node_id:
+        raise LeaseError(
+            f"task {task_id} is held by {row['assigned_to']}, not {node_id}", field="node_id"
+        )
+    if epoch is not None and epoch > row["epoch"]:
+        raise LeaseError(
+            f"task {task_id} has no epoch {epoch}: its lease is at epoch {row['epoch']}",
+            field="epoch",
+        )
+    raise LeaseError(
+        f"task {task_id} was claimed again (epoch {row['epoch']}); epoch {epoch} is stale",
+        field="epoch",
+    )

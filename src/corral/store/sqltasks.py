@@ -1,0 +1,215 @@
+"""The board's tasks: adding, reading, failing and releasing them, and the helpers
+the other capabilities share (a held task back to pending, a holder's leases handed
+back). Plain functions over a ``Db``; the claim and the completion are the adapters'
+own (their hot path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral import lifecycle, scoring
+from corral.errors import NotFoundError
+from corral.model import Node, Settings, Task
+from corral.store.base import TaskSpec
+from corral.store.rows import Tx, task_from_row
+from corral.store.sqldb import Db, enqueue, refuse
+
+__all__ = [
+    "add_tasks",
+    "fail",
+    "get_task",
+    "insert_task",
+    "list_tasks",
+    "reindex_roles",
+    "release_all",
+    "release_claim",
+    "requeue",
+]
+
+
+def requeue(
+    db: Db, tx: Tx, row: Any, now: float, *, kind: str, error: str, counts: bool, **data: Any
+) -> Task:
+    """Return a held task to pending, or fail it when it has used its attempts
+    and ``counts`` (a lost lease counts; a voluntary release does not)."""
+    if counts and row["attempts"] >= row["max_attempts"]:
+        new = tx.one("task_fail_final", id=row["id"], error=error, now=now)
+        db.event(tx, now, kind, row["assigned_to"], row["id"], outcome="failed", **data)
+    else:
+        new = tx.one("task_requeue", id=row["id"], error=error or None, now=now)
+        enqueue(tx, row["id"], row["sort_key"], row["created_at"], row["roles"])
+        db.event(tx, now, kind, row["assigned_to"], row["id"], outcome="pending", **data)
+    return task_from_row(new)
+
+
+def release_all(
+    db: Db, tx: Tx, node: Any, now: float, *, kind: str, counts: bool, **data: Any
+) -> list[Task]:
+    return [
+        requeue(
+            db,
+            tx,
+            row,
+            now,
+            kind=kind,
+            error=f"{kind}: holder {node['id']} {data['reason']}",
+            counts=counts,
+            attempt=row["attempts"],
+            epoch=row["epoch"],
+            **data,
+        )
+        for row in tx.all("tasks_held_by_for_update", node_id=node["id"])
+    ]
+
+
+def insert_task(db: Db, tx: Tx, spec: TaskSpec, s: Settings, now: float) -> Any:
+    """Put one task on the board (its roles by ``scoring.task_roles``, its role
+    heads, its ``task_added`` event); the inserted row."""
+    roles = scoring.task_roles(spec.title, spec.description, s.role_keywords, spec.role)
+    key = scoring.sort_key(spec.priority, now)
+    row = tx.one(
+        "task_insert",
+        title=spec.title,
+        description=spec.description,
+        priority=spec.priority,
+        role=spec.role,
+        roles=roles,
+        max_attempts=spec.max_attempts or s.max_attempts,
+        sort_key=key,
+        now=now,
+    )
+    enqueue(tx, row["id"], key, now, roles)
+    db.event(tx, now, "task_added", None, row["id"], priority=spec.priority, roles=roles.split())
+    return row
+
+
+def reindex_roles(db: Db, tx: Tx, settings: Settings) -> None:
+    tx.run("ready_clear")
+    for row in tx.all("tasks_pending_all"):
+        roles = scoring.task_roles(
+            row["title"], row["description"], settings.role_keywords, row["role"]
+        )
+        tx.run("task_set_roles", id=row["id"], roles=roles)
+        enqueue(tx, row["id"], row["sort_key"], row["created_at"], roles)
+
+
+def add_tasks(db: Db, specs: list[TaskSpec], now: float) -> list[Task]:
+    with db.write() as tx:
+        s = db.settings_in(tx)
+        return [task_from_row(insert_task(db, tx, spec, s, now)) for spec in specs]
+
+
+def get_task(db: Db, task_id: int) -> Task:
+    with db.read() as tx:
+        row = tx.one("task_get", id=task_id)
+    if row is None:
+        raise NotFoundError(f"unknown task {task_id}", field="task_id")
+    return task_from_row(row)
+
+
+def list_tasks(
+    db: Db, status: str | None = None, assigned_to: str | None = None, limit: int = 100
+) -> list[Task]:
+    with db.read() as tx:
+        if status is not None and assigned_to is not None:
+            rows = tx.all(
+                "tasks_by_status_holder", status=status, assigned_to=assigned_to, limit=limit
+            )
+        elif status == "pending":
+            rows = tx.all("tasks_pending", limit=limit)
+        elif status == "in_progress":
+            rows = tx.all("tasks_in_progress", limit=limit)
+        elif status is not None:
+            rows = tx.all("tasks_by_status", status=status, limit=limit)
+        elif assigned_to is not None:
+            rows = tx.all("tasks_by_holder", assigned_to=assigned_to, limit=limit)
+        else:
+            rows = tx.all("tasks_all", limit=limit)
+    return [task_from_row(r) for r in rows]
+
+
+def fail(
+    db: Db, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
+) -> Task:
+    with db.write() as tx:
+        # Node row, then its task: the order every transaction locks them in, so
+        # a session stopped inside this one holds its node too (the reaper skips
+        # that node rather than wait on the task).
+        tx.one("node_live_for_update", id=node_id)
+        row = tx.one("task_held_for_update", id=task_id, node_id=node_id)
+        if row is None or (epoch is not None and row["epoch"] != epoch):
+            refuse(tx, task_id, node_id, epoch)
+        if retry and row["attempts"] < row["max_attempts"]:
+            task = requeue(
+                db,
+                tx,
+                row,
+                now,
+                kind="task_failed",
+                error=error,
+                counts=False,
+                attempt=row["attempts"],
+                error_text=error,
+            )
+        else:
+            task = task_from_row(tx.one("task_fail_final", id=task_id, error=error, now=now))
+            db.event(
+                tx,
+                now,
+                "task_failed",
+                node_id,
+                task_id,
+                outcome="failed",
+                attempt=row["attempts"],
+                error_text=error,
+            )
+        tx.run(
+            "node_done_with",
+            id=node_id,
+            task_id=task_id,
+            now=now,
+            stamp=1 - lifecycle.STAMP_FRACTION,
+        )
+        return task
+
+
+def release_claim(
+    db: Db, task_id: int, node_id: str, epoch: int, now: float, *, before: Node | None = None
+) -> Task:
+    with db.write() as tx:
+        # Node row, then its task (the lock order of every transaction).
+        tx.one("node_live_for_update", id=node_id)
+        row = tx.one("task_held_for_update", id=task_id, node_id=node_id)
+        if row is None or row["epoch"] != epoch:
+            refuse(tx, task_id, node_id, epoch)
+        new = tx.one("task_release_claim", id=task_id, now=now)
+        enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
+        if before is None:
+            tx.run(
+                "node_done_with",
+                id=node_id,
+                task_id=task_id,
+                now=now,
+                stamp=1 - lifecycle.STAMP_FRACTION,
+            )
+        else:
+            tx.run(
+                "node_release_claim",
+                id=node_id,
+                task_id=task_id,
+                status=before.status,
+                idle_since=before.idle_since,
+                current_task_id=before.current_task_id,
+            )
+        db.event(
+            tx,
+            now,
+            "lease_released",
+            node_id,
+            task_id,
+            reason="abandoned",
+            outcome="pending",
+            attempt=row["attempts"],
+            epoch=row["epoch"],
+        )
+        return task_from_row(new)
