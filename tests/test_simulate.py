@@ -271,6 +271,22 @@ def test_corral_against_keda_on_the_shipped_traces(name):
     assert results["corral"].unfinished == 0
 
 
+def test_docs_economics_shows_what_the_command_prints(capsys):
+    """docs/economics.md's results are the command's output at the current code: each
+    trace's table and acceptance lines, as printed (a change of a policy that moves a
+    number fails here until the page is rerun)."""
+    doc = (ROOT / "docs" / "economics.md").read_text()
+    after = doc.split("## Results", 1)[1].split("### Before the tune", 1)[0]
+    paths = [str(TRACES / f"{n}.jsonl") for n in ("steady", "bursty", "diurnal")]
+    code, out, _ = cli_run(capsys, *paths, "--markdown")
+    assert code == 0
+    blocks = out.split("### ")[1:]
+    assert len(blocks) == 3
+    for block in blocks:
+        lines = [x for x in block.splitlines() if x.startswith(("|", "- "))]
+        assert "\n".join(lines) in after, block.splitlines()[0]
+
+
 def test_a_run_is_deterministic():
     tasks = simulate.load_trace(TRACES / "bursty.jsonl")
     first, _ = simulate_all(tasks)
