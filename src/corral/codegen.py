@@ -98,8 +98,8 @@ def method_types(op: Operation, *, extras: bool = False) -> dict[str, Any]:
     ``Annotated`` metadata (its rule, ``corral.params``) is kept."""
     fn = _method(op)
     names: dict[str, Any] = {}
-    for annotation in fn.__annotations__.values():
-        if isinstance(annotation, str):
+    for key, annotation in fn.__annotations__.items():
+        if isinstance(annotation, str) and key != "self":
             for name, (module, real) in resolve(op, annotation).items():
                 names[name] = getattr(importlib.import_module(module), real)
     resolved: dict[str, Any] = typing.get_type_hints(fn, localns=names, include_extras=extras)

@@ -410,10 +410,15 @@ OPERATIONS: tuple[Operation, ...] = (
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}
+_INDEXED = OPERATIONS  # the table _BY_NAME was built from
 
 
 def operation(name: str) -> Operation:
-    """The operation called ``name`` (``KeyError`` when there is none)."""
+    """The operation called ``name`` (``KeyError`` when there is none), in the
+    registry as it is now (an entry added at run time is found too)."""
+    global _BY_NAME, _INDEXED
+    if _INDEXED is not OPERATIONS:
+        _BY_NAME, _INDEXED = {op.name: op for op in OPERATIONS}, OPERATIONS
     return _BY_NAME[name]
 
 

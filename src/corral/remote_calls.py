@@ -10,6 +10,8 @@ reads them back the same way.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import quote
@@ -74,6 +76,26 @@ def segment(name: str, value: Any, *, integer: bool = False) -> str:
     return quote(check_id(value, name), safe="").replace(".", "%2E")
 
 
+def _call_operation(client: RemoteCalls, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Operation ``name`` with the arguments of its ``Cluster`` method, bound as that
+    method binds them (its rules checked here, as the embedded client does)."""
+    from corral.cluster import Cluster
+
+    method = getattr(Cluster, name)
+    bound = inspect.signature(method).bind(None, *args, **kwargs)
+    rules = getattr(method, "rules", {})
+    out: dict[str, Any] = {}
+    for pname, value in list(bound.arguments.items())[1:]:
+        kind = bound.signature.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        elif pname in rules and value is not None:
+            out[pname] = rules[pname].check(value, pname)
+        else:
+            out[pname] = value
+    return client._invoke(name, out)
+
+
 class RemoteCalls:
     """The generic call of an operation; needs ``request`` (``HttpClient``'s)."""
 
@@ -105,3 +127,15 @@ class RemoteCalls:
         if op.method == "GET":
             return self.request(op.method, path, query=args)
         return self.request(op.method, path, args)
+
+    if not TYPE_CHECKING:  # a checker sees only the generated methods
+
+        def __getattr__(self, name: str) -> Any:
+            """An operation of the registry that has no generated method yet (added at
+            run time, or before ``python -m corral.codegen`` was run): its ``Cluster``
+            method's signature, called at its route; the answer as JSON data."""
+            try:
+                operation(name)
+            except KeyError:
+                raise AttributeError(name) from None
+            return functools.partial(_call_operation, self, name)

@@ -16,11 +16,12 @@ import click
 
 import corral
 from corral.cli._common import CONTEXT_SETTINGS, run_main
+from corral.cli._operations import OperationsGroup
 
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=OperationsGroup, context_settings=CONTEXT_SETTINGS)
 @click.option(
     "--url",
     envvar="CORRAL_URL",

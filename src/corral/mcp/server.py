@@ -36,10 +36,11 @@ from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 import corral
+from corral import operations
 from corral.errors import CorralError, NotFoundError
 from corral.mcp import strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
-from corral.operations import OPERATIONS, operation
+from corral.operations import operation
 from corral.types import Client
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
@@ -435,7 +436,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
 
     # --- operations that declare a tool and have none written here ------------------
     written = {t.name for t in mcp._tool_manager.list_tools()}
-    for op in OPERATIONS:
+    for op in operations.OPERATIONS:
         if op.mcp is not None and op.mcp not in written:
             _generic_tool(tool, client, touch, op)
 

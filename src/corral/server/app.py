@@ -39,7 +39,7 @@ from corral.server.dispatch import (
 from corral.server.errors import ApiError, envelope, from_exception
 from corral.server.metrics import Metrics
 from corral.server.openapi import build_openapi
-from corral.server.routes import OPS
+from corral.server.routes import build_ops
 from corral.store.base import Store, WouldBlock
 from corral.types import Client
 
@@ -241,7 +241,7 @@ def create_app(
         if body is None:
             documents.clear()
             body = documents[roles] = dumps(
-                build_openapi(OPS, version=corral.__version__, roles=roles)
+                build_openapi(ops, version=corral.__version__, roles=roles)
             )
         return Response(body, media_type=_JSON)
 
@@ -261,11 +261,12 @@ def create_app(
         body = await st.run(st.metrics.render)
         return Response(body, media_type=st.metrics.content_type)
 
+    ops = build_ops()
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *(Route(op.path, OpEndpoint(op, st), methods=[op.method], name=op.name) for op in OPS),
+        *(Route(op.path, OpEndpoint(op, st), methods=[op.method], name=op.name) for op in ops),
     ]
 
     @asynccontextmanager

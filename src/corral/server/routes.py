@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from corral import operations
 from corral.operations import OPERATIONS, Operation
 from corral.render import claim_text
 from corral.scheduler import http as scheduler_http
@@ -404,10 +405,23 @@ if not set(_HTTP) <= {o.name for o in OPERATIONS}:  # pragma: no cover - a progr
         f"HTTP handlers of no operation: {set(_HTTP) - {o.name for o in OPERATIONS}}"
     )
 
-# Deeper paths first: ``/v1/nodes/{node_id:path}`` would also match ``…/metrics``.
-OPS: tuple[Op, ...] = tuple(
-    sorted((_op(o) for o in OPERATIONS), key=lambda op: -op.path.count("/"))
-)
+
+def build_ops() -> tuple[Op, ...]:
+    """The routes of the registry as it is now (``create_app`` builds its app from
+    them, so an operation added to the registry at run time is served), deeper paths
+    first: ``/v1/nodes/{node_id:path}`` would also match ``…/metrics``. Built once per
+    registry: the handlers and their models are made here, not per request."""
+    global OPS
+    if _BUILT_FROM[0] is not operations.OPERATIONS:
+        table = operations.OPERATIONS
+        OPS = tuple(sorted((_op(o) for o in table), key=lambda op: -op.path.count("/")))
+        _BUILT_FROM[0] = table
+    return OPS
+
+
+_BUILT_FROM: list[tuple[Operation, ...] | None] = [None]
+OPS: tuple[Op, ...] = ()
+OPS = build_ops()
 
 # Responses that are lists (the table's ``response`` is None for them).
 LIST_RESPONSES: dict[str, type[BaseModel]] = {
