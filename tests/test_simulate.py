@@ -170,6 +170,19 @@ def test_manager_decision_is_the_documents():
     assert d(2, 2, 2, 2, 2, 0, 4) == ("balanced", "maintain")
 
 
+def test_any_worker_claims_any_task_and_corral_grows_the_recommended_roles_pool():
+    """A role is a bonus in corral's claim, not a filter: the manager protocol spawns
+    only developers and they do the architect's tasks too. corral's assessment
+    recommends spawn_architect when most pending tasks are the architect's only, so the
+    architect pool grows, not the developer one."""
+    tasks = [TraceTask(i, 0.0, "architect", "medium", 30.0) for i in range(3)]
+    _, runs = simulate_all(tasks, ["manager", "corral"], Params(**{**_asdict(P), "max": 3}))
+    assert runs["manager"].unfinished == 0
+    assert {w.role for w in runs["manager"].workers} == {"developer"}
+    assert runs["corral"].unfinished == 0
+    assert {w.role for w in runs["corral"].workers} == {"architect"}
+
+
 def test_the_claim_order_is_corrals_score_and_waits_are_by_priority():
     """One warm worker busy 0-10 s; a low task at 1 s and a high one at 2 s: at 10 the
     high one goes first (30 points beat 10, an age of 1 s does not), wait 8; the low

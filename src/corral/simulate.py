@@ -6,8 +6,9 @@ policy runs the whole trace on its own simulated pool of workers, one pool per r
 
 - a worker pays from its spawn: ``startup`` seconds before it can claim (spawn to
   ready), then claims, works, idles, and at its stop ``stop`` seconds more;
-- an idle worker claims the best pending task of its role at once, in corral's
-  claim order (:func:`corral.scoring.sort_key`); the worker idle longest claims first;
+- an idle worker claims the best pending task at once, in corral's claim order
+  (:func:`corral.scoring.sort_key`, a task of the worker's role with the role bonus:
+  a role is a preference, not a filter); the worker idle longest claims first;
 - a scale-down never kills a busy worker: it stops idle workers first, then workers
   still starting, and a busy one only once its task is done (it claims nothing more);
 - a worker that registers when ``max_agents`` nodes are live is refused
@@ -70,7 +71,7 @@ from corral.lifecycle import registration_allowed
 from corral.model import Settings
 from corral.scaling import FleetView, PoolLimits, PoolState, count_members, idle_past_timeout
 from corral.scaling import decide as pool_decide
-from corral.scoring import sort_key
+from corral.scoring import ROLE_BONUS_SECONDS, sort_key
 
 __all__ = [
     "POLICIES",
@@ -256,7 +257,12 @@ class Sim:
         self.now = 0.0
         self._events: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
-        self.queue: dict[str, list[tuple[float, float, int]]] = {r: [] for r in self.roles}
+        # The board: the pending tasks, and corral's two index heads (the best of all
+        # tasks; the best of a role's tasks with its bonus), stale entries popped lazily
+        self.waiting: set[int] = set()
+        self._waiting_of = dict.fromkeys(self.roles, 0)
+        self._best_all: list[tuple[float, float, int]] = []
+        self._best_of: dict[str, list[tuple[float, float, int]]] = {r: [] for r in self.roles}
         self.workers: dict[int, _Worker] = {}  # alive (not gone)
         self.done = 0
         self.last_finish = 0.0
@@ -303,10 +309,8 @@ class Sim:
             heapq.heappop(self._events)
             self.now = when
             if kind == _ARRIVE:
-                heapq.heappush(
-                    self.queue[arg.role], (sort_key(arg.priority, arg.arrival), arg.arrival, arg.id)
-                )
-                self._dispatch(arg.role)
+                self._add(arg)
+                self._dispatch()
                 self.on_change()
             elif kind == _FINISH:
                 self._finish(arg)
@@ -348,14 +352,47 @@ class Sim:
         )
 
     def pending(self, role: str | None = None) -> int:
+        """Tasks pending (of ``role``: whose role it is)."""
         if role is None:
-            return sum(len(q) for q in self.queue.values())
-        return len(self.queue[role])
+            return len(self.waiting)
+        return self._waiting_of.get(role, 0)
+
+    def pending_tasks(self, role: str) -> list[TraceTask]:
+        return [
+            self.tasks_by_id[i] for i in sorted(self.waiting) if self.tasks_by_id[i].role == role
+        ]
+
+    def _add(self, task: TraceTask) -> None:
+        key = sort_key(task.priority, task.arrival)
+        heapq.heappush(self._best_all, (key, task.arrival, task.id))
+        heapq.heappush(self._best_of[task.role], (key - ROLE_BONUS_SECONDS, task.arrival, task.id))
+        self.waiting.add(task.id)
+        self._waiting_of[task.role] += 1
+
+    def _best(self, role: str) -> TraceTask | None:
+        """The task a worker of ``role`` claims: the better of the two heads (corral's
+        score, a task of its role with the role bonus; ties to the older task)."""
+        heads = []
+        for heap in (self._best_all, self._best_of.get(role, [])):
+            while heap and heap[0][2] not in self.waiting:
+                heapq.heappop(heap)
+            if heap:
+                heads.append(heap[0])
+        if not heads:
+            return None
+        task = self.tasks_by_id[min(heads)[2]]
+        self.waiting.remove(task.id)
+        self._waiting_of[task.role] -= 1
+        return task
 
     def running_of(self, role: str) -> list[tuple[TraceTask, float]]:
         return [(t, end) for t, end in self.running.values() if t.role == role]
 
-    def spawn(self, role: str, n: int, cause: str, *, warm: bool = False) -> None:
+    def spawn(
+        self, role: str, n: int, cause: str, *, warm: bool = False, ceiling: int | None = None
+    ) -> None:
+        """Spawn ``n`` workers of ``role``; a breach if the live workers pass
+        ``max_agents`` or the pool its ``ceiling`` (``max`` unless the policy has none)."""
         if n <= 0:
             return
         for _ in range(n):
@@ -367,7 +404,7 @@ class Sim:
             self.at(ready, _READY, wid)
         self._action(role, n, cause)
         alive = sum(1 for w in self.workers.values() if w.state != "stopping")
-        if alive > self.p.max_agents or len(self.live(role)) > self.p.max:
+        if alive > self.p.max_agents or len(self.live(role)) > (ceiling or self.p.max):
             self.run.cap_breaches += 1
 
     def retire(self, role: str, n: int, cause: str, chosen: Sequence[_Worker] = ()) -> None:
@@ -426,7 +463,7 @@ class Sim:
             self._action(w.role, -1, "registration refused")
             return
         self._become_idle(w)
-        self._dispatch(w.role)
+        self._dispatch()
 
     def _become_idle(self, w: _Worker) -> None:
         w.state = "idle"
@@ -444,26 +481,22 @@ class Sim:
             self._stopping(w)
             return
         self._become_idle(w)
-        self._dispatch(w.role)
+        self._dispatch()
 
-    def _dispatch(self, role: str) -> None:
-        q = self.queue[role]
-        if not q:
+    def _dispatch(self) -> None:
+        """Idle workers claim, the one idle longest first, any task (a task of the
+        worker's role with its bonus: corral's claim)."""
+        if not self.waiting:
             self._queued()
             return
         idle = sorted(
-            (
-                w
-                for w in self.workers.values()
-                if w.role == role and w.state == "idle" and not w.refused
-            ),
+            (w for w in self.workers.values() if w.state == "idle" and not w.refused),
             key=lambda w: (w.idle_since or 0.0, w.id),
         )
         for w in idle:
-            if not q:
+            task = self._best(w.role)
+            if task is None:
                 break
-            _, _, tid = heapq.heappop(q)
-            task = self.tasks_by_id[tid]
             self.run.waits.setdefault(task.priority, []).append(self.now - task.arrival)
             w.state = "busy"
             w.idle_since = None
@@ -499,7 +532,7 @@ def _corral(sim: Sim) -> None:
             working=busy,
             idle=idle_nodes,
             max_agents=p.max_agents,
-            architect_only=sim.pending("architect") if "architect" in sim.queue else 0,
+            architect_only=sim.pending("architect"),
         )
         _, recommendation = assess(counts)
         starting = sum(1 for w in sim.workers.values() if w.state == "starting")
@@ -598,7 +631,7 @@ def _dask(sim: Sim) -> None:
     def check(_: int) -> None:
         for role in sim.roles:
             running = sim.running_of(role)
-            waiting = [sim.tasks_by_id[tid] for _, _, tid in sim.queue[role]]
+            waiting = sim.pending_tasks(role)
             work = sum(t.duration for t in waiting) + sum(end - sim.now for _, end in running)
             n_tasks = len(waiting) + len(running)
             target = min(p.max, n_tasks, math.ceil(work / p.dask_target_duration))
@@ -661,7 +694,7 @@ def _manager(sim: Sim) -> None:
     terminates nodes idle past idle_timeout + grace_period."""
     p = sim.p
     status = ["idle"]
-    role = "developer" if "developer" in sim.roles else sim.roles[0]
+    role = "developer"  # the protocol recommends spawn_developer only
 
     def tick(tag: int) -> None:
         if tag == 0:  # the manager's assessment
@@ -673,7 +706,7 @@ def _manager(sim: Sim) -> None:
             )
             status[0] = st
             if rec.startswith("spawn_") and active < p.max_agents:
-                sim.spawn(role, 1, rec)
+                sim.spawn(role, 1, rec, ceiling=p.max_agents)  # its only cap
         else:  # the monitor's cleanup
             limit = p.idle_timeout + p.grace_period
             for w in list(sim.workers.values()):
@@ -685,7 +718,7 @@ def _manager(sim: Sim) -> None:
                     sim.retire(w.role, 1, "monitor: idle > limit", [w])
 
     def idle(w: _Worker) -> None:
-        if sim.pending(w.role) == 0 and status[0] in ("idle", "underutilized"):
+        if sim.pending() == 0 and status[0] in ("idle", "underutilized"):
             sim.retire(w.role, 1, "worker idle past grace period", [w])
 
     sim.on_tick = tick
