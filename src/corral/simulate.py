@@ -75,12 +75,16 @@ from corral.scoring import ROLE_BONUS_SECONDS, sort_key
 
 __all__ = [
     "POLICIES",
+    "Action",
+    "Check",
     "Params",
     "Result",
     "Run",
+    "Sim",
     "TraceTask",
     "acceptance",
     "load_trace",
+    "manager_decision",
     "parse_trace",
     "percentile",
     "plot",
@@ -239,7 +243,6 @@ class Run:
     waits: dict[str, list[float]] = field(default_factory=dict)
     actions: list[Action] = field(default_factory=list)
     sizes: list[tuple[float, int]] = field(default_factory=list)  # (t, live workers)
-    queued: list[tuple[float, int]] = field(default_factory=list)  # (t, tasks queued)
     workers: list[_Worker] = field(default_factory=list)
     cap_breaches: int = 0
     refused: int = 0
@@ -255,7 +258,7 @@ class Sim:
         self.tasks = tasks
         self.roles = sorted({t.role for t in tasks})
         self.now = 0.0
-        self._events: list[tuple[float, int, int, int, Any]] = []
+        self._events: list[tuple[float, int, int, Any]] = []  # (when, kind, seq, arg)
         self._seq = 0
         # The board: the pending tasks, and corral's two index heads (the best of all
         # tasks; the best of a role's tasks with its bonus), stale entries popped lazily
@@ -279,7 +282,7 @@ class Sim:
     # -- events -------------------------------------------------------------------
     def at(self, when: float, kind: int, arg: Any = None) -> None:
         self._seq += 1
-        heapq.heappush(self._events, (when, kind, self._seq, kind, arg))
+        heapq.heappush(self._events, (when, kind, self._seq, arg))
 
     def look_soon(self, after: float) -> None:
         """A look at the first instant of the pools' grid at or after ``after`` (one
@@ -303,7 +306,7 @@ class Sim:
     def loop(self) -> None:
         total = len(self.tasks)
         while self._events:
-            when, kind, _, _, arg = self._events[0]
+            when, kind, _, arg = self._events[0]
             if when > self.horizon() and (self.done == total or not self.running):
                 break
             heapq.heappop(self._events)
@@ -487,7 +490,6 @@ class Sim:
         """Idle workers claim, the one idle longest first, any task (a task of the
         worker's role with its bonus: corral's claim)."""
         if not self.waiting:
-            self._queued()
             return
         idle = sorted(
             (w for w in self.workers.values() if w.state == "idle" and not w.refused),
@@ -502,12 +504,6 @@ class Sim:
             w.idle_since = None
             self.running[w.id] = (task, self.now + task.duration)
             self.at(self.now + task.duration, _FINISH, w.id)
-        self._queued()
-
-    def _queued(self) -> None:
-        n = self.pending()
-        if not self.run.queued or self.run.queued[-1][1] != n:
-            self.run.queued.append((self.now, n))
 
 
 # ---- the policies -------------------------------------------------------------------
