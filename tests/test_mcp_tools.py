@@ -419,7 +419,7 @@ def test_an_operation_that_declares_a_tool_gets_one_without_code_of_its_own(
     as its description, the declared rendering, and the caller's heartbeat rule."""
     import dataclasses
 
-    import corral.mcp.server as mcp_server
+    import corral.operations
     from corral.operations import OPERATIONS, operation
 
     declared = dataclasses.replace(
@@ -428,8 +428,8 @@ def test_an_operation_that_declares_a_tool_gets_one_without_code_of_its_own(
         text="status_text",
         names={"mcp": {"node_id": "agent_id"}},
     )
-    monkeypatch.setattr(
-        mcp_server,
+    monkeypatch.setattr(  # the registry itself: the server is built from it as it is
+        corral.operations,
         "OPERATIONS",
         tuple(declared if op.name == "terminate_node" else op for op in OPERATIONS),
     )
