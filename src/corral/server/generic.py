@@ -51,9 +51,11 @@ def _camel(name: str) -> str:
 
 
 class Generic:
-    """The handler: ``Generic(op)(call)``."""
+    """The handler: ``Generic(op)(call)``. ``model`` is the request model to use
+    instead of the one built from the signature (a model of the API's own, whose
+    fields are the method's parameters: its bounds and messages stay as they are)."""
 
-    def __init__(self, op: Operation) -> None:
+    def __init__(self, op: Operation, model: type[BaseModel] | None = None) -> None:
         from corral.cluster import Cluster
 
         self.op = op
@@ -74,8 +76,12 @@ class Generic:
                 raise RuntimeError(f"operation {op.name}: *{p.name} cannot come over HTTP")
             default = ... if p.default is p.empty else p.default
             fields[p.name] = (_wire_type(p.name, types.get(p.name, Any)), default)
-        self.model: type[BaseModel] | None = None
-        if op.method == "GET":
+        self.model: type[BaseModel] | None = model
+        self.more = more
+        self.names = tuple(fields)
+        if model is not None:
+            self.names = tuple(n for n in model.model_fields if n in fields)
+        elif op.method == "GET":
             if more:
                 raise RuntimeError(f"operation {op.name}: a GET cannot take **kwargs")
             if fields:
@@ -90,7 +96,11 @@ class Generic:
             args[name] = int(value) if name in self.ints and value.isdigit() else value
         given = c.query if self.op.method == "GET" else c.body
         if given is not None:
-            args.update(given.model_dump())  # with a **kwargs method's other fields
+            if self.more:
+                args.update(given.model_dump())  # with a **kwargs method's other fields
+            else:
+                for name in self.names:
+                    args[name] = getattr(given, name)
         node = self.op.node
         if node is not None:
             if args.get(node) is None and c.principal.node_id is not None:

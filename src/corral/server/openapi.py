@@ -142,8 +142,10 @@ def build_openapi(
                 params.append(
                     {"name": name, "in": "query", "required": name in required, "schema": schema}
                 )
-        if op.response is not None:
-            ok: dict[str, Any] = _json(_ref(op.response))
+        if op.exception == "text_answer":
+            ok: dict[str, Any] = {"text/plain": {"schema": {"type": "string"}}}
+        elif op.response is not None:
+            ok = _json(_ref(op.response))
         elif op.name in LIST_RESPONSES:
             ok = _json({"type": "array", "items": _ref(LIST_RESPONSES[op.name])})
         elif op.returns is not None:  # a generic handler: its method's return type

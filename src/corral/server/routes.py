@@ -91,8 +91,6 @@ def _with_text(obj: Any) -> dict[str, Any]:
 
 
 # --- handlers ---------------------------------------------------------------------------
-def get_settings(c: Call) -> Any:
-    return c.cluster.settings().to_dict()
 
 
 def configure(c: Call) -> Any:
@@ -108,20 +106,6 @@ def register_node(c: Call) -> Any:
     d = _with_text(r)
     d["token"] = c.tokens.node_token(r.id)
     return d
-
-
-def list_nodes(c: Call) -> Any:
-    return [n.to_dict() for n in c.cluster.list_nodes(status=c.query.status, role=c.query.role)]
-
-
-def get_node(c: Call) -> Any:
-    return c.cluster.get_node(c.path["node_id"])
-
-
-def set_status(c: Call) -> Any:
-    node_id = c.path["node_id"]
-    c.act_as(node_id)
-    return c.cluster.set_agent_status(node_id, c.body.status, c.body.current_task_id)
 
 
 def heartbeat(c: Call) -> Any:
@@ -150,40 +134,6 @@ def claim(c: Call) -> Any:
     return {"task": task, "text": claim_text(task)}
 
 
-def catch_up(c: Call) -> Any:
-    node_id = c.path["node_id"]
-    c.act_as(node_id)
-    b = c.body or m.CatchUpIn()
-    return c.cluster.catch_up(node_id, b.since, limit=b.limit).to_dict()
-
-
-def add_task(c: Call) -> Any:
-    b = c.body
-    return c.cluster.add_task(
-        b.title, b.description, b.priority, b.role, max_attempts=b.max_attempts
-    )
-
-
-def add_tasks(c: Call) -> Any:
-    return [t.to_dict() for t in c.cluster.add_tasks(c.body.tasks)]
-
-
-def list_tasks(c: Call) -> Any:
-    q = c.query
-    tasks = c.cluster.list_tasks(status=q.status, assigned_to=q.assigned_to, limit=q.limit)
-    return [t.to_dict() for t in tasks]
-
-
-def get_task(c: Call) -> Any:
-    return c.cluster.get_task(c.path["task_id"])
-
-
-def complete_task(c: Call) -> Any:
-    b = c.body
-    c.act_as(b.node_id)
-    return c.cluster.complete_task(c.path["task_id"], b.node_id, b.epoch, b.result)
-
-
 def complete_and_claim(c: Call) -> Any:
     b = c.body
     c.act_as(b.node_id)
@@ -203,22 +153,12 @@ def complete_and_claim(c: Call) -> Any:
     return {"done": done, "next": nxt, "text": claim_text(nxt)}
 
 
-def fail_task(c: Call) -> Any:
-    b = c.body
-    c.act_as(b.node_id)
-    return c.cluster.fail_task(c.path["task_id"], b.node_id, b.epoch, b.error, retry=b.retry)
-
-
 def assess(c: Call) -> Any:
     return _with_text(c.cluster.assess_workload())
 
 
 def read_state(c: Call) -> Any:
     return _with_text(c.cluster.read_state(c.query.node_id, limit=c.query.limit))
-
-
-def read_state_text(c: Call) -> Any:
-    return c.cluster.read_state(c.query.node_id, limit=c.query.limit).text
 
 
 def events(c: Call) -> Any:
@@ -231,13 +171,6 @@ def events(c: Call) -> Any:
         for e in out
         if (kinds is None or e.kind in kinds) and (nodes is None or e.node_id in nodes)
     ]
-
-
-def broadcast(c: Call) -> Any:
-    b = c.body
-    node_id = b.node_id if b.node_id is not None else c.principal.node_id
-    c.act_as(node_id)
-    return c.cluster.broadcast(b.message, node_id).to_dict()
 
 
 def touch(c: Call) -> Any:
@@ -253,95 +186,53 @@ def alert(c: Call) -> Any:
     return c.cluster.alert(b.message, node_id, **b.data).to_dict()
 
 
-def record_metrics(c: Call) -> Any:
-    node_id = c.path["node_id"]
-    c.act_as(node_id)
-    return c.cluster.record_metrics(node_id, c.body.sample, keep=c.body.keep).to_dict()
-
-
-def metrics_series(c: Call) -> Any:
-    return [e.to_dict() for e in c.cluster.metrics_series(c.path["node_id"], c.query.limit)]
-
-
 def stats(c: Call) -> Any:
     return c.cluster.stats().to_dict()
 
 
-def report_processes(c: Call) -> Any:
-    return [p.to_dict() for p in c.cluster.report_processes(c.body.host, c.body.processes)]
-
-
-def request_process_action(c: Call) -> Any:
-    b = c.body
-    return c.cluster.request_process_action(b.host, b.agent, b.action).to_dict()
-
-
-def ack_process_action(c: Call) -> Any:
-    b = c.body
-    return c.cluster.ack_process_action(b.host, b.request_seq, b.ok, b.message).to_dict()
-
-
 @dataclass(frozen=True, slots=True)
 class _Http:
-    """How the server runs one operation of ``corral.operations``."""
+    """How the server runs one operation of ``corral.operations``: a handler of its
+    own, or None for the generic one (``corral.server.generic``) with these models."""
 
-    handler: Callable[[Call], Any]
+    handler: Callable[[Call], Any] | None
     response: type[BaseModel] | None
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
 
 
-def request_spawn(c: Call) -> Any:
-    b = c.body
-    return c.cluster.request_spawn(b.pool, b.role, b.reason, b.requested_by)
-
-
-def _decide_spawn(c: Call, decide: Callable[..., Any]) -> Any:
-    actor = c.body.actor if c.body.actor is not None else c.principal.node_id
-    c.act_as(actor)
-    return decide(c.path["request_id"], actor)
-
-
-def accept_spawn_request(c: Call) -> Any:
-    return _decide_spawn(c, c.cluster.accept_spawn_request)
-
-
-def decline_spawn_request(c: Call) -> Any:
-    return _decide_spawn(c, c.cluster.decline_spawn_request)
-
-
 _HTTP: dict[str, _Http] = {
-    "settings": _Http(get_settings, m.SettingsOut),
+    "settings": _Http(None, m.SettingsOut),
     "configure": _Http(configure, m.SettingsOut, body=ConfigureIn),
     "register_node": _Http(register_node, m.RegisteredOut, body=m.RegisterIn),
-    "list_nodes": _Http(list_nodes, None, query=m.ListNodesQuery),
-    "get_node": _Http(get_node, m.NodeOut),
-    "set_agent_status": _Http(set_status, m.NodeOut, body=m.StatusIn),
+    "list_nodes": _Http(None, None, query=m.ListNodesQuery),
+    "get_node": _Http(None, m.NodeOut),
+    "set_agent_status": _Http(None, m.NodeOut, body=m.StatusIn),
     "heartbeat": _Http(heartbeat, m.NodeOut, body=m.HeartbeatIn),
     "touch": _Http(touch, m.TouchOut),
-    "catch_up": _Http(catch_up, m.CatchUpOut, body=m.CatchUpIn),
-    "record_metrics": _Http(record_metrics, m.EventOut, body=m.SampleIn),
-    "metrics_series": _Http(metrics_series, None, query=m.SeriesQuery),
-    "add_task": _Http(add_task, m.TaskOut, body=m.AddTaskIn),
-    "add_tasks": _Http(add_tasks, None, body=m.AddTasksIn),
-    "list_tasks": _Http(list_tasks, None, query=m.ListTasksQuery),
-    "get_task": _Http(get_task, m.TaskOut),
+    "catch_up": _Http(None, m.CatchUpOut, body=m.CatchUpIn),
+    "record_metrics": _Http(None, m.EventOut, body=m.SampleIn),
+    "metrics_series": _Http(None, None, query=m.SeriesQuery),
+    "add_task": _Http(None, m.TaskOut, body=m.AddTaskIn),
+    "add_tasks": _Http(None, None, body=m.AddTasksIn),
+    "list_tasks": _Http(None, None, query=m.ListTasksQuery),
+    "get_task": _Http(None, m.TaskOut),
     "claim_best_task": _Http(claim, m.ClaimOut, body=m.ClaimIn),
-    "complete_task": _Http(complete_task, m.TaskOut, body=m.CompleteIn),
+    "complete_task": _Http(None, m.TaskOut, body=m.CompleteIn),
     "complete_and_claim": _Http(
         complete_and_claim, m.CompleteAndClaimOut, body=m.CompleteAndClaimIn
     ),
-    "fail_task": _Http(fail_task, m.TaskOut, body=m.FailIn),
+    "fail_task": _Http(None, m.TaskOut, body=m.FailIn),
     "assess_workload": _Http(assess, m.AssessmentOut),
     "read_state": _Http(read_state, m.StateOut, query=m.StateQuery),
-    "read_state_text": _Http(read_state_text, None, query=m.StateQuery),
+    "read_state_text": _Http(None, None, query=m.StateQuery),
     "events": _Http(events, None, query=m.EventsQuery),
-    "broadcast": _Http(broadcast, m.EventOut, body=m.BroadcastIn),
+    "broadcast": _Http(None, m.EventOut, body=m.BroadcastIn),
     "alert": _Http(alert, m.EventOut, body=m.AlertIn),
     "stats": _Http(stats, m.StatsOut),
-    "report_processes": _Http(report_processes, None, body=m.ReportProcessesIn),
-    "request_process_action": _Http(request_process_action, m.EventOut, body=m.ProcessActionIn),
-    "ack_process_action": _Http(ack_process_action, m.EventOut, body=m.ProcessAckIn),
+    "report_processes": _Http(None, None, body=m.ReportProcessesIn),
+    "request_process_action": _Http(None, m.EventOut, body=m.ProcessActionIn),
+    "ack_process_action": _Http(None, m.EventOut, body=m.ProcessAckIn),
     # --- workflow runs (corral.server.workflows)
     "run_workflow": _Http(wf.run_workflow, wf.RunOut, body=wf.RunIn),
     "get_handler": _Http(wf.get_handler, wf.HandlerOut),
@@ -352,11 +243,9 @@ _HTTP: dict[str, _Http] = {
     "report_handler": _Http(wf.report_handler, wf.HandlerOut, body=wf.ReportIn),
     "report_steps": _Http(wf.report_steps, wf.HandlerOut, body=wf.StepsIn),
     "release_handler": _Http(wf.release_handler, wf.HandlerOut, body=wf.HandlerReleaseIn),
-    "request_spawn": _Http(request_spawn, m.SpawnRequestOut, body=m.SpawnRequestIn),
-    "accept_spawn_request": _Http(accept_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn),
-    "decline_spawn_request": _Http(
-        decline_spawn_request, m.SpawnRequestOut, body=m.SpawnDecisionIn
-    ),
+    "request_spawn": _Http(None, m.SpawnRequestOut, body=m.SpawnRequestIn),
+    "accept_spawn_request": _Http(None, m.SpawnRequestOut, body=m.SpawnDecisionIn),
+    "decline_spawn_request": _Http(None, m.SpawnRequestOut, body=m.SpawnDecisionIn),
 }
 # The activation scheduler's (corral.scheduler.http)
 _HTTP.update({name: _Http(*spec) for name, spec in scheduler_http.ROUTES.items()})
@@ -381,11 +270,13 @@ def _generic(o: Operation) -> _Http:
 
 def _op(o: Operation) -> Op:
     h = _HTTP[o.name] if o.name in _HTTP else _generic(o)
+    # None: the generic handler with the API's own request model
+    handler = h.handler if h.handler is not None else Generic(o, h.body or h.query)
     return Op(
         o.name,
         o.method,
         _starlette(o.path),
-        h.handler,
+        handler,
         o.summary,
         h.response,
         body=h.body,
@@ -395,7 +286,7 @@ def _op(o: Operation) -> Op:
         writes=o.method != "GET",
         tag=o.tag,
         short=o.short,
-        returns=h.handler.returns if isinstance(h.handler, Generic) else None,
+        returns=handler.returns if isinstance(handler, Generic) else None,
         exception=o.exception,
     )
 
