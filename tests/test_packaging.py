@@ -15,7 +15,8 @@ import corral
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SHIPPED_EXTRAS = ("postgres", "server", "llama", "sim")  # what src/corral may import beyond the core
+# what src/corral may import beyond the core
+SHIPPED_EXTRAS = ("postgres", "server", "llama", "sim")
 TYPING_ONLY = {"_typeshed"}  # imported under TYPE_CHECKING: the type checker's, not installed
 
 
