@@ -20,7 +20,7 @@
     role = "developer"
     min = 0
     max = 3
-    cooldown = 10                   # seconds between two scale changes
+    cooldown = 10                   # seconds before a scale change reversing the last
     scale = "auto"                  # off | ask | auto
     depends_on = ["relay"]          # and cwd, heartbeat, stop_timeout, stop_signal,
                                     # rlimits, log_max_bytes, log_keep as for an agent
