@@ -119,6 +119,7 @@ OUTAGE_BACKOFF = 5.0
 LEADER_STOP_BOUND = 3.0
 SERVE_START = 5.0  # a restarted corral serve answering again, on a loaded 2-core machine
 RESTART_SEC = 1.0  # the watchdog's, as systemd's RestartSec
+TERMINATE_BOUND = 1.0  # pg_terminate_backend of every session: all back within it
 
 
 @dataclass
@@ -144,6 +145,7 @@ class Window:
     host: int | None = None
     monitor: bool = True
     silent: bool = True
+    down: bool = False  # the host's own monitor cannot lead (to check a move against)
 
 
 class Campaign:
@@ -210,6 +212,11 @@ class Campaign:
         hi = None if host is None else host.i
         self.windows.append(Window(start, time.monotonic() + seconds, kind, hi, monitor, silent))
 
+    def down(self, host: Host, seconds: float) -> None:
+        """For ``seconds`` from now, ``host``'s monitor cannot take the lead."""
+        now = time.monotonic()
+        self.windows.append(Window(now, now + seconds, "down", host.i, False, False, True))
+
     # -- the load ----------------------------------------------------------------
 
     def load(self, host: Host) -> None:
@@ -263,6 +270,7 @@ class Campaign:
             # its nodes go silent, and the leader (if it is here) holds its lock
             # until the server notices the dead peer
             self.window(secs + LEADER_CUT_BOUND, kind, h, monitor=was_leader)
+            self.down(h, secs)
 
             def heal() -> None:
                 net.heal(h.i)
@@ -283,6 +291,7 @@ class Campaign:
                 detail = {"p": round(p, 3)}
             else:
                 h.db_proxy.freeze(secs)
+                self.down(h, secs)
                 detail = {}
             self.record(kind, h, seconds=round(secs, 2), detail=detail)
             # its nodes' beats slow or stop; so do its monitor's round trips, if it leads
@@ -307,6 +316,7 @@ class Campaign:
             # its nodes' beats fail until it is back (the watchdog's restart, then a
             # start of a few seconds)
             self.window(RESTART_SEC + SERVE_START, kind, h, monitor=kind == "kill_leader")
+            self.down(h, RESTART_SEC + SERVE_START)
         elif kind == "kill_supervisor":
             if not h.alive(h.supervise):
                 return
@@ -349,6 +359,8 @@ class Campaign:
             # a stopped server's or worker's nodes are silent; a stopped supervisor's
             # are not
             self.window(secs + OUTAGE_BACKOFF, kind, h, monitor=leads, silent=which != "supervise")
+            if which in ("serve", "leader"):
+                self.down(h, secs)
 
             def resume() -> None:
                 with contextlib.suppress(ProcessLookupError):
@@ -360,12 +372,15 @@ class Campaign:
             began = time.monotonic()
             n = terminate_sessions(hosts.pg.url(), hosts.pg.url("postgres"))
             self.record(kind, detail={"sessions": n})
-            self.window(OUTAGE_BACKOFF, kind, start=began)
+            # every session reconnects at once; a monitor's first retry is 0.1 s on
+            self.window(TERMINATE_BOUND, kind, start=began)
         elif kind == "pg_restart":
             began = time.monotonic()
             down = hosts.pg.restart()
             self.record(kind, seconds=round(down, 2))
-            self.window(OUTAGE_BACKOFF, kind, start=began)
+            # the monitors' backoff doubles from 0.1 s while it is down: their next
+            # try comes at most as long again after it is back
+            self.window(down + 1.0, kind, start=began)
         elif kind == "clock_step":
             if h.i in self.stepped:
                 return
@@ -650,19 +665,45 @@ def check_recoveries(camp: Campaign, events: list[dict[str, Any]], beat: float) 
     }
 
 
+def _no_candidate(camp: Campaign, start: float, end: float, leader: int) -> float:
+    """Seconds of [start, end] (monotonic) in which no monitor but the cut-off
+    leader's could take the lead: PostgreSQL down or its sessions just ended (the
+    monitors' backoff), or every other host down (partitioned, its server killed,
+    stopped or its connections stalled). Sampled every 0.1 s."""
+    glob = [w for w in camp.windows if w.host is None and w.monitor]
+    others = [h.i for h in camp.hosts.hosts if h.i != leader]
+    down = {i: [w for w in camp.windows if w.down and w.host == i] for i in others}
+
+    def covered(ws: list[Window], t: float) -> bool:
+        return any(w.start <= t <= w.end for w in ws)
+
+    n = 0
+    t = start
+    while t < end:
+        if covered(glob, t) or all(covered(down[i], t) for i in others):
+            n += 1
+        t += 0.1
+    return n * 0.1
+
+
 def check_leadership(camp: Campaign) -> dict[str, Any]:
     """After each cut-off of the leader, a live host's monitor leads within the
     bound: a killed leader's lock is released at once and taken at the next tick of
     another monitor (0.5 s; up to 5 s when that monitor is backing off from an
     outage); a stopped or cut-off one's once the server ends its session
-    (docs/deploy.md, "Several hosts"). The move is known to within the observer's
-    sampling: the check uses the last sample that had not seen it."""
+    (docs/deploy.md, "Several hosts"), plus any time in which no other monitor could
+    lead (PostgreSQL down, every other host down). The move is known to within the
+    observer's sampling: the check uses the last sample that had not seen it."""
     worst = 0.0
     bounds = {"kill": OUTAGE_BACKOFF + 1.0, "sigstop": LEADER_STOP_BOUND,
               "partition": LEADER_CUT_BOUND}  # fmt: skip
     for move in camp.leader_moves:
         low = move.get("moved_after_low_s")
         bound = bounds[move["how"]]
+        if low is not None and low > bound:
+            at = camp.t0 + move["t"]
+            bound += _no_candidate(camp, at, at + low, move["from"])
+            move["bound_s"] = round(bound, 2)
         if low is None or low > bound:
             camp.violation("leader_moved", **move, bound_s=bound)
         else:
