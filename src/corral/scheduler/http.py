@@ -168,25 +168,6 @@ class AssignmentAnswer(_Out):
 
 
 # --- handlers ---------------------------------------------------------------------------
-def add_agent(c: Any) -> Any:
-    return c.cluster.add_agent(c.body.agent_id, c.body.config)
-
-
-def get_agent(c: Any) -> Any:
-    return c.cluster.get_agent(c.path["agent_id"])
-
-
-def list_agents(c: Any) -> Any:
-    return [a.to_dict() for a in c.cluster.list_agents(c.query.after, c.query.limit)]
-
-
-def notify(c: Any) -> Any:
-    return c.cluster.notify(c.path["agent_id"], c.body.payload)
-
-
-def read_inbox(c: Any) -> Any:
-    limit = c.body.limit if c.body is not None else 100
-    return [n.to_dict() for n in c.cluster.read_inbox(c.path["agent_id"], limit)]
 
 
 def get_assignment(c: Any) -> Any:
@@ -198,28 +179,16 @@ def get_assignment(c: Any) -> Any:
     return {"assignment": a, "text": text}
 
 
-def release_assignment(c: Any) -> Any:
-    b = c.body
-    c.act_as(b.runner_id)
-    aid = c.path["assignment_id"]  # digits become the id; anything else is refused by it
-    aid = int(aid) if aid.isdigit() and len(aid) <= 18 else aid
-    return c.cluster.release_assignment(aid, b.runner_id, b.epoch, b.outcome)
-
-
-def list_assignments(c: Any) -> Any:
-    return [a.to_dict() for a in c.cluster.list_assignments(c.query.limit)]
-
-
 # name: (handler, response, body, query): routes.py's _Http fields
 ROUTES: dict[str, tuple[Any, type[BaseModel] | None, Any, Any]] = {
-    "add_agent": (add_agent, AgentOut, AddAgentIn, None),
-    "get_agent": (get_agent, AgentOut, None, None),
-    "list_agents": (list_agents, None, None, ListAgentsQuery),
-    "notify": (notify, NotificationOut, NotifyIn, None),
-    "read_inbox": (read_inbox, None, ReadInboxIn, None),  # up to 10,000 items
+    "add_agent": (None, AgentOut, AddAgentIn, None),
+    "get_agent": (None, AgentOut, None, None),
+    "list_agents": (None, None, None, ListAgentsQuery),
+    "notify": (None, NotificationOut, NotifyIn, None),
+    "read_inbox": (None, None, ReadInboxIn, None),  # up to 10,000 items
     "get_assignment": (get_assignment, AssignmentAnswer, AssignmentIn, None),
-    "release_assignment": (release_assignment, AgentOut, AssignmentReleaseIn, None),
-    "list_assignments": (list_assignments, None, None, ListAssignmentsQuery),
+    "release_assignment": (None, AgentOut, AssignmentReleaseIn, None),
+    "list_assignments": (None, None, None, ListAssignmentsQuery),
 }
 LIST_RESPONSES: dict[str, type[BaseModel]] = {
     "list_agents": AgentOut,

@@ -93,7 +93,8 @@ class Generic:
     def __call__(self, c: Call) -> Any:
         args: dict[str, Any] = {}
         for name, value in c.path.items():
-            args[name] = int(value) if name in self.ints and value.isdigit() else value
+            digits = name in self.ints and value.isascii() and value.isdigit()
+            args[name] = int(value) if digits else value
         given = c.query if self.op.method == "GET" else c.body
         if given is not None:
             if self.more:
@@ -106,4 +107,16 @@ class Generic:
             if args.get(node) is None and c.principal.node_id is not None:
                 args[node] = c.principal.node_id
             c.act_as(args.get(node))
-        return getattr(c.cluster, self.op.name)(**args)
+        return _wire(getattr(c.cluster, self.op.name)(**args))
+
+
+def _wire(result: Any) -> Any:
+    """The result as the API writes it: a record's ``to_dict()`` (a workflow run's
+    ``idle_since`` is ISO 8601 there), except ``corral.model``'s, which serialize
+    field for field as it is (``corral.server.dispatch.dumps``), lists item by item."""
+    if isinstance(result, list):
+        return [_wire(r) for r in result]
+    to_dict = getattr(result, "to_dict", None)
+    if to_dict is None or type(result).__module__ == "corral.model":
+        return result
+    return to_dict()

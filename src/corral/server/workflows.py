@@ -1,5 +1,6 @@
-"""The HTTP side of the workflow operations: request and answer models, and one
-handler per operation (``corral.server.routes`` routes to them)."""
+"""The HTTP side of the workflow operations: request and answer models, and the
+handler of ``run_workflow`` (its answer wraps the id); the others are served by the
+generic handler with these models (``corral.server.routes``)."""
 
 from __future__ import annotations
 
@@ -204,45 +205,3 @@ class WorkOut(_Out):
 # --- handlers ---------------------------------------------------------------------------
 def run_workflow(c: Call) -> Any:
     return {"handler_id": c.cluster.run_workflow(c.path["workflow"], **c.body.kwargs)}
-
-
-def get_handler(c: Call) -> Any:
-    return c.cluster.get_handler(c.path["handler_id"]).to_dict()
-
-
-def list_handlers(c: Call) -> Any:
-    q = c.query
-    found = c.cluster.list_handlers(
-        q.status, q.idle, q.idle_duration_gt, q.workflow, q.host, q.limit
-    )
-    return [h.to_dict() for h in found]
-
-
-def send_event(c: Call) -> Any:
-    b = c.body
-    return c.cluster.send_event(c.path["handler_id"], b.event_type, b.data).to_dict()
-
-
-def serve_workflows(c: Call) -> Any:
-    return [w.to_dict() for w in c.cluster.serve_workflows(c.path["host"], c.body.workflows)]
-
-
-def take_workflow_work(c: Call) -> Any:
-    return c.cluster.take_workflow_work(c.path["host"], c.body.limit).to_dict()
-
-
-def report_handler(c: Call) -> Any:
-    b = c.body
-    return c.cluster.report_handler(
-        b.host, c.path["handler_id"], b.state, b.waiters, b.result, b.error, b.reason
-    ).to_dict()
-
-
-def report_steps(c: Call) -> Any:
-    b = c.body
-    return c.cluster.report_steps(b.host, c.path["handler_id"], b.steps).to_dict()
-
-
-def release_handler(c: Call) -> Any:
-    b = c.body
-    return c.cluster.release_handler(b.host, c.path["handler_id"], b.checkpoint).to_dict()
