@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, WithJsonSchema
+from pydantic import BaseModel, Field, WithJsonSchema, create_model
 
+from corral.scheduler.records import Agent, Assignment, Notification
 from corral.server.models import (
     ID_SCHEMA,
     NodeId,
@@ -14,6 +15,7 @@ from corral.server.models import (
     _In,
     _Out,
     _Query,
+    record_model,
 )
 from corral.validation import MAX_INT, MAX_LIMIT
 
@@ -121,50 +123,19 @@ class ListAssignmentsQuery(_Query):
 
 
 # --- responses --------------------------------------------------------------------------
-class AgentOut(_Out):
-    id: str
-    config: dict[str, Any]
-    unread: int
-    last_activated_at: float | None
-    activation_count: int
-    held_by: str | None
-    epoch: int
-    next_due_at: float | None
-    next_due_task: str | None
-    cap_day: int
-    posts_today: int
-    comments_today: int
-    created_at: float
-    updated_at: float
+AgentOut = record_model("AgentOut", Agent)
+NotificationOut = record_model("NotificationOut", Notification)
+AssignmentOut = record_model(
+    "AssignmentOut",
+    Assignment,
+    kind=(Literal["inbox", "scheduled", "discovery"], ...),
+    mode=(Mode, ...),
+)
 
 
-class NotificationOut(_Out):
-    id: int
-    agent_id: str
-    payload: Any
-    created_at: float
-    read_at: float | None
-
-
-class AssignmentOut(_Out):
-    id: int
-    agent_id: str
-    runner_id: str
-    kind: Literal["inbox", "scheduled", "discovery"]
-    epoch: int
-    mode: Mode
-    claimed_at: float
-    expires_at: float
-    task: str | None
-    due_at: float | None
-    inbox: list[NotificationOut]
-    allowance: dict[str, int | None]
-    config: dict[str, Any]
-
-
-class AssignmentAnswer(_Out):
-    assignment: AssignmentOut | None
-    text: str
+AssignmentAnswer = create_model(
+    "AssignmentAnswer", __base__=_Out, assignment=(AssignmentOut | None, ...), text=(str, ...)
+)
 
 
 # --- handlers ---------------------------------------------------------------------------

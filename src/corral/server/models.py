@@ -9,6 +9,9 @@ here describe them field for field.
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, create_model
@@ -16,7 +19,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from corral import defaults
 from corral.config import TYPES
 from corral.defaults import MAX_CLAIM_WAIT
+from corral.model import Assessment, CatchUp, Event, Node, Process, Registered, State, Task
 from corral.params import HostName, Message, ModelName, Text, Title
+from corral.spawning import SpawnRequest
 from corral.types import (
     HealthStatus,
     NodeStatus,
@@ -373,81 +378,65 @@ class SpawnDecisionIn(_In):
 
 
 # --- responses ------------------------------------------------------------------------
-class NodeOut(_Out):
-    id: str
-    role: str
-    status: str
-    model: str | None
-    strength: str | None
-    current_task_id: int | None
-    idle_since: float | None
-    last_activity: float
-    last_heartbeat: float | None
-    heartbeat_interval: float | None
-    health: str | None
-    heartbeat: dict[str, Any]
-    host: str | None
-    pid: int | None
-    registered_at: float
-    terminated_at: float | None
-    dead_at: float | None
-    incarnation: int
-    cursor: int
+# The answer models of records are built from the records' fields (their one
+# declaration): every field required, a Literal written as a string, a tuple as a list
+# and a record as its own answer model.
+_ANSWERS: dict[type, type[BaseModel]] = {}
+_LIST: Any = list  # ``list[model]`` of a model made at run time
 
 
-class RegisteredOut(NodeOut):
-    active_nodes: int
-    max_agents: int
-    text: str = Field(
-        description="The one-line answer, e.g. 'Node Node-X9J2 registered as developer "
-        "(high). Active nodes: 3/4'."
-    )
-    token: str = Field(description="This node's own bearer token.")
+def _answer_type(t: Any) -> Any:
+    origin = typing.get_origin(t)
+    if origin is Literal:
+        return str
+    if origin in (typing.Union, types.UnionType):
+        parts = tuple(_answer_type(a) for a in typing.get_args(t))
+        return typing.Union[parts]  # noqa: UP007 - built from a tuple
+    if origin in (list, tuple):
+        return _LIST[_answer_type(typing.get_args(t)[0])]
+    return _ANSWERS.get(t, t)
 
 
-class TaskOut(_Out):
-    id: int
-    title: str
-    priority: str
-    status: str
-    description: str
-    role: str | None
-    roles: list[str]
-    assigned_to: str | None
-    epoch: int
-    attempts: int
-    max_attempts: int
-    created_at: float
-    claimed_at: float | None
-    updated_at: float
-    finished_at: float | None
-    result: Any
-    error: str | None
+def record_model(name: str, record: type, **fields: Any) -> Any:
+    """The answer model ``name`` of ``record`` (a dataclass), with ``fields``
+    (``name=(type, default or FieldInfo)``) replacing or following its own."""
+    hints = typing.get_type_hints(record)
+    own = {f.name: (_answer_type(hints[f.name]), ...) for f in dataclasses.fields(record)}
+    model: type[BaseModel] = create_model(name, __base__=_Out, **{**own, **fields})
+    _ANSWERS.setdefault(record, model)
+    return model
 
 
-class ClaimOut(_Out):
-    task: TaskOut | None
-    text: str
+NodeOut = record_model("NodeOut", Node)
+RegisteredOut = record_model(
+    "RegisteredOut",
+    Registered,
+    text=(
+        str,
+        Field(
+            description="The one-line answer, e.g. 'Node Node-X9J2 registered as developer "
+            "(high). Active nodes: 3/4'."
+        ),
+    ),
+    token=(str, Field(description="This node's own bearer token.")),
+)
+TaskOut = record_model("TaskOut", Task)
 
 
-class CompleteAndClaimOut(_Out):
-    done: TaskOut
-    next: TaskOut | None
-    text: str = Field(description="The claim's one-line answer for the next task.")
+ClaimOut = create_model("ClaimOut", __base__=_Out, task=(TaskOut | None, ...), text=(str, ...))
 
 
-class EventOut(_Out):
-    seq: int
-    ts: float
-    kind: str
-    node_id: str | None
-    task_id: int | None
-    data: dict[str, Any]
+CompleteAndClaimOut = create_model(
+    "CompleteAndClaimOut",
+    __base__=_Out,
+    done=(TaskOut, ...),
+    next=(TaskOut | None, ...),
+    text=(str, Field(description="The claim's one-line answer for the next task.")),
+)
 
 
-class CatchUpOut(_Out):
-    events: list[EventOut]
-    cursor: int
+EventOut = record_model("EventOut", Event)
+CatchUpOut = record_model("CatchUpOut", CatchUp)
 
 
 def settings_model(name: str, *, changes: bool, doc: str) -> type[BaseModel]:
@@ -467,52 +456,14 @@ def settings_model(name: str, *, changes: bool, doc: str) -> type[BaseModel]:
 
 
 SettingsOut = settings_model("SettingsOut", changes=False, doc="The cluster's settings.")
-
-
-class AssessmentOut(_Out):
-    status: str
-    recommendation: str
-    max_agents: int
-    active_count: int
-    idle_count: int
-    working_count: int
-    pending_tasks: int
-    in_progress: int
-    architect_only_pending: int
-    manager_id: str | None
-    assessed_at: float
-    text: str
-
-
-class ProcessOut(_Out):
-    host: str
-    agent: str
-    state: str
-    pid: int | None
-    restarts: int
-    started_at: float | None
-    last_beat: float | None
-    flags: list[str]
-    last_exit: dict[str, Any] | None
-    reported_at: float
-
-
-class StateOut(_Out):
-    now: float
-    summary: str
-    tasks: list[TaskOut]
-    tasks_omitted: int
-    nodes: list[NodeOut]
-    max_agents: int
-    pending_tasks: int
-    in_progress: int
-    metadata: dict[str, Any]
-    work_distribution: dict[str, Any]
-    last_event_ts: float | None
-    last_heartbeat: float | None
-    liveness_window: float
-    processes: list[ProcessOut] = Field(description="Every host's supervised processes.")
-    text: str
+AssessmentOut = record_model("AssessmentOut", Assessment, text=(str, ...))
+ProcessOut = record_model("ProcessOut", Process)
+StateOut = record_model(
+    "StateOut",
+    State,
+    processes=(_LIST[ProcessOut], Field(description="Every host's supervised processes.")),
+    text=(str, ...),
+)
 
 
 class StatsOut(_Out):
@@ -548,15 +499,4 @@ class ErrorOut(_Out):
     error: ErrorBody
 
 
-class SpawnRequestOut(_Out):
-    id: int
-    pool: str
-    role: str
-    status: str
-    reason: str
-    requested_by: str
-    decided_by: str | None
-    member: str | None
-    created_at: float
-    decided_at: float | None
-    spawned_at: float | None
+SpawnRequestOut = record_model("SpawnRequestOut", SpawnRequest)

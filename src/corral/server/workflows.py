@@ -8,8 +8,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from corral.server.models import ID_SCHEMA, Int, NodeId, Number, PositiveInt, _In, _Out, _Query
+from corral.server.models import (
+    ID_SCHEMA,
+    Int,
+    NodeId,
+    Number,
+    PositiveInt,
+    _In,
+    _Out,
+    _Query,
+    record_model,
+)
 from corral.validation import MAX_FLOAT
+from corral.workflows.model import WorkflowHost
 
 if TYPE_CHECKING:
     from corral.server.routes import Call
@@ -173,11 +184,7 @@ class HandlerOut(_Out):
     finished_at: float | None
 
 
-class WorkflowHostOut(_Out):
-    workflow: str
-    host: str
-    idle_release_after: float | None
-    seen_at: float
+WorkflowHostOut = record_model("WorkflowHostOut", WorkflowHost)
 
 
 class _RunOut(_Out):
