@@ -40,7 +40,7 @@ def test_sql_stamp_condition_equals_stamp_due(dead_at, window, now):
     )
     written = conn.execute(
         load_queries("sqlite")["node_done_with"],
-        {"id": "W", "task_id": 1, "now": now, "stamp": 1 - STAMP_FRACTION},
+        {"node_id": "W", "id": 1, "now": now, "stamp": 1 - STAMP_FRACTION},
     ).rowcount
     assert bool(written) == stamp_due(dead_at, window, now)
 
@@ -134,13 +134,20 @@ def test_current_task_is_the_newest_held(embedded, clock):
     assert named.current_task_id == a.id
 
 
-def test_sqlite_triggers_use_the_stamp_fraction():
-    """The SQLite triggers that re-stamp a claim's and a completion's holder encode
-    lifecycle.stamp_due with the same fraction (SQL cannot import it)."""
+def test_the_stamp_rule_is_written_once_per_dialect():
+    """lifecycle.stamp_due is the rule stamp_due of each queries.sql, written once
+    there; the SQLite triggers that re-stamp a claim's and a completion's holder take
+    it with the fraction written in (SQLite takes no parameters in a trigger)."""
     import re
+    from importlib import resources
 
-    factors = re.findall(r"< live_window \* ([0-9.]+)", schema("sqlite"))
-    assert len(factors) == 2  # task_claimed and task_completed
+    from corral.store.sqlite.store import _BOOKKEEPING
+
+    for dialect in ("sqlite", "postgres"):
+        sql = resources.files("corral.store").joinpath("sql", dialect, "queries.sql")
+        assert sql.read_text().count("live_window * :stamp") == 1, dialect
+    factors = re.findall(r"< live_window \* ([0-9.]+)", "".join(_BOOKKEEPING))
+    assert len(factors) == 2  # the claim's and the completion's
     assert {float(f) for f in factors} == {1 - STAMP_FRACTION}
 
 

@@ -108,6 +108,9 @@ def _rewind(store: Any) -> None:
             # (SQLite re-runs every migration past its user_version): the scheduler's
             # (0005), the workflow runs' (0006) and the claim keys' (0010).
             raw.execute("DROP TRIGGER nodes_end_activations")
+            # It has the hot path's permanent triggers, which 0009 replaces and 0012 drops.
+            for name in ("task_claimed", "task_completed"):
+                raw.execute(f"CREATE TRIGGER {name} AFTER UPDATE ON tasks BEGIN SELECT 1; END")
             for table in ("agents", "notifications", "activations", "runners"):
                 raw.execute(f"DROP TABLE {table}")
             for table in ("handler_inbox", "handlers", "workflow_hosts", "claim_keys"):

@@ -72,8 +72,9 @@ def test_complete_and_claim_stays_working_only_when_it_claimed(cluster, clock):
 
 
 def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
-    """Every case of the rule, on each store's SQL (the SQLite trigger and
-    node_done_with, PostgreSQL's completion statements, lean and full): the status a
+    """Every case of the rule, on each store's SQL (the rule idle_after_finishing of
+    each queries.sql, as SQLite's node_now_idle and node_done_with and PostgreSQL's
+    completion statements, lean and full, include it): the status a
     node has after finishing is ``lifecycle.status_after_finishing``; a node that goes
     idle has no current task and is idle since then, an idle node keeps its
     idle_since, and a claim in the same call makes it working."""

@@ -75,10 +75,9 @@ def status_after_finishing(status: str, role: str, holds_other: bool) -> str:
     idle limit unless it claims again). A bootstrap manager stays ``working`` (it
     coordinates), and a node that said ``waiting`` keeps saying so. A claim in the same
     call (``complete_and_claim``) makes the node ``working`` on the new task. Encoded in
-    SQL: the named query ``node_done_with`` (both dialects, for ``fail_task`` and a
-    handed-back claim), SQLite's ``node_now_idle`` (run after a completion and the
-    claim that may follow it) and PostgreSQL's one-statement completions (the part
-    ``node_finished``); tests/test_node_truth.py checks every case on each."""
+    SQL once per dialect, as the rule ``idle_after_finishing`` of its ``queries.sql``
+    (included by ``node_done_with``, SQLite's ``node_now_idle`` and PostgreSQL's
+    one-statement completions); tests/test_node_truth.py checks every case on each."""
     if status == "working" and role != MANAGER_ROLE and not holds_other:
         return "idle"
     return status
@@ -92,7 +91,8 @@ def stamp_due(dead_at: float, window: float, now: float) -> bool:
 
     Heartbeats always stamp. Claims and completions stamp only once a tenth of the
     window has passed since the last stamp, so a busy node writes its row rarely and
-    a silent one is still dead within 90-100% of its window after its last call."""
+    a silent one is still dead within 90-100% of its window after its last call.
+    Encoded in SQL once per dialect, as the rule ``stamp_due`` of its ``queries.sql``."""
     return dead_at - now < window * (1 - STAMP_FRACTION)
 
 

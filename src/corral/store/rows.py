@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
 
 from corral.model import Event, Node, Task
 
 __all__ = [
     "TASK_COLUMNS",
+    "TaskRow",
     "Tx",
     "dumps",
     "event_from_row",
+    "finished",
     "loads",
     "node_from_row",
     "task_from_row",
-    "task_from_tuple",
+    "task_from_task_row",
+    "task_row",
 ]
 
 
@@ -93,24 +97,53 @@ def task_from_row(row: Any) -> Task:
     )
 
 
-# The leading columns of a tasks row, in table order in both schemas (tests check it),
-# so the stores' hot statements read task rows by position.
-TASK_COLUMNS = (
-    "id", "title", "description", "priority", "role", "roles", "status", "assigned_to",
-    "epoch", "attempts", "max_attempts", "sort_key", "created_at", "claimed_at",
-    "updated_at", "finished_at", "result", "error",
-)  # fmt: skip
+class TaskRow(NamedTuple):
+    """A tasks row as the hot statements return it, read by name (``held.epoch``,
+    ``held._replace(status="done")``). Its fields are the table's leading columns in
+    table order in both schemas (``TASK_COLUMNS``; tests check it), so a row that
+    starts with them is one ``TaskRow._make`` (SQLite's own columns after them are
+    left out)."""
+
+    id: int
+    title: str
+    description: str
+    priority: str
+    role: str | None
+    roles: str
+    status: str
+    assigned_to: str | None
+    epoch: int
+    attempts: int
+    max_attempts: int
+    sort_key: float
+    created_at: float
+    claimed_at: float | None
+    updated_at: float
+    finished_at: float | None
+    result: str | None
+    error: str | None
+
+
+TASK_COLUMNS: tuple[str, ...] = TaskRow._fields
+_TASK_WIDTH = len(TASK_COLUMNS)
+
+
+def task_row(values: Sequence[Any], start: int = 0) -> TaskRow:
+    """The ``TaskRow`` whose columns start at ``values[start]``."""
+    return TaskRow._make(values[start : start + _TASK_WIDTH])
+
 
 # Task's slot setters, one per field: a task is built without the frozen dataclass's
 # __init__ (one object.__setattr__ per field), a third of its cost on the hot path,
 # and with one call per field written out (a loop over the setters costs half again).
+# (Kept as grids, not one name a line: fmt: skip.)
 _TASK_FIELDS = (
     "id", "title", "priority", "status", "description", "role", "roles", "assigned_to",
     "epoch", "attempts", "max_attempts", "created_at", "claimed_at", "updated_at",
     "finished_at", "result", "error",
 )  # fmt: skip
 if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: no cover
-    raise RuntimeError("task_from_tuple must set every field of Task")
+    raise RuntimeError("task_from_task_row must set every field of Task")
 (
     _set_id, _set_title, _set_priority, _set_status, _set_description, _set_role,
     _set_roles, _set_assigned_to, _set_epoch, _set_attempts, _set_max_attempts,
@@ -120,33 +153,35 @@ if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: n
 _new = object.__new__
 
 
-def task_from_tuple(v: Any, i: int = 0) -> Task:
-    """``task_from_row`` for a row whose ``TASK_COLUMNS`` start at ``v[i]``, by
-    position (columns after them are ignored)."""
-    (
-        id_, title, description, priority, role, roles, status, assigned_to, epoch,
-        attempts, max_attempts, _sort_key, created_at, claimed_at, updated_at,
-        finished_at, result, error,
-    ) = v[i : i + 18]  # fmt: skip
+def task_from_task_row(r: TaskRow) -> Task:
+    """``task_from_row`` for a ``TaskRow``, by name."""
     task = _new(Task)
-    _set_id(task, id_)
-    _set_title(task, title)
-    _set_priority(task, priority)
-    _set_status(task, status)
-    _set_description(task, description)
-    _set_role(task, role)
+    _set_id(task, r.id)
+    _set_title(task, r.title)
+    _set_priority(task, r.priority)
+    _set_status(task, r.status)
+    _set_description(task, r.description)
+    _set_role(task, r.role)
+    roles = r.roles
     _set_roles(task, tuple(roles.split()) if roles else ())
-    _set_assigned_to(task, assigned_to)
-    _set_epoch(task, epoch)
-    _set_attempts(task, attempts)
-    _set_max_attempts(task, max_attempts)
-    _set_created_at(task, created_at)
-    _set_claimed_at(task, claimed_at)
-    _set_updated_at(task, updated_at)
-    _set_finished_at(task, finished_at)
+    _set_assigned_to(task, r.assigned_to)
+    _set_epoch(task, r.epoch)
+    _set_attempts(task, r.attempts)
+    _set_max_attempts(task, r.max_attempts)
+    _set_created_at(task, r.created_at)
+    _set_claimed_at(task, r.claimed_at)
+    _set_updated_at(task, r.updated_at)
+    _set_finished_at(task, r.finished_at)
+    result = r.result
     _set_result(task, None if result is None else _loads(result))
-    _set_error(task, error)
+    _set_error(task, r.error)
     return task
+
+
+def finished(held: TaskRow, result: str | None, now: float) -> TaskRow:
+    """A claimed task's row as its completion leaves it (the completion statements'
+    SET: status done, updated_at and finished_at now, the result, no error)."""
+    return held._replace(status="done", updated_at=now, finished_at=now, result=result, error=None)
 
 
 def event_from_row(row: Any) -> Event:

@@ -165,8 +165,8 @@ def fail(
             )
         tx.run(
             "node_done_with",
-            id=node_id,
-            task_id=task_id,
+            node_id=node_id,
+            id=task_id,
             now=now,
             stamp=1 - lifecycle.STAMP_FRACTION,
         )
@@ -187,8 +187,8 @@ def release_claim(
         if before is None:
             tx.run(
                 "node_done_with",
-                id=node_id,
-                task_id=task_id,
+                node_id=node_id,
+                id=task_id,
                 now=now,
                 stamp=1 - lifecycle.STAMP_FRACTION,
             )

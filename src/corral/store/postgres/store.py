@@ -27,7 +27,7 @@ from corral.store import claimkeys
 from corral.store.base import TaskSpec
 from corral.store.postgres.dedicated import Leader, Listener
 from corral.store.postgres.session import _QUERIES, Sessions, _Tx
-from corral.store.rows import _dumps, task_from_tuple
+from corral.store.rows import TaskRow, _dumps, finished, task_from_task_row, task_row
 from corral.store.signal import ReadySignal
 from corral.store.sqlbase import SQLStore, task_from_row
 from corral.store.sqldb import live, refuse
@@ -35,17 +35,14 @@ from corral.store.sqldb import live, refuse
 __all__ = ["PostgresStore"]
 
 _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
-# The tasks table's columns in table order (schema.sql): what RETURNING * and take.*
-# give the hot statements, read by position (tests/test_postgres_store.py checks).
-_task = task_from_tuple  # the task whose TASK_COLUMNS start at row[i]
 _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
-def _finished(held: tuple[Any, ...], result: str | None, now: float) -> Task:
-    """A remembered claim row (``_held``) as its completion leaves it (complete_full's
-    SET: status done, finished_at and updated_at now, the result, no error)."""
-    return _task((*held[:6], "done", *held[7:14], now, now, result, None))
+def _task(values: Any, start: int = 0) -> Task:
+    """The task whose columns (``TASK_COLUMNS``: what RETURNING * and take.* give the
+    hot statements, in table order) start at ``values[start]``."""
+    return task_from_task_row(task_row(values, start))
 
 
 def _completion(
@@ -90,7 +87,7 @@ class PostgresStore(SQLStore):
         self._analyzed = False  # the claim's tables have statistics (_analyze_if_never)
         # Claimed task rows by id (their completion's Task), and per node whether its
         # last claim left it working without a current task (the lean statements).
-        self._claimed: dict[int, tuple[Any, ...]] = {}
+        self._claimed: dict[int, TaskRow] = {}
         self._lean: dict[str, bool] = {}
 
     # --- transactions -----------------------------------------------------------------
@@ -139,14 +136,16 @@ class PostgresStore(SQLStore):
             )
         return version
 
-    def _remember(self, row: tuple[Any, ...], i: int) -> None:
-        """Keep a claimed task's row (its ``TASK_COLUMNS`` from ``row[i]``) for its
-        completion (``_held``)."""
+    def _remember(self, values: tuple[Any, ...], start: int) -> Task:
+        """Keep a claimed task's row (its ``TASK_COLUMNS`` from ``values[start]``) for
+        its completion (``_held``); its task."""
+        row = task_row(values, start)
         claimed = self._claimed
         if len(claimed) >= _CLAIMED_KEEP:
             with suppress(KeyError, RuntimeError, StopIteration):
                 del claimed[next(iter(claimed))]
-        claimed[row[i]] = row[i : i + 18]
+        claimed[row.id] = row
+        return task_from_task_row(row)
 
     def _set_lean(self, node_id: str) -> None:
         lean = self._lean
@@ -154,13 +153,13 @@ class PostgresStore(SQLStore):
             lean.clear()  # a hint only: a node left out takes the full statement once
         lean[node_id] = True
 
-    def _held(self, task_id: int, epoch: int | None) -> tuple[Any, ...] | None:
+    def _held(self, task_id: int, epoch: int | None) -> TaskRow | None:
         """The row of ``task_id`` as this store's claim at ``epoch`` returned it, if
         it is remembered. Only a claim changes an in-progress task's columns but for
         its completion or release, and every claim changes its epoch: a completion at
         this epoch finds the task as that claim left it."""
         held = self._claimed.pop(task_id, None)
-        if held is None or epoch is None or held[8] != epoch:
+        if held is None or epoch is None or held.epoch != epoch:
             return None
         return held
 
@@ -208,8 +207,7 @@ class PostgresStore(SQLStore):
                     return None
                 if not lean:  # the node is now working without a current task
                     self._set_lean(node_id)
-                self._remember(row, i)
-                return _task(row, i)
+                return self._remember(row, i)
             refresh = True  # the settings changed under us: re-check the role, retry
 
     def complete(
@@ -224,7 +222,7 @@ class PostgresStore(SQLStore):
                 if done is None:
                     with self._read() as tx:
                         refuse(tx, task_id, node_id, epoch)  # raises
-                return _finished(held, text, now)
+                return task_from_task_row(finished(held, text, now))
         rows = self._hot("complete_full", params)
         if not rows:
             with self._read() as tx:
@@ -288,13 +286,12 @@ class PostgresStore(SQLStore):
                 if not row[2]:  # not finished
                     with self._read() as tx:
                         refuse(tx, task_id, node_id, epoch)  # raises
-                done = _finished(held, text, now)
+                done = task_from_task_row(finished(held, text, now))
                 if not fresh:
                     return done, self._claim(node_id, role, now, key)  # the settings changed
                 if row[3] is None:
                     return done, None
-                self._remember(row, 3)
-                return done, _task(row, 3)
+                return done, self._remember(row, 3)
             self._lean[node_id] = False  # the node needs its update: the full statement
         rows = self._hot("complete_claim_full", params)
         if not rows:
@@ -304,8 +301,7 @@ class PostgresStore(SQLStore):
         done = _task(parts["done"], 2)
         if "next" in parts:
             self._set_lean(node_id)  # working, without a current task
-            self._remember(parts["next"], 2)
-            return done, _task(parts["next"], 2)
+            return done, self._remember(parts["next"], 2)
         if parts["done"][0]:
             return done, None
         return done, self._claim(node_id, role, now, key)  # the settings changed: claim anew

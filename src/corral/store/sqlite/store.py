@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -42,7 +43,7 @@ from corral.store import claimkeys
 from corral.store.base import LockHolder, WouldBlock
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
-from corral.store.rows import dumps, task_from_tuple
+from corral.store.rows import TaskRow, dumps, finished, task_from_task_row, task_row
 from corral.store.signal import WAKE_QUERIES, doorbell_for, signal_for
 from corral.store.sqlbase import SQLStore
 from corral.store.sqldb import check_role, dequeue, live, refuse
@@ -63,6 +64,24 @@ _TASK_COMPLETE_QUIET = _TASK_COMPLETE.removesuffix("RETURNING *").rstrip()
 if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql edit
     raise RuntimeError("task_complete must end with RETURNING *")
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
+
+
+def _bookkeeping(name: str) -> str:
+    """The TEMP trigger ``name`` of queries.sql as a connection creates it: SQLite takes
+    no parameters in a trigger, so its rules' ``:now`` is the row's own time
+    (``new.updated_at``, which the claim and the completion set to their ``:now``) and
+    ``:stamp`` is written as its number."""
+    sql = re.sub(r"^[ \t]*--.*\n?", "", _QUERIES[name], flags=re.MULTILINE)
+    sql = re.sub(r":now\b", "new.updated_at", sql)
+    sql = re.sub(r":stamp\b", repr(1 - lifecycle.STAMP_FRACTION), sql)
+    if left := re.search(r"(?<![:\w]):[A-Za-z_]\w*", sql):  # pragma: no cover - an edit
+        raise RuntimeError(f"{name} takes a parameter a trigger cannot have: {left[0]}")
+    return sql
+
+
+# The claim's and the completion's bookkeeping (queries.sql), created on every
+# connection: a claim and a completion stay one statement each.
+_BOOKKEEPING = tuple(_bookkeeping(n) for n in ("trigger_task_claimed", "trigger_task_completed"))
 
 
 class _Flag(threading.local):
@@ -98,7 +117,11 @@ class _Tx:
 # ``SELECT * FROM tasks`` in table order (tests/test_sqlite_store.py checks it): the
 # shared leading columns, then SQLite's own.
 TASK_COLUMNS = (*ROW_TASK_COLUMNS, "claimed_role")
-_task = task_from_tuple
+
+
+def _task(values: Any) -> Task:
+    """The task of a row in ``TASK_COLUMNS`` order."""
+    return task_from_task_row(task_row(values))
 
 
 # Held from a new database file's creation to the close of the descriptor that made it
@@ -176,7 +199,7 @@ class SQLiteStore(SQLStore):
             _create_private(self.path)
         self._lock = threading.RLock()
         self._keys_pruned = 0.0  # when this store last dropped expired claim keys
-        self._claimed: dict[int, tuple[Any, ...]] = {}  # task id -> its claim's row
+        self._claimed: dict[int, TaskRow] = {}  # task id -> its claim's row
         self._group: tuple[int, _Tx] | None = None  # (thread, transaction) of a group()
         self._nowait = _Flag()
         self._busy_timeout = busy_timeout
@@ -221,6 +244,8 @@ class SQLiteStore(SQLStore):
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute(f"PRAGMA wal_autocheckpoint={SQLITE_WAL_LIMIT_PAGES}")
             self._migrate()
+            for sql in _BOOKKEEPING:
+                self._retrying(sql)
         except sqlite3.Error as exc:
             self._writer.close()
             if self._synced is not None:
@@ -463,13 +488,12 @@ class SQLiteStore(SQLStore):
 
     # --- the hot path: a claim and a completion are one statement each ----------------
     # Their bookkeeping (the holder's activity stamp, the event, a claim's role head) is
-    # in the schema's triggers, so the write lock is held for three round trips from
-    # Python, like the bare loop's: BEGIN, UPDATE, COMMIT. (A task matching several
+    # in their TEMP triggers (``_BOOKKEEPING``), so the write lock is held for three
+    # round trips from Python, like the bare loop's: BEGIN, UPDATE, COMMIT. (A task matching several
     # roles adds a DELETE of its role heads.) The statements run on the connection
     # directly, without ``_Tx``.
-    def _claim_in(self, tx: _Tx, node_id: str, role: str, now: float) -> Any:
-        """The claim inside a write transaction; the task's row (a tuple in
-        ``TASK_COLUMNS`` order), or None."""
+    def _claim_in(self, tx: _Tx, node_id: str, role: str, now: float) -> TaskRow | None:
+        """The claim inside a write transaction; the task's row, or None."""
         rows = self._hot.execute(
             _CLAIM_TAKE,
             {"role": role, "node_id": node_id, "now": now, "bonus": scoring.ROLE_BONUS_SECONDS},
@@ -479,14 +503,13 @@ class SQLiteStore(SQLStore):
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
-        row = rows[0]
-        task_id, roles, sort_key, created_at = row[0], row[5], row[11], row[12]
-        if " " in roles:  # a task matching several roles: the trigger drops only one head
-            dequeue(tx, task_id, sort_key, created_at, roles)
+        row = task_row(rows[0])
+        if " " in row.roles:  # a task matching several roles: the claim drops only one head
+            dequeue(tx, row.id, row.sort_key, row.created_at, row.roles)
         claimed = self._claimed
         if len(claimed) >= _CLAIMED_KEEP:
             del claimed[next(iter(claimed))]
-        claimed[task_id] = row
+        claimed[row.id] = row
         return row
 
     def _complete_in(
@@ -501,10 +524,9 @@ class SQLiteStore(SQLStore):
         text = None if result is None else dumps(result)
         params = {"id": task_id, "node_id": node_id, "epoch": epoch, "result": text, "now": now}
         held = self._claimed.pop(task_id, None)
-        if held is not None and epoch is not None and held[8] == epoch:
+        if held is not None and epoch is not None and held.epoch == epoch:
             if self._hot.execute(_TASK_COMPLETE_QUIET, params).rowcount == 1:
-                # status done, then claimed_at kept, updated_at, finished_at, result, error.
-                return _task((*held[:6], "done", *held[7:14], now, now, text, None, *held[18:]))
+                return task_from_task_row(finished(held, text, now))
             refuse(tx, task_id, node_id, epoch)
         rows = self._hot.execute(_TASK_COMPLETE, params).fetchall()
         if not rows:
@@ -515,14 +537,14 @@ class SQLiteStore(SQLStore):
         """After a completion that claimed nothing: a working node that holds no
         other task becomes idle (lifecycle.status_after_finishing, encoded in the
         query; the completion's trigger did the rest of node_done_with)."""
-        tx.run("node_now_idle", id=node_id, task_id=task_id, now=now)
+        tx.run("node_now_idle", node_id=node_id, id=task_id, now=now)
 
     def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
         tx = self._begin()
         try:
             check_role(self._db, tx, role)
             row = self._claim_in(tx, node_id, role, now)
-            task = None if row is None else _task(row)
+            task = None if row is None else task_from_task_row(row)
             # (A claim that took nothing records nothing: sent again, it is a new try.)
             kept = key is None or task is None or self._keep_key(tx, node_id, key, task, now)
         except BaseException as exc:
@@ -608,7 +630,7 @@ class SQLiteStore(SQLStore):
             nxt = self._claim_in(tx, node_id, role, now)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)
-            taken = None if nxt is None else _task(nxt)
+            taken = None if nxt is None else task_from_task_row(nxt)
             kept = key is None or self._keep_key(tx, node_id, key, taken, now, task_id)
         except LeaseError as exc:
             self._abort(tx, exc)

@@ -2,6 +2,23 @@
 -- them into %(name)s). Append new queries at the end; every name store/sqlbase.py
 -- uses must exist here too (tests/test_postgres_store.py checks).
 
+-- The hot path's rules, each written once here and included where it applies (a rule
+-- change is an edit of this file): tests/test_node_truth.py and tests/test_lifecycle.py
+-- check each against its pure function in corral.lifecycle.
+
+-- rule: stamp_due
+-- lifecycle.stamp_due: a node's activity stamp (last_activity, dead_at) is due once a
+-- tenth of its liveness window has passed since it (:stamp is 1 - STAMP_FRACTION).
+(dead_at - :now < live_window * :stamp)
+
+-- rule: idle_after_finishing
+-- lifecycle.status_after_finishing: a working node, not the bootstrap manager, done
+-- with task :id and holding no other task becomes idle. (In a statement that finishes
+-- :id, the tasks it reads are as before the statement: hence h.id <> :id.)
+(status = 'working' AND role <> 'bootstrap_manager'
+ AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
+                   AND h.status = 'in_progress' AND h.id <> :id))
+
 -- name: settings_all
 SELECT key, value FROM settings;
 
@@ -71,36 +88,13 @@ UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND status <> 'terminated';
 
 -- name: node_done_with
--- After a task is given up (the task's statement ran first): the node is done with it
--- (lifecycle.status_after_finishing: a working node holding no other task becomes idle, a
--- bootstrap manager stays working). Writes only when there is something to change:
--- the node named this task as its current one, it becomes idle, or its activity
--- stamp is due (lifecycle.stamp_due, encoded here).
-UPDATE nodes SET
-    idle_since = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
-                           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                                             AND h.status = 'in_progress' AND h.id <> :task_id)
-                      THEN :now ELSE idle_since END,
-    current_task_id = CASE WHEN current_task_id = :task_id
-                                OR (status = 'working' AND role <> 'bootstrap_manager'
-                                    AND NOT EXISTS (SELECT 1 FROM tasks h
-                                                    WHERE h.assigned_to = :id
-                                                      AND h.status = 'in_progress'
-                                                      AND h.id <> :task_id))
-                           THEN NULL ELSE current_task_id END,
-    status = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
-                       AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                                         AND h.status = 'in_progress' AND h.id <> :task_id)
-                  THEN 'idle' ELSE status END,
-    last_activity = CASE WHEN dead_at - :now < live_window * :stamp
-                         THEN :now ELSE last_activity END,
-    dead_at = CASE WHEN dead_at - :now < live_window * :stamp
-                   THEN :now + live_window ELSE dead_at END
-WHERE id = :id AND status <> 'terminated'
-  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp
-       OR (status = 'working' AND role <> 'bootstrap_manager'
-           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                             AND h.status = 'in_progress' AND h.id <> :task_id)));
+-- After task :id is given up (the task's statement ran first): node :node_id is done
+-- with it, as a completion leaves it (the part node_finished, with no completion to
+-- wait for: the rules idle_after_finishing and stamp_due). Writes only when there is
+-- something to change.
+WITH t AS (SELECT 1)
+-- include: node_finished
+;
 
 -- name: node_held_task
 SELECT id AS t FROM tasks WHERE assigned_to = :id AND status = 'in_progress'
@@ -406,13 +400,16 @@ take AS (
     SET status = CASE WHEN (SELECT id FROM take) IS NULL THEN status ELSE 'working' END,
         current_task_id = CASE WHEN (SELECT id FROM take) IS NULL THEN current_task_id END,
         idle_since = CASE WHEN (SELECT id FROM take) IS NULL THEN idle_since END,
-        last_activity = CASE WHEN dead_at - :now < live_window * :stamp
+        last_activity = CASE WHEN
+                            -- include: stamp_due
                              THEN :now ELSE last_activity END,
-        dead_at = CASE WHEN dead_at - :now < live_window * :stamp
+        dead_at = CASE WHEN
+                      -- include: stamp_due
                        THEN :now + live_window ELSE dead_at END
     WHERE incarnation = (
         SELECT incarnation FROM n
-        WHERE fresh AND (dead_at - :now < live_window * :stamp
+        WHERE fresh AND (
+                         -- include: stamp_due
                          OR ((SELECT id FROM take) IS NOT NULL
                              AND (status <> 'working' OR current_task_id IS NOT NULL))))
 ), keyed AS (
@@ -431,27 +428,30 @@ SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN t
 
 -- part: node_finished
 -- The node's update when the completion t happened and no claim follows: it is done
--- with task :id (lifecycle.status_after_finishing: a working node, not the bootstrap manager,
--- that holds no other task becomes idle, idle_since set), its activity stamped when
--- due. Written only when something changes. The tasks it reads are as before this
--- statement, when :id was still in progress: hence h.id <> :id.
+-- with task :id (the rule idle_after_finishing: idle, idle_since set, no current
+-- task), its activity stamped when due (the rule stamp_due, on the row as it is
+-- locked: dead_at and live_window are the node's, f has neither). Written only when
+-- something changes.
     UPDATE nodes SET
         idle_since = CASE WHEN idle THEN :now ELSE nodes.idle_since END,
         current_task_id = CASE WHEN idle OR nodes.current_task_id = :id THEN NULL
                                ELSE nodes.current_task_id END,
         status = CASE WHEN idle THEN 'idle' ELSE nodes.status END,
-        last_activity = CASE WHEN nodes.dead_at - :now < nodes.live_window * :stamp
+        last_activity = CASE WHEN
+                            -- include: stamp_due
                              THEN :now ELSE nodes.last_activity END,
-        dead_at = CASE WHEN nodes.dead_at - :now < nodes.live_window * :stamp
+        dead_at = CASE WHEN
+                      -- include: stamp_due
                        THEN :now + nodes.live_window ELSE nodes.dead_at END
     FROM (SELECT incarnation AS inc,
-                 status = 'working' AND role <> 'bootstrap_manager'
-                 AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
-                                   AND h.status = 'in_progress' AND h.id <> :id) AS idle
+                 -- include: idle_after_finishing
+                 AS idle
           FROM nodes WHERE id = :node_id AND status <> 'terminated') AS f
     WHERE nodes.incarnation = f.inc AND EXISTS (SELECT 1 FROM t)
-      AND (nodes.current_task_id = :id OR nodes.dead_at - :now < nodes.live_window * :stamp
-           OR f.idle)
+      AND (nodes.current_task_id = :id OR f.idle
+           OR
+           -- include: stamp_due
+          )
 
 -- name: complete_full
 -- The whole complete in one statement: finish the held task (at :epoch if given),
@@ -540,9 +540,8 @@ WITH fin AS (
     SELECT incarnation, status, current_task_id, dead_at, live_window,
            (SELECT value FROM meta WHERE key = 'settings_version')
                IS NOT DISTINCT FROM :settings_version::text AS fresh,
-           status = 'working' AND role <> 'bootstrap_manager'
-               AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
-                                 AND h.status = 'in_progress' AND h.id <> :id) AS free
+           -- include: idle_after_finishing
+           AS free
     FROM nodes
     WHERE id = :node_id AND status <> 'terminated' AND EXISTS (SELECT 1 FROM fin)
     FOR UPDATE
@@ -562,14 +561,17 @@ take AS (
                                THEN NULL ELSE current_task_id END,
         idle_since = CASE WHEN (SELECT id FROM take) IS NOT NULL THEN NULL
                           WHEN (SELECT free FROM n) THEN :now ELSE idle_since END,
-        last_activity = CASE WHEN dead_at - :now < live_window * :stamp
+        last_activity = CASE WHEN
+                            -- include: stamp_due
                              THEN :now ELSE last_activity END,
-        dead_at = CASE WHEN dead_at - :now < live_window * :stamp
+        dead_at = CASE WHEN
+                      -- include: stamp_due
                        THEN :now + live_window ELSE dead_at END
     WHERE incarnation = (
         SELECT incarnation FROM n
         WHERE current_task_id = :id
-           OR dead_at - :now < live_window * :stamp
+           OR
+           -- include: stamp_due
            OR ((SELECT id FROM take) IS NOT NULL
                AND (status <> 'working' OR current_task_id IS NOT NULL))
            OR ((SELECT id FROM take) IS NULL AND free))
@@ -617,7 +619,9 @@ WITH n AS MATERIALIZED (
     SELECT (SELECT value FROM meta WHERE key = 'settings_version')
                IS NOT DISTINCT FROM :settings_version::text AS fresh,
            status = 'working' AND current_task_id IS NULL
-               AND dead_at - :now >= live_window * :stamp AS lean
+               AND NOT
+               -- include: stamp_due
+               AS lean
     FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
 ),
@@ -670,7 +674,9 @@ WITH n AS MATERIALIZED (
     SELECT (SELECT value FROM meta WHERE key = 'settings_version')
                IS NOT DISTINCT FROM :settings_version::text AS fresh,
            status = 'working' AND current_task_id IS NULL
-               AND dead_at - :now >= live_window * :stamp AS lean
+               AND NOT
+               -- include: stamp_due
+               AS lean
     FROM nodes WHERE id = :node_id AND status <> 'terminated'
     FOR UPDATE
 ), fin AS (
@@ -689,10 +695,10 @@ take AS (
     -- Nothing taken (the board is empty, or the settings changed) and nothing else
     -- held: the node goes idle (node_finished's rule; a later claim makes it working).
     UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL
-    WHERE id = :node_id AND status = 'working' AND role <> 'bootstrap_manager'
+    WHERE id = :node_id AND status <> 'terminated'
       AND EXISTS (SELECT 1 FROM fin) AND NOT EXISTS (SELECT 1 FROM take)
-      AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
-                        AND h.status = 'in_progress' AND h.id <> :id)
+      AND
+      -- include: idle_after_finishing
 ), keyed AS (
     SELECT coalesce((SELECT fresh FROM n), false) AND EXISTS (SELECT 1 FROM fin) AS ok,
            (SELECT id FROM fin) AS done

@@ -1,5 +1,21 @@
 -- Named queries for the SQLite adapter. Parameters are :name.
 
+-- The hot path's rules, each written once here and included where it applies (a rule
+-- change is an edit of this file, no migration): tests/test_node_truth.py and
+-- tests/test_lifecycle.py check each against its pure function in corral.lifecycle.
+
+-- rule: stamp_due
+-- lifecycle.stamp_due: a node's activity stamp (last_activity, dead_at) is due once a
+-- tenth of its liveness window has passed since it (:stamp is 1 - STAMP_FRACTION).
+(dead_at - :now < live_window * :stamp)
+
+-- rule: idle_after_finishing
+-- lifecycle.status_after_finishing: a working node, not the bootstrap manager, done
+-- with task :id and holding no other task becomes idle.
+(status = 'working' AND role <> 'bootstrap_manager'
+ AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
+                   AND h.status = 'in_progress' AND h.id <> :id))
+
 -- name: settings_all
 SELECT key, value FROM settings;
 
@@ -69,50 +85,47 @@ UPDATE nodes SET last_activity = :now, dead_at = :now + live_window
 WHERE id = :id AND terminated_at IS NULL;
 
 -- name: node_done_with
--- After a task is given up (the task's statement ran first): the node is done with it
--- (lifecycle.status_after_finishing: a working node holding no other task becomes idle, a
--- bootstrap manager stays working). Writes only when there is something to change:
--- the node named this task as its current one, it becomes idle, or its activity
--- stamp is due (lifecycle.stamp_due, encoded here; a change of status alone does not
--- re-stamp).
+-- After task :id is given up (the task's statement ran first): node :node_id is done
+-- with it (the rule idle_after_finishing), its activity re-stamped when due (the rule
+-- stamp_due; a change of status alone does not re-stamp). Writes only when there is
+-- something to change: the node named this task as its current one, it becomes idle,
+-- or its stamp is due.
 UPDATE nodes SET
-    idle_since = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
-                           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                                             AND h.status = 'in_progress' AND h.id <> :task_id)
+    idle_since = CASE WHEN
+                     -- include: idle_after_finishing
                       THEN :now ELSE idle_since END,
-    current_task_id = CASE WHEN current_task_id = :task_id
-                                OR (status = 'working' AND role <> 'bootstrap_manager'
-                                    AND NOT EXISTS (SELECT 1 FROM tasks h
-                                                    WHERE h.assigned_to = :id
-                                                      AND h.status = 'in_progress'
-                                                      AND h.id <> :task_id))
+    current_task_id = CASE WHEN current_task_id = :id OR
+                          -- include: idle_after_finishing
                            THEN NULL ELSE current_task_id END,
-    status = CASE WHEN status = 'working' AND role <> 'bootstrap_manager'
-                       AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                                         AND h.status = 'in_progress' AND h.id <> :task_id)
+    status = CASE WHEN
+                 -- include: idle_after_finishing
                   THEN 'idle' ELSE status END,
-    last_activity = CASE WHEN dead_at - :now < live_window * :stamp THEN :now
-                         ELSE last_activity END,
-    dead_at = CASE WHEN dead_at - :now < live_window * :stamp THEN :now + live_window
-                   ELSE dead_at END
-WHERE id = :id AND terminated_at IS NULL
-  AND (current_task_id = :task_id OR dead_at - :now < live_window * :stamp
-       OR (status = 'working' AND role <> 'bootstrap_manager'
-           AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                             AND h.status = 'in_progress' AND h.id <> :task_id)));
+    last_activity = CASE WHEN
+                        -- include: stamp_due
+                         THEN :now ELSE last_activity END,
+    dead_at = CASE WHEN
+                  -- include: stamp_due
+                   THEN :now + live_window ELSE dead_at END
+WHERE id = :node_id AND terminated_at IS NULL
+  AND (current_task_id = :id
+       OR
+       -- include: stamp_due
+       OR
+       -- include: idle_after_finishing
+      );
 
 -- name: node_now_idle
--- node_done_with after a completion: the trigger task_completed has already cleared
--- the node's current task and re-stamped it when due, so what is left is the status
--- rule (lifecycle.status_after_finishing). The statement sets no column of the
+-- node_done_with after a completion: the completion's trigger (trigger_task_completed)
+-- has already cleared the node's current task and re-stamped it when due, so what is
+-- left is the rule idle_after_finishing. The statement sets no column of the
 -- nodes_dead_at index: an idle <-> working flip rewrites only the node's row and its
 -- nodes_idle_since entry (SQLite rewrites an index entry whenever an UPDATE sets a
 -- column of the index, even to the value it had).
 UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL
-WHERE id = :id AND terminated_at IS NULL AND status = 'working'
-  AND role <> 'bootstrap_manager'
-  AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :id
-                    AND h.status = 'in_progress' AND h.id <> :task_id);
+WHERE id = :node_id AND terminated_at IS NULL
+  AND
+  -- include: idle_after_finishing
+  ;
 
 -- name: node_claim_state
 SELECT incarnation, status, current_task_id, dead_at, live_window
@@ -224,8 +237,8 @@ DELETE FROM ready;
 -- name: claim_take
 -- The better of two index heads: the best task matching :role (its score carries the
 -- role bonus, :bonus seconds of sort key) and the best pending task of any role; taken
--- only by a live node. The trigger task_claimed re-stamps the holder when due, records
--- the event and drops the role head.
+-- only by a live node. The TEMP trigger corral_task_claimed (trigger_task_claimed)
+-- re-stamps the holder when due, records the event and drops the role head.
 UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                  attempts = attempts + 1, claimed_at = :now, updated_at = :now,
                  claimed_role = :role
@@ -245,12 +258,62 @@ WHERE status = 'pending' AND id = (
 RETURNING *;
 
 -- name: task_complete
--- The trigger task_completed re-stamps the holder when due and records the event.
+-- The TEMP trigger corral_task_completed (trigger_task_completed) re-stamps the
+-- holder when due and records the event.
 UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                  updated_at = :now
 WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
   AND (:epoch IS NULL OR epoch = :epoch)
 RETURNING *;
+
+-- name: trigger_task_claimed
+-- The bookkeeping of a claim (claim_take) and of a completion (task_complete), in the
+-- statement that makes them: TEMP triggers that each SQLiteStore connection creates
+-- when it opens (SQLiteStore._bookkeeping), so the rules they apply are this file's.
+-- SQLite takes no parameters in a trigger: the store writes :now as new.updated_at
+-- (the claim's and the completion's own time) and :stamp as its number. The holder's
+-- row is re-stamped only when the rule stamp_due says so (a change of status alone
+-- does not re-stamp), each records its event, and a claim drops its role head. The
+-- status and the stamp are separate statements, so a flip sets no column of
+-- nodes_dead_at. Whether a completion leaves its node idle is decided by the store
+-- after the claim that may follow in the same call (node_now_idle), so a worker's
+-- complete-and-claim step does not rewrite its node's row twice.
+CREATE TEMP TRIGGER IF NOT EXISTS corral_task_claimed AFTER UPDATE OF status ON main.tasks
+WHEN old.status = 'pending' AND new.status = 'in_progress'
+BEGIN
+    UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL
+    WHERE id = new.assigned_to AND terminated_at IS NULL
+      AND (status <> 'working' OR current_task_id IS NOT NULL);
+    UPDATE nodes SET last_activity = new.updated_at, dead_at = new.updated_at + live_window
+    WHERE id = new.assigned_to AND terminated_at IS NULL
+      AND
+      -- include: stamp_due
+      ;
+    INSERT INTO events (ts, kind, node_id, task_id, data)
+    VALUES (new.claimed_at, 'task_claimed', new.assigned_to, new.id,
+            json_object('epoch', new.epoch, 'role', new.claimed_role, 'attempt', new.attempts));
+    -- A task matching one role has one role head (a task matching several: the store
+    -- drops them; role names hold no spaces).
+    DELETE FROM ready
+    WHERE old.roles <> '' AND instr(old.roles, ' ') = 0 AND role = old.roles
+      AND sort_key = old.sort_key AND created_at = old.created_at AND task_id = old.id;
+END;
+
+-- name: trigger_task_completed
+CREATE TEMP TRIGGER IF NOT EXISTS corral_task_completed AFTER UPDATE OF status ON main.tasks
+WHEN old.status = 'in_progress' AND new.status = 'done'
+BEGIN
+    UPDATE nodes SET current_task_id = NULL
+    WHERE id = new.assigned_to AND terminated_at IS NULL AND current_task_id = new.id;
+    UPDATE nodes SET last_activity = new.updated_at, dead_at = new.updated_at + live_window
+    WHERE id = new.assigned_to AND terminated_at IS NULL
+      AND
+      -- include: stamp_due
+      ;
+    INSERT INTO events (ts, kind, node_id, task_id, data)
+    VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
+            json_object('epoch', new.epoch));
+END;
 
 -- name: task_fail_final
 UPDATE tasks SET status = 'failed', error = :error, finished_at = :now, updated_at = :now

@@ -92,46 +92,10 @@ CREATE TABLE events (
     data    TEXT NOT NULL DEFAULT '{}'
 );
 
--- A claim's and a completion's bookkeeping, in the statement that makes them: the
--- holder's row is re-stamped only when a tenth of its liveness window has passed since
--- the last stamp (lifecycle.STAMP_FRACTION; a change of status alone does not
--- re-stamp), each records its event, and a claim drops its role head. The status and
--- the stamp are separate statements, so a flip sets no column of nodes_dead_at.
--- Whether a completion leaves its node idle (lifecycle.status_after_finishing) is
--- decided by the store after the claim that may follow in the same call (the named
--- query node_now_idle), so a worker's complete-and-claim step does not rewrite its
--- node's row twice.
-CREATE TRIGGER task_claimed AFTER UPDATE OF status ON tasks
-WHEN old.status = 'pending' AND new.status = 'in_progress'
-BEGIN
-    UPDATE nodes SET status = 'working', idle_since = NULL, current_task_id = NULL
-    WHERE id = new.assigned_to AND terminated_at IS NULL
-      AND (status <> 'working' OR current_task_id IS NOT NULL);
-    UPDATE nodes SET last_activity = new.claimed_at, dead_at = new.claimed_at + live_window
-    WHERE id = new.assigned_to AND terminated_at IS NULL
-      AND dead_at - new.claimed_at < live_window * 0.9;
-    INSERT INTO events (ts, kind, node_id, task_id, data)
-    VALUES (new.claimed_at, 'task_claimed', new.assigned_to, new.id,
-            json_object('epoch', new.epoch, 'role', new.claimed_role, 'attempt', new.attempts));
-    -- A task matching one role has one role head (a task matching several: the store
-    -- drops them; role names hold no spaces).
-    DELETE FROM ready
-    WHERE old.roles <> '' AND instr(old.roles, ' ') = 0 AND role = old.roles
-      AND sort_key = old.sort_key AND created_at = old.created_at AND task_id = old.id;
-END;
-
-CREATE TRIGGER task_completed AFTER UPDATE OF status ON tasks
-WHEN old.status = 'in_progress' AND new.status = 'done'
-BEGIN
-    UPDATE nodes SET current_task_id = NULL
-    WHERE id = new.assigned_to AND terminated_at IS NULL AND current_task_id = new.id;
-    UPDATE nodes SET last_activity = new.finished_at, dead_at = new.finished_at + live_window
-    WHERE id = new.assigned_to AND terminated_at IS NULL
-      AND dead_at - new.finished_at < live_window * 0.9;
-    INSERT INTO events (ts, kind, node_id, task_id, data)
-    VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
-            json_object('epoch', new.epoch));
-END;
+-- A claim's and a completion's bookkeeping (the holder's stamp and status, the event,
+-- the role head) is done by TEMP triggers each SQLiteStore connection creates from
+-- queries.sql (trigger_task_claimed, trigger_task_completed), where the rules of the
+-- hot path are written once (migration 0012).
 
 -- The supervised processes: each host's supervisor replaces its rows whole
 -- (report_processes).
