@@ -1,0 +1,206 @@
+"""One feed for every open dashboard: the cluster read once per change, fanned out.
+
+The feed follows the event log the way ``/v1/events`` does (woken by every write
+through this server, else every ``poll`` seconds) and, when events arrived, reads one
+``Snapshot`` through the cluster's public operations. Every open page's stream waits
+on the feed and renders its panels from the same snapshot, so 50 open pages cost the
+store the same reads per event as one. Reads are at most one per ``min_interval``
+(a burst of events is one read) and at least one per ``refresh`` while any page is
+open (ages move on without events). The feed runs only while a page is open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+
+from corral.model import Assessment, Event, Node, Settings, Task
+
+if TYPE_CHECKING:
+    from corral.cluster import Cluster
+    from corral.server.app import ServerState
+    from corral.store.stats import ClusterStats
+
+__all__ = ["EVENTS_KEPT", "TASKS_SHOWN", "Feed", "Snapshot", "read_snapshot"]
+
+log = logging.getLogger("corral.dashboard")
+
+EVENTS_KEPT = 200  # the newest events the Events panel can show
+TASKS_SHOWN = 100  # tasks per list (pending, in progress, failed)
+_BATCH = 1000
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """What every panel shows, read at ``now`` after event ``seq``. ``rendered``
+    caches each panel's HTML per filter (filled by the views)."""
+
+    seq: int
+    now: float
+    settings: Settings
+    stats: ClusterStats
+    assessment: Assessment
+    nodes: list[Node]
+    pending: list[Task]
+    in_progress: list[Task]
+    failed: list[Task]
+    events: list[Event]  # oldest first, at most EVENTS_KEPT
+    rendered: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+def read_snapshot(cluster: Cluster, seq: int, events: list[Event]) -> Snapshot:
+    """Read a snapshot through the cluster's operations (one thread hop's worth)."""
+    return Snapshot(
+        seq=seq,
+        now=cluster.clock.now(),
+        settings=cluster.settings(),
+        stats=cluster.stats(),
+        assessment=cluster.assess_workload(),
+        nodes=cluster.list_nodes(),
+        pending=cluster.list_tasks("pending", limit=TASKS_SHOWN),
+        in_progress=cluster.list_tasks("in_progress", limit=TASKS_SHOWN),
+        failed=cluster.list_tasks("failed", limit=TASKS_SHOWN),
+        events=events,
+    )
+
+
+class _Subscriber:
+    def __init__(self) -> None:
+        self.latest: Snapshot | None = None
+        self.ready = asyncio.Event()
+
+    async def next(self, timeout: float) -> Snapshot | None:
+        """The newest snapshot not taken yet, or None after ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        if not self.ready.is_set():
+            return None
+        self.ready.clear()
+        return self.latest
+
+
+class Feed:
+    """The fan-out of one server's cluster to its open dashboards."""
+
+    def __init__(
+        self,
+        st: ServerState,
+        *,
+        min_interval: float = 0.1,
+        refresh: float = 5.0,
+    ) -> None:
+        self.st = st
+        self.min_interval = min_interval
+        self.refresh = refresh
+        self.reads = 0  # snapshots read since the server started
+        self.latest: Snapshot | None = None
+        self._subs: set[_Subscriber] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._cursor: int | None = None
+        self._events: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        self._read_at = 0.0
+        self._lock = threading.Lock()  # a page's first read may run beside the feed's
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subs)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[_Subscriber]:
+        """A subscriber that is handed every new snapshot (the newest only, when it
+        falls behind); first the current one, or the first the feed reads."""
+        sub = _Subscriber()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        elif self.latest is not None:
+            sub.latest = self.latest
+            sub.ready.set()
+        self._subs.add(sub)
+        try:
+            yield sub
+        finally:
+            self._subs.discard(sub)
+
+    async def current(self) -> Snapshot:
+        """The newest snapshot: the feed's while it runs and is fresh, else one read
+        now (a page's first paint)."""
+        latest = self.latest
+        if (
+            latest is not None
+            and self._task is not None
+            and not self._task.done()
+            and time.monotonic() - self._read_at < self.refresh
+        ):
+            return latest
+        snap: Snapshot = await self.st.run(self._read)
+        if self._task is None or self._task.done():
+            self.latest = snap  # kept for the next page while no feed runs
+        return snap
+
+    def _follow(self) -> bool:
+        """Read the events after the cursor; True when there were any. The first
+        call starts at the newest events (at most EVENTS_KEPT of them)."""
+        cluster = self.st.cluster
+        if self._cursor is None:
+            last = cluster.stats().last_event
+            self._cursor = max(0, last - EVENTS_KEPT)
+        moved = False
+        while True:
+            batch = cluster.events(self._cursor, _BATCH)
+            if batch:
+                self._events.extend(batch)
+                self._cursor = batch[-1].seq
+                moved = True
+            if len(batch) < _BATCH:
+                return moved
+
+    def _read(self) -> Snapshot:
+        snap = self._poll(force=True)
+        assert snap is not None
+        return snap
+
+    def _poll(self, force: bool = False) -> Snapshot | None:
+        """One step: a new snapshot when events arrived (or ``refresh`` passed)."""
+        with self._lock:
+            moved = self._follow()
+            if not (force or moved) and time.monotonic() - self._read_at < self.refresh:
+                return None
+            snap = read_snapshot(self.st.cluster, self._cursor or 0, list(self._events))
+            self.reads += 1
+            self._read_at = time.monotonic()
+            return snap
+
+    def _publish(self, snap: Snapshot) -> None:
+        self.latest = snap
+        for sub in self._subs:
+            sub.latest = snap
+            sub.ready.set()
+
+    async def _run(self) -> None:
+        first = True
+        while self._subs:
+            changed = self.st.changed()  # taken before reading: no wake-up is missed
+            started = time.monotonic()
+            try:
+                snap: Snapshot | None = await self.st.run(self._read if first else self._poll)
+            except Exception as exc:  # a store outage: the pages keep their last view
+                log.warning("dashboard feed read failed: %s", exc, extra={"action": "feed"})
+                snap = None
+            else:
+                first = False
+            if snap is not None:
+                self._publish(snap)
+            with anyio.move_on_after(self.st.sse_poll):
+                await changed.wait()
+            rest = self.min_interval - (time.monotonic() - started)
+            if rest > 0:
+                await asyncio.sleep(rest)

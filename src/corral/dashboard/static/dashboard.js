@@ -1,0 +1,70 @@
+// corral's dashboard: the page's own script (the CSP allows no inline script).
+// - every htmx request carries the session's CSRF token (X-CSRF-Token);
+// - the live stream closes while the tab is hidden and reopens when it shows again;
+// - a filter <select> submits its form when it changes;
+// - the header's status says whether the panels are live.
+(function () {
+  "use strict";
+  var source = null;
+
+  // Loaded before the SSE extension, which keeps an EventSource factory already set.
+  htmx.createEventSource = function (url) {
+    source = new EventSource(url, { withCredentials: true });
+    return source;
+  };
+
+  function setState(state) {
+    var el = document.getElementById("live-state");
+    if (el) {
+      el.textContent = state;
+      el.setAttribute("data-state", state);
+    }
+  }
+
+  function csrf() {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.getAttribute("content") : null;
+  }
+
+  document.addEventListener("htmx:configRequest", function (event) {
+    var token = csrf();
+    if (token) {
+      event.detail.headers["X-CSRF-Token"] = token;
+    }
+  });
+  document.addEventListener("htmx:sseOpen", function () { setState("live"); });
+  document.addEventListener("htmx:sseError", function () { setState("reconnecting"); });
+  document.addEventListener("htmx:sseClose", function (event) {
+    // The server ends the stream with "expired" when the session runs out.
+    if (event.detail && event.detail.type === "message") {
+      window.location.reload();
+    }
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    var live = document.getElementById("live");
+    if (!live) {
+      return;
+    }
+    if (document.hidden) {
+      if (source) {
+        source.close();
+        source = null;
+      }
+      setState("paused");
+    } else if (source === null) {
+      // A fresh copy of the live region opens a new stream; the server sends every
+      // panel as it is now.
+      var fresh = live.cloneNode(true);
+      live.replaceWith(fresh);
+      htmx.process(fresh);
+    }
+  });
+
+  document.addEventListener("change", function (event) {
+    var form = event.target.form;
+    if (form && form.hasAttribute("data-autosubmit") && event.target.tagName === "SELECT") {
+      form.requestSubmit();
+    }
+  });
+})();
