@@ -193,7 +193,7 @@ class Hosts:
         self.folder = folder
         self.workers = workers
         self.beat = beat
-        self.pg = Postgres(folder, net.GATEWAY, PG_PORT)
+        self.pg = Postgres(net.GATEWAY, PG_PORT)
         self.clockstep = folder / "clockstep.so"
         self.loop: ProxyLoop | None = None  # type: ignore[assignment]
         self.hosts: list[Host] = []
@@ -256,6 +256,7 @@ class Hosts:
         if self.loop is not None:
             self.loop.close()
         self.pg.stop()
+        self.pg.remove()
         net.down(self.n)
 
     def info(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,17 +18,25 @@ BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 def _as_postgres(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True, text=True
+    done = subprocess.run(
+        ["runuser", "-u", "postgres", "--", *argv], capture_output=True, text=True
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done
 
 
 class Postgres:
-    def __init__(self, folder: Path, addr: str, port: int) -> None:
-        self.data = folder / "pgdata"
+    """The cluster lives in a folder of its own under the system's temporary folder
+    (the ``postgres`` user must reach it: a test's ``tmp_path`` is root's, mode 0700);
+    ``remove()`` deletes it."""
+
+    def __init__(self, addr: str, port: int) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="corral-hosts-pg-"))
+        self.data = self.folder / "pgdata"
         self.addr = addr
         self.port = port
-        self.log = folder / "postgres.log"
+        self.log = self.folder / "postgres.log"
         self.restarts = 0
 
     def url(self, db: str = "corral", port: int | None = None, addr: str | None = None) -> str:
@@ -38,8 +47,7 @@ class Postgres:
             raise RuntimeError(
                 f"PostgreSQL 15's initdb is missing at {BIN} (apt-get install postgresql-15)"
             )
-        folder = self.data.parent
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.folder
         shutil.chown(folder, "postgres", "postgres")
         _as_postgres(str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
         conf = self.data / "postgresql.conf"
@@ -65,6 +73,9 @@ class Postgres:
              "-m", "fast", "-w", "stop"],
             capture_output=True, check=False,
         )  # fmt: skip
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def restart(self) -> float:
         """A fast-mode restart (every session ended, then the server back): the seconds

@@ -62,8 +62,20 @@ class ProxyLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def close(self) -> None:
+        """Cancel every relay (each closes its connections), then stop and close."""
+
+        async def cancel() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.call(cancel())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        self.loop.close()
 
 
 class Proxy:
@@ -108,6 +120,7 @@ class Proxy:
         async def stop() -> None:
             if self._server is not None:
                 self._server.close()
+                await self._server.wait_closed()
             for w in list(self._conns):
                 w.close()
 
@@ -154,6 +167,7 @@ class Proxy:
                 await dst.drain()
         except (OSError, ConnectionError):
             pass
-        for w in ends:  # one side ends: the other does too
-            with contextlib.suppress(Exception):
-                w.close()
+        finally:
+            for w in ends:  # one side ends: the other does too
+                with contextlib.suppress(Exception):
+                    w.close()
