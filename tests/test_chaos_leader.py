@@ -14,9 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import corral
+from corral.monitor import LEAD_RENEW, Duty, Monitor
 from corral.store.postgres import PostgresStore
 from tests.backends import postgres as pg
 
@@ -61,3 +64,26 @@ def test_a_stopped_postgres_leader_is_stood_in_for(request: pytest.FixtureReques
         assert child.stdout is not None
         child.stdout.close()
         store.close()
+
+
+def test_a_leading_monitor_renews_its_lead_whatever_its_max_sleep(tmp_path: Path) -> None:
+    """A leader ticks (renews its lead) at least every ``LEAD_RENEW`` even with a long
+    ``max_sleep`` and nothing due, so that a store ending a leader silent past a bound
+    (the stopped-leader fix above) never ends a healthy one that is merely asleep; a
+    follower still sleeps its ``max_sleep``."""
+    ticks: list[float] = []
+
+    def due(store: object, deadlines: object, last: float | None) -> float | None:
+        ticks.append(time.monotonic())  # asked at every leading tick
+        return None
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with corral.connect(url) as c:
+        monitor = Monitor(c, max_sleep=30, duties=[Duty("count", due, lambda s, now: None)])
+        thread = monitor.start_thread()
+        try:
+            time.sleep(6 * LEAD_RENEW)
+        finally:
+            monitor.stop()
+            thread.join(5)
+    assert len(ticks) >= 8, ticks  # a pass reads its duties twice: 1 + 6 renewals at least

@@ -40,6 +40,11 @@ __all__ = ["DUTIES", "Duty", "Monitor", "TickResult"]
 # wake-up itself happen before the deadline, the work right at it.
 EARLY = 0.002
 
+# The longest a leading monitor goes without renewing its lead (a tick), whatever its
+# max_sleep: on PostgreSQL the server ends a leader's session that stays silent past
+# a bound (a stopped or cut-off leader's), which a monitor merely sleeping must not reach.
+LEAD_RENEW = MONITOR_MAX_SLEEP
+
 log = logging.getLogger("corral.monitor")
 
 _PRUNE_EVERY = 3600.0
@@ -216,7 +221,9 @@ class Monitor:
                 if self._stall is not None:
                     self._report_stall()
                 now = self.cluster.clock.now()
-                wait = self.max_sleep
+                # A leader renews its lead at least every LEAD_RENEW, whatever
+                # max_sleep: a store may end a leader that stays silent longer.
+                wait = min(self.max_sleep, LEAD_RENEW) if result.leader else self.max_sleep
                 if result.next_deadline is not None and result.next_deadline - now < wait:
                     wait = max(0.0, result.next_deadline - now - EARLY)
                     deadline = result.next_deadline
