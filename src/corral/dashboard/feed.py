@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from corral.model import Assessment, Event, Node, Settings, Task
+from corral.model import Event, Node, Settings, State, Task
 
 if TYPE_CHECKING:
     from corral.cluster import Cluster
@@ -48,7 +48,7 @@ class Snapshot:
     now: float
     settings: Settings
     stats: ClusterStats
-    assessment: Assessment
+    state: State  # read_state: the last assessment and the counts it recorded
     nodes: list[Node]
     pending: list[Task]
     in_progress: list[Task]
@@ -58,13 +58,15 @@ class Snapshot:
 
 
 def read_snapshot(cluster: Cluster, seq: int, events: list[Event]) -> Snapshot:
-    """Read a snapshot through the cluster's operations (one thread hop's worth)."""
+    """Read a snapshot through the cluster's operations (one thread hop's worth).
+    Only reads: the assessment shown is the last one recorded (the monitor's, every
+    ``workload_assessment_interval``) with the counts recorded beside it."""
     return Snapshot(
         seq=seq,
         now=cluster.clock.now(),
         settings=cluster.settings(),
         stats=cluster.stats(),
-        assessment=cluster.assess_workload(),
+        state=cluster.read_state(limit=1),
         nodes=cluster.list_nodes(),
         pending=cluster.list_tasks("pending", limit=TASKS_SHOWN),
         in_progress=cluster.list_tasks("in_progress", limit=TASKS_SHOWN),
@@ -187,16 +189,21 @@ class Feed:
 
     async def _run(self) -> None:
         first = True
+        failing = False
         while self._subs:
             changed = self.st.changed()  # taken before reading: no wake-up is missed
             started = time.monotonic()
             try:
                 snap: Snapshot | None = await self.st.run(self._read if first else self._poll)
             except Exception as exc:  # a store outage: the pages keep their last view
-                log.warning("dashboard feed read failed: %s", exc, extra={"action": "feed"})
-                snap = None
-            else:
-                first = False
+                if not failing:
+                    log.warning("dashboard feed read failed: %s", exc, extra={"action": "feed"})
+                failing = True
+                await asyncio.sleep(max(self.st.sse_poll, 1.0))
+                continue
+            if failing:
+                log.info("dashboard feed reads again", extra={"action": "feed"})
+            first = failing = False
             if snap is not None:
                 self._publish(snap)
             with anyio.move_on_after(self.st.sse_poll):

@@ -80,10 +80,18 @@ def _same_origin(request: Request) -> bool:
 class Dashboard:
     """The dashboard over one server's state (its cluster, tokens and wake-ups)."""
 
-    def __init__(self, st: ServerState, *, sessions: Sessions | None = None) -> None:
+    def __init__(
+        self,
+        st: ServerState,
+        *,
+        sessions: Sessions | None = None,
+        feed: Feed | None = None,
+        ping: float = KEEPALIVE_SECONDS,
+    ) -> None:
         self.st = st
         self.sessions = sessions if sessions is not None else Sessions()
-        self.feed = Feed(st)
+        self.feed = feed if feed is not None else Feed(st)
+        self.ping = ping  # seconds without news before a stream sends a ping comment
         self.env = environment()
 
     # --- sessions --------------------------------------------------------------
@@ -218,7 +226,7 @@ class Dashboard:
             skip = resume  # a reconnecting page has the panels of that event already
             async with self.feed.subscribe() as sub:
                 while True:
-                    snap = await sub.next(KEEPALIVE_SECONDS)
+                    snap = await sub.next(self.ping)
                     if self.sessions.check(request.cookies.get(COOKIE)) is None:
                         yield b"event: expired\ndata: the session has ended\n\n"
                         return
