@@ -3,7 +3,8 @@
 ``--hosts`` hosts (Linux network namespaces on a bridge, ``bench/hosts``), each with
 ``corral serve`` and ``corral supervise`` running ``--workers`` SDK workers, on the
 harness's own PostgreSQL. A steady load (tasks added through every host's server and
-claimed, run and completed by the workers, which heartbeat) runs for ``--minutes``
+claimed, run and completed by the workers, which heartbeat; activations taken and
+released by a runner per host) runs for ``--minutes``
 while a fixed ``--seed`` chooses faults at random intervals:
 
 - partition: a host's veth set down (it reaches neither PostgreSQL nor the other
@@ -40,6 +41,10 @@ end:
   completion sequence of each task);
 - live nodes <= ``max_agents`` at every sample (corral has no per-model cap);
 - no supervised agent running twice (its processes, by ``CORRAL_AGENT_ID``);
+- no activation held twice: a runner per host (a node through its host's server)
+  takes, holds and releases activations of the scheduler's agents; in the event log
+  no agent is assigned while an earlier assignment of it is neither released nor
+  expired;
 - every silent holder's lease recovered within its threshold + 1 s, plus, when a
   fault kept every monitor from acting (PostgreSQL down or its sessions ended, the
   leader killed, stopped, cut off or its connections stalled), the documented bound of
@@ -88,6 +93,7 @@ from tests.outage_procs import terminate_sessions  # noqa: E402
 
 import corral  # noqa: E402
 from _common import RESULTS_DIR, machine_info, table, write_json  # noqa: E402
+from corral.errors import NotFoundError  # noqa: E402
 from corral.outage import tolerant  # noqa: E402
 from hosts import net  # noqa: E402
 from hosts.cluster import TOKEN, Host, Hosts  # noqa: E402
@@ -117,6 +123,8 @@ OUTAGE_BACKOFF = 5.0
 # A stopped leader's session ended by the server once idle that long (its
 # idle_session_timeout, 2 s), then the next tick of another monitor (0.5 s).
 LEADER_STOP_BOUND = 3.0
+RUNNER_BEAT = 2.0  # the activation runners' heartbeat interval
+AGENTS = 6  # scheduler agents the runners activate
 SERVE_START = 5.0  # a restarted corral serve answering again, on a loaded 2-core machine
 RESTART_SEC = 1.0  # the watchdog's, as systemd's RestartSec
 TERMINATE_BOUND = 1.0  # pg_terminate_backend of every session: all back within it
@@ -163,6 +171,8 @@ class Campaign:
         self.violations: list[dict[str, Any]] = []
         self.acked: dict[int, float] = {}  # task id -> when its add was acknowledged
         self.add_failures = 0
+        self.activations = 0  # released by their runner
+        self.activation_failures = 0
         self.lock = threading.Lock()
         self.ends: list[tuple[float, int, Callable[[], None]]] = []  # (at, n, action)
         self._n = 0
@@ -239,6 +249,33 @@ class Campaign:
                     with self.lock:
                         self.acked[task.id] = self.now()
                 self.stop.wait(period)
+        finally:
+            client.close()
+
+    def runner(self, host: Host) -> None:
+        """An activation runner on ``host`` (a node of its own, through its server):
+        take the next agent's activation, hold it a moment, release it; beat between.
+        A runner the cluster terminated (silent through a fault) registers again."""
+        client = corral.connect(host.url, token=TOKEN)
+        me = f"h{host.i}-runner"
+        registered = False
+        try:
+            while not self.stop.is_set():
+                try:
+                    if not registered:
+                        client.register_node(me, "developer", heartbeat_interval=RUNNER_BEAT)
+                        registered = True
+                    client.heartbeat(me)
+                    a = client.get_assignment(me)
+                    if a is not None:
+                        self.stop.wait(0.3)
+                        client.release_assignment(a.id, me, a.epoch)
+                        self.activations += 1
+                except NotFoundError:
+                    registered = False  # terminated: register again
+                except Exception:
+                    self.activation_failures += 1  # an outage, or a lease lost meanwhile
+                self.stop.wait(0.2)
         finally:
             client.close()
 
@@ -577,6 +614,21 @@ def check_log(camp: Campaign, beat: float) -> dict[str, Any]:
                 camp.violation("no_stale_completion", task=task, event=e["seq"],
                                holder=holder.get(task))  # fmt: skip
             holder[task] = None
+    held: dict[str, tuple[int, str]] = {}  # agent -> (assignment, runner) live
+    activations = 0
+    for e in events:
+        kind, d = e["kind"], e["data"]
+        if kind == "activation_assigned":
+            activations += 1
+            if d["agent"] in held:
+                camp.violation("activation_once", agent=d["agent"], held=held[d["agent"]],
+                               assignment=d["assignment"], runner=e["node"])  # fmt: skip
+            held[d["agent"]] = (d["assignment"], e["node"])
+        elif (
+            kind in ("activation_released", "activation_expired")
+            and held.get(d["agent"], (0, ""))[0] == d["assignment"]
+        ):
+            del held[d["agent"]]
     twice = [t for t, n in completions.items() if n > 1]
     for t in twice:
         camp.violation("done_once", task=t, completions=completions[t])
@@ -602,6 +654,8 @@ def check_log(camp: Campaign, beat: float) -> dict[str, Any]:
         "final_status": dict(status),
         "completions_twice": len(twice),
         "stale_completions_accepted": stale,
+        "activations_assigned": activations,
+        "activations_released_by_runners": camp.activations,
         "late_completions_refused": sum(
             1 for e in events if e["kind"] == "lease_recovered"
         ),  # every recovered lease's holder, if it finished, was refused (its epoch)
@@ -703,9 +757,9 @@ def check_leadership(camp: Campaign) -> dict[str, Any]:
         if low is not None and low > bound:
             at = camp.t0 + move["t"]
             bound += _no_candidate(camp, at, at + low, move["from"])
-            move["bound_s"] = round(bound, 2)
+        move["bound_s"] = round(bound, 2)
         if low is None or low > bound:
-            camp.violation("leader_moved", **move, bound_s=bound)
+            camp.violation("leader_moved", **move)
         else:
             worst = max(worst, move["moved_after_s"])
     return {"leader_cut_offs": len(camp.leader_moves), "leader_moved_max_s": worst}
@@ -772,10 +826,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="corral-chaos-") as d:
         hosts = Hosts(args.hosts, Path(d), workers=args.workers, beat=args.beat)
         try:
-            hosts.up()
+            hosts.up(max_agents=args.hosts * (args.workers + 1))  # + a runner per host
+            admin = corral.connect(hosts.admin_url)
+            for k in range(AGENTS):
+                admin.add_agent(f"agent-{k}")
+            admin.close()
             camp = Campaign(hosts, args.seed, args.minutes * 60, args.rate, args.gap)
             threads = [threading.Thread(target=camp.load, args=(h,), daemon=True)
                        for h in hosts.hosts]  # fmt: skip
+            threads += [threading.Thread(target=camp.runner, args=(h,), daemon=True)
+                        for h in hosts.hosts]  # fmt: skip
             threads.append(threading.Thread(target=camp.observe, daemon=True))
             for t in threads:
                 t.start()
@@ -810,11 +870,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "events_bounded": "event rows per task not growing",
         "drained": "every acknowledged task done once the faults end",
         "live_lease": "an in-progress task's holder is live",
+        "activation_once": "no activation held twice (the event log's assign / release / expiry)",
         "acknowledged_kept": "every acknowledged task exists",
     }
     by_inv = Counter(v["invariant"] for v in camp.violations)
     return {
         "bench": "chaos",
+        "note": args.note,
         "seed": args.seed,
         "hosts": args.hosts,
         "workers_per_host": args.workers,
@@ -829,6 +891,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "violations_total": len(camp.violations),
         "load_stopped_s": round(load_stopped, 1),
         "add_failures": camp.add_failures,
+        "activation_failures": camp.activation_failures,
         "watchdog_restarts": dict(camp.restarts),
         "log": log,
         "leadership": lead,
@@ -851,6 +914,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap", type=float, default=1.6, help="mean seconds between faults")
     ap.add_argument("--settle", type=float, default=180.0, help="seconds to drain at the end")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR / "chaos.json")
+    ap.add_argument("--note", default="", help="recorded in the JSON (the code run, say)")
     args = ap.parse_args(argv)
     try:
         net.check_permitted()
