@@ -434,3 +434,23 @@ def test_a_resumed_stream_skips_what_it_has_and_pings_while_quiet(tmp_path: Path
     finally:
         stop_uvicorn(server, thread)
         cluster.close()
+
+
+def test_a_session_holds_across_servers_with_the_same_operator_token(tmp_path: Path) -> None:
+    """The cookie's key derives from the operator token: another process serving the
+    cluster with that token (a restart, a ``--workers`` sibling) accepts the
+    session; one with another token does not."""
+    cluster = corral.connect(f"sqlite:///{tmp_path / 'c.db'}")
+
+    def app(token: str) -> Any:
+        return create_app(cluster, token=token, monitor=False, mcp=False)
+
+    with TestClient(app(TOKEN), follow_redirects=False) as first:
+        cookie = _log_in(first).cookies[COOKIE]
+    with TestClient(app(TOKEN), follow_redirects=False) as again:
+        again.cookies.set(COOKIE, cookie)
+        assert again.get("/dashboard/panels/fleet").status_code == 200
+    with TestClient(app("other"), follow_redirects=False) as other:
+        other.cookies.set(COOKIE, cookie)
+        assert other.get("/dashboard/panels/fleet").status_code == 401
+    cluster.close()

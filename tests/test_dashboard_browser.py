@@ -136,6 +136,38 @@ def test_a_claimed_task_moves_from_pending_to_in_progress(browser: Browser, serv
         expect(in_progress.locator(row).locator("td").nth(2)).to_have_text(str(claimed.epoch))
 
 
+def test_updates_pause_while_the_tab_is_hidden(browser: Browser, served: str) -> None:
+    """Hidden, the page closes its stream (the header says paused) and a new node
+    does not reach it; shown again, it reopens the stream and shows the node."""
+    page = browser.new_page()
+    _log_in(page, served)
+    nodes = page.locator("#nodes")
+    _set_hidden(page, True)
+    expect(page.get_by_role("status")).to_have_text("paused")
+    with corral.connect(served, token=TOKEN) as client:
+        client.register_node("w-while-hidden", "developer")
+        # A page that did not pause would show it within LIVE; this one must not.
+        page.wait_for_timeout(LIVE + 500)
+        expect(nodes.get_by_role("rowheader", name="w-while-hidden")).to_have_count(0)
+    _set_hidden(page, False)
+    expect(page.get_by_role("status")).to_have_text("live")
+    row = page.locator("#nodes").get_by_role("rowheader", name="w-while-hidden")
+    expect(row).to_be_visible(timeout=LIVE)
+
+
+def _set_hidden(page: Page, hidden: bool) -> None:
+    """What the browser does when the tab goes to the background (or comes back)."""
+    page.evaluate(
+        """hidden => {
+            Object.defineProperty(document, "hidden", {value: hidden, configurable: true});
+            Object.defineProperty(document, "visibilityState",
+                {value: hidden ? "hidden" : "visible", configurable: true});
+            document.dispatchEvent(new Event("visibilitychange"));
+        }""",
+        hidden,
+    )
+
+
 def test_without_a_session_every_page_and_fragment_is_refused(
     browser: Browser, served: str
 ) -> None:
@@ -235,6 +267,12 @@ def test_node_filter_and_screenshot(browser: Browser, served: str, tmp_path: Pat
         assert client.claim_best_task("w1", "developer") is not None
         assert client.claim_best_task("w3", "architect") is not None
         client.heartbeat("w1", health="ok")
+        # An assessment asked for now (the monitor's next is up to 25 s away) shows
+        # with the counts recorded beside it.
+        assert client.assess_workload().status == "overloaded"
+        fleet = page.locator("#fleet")
+        expect(fleet.locator('[data-figure="status"]')).to_have_text("overloaded", timeout=LIVE)
+        expect(fleet).to_contain_text("from 3 pending and 5 active of 8 allowed (2 idle)")
         nodes = page.locator("#nodes")
         expect(nodes.get_by_role("rowheader", name="w4")).to_be_visible(timeout=LIVE)
         expect(nodes.get_by_role("rowheader", name="w-gone")).to_have_count(0)

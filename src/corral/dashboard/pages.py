@@ -28,7 +28,14 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from corral.dashboard.feed import Feed, Snapshot
-from corral.dashboard.session import COOKIE, CSRF_FIELD, CSRF_HEADER, Session, Sessions
+from corral.dashboard.session import (
+    COOKIE,
+    CSRF_FIELD,
+    CSRF_HEADER,
+    Session,
+    Sessions,
+    session_key,
+)
 from corral.dashboard.views import NODE_STATUSES, PANELS, Filters, environment, render_panel
 from corral.server.events import KEEPALIVE_SECONDS
 
@@ -89,7 +96,9 @@ class Dashboard:
         ping: float = KEEPALIVE_SECONDS,
     ) -> None:
         self.st = st
-        self.sessions = sessions if sessions is not None else Sessions()
+        self.sessions = (
+            sessions if sessions is not None else Sessions(secret=session_key(st.tokens))
+        )
         self.feed = feed if feed is not None else Feed(st)
         self.ping = ping  # seconds without news before a stream sends a ping comment
         self.env = environment()

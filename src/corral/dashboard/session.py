@@ -1,11 +1,16 @@
 """The dashboard's sessions: a bearer token exchanged for a signed, expiring cookie.
 
-A session is ``{sid, node, role, exp}`` signed with HMAC-SHA256 under a key made
-when the server starts (so a restart logs every page out; the token is never in the
-cookie). The cookie is ``HttpOnly; SameSite=Strict; Path=/`` (``Secure`` behind
-HTTPS). Every state-changing request carries the session's CSRF token, an HMAC of its
-``sid`` under a second key, in the ``X-CSRF-Token`` header (set by the page's script)
-or a ``csrf`` form field. Logging out forgets the ``sid`` for the rest of its life.
+A session is ``{sid, node, role, exp}`` signed with HMAC-SHA256 under a key derived
+from the operator token (``session_key``): every ``corral serve`` process (and
+worker) with that token accepts the cookie, a restart keeps pages logged in, and a
+new operator token logs every page out. The token is never in the cookie. The
+cookie is ``HttpOnly; SameSite=Strict; Path=/`` (``Secure`` behind HTTPS).
+
+Every state-changing request carries the session's CSRF token, an HMAC of its
+``sid`` under a second key, in the ``X-CSRF-Token`` header (set by the page's
+script) or a ``csrf`` form field. Logging out forgets the ``sid`` for the rest of
+its life in the process that served the logout (with ``--workers``, the browser's
+cookie is gone, but another worker would accept a copy until it expires).
 
 A session records its principal and role: ``operator`` may act, ``viewer`` sees every
 panel and may act on nothing (the role named tokens will carry).
@@ -22,7 +27,10 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from corral.server.auth import Tokens
 
 __all__ = [
     "COOKIE",
@@ -32,6 +40,7 @@ __all__ = [
     "Role",
     "Session",
     "Sessions",
+    "session_key",
 ]
 
 Role = Literal["operator", "viewer"]
@@ -55,6 +64,13 @@ class Session:
     @property
     def may_act(self) -> bool:
         return self.role == "operator"
+
+
+def session_key(tokens: Tokens) -> bytes:
+    """The sessions' key, derived from the operator token through ``Tokens``' public
+    derivation: the token of a node id no node can have (ids refuse control
+    characters), hashed. It is never sent anywhere."""
+    return hashlib.sha256(tokens.node_token("\0corral-dashboard-sessions\0").encode()).digest()
 
 
 def _b64(data: bytes) -> str:

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import corral
+from corral.dashboard import routes as dashboard_routes
 from corral.errors import CorralError
 from corral.server.auth import Principal, Tokens
 from corral.server.dispatch import (
@@ -267,6 +268,7 @@ def create_app(
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *(Route(op.path, OpEndpoint(op, st), methods=[op.method], name=op.name) for op in ops),
+        *dashboard_routes(st),
     ]
 
     @asynccontextmanager
