@@ -454,3 +454,24 @@ def test_a_session_holds_across_servers_with_the_same_operator_token(tmp_path: P
         other.cookies.set(COOKIE, cookie)
         assert other.get("/dashboard/panels/fleet").status_code == 401
     cluster.close()
+
+
+def test_a_page_after_a_long_quiet_reads_only_the_newest_events(tmp_path: Path) -> None:
+    """With no page open, the feed does not follow the log: the next page's first
+    read starts from the newest events (one batch), not from where the last page
+    left off."""
+    import asyncio
+
+    cluster = corral.connect(f"sqlite:///{tmp_path / 'q.db'}")
+    counting = _Counting(cluster)
+    st = ServerState(counting, Tokens(TOKEN))  # type: ignore[arg-type]
+    feed = Feed(st)
+    first = asyncio.run(feed.current())
+    cluster.add_tasks([{"title": f"t{i}"} for i in range(1500)])
+    counting.calls.clear()
+    later = asyncio.run(feed.current())
+    assert counting.calls["events"] == 1
+    assert later.seq == first.seq + 1500
+    assert [e.seq for e in later.events] == list(range(later.seq - 199, later.seq + 1))
+    st.shutdown()
+    cluster.close()

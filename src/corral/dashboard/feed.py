@@ -166,6 +166,11 @@ class Feed:
                 return moved
 
     def _read(self) -> Snapshot:
+        """A first read (a page while no feed runs, or a feed starting): the events
+        start again from the newest, however long no page was open."""
+        with self._lock:
+            self._cursor = None
+            self._events.clear()
         snap = self._poll(force=True)
         assert snap is not None
         return snap
