@@ -43,26 +43,26 @@ class Db:
     ``write``: a write transaction that excludes conflicting writers from its start.
     ``read``: a read-only transaction with a consistent snapshot. ``write_redone``: a
     ``write`` the monitor would redo if a crash lost it (an adapter may commit it
-    without waiting for its log to reach the disk; default ``write``).
-    ``read_latest(single)``: a ``read`` whose event reads see every event committed
-    before it began (``single``: the body runs one statement; default ``read``).
-    ``read_row(name, **params)``: the first row of named query ``name``, read on its
-    own, its values by position (default: in a ``read_latest(single=True)``)."""
+    without waiting for its log to reach the disk). ``read_latest(single)``: a
+    ``read`` whose event reads see every event committed before it began
+    (``single``: the body runs one statement). ``read_row(name, **params)``: the
+    first row of named query ``name``, read on its own, its values by position.
+    (``SQLStore`` documents each and gives their defaults.)"""
 
     def __init__(
         self,
         *,
         write: Transaction,
         read: Transaction,
-        write_redone: Transaction | None = None,
-        read_latest: Callable[[bool], AbstractContextManager[Tx]] | None = None,
-        read_row: Callable[..., Sequence[Any] | None] | None = None,
+        write_redone: Transaction,
+        read_latest: Callable[[bool], AbstractContextManager[Tx]],
+        read_row: Callable[..., Sequence[Any] | None],
     ) -> None:
         self.write = write
         self.read = read
-        self.write_redone = write_redone or write
+        self.write_redone = write_redone
         self._read_latest = read_latest
-        self._read_row = read_row
+        self.read_row = read_row
         # (settings_version, Settings) last read; None: read them again.
         self.settings_cache: tuple[Any, Settings] | None = None
         self._actor = threading.local()  # the monitor whose duties this thread runs
@@ -71,16 +71,7 @@ class Db:
         self.locked: dict[str, tuple[float, float] | None] = {}
 
     def read_latest(self, single: bool = False) -> AbstractContextManager[Tx]:
-        if self._read_latest is None:
-            return self.read()
         return self._read_latest(single)
-
-    def read_row(self, name: str, **params: Any) -> Sequence[Any] | None:
-        if self._read_row is not None:
-            return self._read_row(name, **params)
-        with self.read_latest(True) as tx:
-            row = tx.one(name, **params)
-        return None if row is None else tuple(row)
 
     # --- the settings -----------------------------------------------------------------
     def settings_in(self, tx: Tx) -> Settings:
