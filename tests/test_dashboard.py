@@ -475,3 +475,16 @@ def test_a_page_after_a_long_quiet_reads_only_the_newest_events(tmp_path: Path) 
     assert [e.seq for e in later.events] == list(range(later.seq - 199, later.seq + 1))
     st.shutdown()
     cluster.close()
+
+
+def test_what_the_cluster_holds_is_escaped_on_the_page(tmp_path: Path) -> None:
+    """A task title or event data with markup in it is shown as text, never run."""
+    cluster = corral.connect(f"sqlite:///{tmp_path / 'x.db'}")
+    cluster.add_task('<script>alert("x")</script><img src=x onerror=alert(1)>')
+    app = create_app(cluster, token=TOKEN, monitor=False, mcp=False)
+    with TestClient(app, base_url="http://testserver", follow_redirects=False) as client:
+        _log_in(client)
+        for body in (client.get("/").text, client.get("/dashboard/panels/tasks").text):
+            assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&lt;img" in body
+            assert "<script>alert" not in body and "<img" not in body
+    cluster.close()

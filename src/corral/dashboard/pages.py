@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
-from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -196,7 +195,7 @@ class Dashboard:
         filters = Filters.from_query(request.query_params)
         snap = await self.feed.current()
         query = filters.query()
-        panels = {p: Markup(render_panel(self.env, p, snap, filters)) for p in PANELS}
+        panels = {p: render_panel(self.env, p, snap, filters) for p in PANELS}
         kinds = sorted({e.kind for e in snap.events} | {filters.event_kind} - {""})
         return self._render(
             "index.html",
