@@ -239,7 +239,7 @@ class Campaign:
             while not self.stop.is_set():
                 n += 1
                 spec = {"title": f"h{host.i} load {n}", "role": "developer",
-                        "description": f"{rng.uniform(0.05, 0.5):.2f}"}  # fmt: skip
+                        "description": f"{rng.uniform(0.2, 3.0):.2f}"}  # fmt: skip
                 try:
                     task = client.add_task(**spec)
                 except Exception:
