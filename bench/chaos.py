@@ -236,7 +236,7 @@ class Campaign:
         rng = random.Random(self.seed * 1000 + host.i)
         n = 0
         try:
-            while not self.stop.is_set():
+            while not self.stop.is_set() and self.now() < self.seconds:  # then the drain
                 n += 1
                 spec = {"title": f"h{host.i} load {n}", "role": "developer",
                         "description": f"{rng.uniform(0.2, 3.0):.2f}"}  # fmt: skip
