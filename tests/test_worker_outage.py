@@ -146,19 +146,25 @@ def test_a_completion_after_the_lease_was_recovered_is_refused(
     sqlite_serve: Serve, tmp_path: Path
 ) -> None:
     """Back after the node's window (beats every 0.3 s: dead after 0.9 s), the
-    restarted server's monitor recovers the lease at once; the worker's completion,
-    sent when its task ends, is refused (fenced), and the task is pending again."""
+    restarted server's monitor recovers the lease; the worker's completion, sent when
+    its task ends, is refused (fenced), and the task is pending again. The worker
+    reaches the server through a proxy that stays cut until the lease is recovered:
+    its first beat to the restarted server must not race the monitor's first look
+    (under load the beat came first, and the node was alive again)."""
     serve = sqlite_serve
     client = corral.connect(serve.url, token=serve.token)
     add_board(client, 1)
-    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=3.0)
-    fleet.cli("w0", serve.url, "--heartbeat-interval", "0.3")
+    link = Partition(serve.port)
+    fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=6.0)
+    fleet.cli("w0", link.url, "--heartbeat-interval", "0.3")
     wait_for("the task running", lambda: fleet.runs_per_task() != Counter())
+    link.cut(3600)
     serve.kill()
     time.sleep(1.5)  # longer than the node's window
     serve.start()
     client.close()
     wait_for("the lease recovered", lambda: client.list_tasks()[0].status == "pending")
+    link.cut(0)  # the worker reaches the server again
     proc = fleet.procs["w0"]
     proc.wait(30)
     log = fleet.log("w0")
@@ -166,6 +172,7 @@ def test_a_completion_after_the_lease_was_recovered_is_refused(
     assert proc.returncode == 1  # terminated by the cluster: its node was dead
     task = client.list_tasks()[0]
     client.close()
+    link.close()
     assert (task.status, task.result) == ("pending", None)
 
 
