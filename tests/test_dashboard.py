@@ -405,8 +405,14 @@ def test_fifty_open_pages_cost_the_cluster_the_reads_of_one(
     assert one == fifty
     assert one["list_nodes"] == 1 and one["read_state"] == 1
     # The dashboard only reads: it never assesses (a write) or changes anything.
-    assert set(counting.calls) <= {"settings", "stats", "read_state", "list_nodes",
-                                   "list_tasks", "events"}  # fmt: skip
+    assert set(counting.calls) <= {
+        "settings",
+        "stats",
+        "read_state",
+        "list_nodes",
+        "list_tasks",
+        "events",
+    }
 
 
 def test_a_resumed_stream_skips_what_it_has_and_pings_while_quiet(tmp_path: Path) -> None:

@@ -211,8 +211,10 @@ def test_every_control_is_reached_by_tab_and_labelled(browser: Browser, served: 
     accessible name; the same holds on the login page."""
     page = browser.new_page()
     page.goto(served + "/login")
-    login_controls = [page.get_by_role("textbox", name="Token"),
-                      page.get_by_role("button", name="Log in")]  # fmt: skip
+    login_controls = [
+        page.get_by_role("textbox", name="Token"),
+        page.get_by_role("button", name="Log in"),
+    ]
     _tab_reaches(page, login_controls)
     page.get_by_label("Token").fill(TOKEN)
     page.keyboard.press("Enter")
@@ -259,9 +261,13 @@ def test_node_filter_and_screenshot(browser: Browser, served: str, tmp_path: Pat
         held = client.claim_best_task("w2", "developer")
         assert held is not None and held.id == failed.id
         client.fail_task(held.id, "w2", held.epoch, "disk full", retry=False)
-        titles = [("Write the release notes", "low"), ("Fix the login test", "high"),
-                  ("Design the cache layer", "medium"), ("Review the API docs", "medium"),
-                  ("Add retries to the webhook", "high")]  # fmt: skip
+        titles = [
+            ("Write the release notes", "low"),
+            ("Fix the login test", "high"),
+            ("Design the cache layer", "medium"),
+            ("Review the API docs", "medium"),
+            ("Add retries to the webhook", "high"),
+        ]
         for title, priority in titles:
             client.add_task(title, priority=priority)
         assert client.claim_best_task("w1", "developer") is not None

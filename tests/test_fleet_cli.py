@@ -11,8 +11,9 @@ POOL = '[[pools]]\nid = "p"\ncmd = "true"\nrole = "developer"\n'
 
 
 def up(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(corral_cmd(*args), cwd=tmp_path, env=env(), capture_output=True,
-                          text=True, timeout=30)  # fmt: skip
+    return subprocess.run(
+        corral_cmd(*args), cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=30
+    )
 
 
 def test_a_missing_manifest_is_named(tmp_path: Path) -> None:

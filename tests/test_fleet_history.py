@@ -50,8 +50,11 @@ def test_the_pool_history_is_every_size_change_down_to_zero(tmp_path: Path) -> N
         assert causes <= {"decision", "exit"}
         moves = [(e.data["old"], e.data["new"]) for e in up.events("node_status")]
         assert moves and all(old != new for old, new in moves), moves
-        wait_for(lambda: "scaled" in {x["event"] for x in up.lines if "-> 0" in x.get("text", "")},
-                 5, "the printed line of the pool at 0")  # fmt: skip
+        wait_for(
+            lambda: "scaled" in {x["event"] for x in up.lines if "-> 0" in x.get("text", "")},
+            5,
+            "the printed line of the pool at 0",
+        )
     finally:
         assert up.stop(signal.SIGINT) == 0
     wait_for(lambda: not marked(tmp_path), 10, "no process left")

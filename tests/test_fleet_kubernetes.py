@@ -50,8 +50,9 @@ def test_the_scaled_object_follows_corrals_recommendation_for_the_role() -> None
     assert so.spec.scale_target_ref.name == deployment["metadata"]["name"]
     (trigger,) = so.spec.triggers
     assert trigger.type == "prometheus"
-    assert re.fullmatch(r'max\(corral_desired_workers\{role="developer"\}\)',
-                        trigger.metadata["query"])  # fmt: skip
+    assert re.fullmatch(
+        r'max\(corral_desired_workers\{role="developer"\}\)', trigger.metadata["query"]
+    )
     assert trigger.metadata["threshold"] == "1"
     bad = {**raw, "spec": {**raw["spec"], "minReplicaCount": "none"}}
     with pytest.raises(ValueError):
@@ -80,12 +81,20 @@ def test_metrics_publish_the_pools_decision_per_role(tmp_path: Path) -> None:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as h:
             text = h.get("/metrics").text
         client.close()
-    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
-                           text=True, timeout=30)  # fmt: skip
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     got = _desired(text)
-    want = desired_workers("developer", workers=1, idle=1, recommendation="spawn_developer",
-                           pending=6, live=1, max_agents=5)  # fmt: skip
+    want = desired_workers(
+        "developer",
+        workers=1,
+        idle=1,
+        recommendation="spawn_developer",
+        pending=6,
+        live=1,
+        max_agents=5,
+    )
     assert got["developer"] == want == 5  # 1 now, 4 more within max_agents
     assert got["architect"] == 0  # the recommendation is not the architect's
     assert "bootstrap_manager" not in got

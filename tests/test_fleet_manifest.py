@@ -140,16 +140,22 @@ def test_a_pool_whose_member_ids_cannot_be_node_ids_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ('cmd = "corral"', 'cmd = "no-such-command-here"', "pool dev: cmd: no-such-command-here: "
-         "not found on PATH"),
+        (
+            'cmd = "corral"',
+            'cmd = "no-such-command-here"',
+            "pool dev: cmd: no-such-command-here: not found on PATH",
+        ),
         ('cmd = "corral"', 'cmd = "./missing.sh"', "pool dev: cmd: ./missing.sh: no such file"),
         ('cmd = "corral"', 'cmd = "./tasks.jsonl"', "pool dev: cmd: ./tasks.jsonl: not executable"),
         ('cmd = "corral"', 'cmd = "corral"\ncwd = "nowhere"', "pool dev: cwd: nowhere: no such"),
         ('cmd = "sleep"', 'cmd = "no-such-agent-cmd"', "agent relay: cmd: no-such-agent-cmd: not"),
-        ('env = { X = "1" }', f'env = {{ PATH = "{"/nonexistent"}" }}', "pool dev: cmd: corral: "
-         "not found on PATH"),
+        (
+            'env = { X = "1" }',
+            f'env = {{ PATH = "{"/nonexistent"}" }}',
+            "pool dev: cmd: corral: not found on PATH",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_command_that_cannot_start_is_named(tmp_path, old, new, message):
     """corral up checks that each pool's and agent's command starts as the supervisor
     would start it (on the PATH it will have, or as a file from its cwd)."""

@@ -24,9 +24,19 @@ CRASH = {
 def _report(cluster: Any, state: str, restarts: int, last_exit: Any, pid: int) -> None:
     cluster.report_processes(
         "h1",
-        [{"agent": "worker-1", "state": state, "pid": pid, "restarts": restarts,
-          "started_at": None, "last_beat": None, "flags": [], "last_exit": last_exit}],
-    )  # fmt: skip
+        [
+            {
+                "agent": "worker-1",
+                "state": state,
+                "pid": pid,
+                "restarts": restarts,
+                "started_at": None,
+                "last_beat": None,
+                "flags": [],
+                "last_exit": last_exit,
+            }
+        ],
+    )
 
 
 def test_a_restart_line_names_the_last_exit_and_its_last_stderr_line(sqlite_cluster: Any) -> None:

@@ -13,8 +13,14 @@ from tests.fleet_up import copy_example, corral_cmd, env
 
 
 def _up(directory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(corral_cmd("up", "fleet.toml", "--port", "0"), cwd=directory,
-                          env=env(), capture_output=True, text=True, timeout=30)  # fmt: skip
+    return subprocess.run(
+        corral_cmd("up", "fleet.toml", "--port", "0"),
+        cwd=directory,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def _edit(directory: Path, old: str, new: str) -> None:
@@ -57,7 +63,7 @@ def test_a_role_the_manifests_own_settings_add_is_accepted_at_load(tmp_path: Pat
         ('cmd = "python3"', 'cmd = "no-such-python-here"', "pool worker: cmd: "),
         ('cwd = "."', 'cwd = "gone"', "pool worker: cwd: "),
     ],
-)  # fmt: skip
+)
 def test_a_pool_whose_command_cannot_start_exits_2_before_anything_starts(
     tmp_path: Path, old: str, new: str, field: str
 ) -> None:

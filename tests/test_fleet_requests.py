@@ -72,12 +72,19 @@ def test_a_request_left_pending_after_the_board_drained_is_withdrawn(tmp_path: P
         assert "0 pending tasks" in gone[0].data["reason"]
         out = json.loads(ctl(tmp_path, "requests", "--json").stdout)
         assert [(r["id"], r["status"]) for r in out] == [
-            (first, "accepted"), (second, "declined"), (third, "withdrawn"),
-        ]  # fmt: skip
+            (first, "accepted"),
+            (second, "declined"),
+            (third, "withdrawn"),
+        ]
         again = ctl(tmp_path, "accept", str(third))
         assert again.returncode == 2 and "already withdrawn" in again.stderr
         assert {e.data["agent"] for e in up.events("process_state")} == {"ask-1"}
-        wait_for(lambda: any("withdrawn by pool (no longer wanted" in x.get("text", "")
-                             for x in up.lines), 5, "the printed withdrawal")  # fmt: skip
+        wait_for(
+            lambda: any(
+                "withdrawn by pool (no longer wanted" in x.get("text", "") for x in up.lines
+            ),
+            5,
+            "the printed withdrawal",
+        )
     finally:
         assert up.stop() == 0

@@ -71,8 +71,7 @@ def test_the_fleet_example_drains_its_board_and_retires_its_workers(tmp_path: Pa
         retired = [e.node_id for e in up.events("node_status") if e.data["new"] == "terminated"]
         assert sorted(retired) == ["worker-1", "worker-2", "worker-3"]
         # no member was restarted: each retired once and stayed stopped
-        restarts = [e for e in up.events("process_state")
-                    if e.data["from"] == "UNHEALTHY"]  # fmt: skip
+        restarts = [e for e in up.events("process_state") if e.data["from"] == "UNHEALTHY"]
         assert restarts == []
         # at most one scale decision per cooldown (1 s); members that retire themselves
         # are changes of size too, recorded when seen (cause "exit")
@@ -102,8 +101,14 @@ def test_members_get_a_node_token_of_their_own(tmp_path: Path) -> None:
         assert e["CORRAL_AGENT_ID"].startswith("worker-")
         assert (e["CORRAL_POOL"], e["CORRAL_ROLE"]) == ("worker", "developer")
         # corral ctl in the same directory reaches this supervisor without --state-dir
-        out = subprocess.run(corral_cmd("ctl", "status", "--json"), cwd=tmp_path, env=env(),
-                             capture_output=True, text=True, timeout=10)  # fmt: skip
+        out = subprocess.run(
+            corral_cmd("ctl", "status", "--json"),
+            cwd=tmp_path,
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert out.returncode == 0, out.stderr
         assert "relay" in {row["agent"] for row in json.loads(out.stdout)}
     finally:
@@ -127,8 +132,11 @@ def test_a_member_killed_mid_task_is_replaced_and_the_task_finished_once(tmp_pat
         window = node.heartbeat_interval * 3  # missed_beats intervals: the threshold
         assert recovered[0].ts - killed_at >= window - 1.5
         assert len(up.events("task_completed")) == 1
-        restarted = [e for e in up.events("process_state")
-                     if e.data["agent"] == victim and e.data["from"] == "UNHEALTHY"]  # fmt: skip
+        restarted = [
+            e
+            for e in up.events("process_state")
+            if e.data["agent"] == victim and e.data["from"] == "UNHEALTHY"
+        ]
         assert restarted, "the killed member was restarted (replaced)"
     finally:
         assert up.stop() == 0
@@ -183,8 +191,14 @@ def test_a_second_corral_up_in_the_same_directory_fails_at_once(tmp_path: Path) 
     up = Up(tmp_path)
     try:
         t = time.monotonic()
-        second = subprocess.run(corral_cmd("up", "fleet.toml", "--port", "0"), cwd=tmp_path,
-                                env=env(), capture_output=True, text=True, timeout=10)  # fmt: skip
+        second = subprocess.run(
+            corral_cmd("up", "fleet.toml", "--port", "0"),
+            cwd=tmp_path,
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         elapsed = time.monotonic() - t
         assert second.returncode == 1
         assert elapsed < 1.0
@@ -199,8 +213,14 @@ def test_a_bad_manifest_exits_2_naming_the_file_and_field(tmp_path: Path) -> Non
     copy_example(tmp_path)
     bad = (tmp_path / "fleet.toml").read_text().replace("max = 3", "max = -3")
     (tmp_path / "fleet.toml").write_text(bad)
-    out = subprocess.run(corral_cmd("up", "fleet.toml", "--port", "0"), cwd=tmp_path, env=env(),
-                         capture_output=True, text=True, timeout=10)  # fmt: skip
+    out = subprocess.run(
+        corral_cmd("up", "fleet.toml", "--port", "0"),
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert out.returncode == 2
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and "fleet.toml: pool worker: max:" in err[0], out.stderr
@@ -228,8 +248,14 @@ scale = "ask"
 
 
 def ctl(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(corral_cmd("ctl", *args), cwd=directory, env=env(),
-                          capture_output=True, text=True, timeout=10)  # fmt: skip
+    return subprocess.run(
+        corral_cmd("ctl", *args),
+        cwd=directory,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
 
 
 def test_ask_spawns_nothing_until_accepted_and_nothing_after_a_decline(tmp_path: Path) -> None:
@@ -255,10 +281,15 @@ def test_ask_spawns_nothing_until_accepted_and_nothing_after_a_decline(tmp_path:
         assert [(e.data["id"], e.node_id) for e in fulfilled] == [(second, "ask-1")]
         agents = {e.data["agent"] for e in up.events("process_state")}
         assert agents == {"ask-1"}  # one request, one spawn; nothing for the decline
-        decisions = [(e.kind, e.data["actor"]) for e in up.events()
-                     if e.kind in ("spawn_request_accepted", "spawn_request_declined")]  # fmt: skip
-        assert decisions == [("spawn_request_declined", "operator"),
-                             ("spawn_request_accepted", "operator")]  # fmt: skip
+        decisions = [
+            (e.kind, e.data["actor"])
+            for e in up.events()
+            if e.kind in ("spawn_request_accepted", "spawn_request_declined")
+        ]
+        assert decisions == [
+            ("spawn_request_declined", "operator"),
+            ("spawn_request_accepted", "operator"),
+        ]
         again = ctl(tmp_path, "accept", str(first))
         assert again.returncode == 2 and "already declined" in again.stderr
     finally:
@@ -277,8 +308,12 @@ def test_with_a_cluster_url_it_still_serves_http_over_that_store(
         assert up.info["cluster"] == url
         wait_for(lambda: up.done() == 12, 60, "the board drained on PostgreSQL")
         token = (tmp_path / ".corral" / "token").read_text().strip()
-        r = httpx.get(up.info["http"] + "/v1/tasks", params={"status": "done", "limit": 100},
-                      headers={"Authorization": f"Bearer {token}"}, timeout=10)  # fmt: skip
+        r = httpx.get(
+            up.info["http"] + "/v1/tasks",
+            params={"status": "done", "limit": 100},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        )
         assert r.status_code == 200 and len(r.json()) == 12
         assert not (tmp_path / ".corral" / "corral.db").exists()  # no embedded store
     finally:

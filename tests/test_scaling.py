@@ -208,12 +208,25 @@ def test_a_simulated_pool_changes_at_most_once_per_cooldown(lim, steps):
             assert b >= a + lim.cooldown
 
 
-@given(st.integers(0, 6), st.integers(0, 6), st.sampled_from(RECS), st.integers(0, 12),
-       st.integers(0, 10), st.integers(1, 10))  # fmt: skip
+@given(
+    st.integers(0, 6),
+    st.integers(0, 6),
+    st.sampled_from(RECS),
+    st.integers(0, 12),
+    st.integers(0, 10),
+    st.integers(1, 10),
+)
 def test_desired_workers_is_the_pool_decision_without_a_pool(w, idle, rec, pending, live, cap):
     idle = min(idle, w)
-    n = desired_workers("developer", workers=w, idle=idle, recommendation=rec, pending=pending,
-                        live=live, max_agents=cap)  # fmt: skip
+    n = desired_workers(
+        "developer",
+        workers=w,
+        idle=idle,
+        recommendation=rec,
+        pending=pending,
+        live=live,
+        max_agents=cap,
+    )
     view = FleetView(rec, pending, live, cap)
     d = decide("developer", PoolLimits(0, cap, 0.0, "auto"), PoolState(w, idle), view, 0.0)
     assert n == d.desired

@@ -19,19 +19,23 @@ def test_the_scheduler_tools_answer_in_text(sqlite_cluster: corral.Cluster) -> N
 
     async def script(call: Any, client: Client) -> None:
         assert await call("notify", recipient="persona", payload={"mention": "@persona"}) == (
-            False, "Notified persona: inbox item 1.",
-        )  # fmt: skip
+            False,
+            "Notified persona: inbox item 1.",
+        )
         err, text = await call("get_assignment", agent_id="r1", mode="notification")
         lines = text.splitlines()
         assert not err and lines[0].startswith("Assignment 1: activate persona (1 inbox item(s)),")
         assert lines[1] == '- [1] {"mention": "@persona"}'
-        assert await call("release_assignment", agent_id="r1", assignment_id=1, epoch=1,
-                          outcome={"comments": 1}) == (
-            False, "Released persona: activation 1 done; 0 unread left.",
-        )  # fmt: skip
+        assert await call(
+            "release_assignment", agent_id="r1", assignment_id=1, epoch=1, outcome={"comments": 1}
+        ) == (
+            False,
+            "Released persona: activation 1 done; 0 unread left.",
+        )
         assert await call("get_assignment", agent_id="r1", mode="notification") == (
-            False, "No assignment: nothing is due for this mode.",
-        )  # fmt: skip
+            False,
+            "No assignment: nothing is due for this mode.",
+        )
         await call("notify", recipient="persona", payload="two")
         err, text = await call("read_inbox", recipient="persona")
         assert (err, text) == (False, '1 unread item(s), now marked read:\n- [2] "two"')
@@ -75,8 +79,9 @@ def test_releasing_an_activation_twice_points_to_get_assignment(
     c.release_assignment(a.id, "r1", a.epoch)
 
     async def script(call: Any, client: Client) -> None:
-        err, text = await call("release_assignment", agent_id="r1", assignment_id=a.id,
-                               epoch=a.epoch)  # fmt: skip
+        err, text = await call(
+            "release_assignment", agent_id="r1", assignment_id=a.id, epoch=a.epoch
+        )
         assert err and text.startswith("ERROR: "), text
         assert "get_assignment" in text and "claim_best_task" not in text, text
 

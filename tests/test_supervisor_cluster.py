@@ -36,12 +36,12 @@ TOKEN = "fleet-operator-token"
 def manifest(tmp_path: Path) -> Path:
     path = tmp_path / "fleet.toml"
     path.write_text(
-        '[supervisor]\nbackoff_base = 0.05\nbackoff_cap = 0.05\nbackoff_jitter = 0\n'
+        "[supervisor]\nbackoff_base = 0.05\nbackoff_cap = 0.05\nbackoff_jitter = 0\n"
         '[[agents]]\nid = "web"\ncmd = "sleep"\nargs = ["1000"]\nheartbeat = "none"\n'
         'restart = "always"\nstop_timeout = 5\n'
         '[[agents]]\nid = "db"\ncmd = "sleep"\nargs = ["1000"]\nheartbeat = "none"\n'
         'restart = "never"\n'
-    )  # fmt: skip
+    )
     return path
 
 
@@ -54,11 +54,22 @@ class ClusterSupervise(Supervise):
         self.sock = state / "control.sock"
         self.out = open(state.parent / "supervise.out", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [PY, "-m", "corral", "--url", url, "supervise", str(manifest),
-             "--state-dir", str(state)],
-            stdout=self.out, stderr=subprocess.STDOUT, env={**env(), "CORRAL_TOKEN": TOKEN},
+            [
+                PY,
+                "-m",
+                "corral",
+                "--url",
+                url,
+                "supervise",
+                str(manifest),
+                "--state-dir",
+                str(state),
+            ],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            env={**env(), "CORRAL_TOKEN": TOKEN},
             start_new_session=True,
-        )  # fmt: skip
+        )
 
 
 def running_pid(c: Any, agent: str, other_than: int | None = None) -> int | None:
@@ -119,8 +130,10 @@ def test_a_restart_through_an_embedded_cluster_reaches_the_supervisor(
         db = running_pid(c, "db")
         req = c.request_process_action(HOST, "db", "stop")
         wait_for(lambda: acked(c, req), what="the stop acknowledged")
-        wait_for(lambda: [p.state for p in c.list_processes(HOST) if p.agent == "db"]
-                 == ["STOPPED"], what="db STOPPED in the cluster")  # fmt: skip
+        wait_for(
+            lambda: [p.state for p in c.list_processes(HOST) if p.agent == "db"] == ["STOPPED"],
+            what="db STOPPED in the cluster",
+        )
         assert db is not None and not alive(db) and sup.status()["db"]["state"] == "STOPPED"
     finally:
         sup.close()
@@ -144,9 +157,12 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PY, "-m", "corral", "--url", url, *args], capture_output=True, text=True, timeout=60,
+        [PY, "-m", "corral", "--url", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**env(), "CORRAL_TOKEN": TOKEN},
-    )  # fmt: skip
+    )
 
 
 def test_a_restart_through_corral_serve_reaches_the_supervisor(
@@ -199,8 +215,21 @@ def test_a_supervised_sdk_worker_joins_through_its_environment(
     token in the environment the supervisor gave it, registers and heartbeats, and
     those beats (heartbeat = "cluster") make it RUNNING."""
     path = tmp_path / "fleet.toml"
-    args = json.dumps(["-m", "corral", "worker", "--id", "w1", "--role", "developer",
-                       "--heartbeat-interval", "0.2", "--", "true"])  # fmt: skip
+    args = json.dumps(
+        [
+            "-m",
+            "corral",
+            "worker",
+            "--id",
+            "w1",
+            "--role",
+            "developer",
+            "--heartbeat-interval",
+            "0.2",
+            "--",
+            "true",
+        ]
+    )
     path.write_text(
         "[supervisor]\nheartbeat_interval = 0.2\nheartbeat_timeout = 10\n"
         f'[[agents]]\nid = "w1"\ncmd = {json.dumps(PY)}\nargs = {args}\nheartbeat = "cluster"\n'
@@ -225,10 +254,22 @@ def test_a_supervised_sdk_worker_joins_through_its_environment(
 def _serve_on(tmp_path: Path, port: int, log: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     """`corral serve` over ``served.db`` on ``port`` (stderr to ``log``), once it answers."""
     proc = subprocess.Popen(
-        [PY, "-m", "corral", "--url", f"sqlite:///{tmp_path / 'served.db'}", "serve",
-         "--port", str(port), "--log-level", "warning"],
-        cwd=tmp_path, env={**env(), "CORRAL_TOKEN": TOKEN}, stderr=log,
-    )  # fmt: skip
+        [
+            PY,
+            "-m",
+            "corral",
+            "--url",
+            f"sqlite:///{tmp_path / 'served.db'}",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=tmp_path,
+        env={**env(), "CORRAL_TOKEN": TOKEN},
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -273,8 +314,10 @@ def test_a_cluster_that_cannot_be_reached_is_no_silence_of_its_agents(
         assert sup.status()["n1"]["state"] == "RUNNING"
         assert sup.status()["n1"]["pid"] == pid
         serve = _serve_on(tmp_path, port)
-        wait_for(lambda: sup.status()["n1"]["state"] == "UNHEALTHY" or not alive(pid),
-                 what="n1 judged silent once the cluster is back")  # fmt: skip
+        wait_for(
+            lambda: sup.status()["n1"]["state"] == "UNHEALTHY" or not alive(pid),
+            what="n1 judged silent once the cluster is back",
+        )
         states = [(t["from"], t["to"]) for t in e2e.transitions(state, "n1")]
         assert states.count(("RUNNING", "UNHEALTHY")) == 1, states
     finally:

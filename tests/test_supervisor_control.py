@@ -71,14 +71,18 @@ class TableSupervisor:
     async def stop(self, agent_id: str) -> None:
         self.calls.append(("stop", agent_id))
         await asyncio.sleep(0.05)  # the graceful stop takes a moment
-        self.rows[agent_id].update(state="STOPPED", pid=None, uptime=None,
-                                   last_exit={"code": None, "signal": 15})  # fmt: skip
+        self.rows[agent_id].update(
+            state="STOPPED", pid=None, uptime=None, last_exit={"code": None, "signal": 15}
+        )
 
     async def restart(self, agent_id: str) -> None:
         self.calls.append(("restart", agent_id))
         row = self.rows[agent_id]
-        row.update(state="STARTING", pid=4200 + list(self.rows).index(agent_id),
-                   restarts=row["restarts"] + 1)  # fmt: skip
+        row.update(
+            state="STARTING",
+            pid=4200 + list(self.rows).index(agent_id),
+            restarts=row["restarts"] + 1,
+        )
 
     def reopen_logs(self) -> None:
         self.calls.append(("reopen", None))
@@ -137,8 +141,11 @@ def corral(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env.pop("CORRAL_SUPERVISOR", None)
     return subprocess.run(
         [sys.executable, "-m", "corral", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def raw(path: Path, data: bytes) -> dict[str, Any]:
@@ -330,15 +337,23 @@ def test_ctl_commands_in_real_processes(served):
     keys = {"agent", "state", "pid", "restarts", "uptime", "last_beat", "flags", "last_exit"}
     assert all(keys <= set(row) for row in rows)
     assert [(x["agent"], x["state"]) for x in rows] == [
-        ("relay", "STARTING"), ("mint", "RUNNING"), ("user0", "STARTING")]  # fmt: skip
+        ("relay", "STARTING"),
+        ("mint", "RUNNING"),
+        ("user0", "STARTING"),
+    ]
 
     refused = corral("ctl", "--state-dir", d, "start", "mint")
     assert refused.returncode == 1 and refused.stderr.startswith("error: mint is RUNNING")
     unknown = corral("ctl", "--state-dir", d, "stop", "ghost")
     assert unknown.returncode == 2
     assert unknown.stderr.strip() == "error: id: no agent ghost in the manifest"
-    assert served.sup.calls == [("stop", "user0"), ("start", "user0"), ("restart", "relay"),
-                                ("reopen", None), ("start", "mint")]  # fmt: skip
+    assert served.sup.calls == [
+        ("stop", "user0"),
+        ("start", "user0"),
+        ("restart", "relay"),
+        ("reopen", None),
+        ("start", "mint"),
+    ]
 
 
 def test_ctl_without_a_supervisor_exits_3_and_names_the_socket(tmp_path):
@@ -352,12 +367,27 @@ def test_ctl_without_a_supervisor_exits_3_and_names_the_socket(tmp_path):
 def test_status_table_shows_flags_and_last_exit():
     now = 1_000_000.0
     rows = [
-        {"agent": "relay", "state": "RUNNING", "last_beat": now - 1.4, "uptime": 83 * 60 + 5,
-         "restarts": 0, "flags": [], "last_exit": None, "pid": 10},
-        {"agent": "user1", "state": "STOPPED", "last_beat": now - 18, "uptime": None,
-         "restarts": 10, "flags": ["restart-exhausted"],
-         "last_exit": {"code": 1, "signal": None}, "pid": None},
-    ]  # fmt: skip
+        {
+            "agent": "relay",
+            "state": "RUNNING",
+            "last_beat": now - 1.4,
+            "uptime": 83 * 60 + 5,
+            "restarts": 0,
+            "flags": [],
+            "last_exit": None,
+            "pid": 10,
+        },
+        {
+            "agent": "user1",
+            "state": "STOPPED",
+            "last_beat": now - 18,
+            "uptime": None,
+            "restarts": 10,
+            "flags": ["restart-exhausted"],
+            "last_exit": {"code": 1, "signal": None},
+            "pid": None,
+        },
+    ]
     text = status_table(rows, now=now)
     lines = text.splitlines()
     assert lines[2].split() == ["relay", "RUNNING", "1s", "ago", "1h", "23m", "0"]
@@ -394,16 +424,18 @@ def test_logs_follow_keeps_every_line_across_rotations(tmp_path):
     with open(sink, "wb") as f:
         proc = subprocess.Popen(
             [sys.executable, "-m", "corral", "ctl", "--state-dir", str(d), "logs", "w", "-f"],
-            stdout=f, env=env,
-        )  # fmt: skip
+            stdout=f,
+            env=env,
+        )
     try:
         wait_for(lambda: sink.read_bytes() == b"line 0\n", timeout=30, what="the first line")
         n = 2000  # ~65 rotations, several of them between two looks of the follower
         for i in range(1, n):
             log.write_line(f"line {i}".encode())
         want = [f"line {i}" for i in range(n)]
-        wait_for(lambda: sink.read_text().splitlines() == want, timeout=30,
-                 what="every line, in order")  # fmt: skip
+        wait_for(
+            lambda: sink.read_text().splitlines() == want, timeout=30, what="every line, in order"
+        )
         assert len(log.files()) > 10  # it did rotate
     finally:
         proc.terminate()

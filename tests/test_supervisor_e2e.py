@@ -63,8 +63,11 @@ def ctl(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A real `corral ctl` process."""
     return subprocess.run(
         [PY, "-m", "corral", "ctl", "--state-dir", str(state), *args],
-        capture_output=True, text=True, timeout=60, env=env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env(),
+    )
 
 
 def alive(pid: int) -> bool:
@@ -89,8 +92,11 @@ class Supervise:
         self.out = open(state.parent / f"supervise.{time.monotonic_ns()}.out", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [PY, "-m", "corral", "supervise", str(manifest), "--state-dir", str(state)],
-            stdout=self.out, stderr=subprocess.STDOUT, env=env(), start_new_session=True,
-        )  # fmt: skip
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            env=env(),
+            start_new_session=True,
+        )
 
     def status(self) -> dict[str, dict[str, Any]]:
         """``status`` through the control socket (this very supervisor's)."""

@@ -28,8 +28,15 @@ from corral.supervisor.process import find_marked
 PY = sys.executable
 
 # What the library's users get from `import corral`, and the CLI: never in either daemon.
-HEAVY = {"corral.client", "corral.cluster", "corral.store", "corral.monitor", "corral.model",
-         "corral.cli", "click"}  # fmt: skip
+HEAVY = {
+    "corral.client",
+    "corral.cluster",
+    "corral.store",
+    "corral.monitor",
+    "corral.model",
+    "corral.cli",
+    "click",
+}
 
 
 def imported_by(*modules: str) -> set[str]:
@@ -44,9 +51,18 @@ def test_the_log_daemon_loads_neither_the_manifest_nor_corrals_api() -> None:
     mods = imported_by("corral.supervisor.logd_server")
     assert "corral.supervisor.logd_server" in mods and "corral.supervisor.logs" in mods
     unwanted = HEAVY | {
-        "corral.supervisor.manifest", "corral.supervisor.policy", "tomllib", "dataclasses",
-        "asyncio", "pathlib", "typing", "threading", "argparse", "subprocess", "ssl",
-    }  # fmt: skip
+        "corral.supervisor.manifest",
+        "corral.supervisor.policy",
+        "tomllib",
+        "dataclasses",
+        "asyncio",
+        "pathlib",
+        "typing",
+        "threading",
+        "argparse",
+        "subprocess",
+        "ssl",
+    }
     assert mods & unwanted == set()
 
 
@@ -90,8 +106,14 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
     cmd = [PY, "-X", "faulthandler", "-m", "corral", "supervise", "fleet.toml"]
     out = tmp_path / "supervise.out"
     with open(out, "wb") as f:
-        sup = subprocess.Popen(cmd, env=_env(), start_new_session=True, cwd=tmp_path,
-                               stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+        sup = subprocess.Popen(
+            cmd,
+            env=_env(),
+            start_new_session=True,
+            cwd=tmp_path,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     try:
 
         def running() -> int | None:
@@ -111,8 +133,14 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
         assert psutil.Process(child).ppid() == sup.pid
         logd = psutil.Process(int((state / "logd.pid").read_text().split()[0]))
         assert "corral.supervisor.logd" in logd.cmdline()
-        files = ["pids.json", "control.sock", "logs/a/stdout.log", "logs/a/stderr.log",
-                 "logs/supervisor/state.log", "logs/supervisor/supervisor.log"]  # fmt: skip
+        files = [
+            "pids.json",
+            "control.sock",
+            "logs/a/stdout.log",
+            "logs/a/stderr.log",
+            "logs/supervisor/state.log",
+            "logs/supervisor/supervisor.log",
+        ]
         assert [f for f in files if not (state / f).exists()] == []
         assert stat.S_IMODE(state.stat().st_mode) == 0o700
         sup.send_signal(signal.SIGTERM)  # handled by the continued process: cascade stop
@@ -137,8 +165,13 @@ def test_a_second_supervisor_on_the_same_state_dir_says_why_in_one_line(tmp_path
     manifest.write_text('[[agents]]\nid = "a"\ncmd = "sleep"\nargs = ["300"]\nheartbeat = "none"\n')
     state = tmp_path / "state"
     cmd = [PY, "-m", "corral", "supervise", str(manifest), "--state-dir", str(state)]
-    first = subprocess.Popen(cmd, env=_env(), start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    first = subprocess.Popen(
+        cmd,
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: (state / "control.sock").exists(), what="the first supervisor")
         second = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)

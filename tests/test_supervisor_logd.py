@@ -199,8 +199,13 @@ def test_every_line_of_a_child_reaches_its_log(logd: LogdClient, state: Path, pr
     p, sid = procs.piped(logd, "worker1", TICKER, "3000")
     events = events_until(logd, lambda e: e["kind"] == "eof")
     assert p.wait(timeout=DEADLINE) == 0
-    assert events[-1] == {"kind": "eof", "sid": sid, "agent": "worker1", "stream": "stdout",
-                          "pid": p.pid}  # fmt: skip
+    assert events[-1] == {
+        "kind": "eof",
+        "sid": sid,
+        "agent": "worker1",
+        "stream": "stdout",
+        "pid": p.pid,
+    }
     lines = log_lines(state / "logs" / "worker1" / "stdout.log")
     assert tick_numbers(lines) == list(range(3000))
     assert sum(line.startswith(b"HEARTBEAT ") for line in lines) == 300
@@ -215,8 +220,14 @@ def test_heartbeat_lines_are_events_and_stay_in_the_log(
     p.stdin.flush()
     events = events_until(logd, lambda e: e["kind"] == "line")
     beat = events[-1]
-    assert beat == {"kind": "line", "sid": sid, "agent": "worker1", "stream": "stdout",
-                    "pid": p.pid, "line": "HEARTBEAT 1700000000.25 healthy"}  # fmt: skip
+    assert beat == {
+        "kind": "line",
+        "sid": sid,
+        "agent": "worker1",
+        "stream": "stdout",
+        "pid": p.pid,
+        "line": "HEARTBEAT 1700000000.25 healthy",
+    }
     log = state / "logs" / "worker1" / "stdout.log"
     wait_for(lambda: b"plain line" in log.read_bytes(), "the last line in the log")
     assert log_lines(log) == [b"starting up", b"HEARTBEAT 1700000000.25 healthy", b"plain line"]
@@ -247,8 +258,7 @@ sys.stdin.read()  # until killed
 def test_supervisor_killed_lines_keep_reaching_the_log_and_a_new_client_resyncs(
     state: Path, procs: Procs
 ) -> None:
-    sup = procs.spawn(SUPERVISOR, str(state), TICKER, stdin=subprocess.PIPE,
-                      stdout=subprocess.PIPE)  # fmt: skip
+    sup = procs.spawn(SUPERVISOR, str(state), TICKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert sup.stdout is not None
     child_pid = int(sup.stdout.readline())
     child = psutil.Process(child_pid)
@@ -342,8 +352,10 @@ def test_two_concurrent_ensure_logd_start_one_daemon(state: Path, procs: Procs) 
         "sys.stdin.read()\nc = ensure_logd(sys.argv[1])\n"
         "print(open(os.path.join(sys.argv[1], 'logd.pid')).read().strip(), flush=True)\n"
     )
-    racers = [procs.spawn(racer, str(state), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-              for _ in range(4)]  # fmt: skip
+    racers = [
+        procs.spawn(racer, str(state), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for _ in range(4)
+    ]
     for r in racers:  # released together: each is blocked on its stdin
         assert r.stdin is not None
         r.stdin.close()

@@ -78,10 +78,16 @@ def test_a_dependent_restarted_during_its_dependencys_outage_waits_for_it(
     spawned only once the relay is RUNNING (issue 26, defect 1)."""
     user_notes = tmp_path / "user"
     agents = [
-        {"id": "relay", "restart": "always", "heartbeat": "pipe", "startup_timeout": 20,
-         "cmd": PY, "args": ["-c", SLOW, "1.0"]},
+        {
+            "id": "relay",
+            "restart": "always",
+            "heartbeat": "pipe",
+            "startup_timeout": 20,
+            "cmd": PY,
+            "args": ["-c", SLOW, "1.0"],
+        },
         {"id": "user", "depends_on": ["relay"], "cmd": PY, "args": ["-c", USER, str(user_notes)]},
-    ]  # fmt: skip
+    ]
     sup = make(tmp_path, manifest(agents, backoff_base=0.1, backoff_cap=0.1))
     state = tmp_path / "state"
 
@@ -204,10 +210,11 @@ def test_backoff_and_restart_budget_survive_a_supervisor_crash(tmp_path: Path) -
     first = Daemon(path, state)
     try:
         wait_for(
-            lambda: (r := first.pids().get("loop")) and r["restarts"] == 3
-            and r["state"] == "UNHEALTHY",
+            lambda: (
+                (r := first.pids().get("loop")) and r["restarts"] == 3 and r["state"] == "UNHEALTHY"
+            ),
             what="third restart waiting",
-        )  # fmt: skip
+        )
     finally:
         first.kill()
     third = [r for r in transitions(state, "loop") if r["to"] == "UNHEALTHY"][-1]

@@ -396,12 +396,25 @@ def test_retirement_and_a_lower_bound_are_inputs_of_the_decision() -> None:
     a restart granted is not due before ``not_before`` (the old node declared
     dead), its delay counted to that time."""
     tracker = RestartTracker(rand=lambda: 0.0)
-    d = decide("always", Exit(code=1), stopped_by_operator=False, tracker=tracker, now=100.0,
-               retired=True)  # fmt: skip
+    d = decide(
+        "always", Exit(code=1), stopped_by_operator=False, tracker=tracker, now=100.0, retired=True
+    )
     assert (d.restart, d.reason) == (False, "retired") and tracker.restarts == 0
-    d = decide("on-failure", Exit(signal=9), stopped_by_operator=False, tracker=tracker,
-               now=100.0, not_before=105.5)  # fmt: skip
+    d = decide(
+        "on-failure",
+        Exit(signal=9),
+        stopped_by_operator=False,
+        tracker=tracker,
+        now=100.0,
+        not_before=105.5,
+    )
     assert (d.restart, d.restart_at, d.delay) == (True, 105.5, 5.5)
-    d = decide("on-failure", Exit(signal=9), stopped_by_operator=False, tracker=tracker,
-               now=200.0, not_before=150.0)  # fmt: skip
+    d = decide(
+        "on-failure",
+        Exit(signal=9),
+        stopped_by_operator=False,
+        tracker=tracker,
+        now=200.0,
+        not_before=150.0,
+    )
     assert (d.restart, d.restart_at) == (True, 202.0)  # the backoff is later: it stands

@@ -19,8 +19,9 @@ def numbers(*files: Path) -> list[int]:
 
 
 def test_reopen_by_command_and_by_sighup_moves_on_to_new_files(tmp_path: Path) -> None:
-    sup = make(tmp_path, manifest([{"id": "t", "cmd": "sh", "args": ["-c", TICKER],
-                                    "heartbeat": "none"}]))  # fmt: skip
+    sup = make(
+        tmp_path, manifest([{"id": "t", "cmd": "sh", "args": ["-c", TICKER], "heartbeat": "none"}])
+    )
     logs = tmp_path / "state" / "logs"
     out, own = logs / "t" / "stdout.log", logs / "supervisor" / "supervisor.log"
     moved = [tmp_path / "moved1.log", tmp_path / "moved2.log"]
@@ -31,8 +32,10 @@ def test_reopen_by_command_and_by_sighup_moves_on_to_new_files(tmp_path: Path) -
             os.rename(out, moved[n])
             os.rename(own, tmp_path / f"own{n}.log")
             reopen()
-            await until(lambda: out.exists() and out.read_text().count("\n") >= 3,
-                        what="ticks in a new stdout.log")  # fmt: skip
+            await until(
+                lambda: out.exists() and out.read_text().count("\n") >= 3,
+                what="ticks in a new stdout.log",
+            )
             assert own.exists()  # the supervisor's own log reopened too
             size = moved[n].stat().st_size
             await until(lambda: out.read_text().count("\n") >= 10, what="more ticks")

@@ -52,8 +52,13 @@ ESCAPER = (
 
 def test_stop_signal_to_the_group_then_escaped_descendants_are_swept(tmp_path: Path) -> None:
     notes = tmp_path / "notes"
-    agent = {"id": "a", "cmd": PY, "args": ["-c", ESCAPER, str(notes)], "stop_signal": "INT",
-             "heartbeat": "none"}  # fmt: skip
+    agent = {
+        "id": "a",
+        "cmd": PY,
+        "args": ["-c", ESCAPER, str(notes)],
+        "stop_signal": "INT",
+        "heartbeat": "none",
+    }
     sup = make(tmp_path, manifest([agent]))
     escaped: list[int] = []
 
@@ -102,10 +107,20 @@ class Run:
         self.out = tmp_path / "supervise.out"
         with open(self.out, "wb") as f:
             self.proc = subprocess.Popen(
-                [PY, "-m", "corral", "supervise", str(self.manifest), "--state-dir",
-                 str(self.state)],
-                env=env(), start_new_session=True, stdout=f, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    PY,
+                    "-m",
+                    "corral",
+                    "supervise",
+                    str(self.manifest),
+                    "--state-dir",
+                    str(self.state),
+                ],
+                env=env(),
+                start_new_session=True,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
 
     def status(self) -> list[dict[str, Any]]:
         assert self.proc.poll() is None, self.out.read_text()
@@ -138,8 +153,10 @@ def test_a_signal_to_corral_supervise_stops_in_reverse_dependency_order(
 
     def agent(agent_id: str, deps: list[str]) -> str:
         args = json.dumps(["-c", NOTE_TERM, str(order), agent_id])
-        return (f'[[agents]]\nid = "{agent_id}"\ncmd = {json.dumps(PY)}\nargs = {args}\n'
-                f"depends_on = {json.dumps(deps)}\n")  # fmt: skip
+        return (
+            f'[[agents]]\nid = "{agent_id}"\ncmd = {json.dumps(PY)}\nargs = {args}\n'
+            f"depends_on = {json.dumps(deps)}\n"
+        )
 
     run = Run(tmp_path, agent("app", ["mid"]) + agent("infra", []) + agent("mid", ["infra"]))
     try:

@@ -27,8 +27,14 @@ CORRAL = [sys.executable, "-c", "from corral.cli import main; main()"]
 # --- in process -----------------------------------------------------------------------
 @pytest.fixture
 def worker(sqlite_cluster: corral.Cluster) -> Iterator[Worker]:
-    w = Worker("W1", "developer", cluster=sqlite_cluster, heartbeat_interval=60,
-               idle_timeout_seconds=0.1, handle_signals=False)  # fmt: skip
+    w = Worker(
+        "W1",
+        "developer",
+        cluster=sqlite_cluster,
+        heartbeat_interval=60,
+        idle_timeout_seconds=0.1,
+        handle_signals=False,
+    )
     yield w
     w.close()
 
@@ -140,8 +146,9 @@ def test_run_finishes_and_takes_the_next_task_in_one_call(sqlite_cluster, worker
 def _corral_worker(url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CORRAL_URL": url, "PYTHONPATH": SRC}
     with open(log, "ab") as out:
-        return subprocess.Popen([*CORRAL, "worker", *args],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        return subprocess.Popen(
+            [*CORRAL, "worker", *args], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
 
 
 @pytest.fixture
@@ -171,23 +178,37 @@ def _status(c: corral.Cluster, node_id: str) -> str | None:
 
 
 def _kinds(c: corral.Cluster, node_id: str) -> list[str]:
-    return [f"{e.kind}:{e.data.get('new', '')}" for e in c.events(0, 10_000)
-            if e.node_id == node_id or e.kind == "broadcast"]  # fmt: skip
+    return [
+        f"{e.kind}:{e.data.get('new', '')}"
+        for e in c.events(0, 10_000)
+        if e.node_id == node_id or e.kind == "broadcast"
+    ]
 
 
 def test_idle_worker_terminates_after_the_grace_period(cli):
     c = cli["c"]
     start = time.monotonic()
-    proc = cli["start"]("--id", "W1", "--role", "developer", "--heartbeat-interval", "0.2",
-                        "--idle-timeout", "1.0", "--", "true")  # fmt: skip
+    proc = cli["start"](
+        "--id",
+        "W1",
+        "--role",
+        "developer",
+        "--heartbeat-interval",
+        "0.2",
+        "--idle-timeout",
+        "1.0",
+        "--",
+        "true",
+    )
     assert proc.wait(15) == 0
     assert time.monotonic() - start >= 1.0
     node = c.get_node("W1")
     assert node.status == "terminated"
     # A new node is idle when it registers: the worker's own step into idle is no
     # change, so no event (node_status events are changes only).
-    events = [e for e in c.events(0, 10_000)
-              if e.kind in ("node_registered", "node_status", "broadcast")]  # fmt: skip
+    events = [
+        e for e in c.events(0, 10_000) if e.kind in ("node_registered", "node_status", "broadcast")
+    ]
     assert [e.data.get("new") or e.data.get("message") or e.kind for e in events] == [
         "node_registered",
         "terminated",
@@ -203,8 +224,20 @@ def test_idle_worker_terminates_after_the_grace_period(cli):
 def test_task_arriving_during_the_grace_period_cancels_termination(cli):
     c = cli["c"]
     echo = "echo '{\"ok\": 1}'"
-    proc = cli["start"]("--id", "W1", "--role", "developer", "--heartbeat-interval", "0.2",
-                        "--idle-timeout", "3.0", "--", "sh", "-c", echo)  # fmt: skip
+    proc = cli["start"](
+        "--id",
+        "W1",
+        "--role",
+        "developer",
+        "--heartbeat-interval",
+        "0.2",
+        "--idle-timeout",
+        "3.0",
+        "--",
+        "sh",
+        "-c",
+        echo,
+    )
     # A new node is already idle when it registers (its own step into idle, STEP 1.5,
     # is no change and no event): wait for the worker's line saying it is idle, so the
     # task really arrives during the grace period.
@@ -216,14 +249,23 @@ def test_task_arriving_during_the_grace_period_cancels_termination(cli):
     assert proc.poll() is None, log.read_text()  # still alive: termination was cancelled
     assert proc.wait(15) == 0, log.read_text()  # and it retires after a fresh grace period
     kinds = [k for k in _kinds(c, "W1") if k.startswith(("node_status", "task_", "broadcast"))]
-    assert kinds == ["task_claimed:", "task_completed:", "node_status:terminated",
-                     "broadcast:"]  # fmt: skip
+    assert kinds == ["task_claimed:", "task_completed:", "node_status:terminated", "broadcast:"]
 
 
 def test_a_bootstrap_manager_never_retires(cli):
     c = cli["c"]
-    proc = cli["start"]("--id", "M1", "--role", "bootstrap_manager", "--heartbeat-interval",
-                        "0.2", "--idle-timeout", "0.2", "--", "true")  # fmt: skip
+    proc = cli["start"](
+        "--id",
+        "M1",
+        "--role",
+        "bootstrap_manager",
+        "--heartbeat-interval",
+        "0.2",
+        "--idle-timeout",
+        "0.2",
+        "--",
+        "true",
+    )
     wait_for(lambda: _status(c, "M1") == "idle", what="M1 idle")
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(2.0)  # ten idle timeouts
@@ -239,10 +281,13 @@ def test_cli_worker_sigterm_stops_the_command_and_returns_the_task(cli):
     c, d = cli["c"], cli["dir"]
     task = c.add_task("implement it")
     script = f"echo $$ > {d}/child.pid; cat > {d}/stdin.json; sleep 60"
-    proc = cli["start"]("--id", "W1", "--role", "developer", "--heartbeat-interval", "5",
-                        "--", "sh", "-c", script)  # fmt: skip
-    wait_for(lambda: (d / "stdin.json").exists() and (d / "stdin.json").stat().st_size,
-             what="the command to read its task")  # fmt: skip
+    proc = cli["start"](
+        "--id", "W1", "--role", "developer", "--heartbeat-interval", "5", "--", "sh", "-c", script
+    )
+    wait_for(
+        lambda: (d / "stdin.json").exists() and (d / "stdin.json").stat().st_size,
+        what="the command to read its task",
+    )
     assert json.loads((d / "stdin.json").read_text())["id"] == task.id
     child = int((d / "child.pid").read_text())
     proc.send_signal(signal.SIGTERM)
@@ -257,8 +302,18 @@ def test_cli_worker_sigterm_stops_the_command_and_returns_the_task(cli):
 def test_cli_worker_fails_the_task_with_the_stderr_tail(cli):
     c = cli["c"]
     task = c.add_task("implement it", max_attempts=1)
-    proc = cli["start"]("--id", "W1", "--role", "developer", "--idle-timeout", "0.1", "--",
-                        "sh", "-c", "echo first >&2; echo 'last words' >&2; exit 7")  # fmt: skip
+    proc = cli["start"](
+        "--id",
+        "W1",
+        "--role",
+        "developer",
+        "--idle-timeout",
+        "0.1",
+        "--",
+        "sh",
+        "-c",
+        "echo first >&2; echo 'last words' >&2; exit 7",
+    )
     assert proc.wait(15) == 0
     t = c.get_task(task.id)
     assert t.status == "failed"
@@ -267,8 +322,23 @@ def test_cli_worker_fails_the_task_with_the_stderr_tail(cli):
 
 def test_cli_worker_bad_input_exits_2_with_one_line(tmp_path):
     env = {**os.environ, "CORRAL_URL": f"sqlite:///{tmp_path / 'c.db'}", "PYTHONPATH": SRC}
-    r = subprocess.run([*CORRAL, "worker", "--id", "W1", "--role",
-                        "developer", "--github-repo", "a/b", "--", "true"],
-                       capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
+    r = subprocess.run(
+        [
+            *CORRAL,
+            "worker",
+            "--id",
+            "W1",
+            "--role",
+            "developer",
+            "--github-repo",
+            "a/b",
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "--github-issue" in r.stderr

@@ -98,9 +98,26 @@ def test_a_long_task_keeps_its_lease_through_an_outage_longer_than_a_beat(
     add_board(client, 1)
     net = Partition(serve.port)
     fleet = Fleet(tmp_path, env_for(serve.token), task_seconds=7.0)
-    argv = [sys.executable, "-m", "corral", "--url", net.url, "worker", "--id", "w0",
-            "--role", "developer", "--heartbeat-interval", "2", "--idle-timeout", "60",
-            "--max-tasks", "1", "--", str(fleet.script)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "corral",
+        "--url",
+        net.url,
+        "worker",
+        "--id",
+        "w0",
+        "--role",
+        "developer",
+        "--heartbeat-interval",
+        "2",
+        "--idle-timeout",
+        "60",
+        "--max-tasks",
+        "1",
+        "--",
+        str(fleet.script),
+    ]
     fleet.start("w0", argv)
     try:
         wait_for("the task running", lambda: fleet.runs_per_task() != Counter())
@@ -207,8 +224,9 @@ class KillAfterClaim:
             return
         held = threading.Event()  # the claim went up: its answer is not relayed
         answered = threading.Event()  # ... and the server sent it: it is committed
-        threading.Thread(target=self._down, args=(upstream, client, held, answered),
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._down, args=(upstream, client, held, answered), daemon=True
+        ).start()
         try:
             while data := client.recv(65536):
                 if self.armed and b"/claim " in data:
@@ -345,11 +363,28 @@ def test_corral_runner_rides_out_a_sigkill_and_restart_of_corral_serve(
     script.chmod(0o755)
     log = (tmp_path / "runner.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "--url", serve.url, "runner", "--id", "r1",
-         "--mode", "notification", "--no-retire", "--heartbeat-interval", "2",
-         "--poll-interval", "0.2", "--", str(script)],
-        env=env_for(serve.token), stderr=log,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "--url",
+            serve.url,
+            "runner",
+            "--id",
+            "r1",
+            "--mode",
+            "notification",
+            "--no-retire",
+            "--heartbeat-interval",
+            "2",
+            "--poll-interval",
+            "0.2",
+            "--",
+            str(script),
+        ],
+        env=env_for(serve.token),
+        stderr=log,
+    )
     log.close()
     ran = lambda: Counter(runs.read_text().split())  # noqa: E731
     try:
@@ -394,8 +429,9 @@ def test_a_keyed_claim_sent_again_takes_nothing_more(embedded: Any) -> None:
     now = c.clock.now()
     first = store.claim("w1", "developer", now, key="k1")
     assert store.claim("w1", "developer", now, key="k1") == first
-    done, nxt = store.complete_and_claim(first.id, "w1", first.epoch, None, "developer", now,
-                                         key="k2")  # fmt: skip
+    done, nxt = store.complete_and_claim(
+        first.id, "w1", first.epoch, None, "developer", now, key="k2"
+    )
     assert store.complete_and_claim(
         first.id, "w1", first.epoch, None, "developer", now, key="k2"
     ) == (done, nxt)
@@ -441,10 +477,22 @@ def test_corral_up_pools_ride_out_pg_terminate_backend(
     port = free_port()
     with (tmp_path / "up.log").open("wb") as log:
         up = subprocess.Popen(
-            [sys.executable, "-m", "corral", "--url", db_url, "up", "--port", str(port),
-             "fleet.toml"],
-            cwd=tmp_path, env=env, stdout=log, stderr=log,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "corral",
+                "--url",
+                db_url,
+                "up",
+                "--port",
+                str(port),
+                "fleet.toml",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
     client = tolerant(corral.connect(db_url), 30)  # its sessions are terminated too
     n = 30
     try:
@@ -502,8 +550,20 @@ def test_corral_supervise_workers_ride_out_a_sigkill_and_restart_of_corral_serve
         for i in range(2)
     ]
     manifest.write_text(SUPERVISOR + "".join(agents))
-    fleet.start("supervise", [sys.executable, "-m", "corral", "--url", serve.url, "supervise",
-                              "--state-dir", str(tmp_path / "state"), str(manifest)])  # fmt: skip
+    fleet.start(
+        "supervise",
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "--url",
+            serve.url,
+            "supervise",
+            "--state-dir",
+            str(tmp_path / "state"),
+            str(manifest),
+        ],
+    )
     done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
     try:
         wait_for("tasks in flight", lambda: done() >= 3)

@@ -29,8 +29,14 @@ pytestmark = pytest.mark.slow
 
 INTERVAL = 0.2
 WINDOW = 3 * INTERVAL  # missed_beats (3) × the worker's declared interval
-DOC_KEYS = {"worker_id", "timestamp", "health_status", "current_tasks", "capacity_available",
-            "metrics"}  # fmt: skip
+DOC_KEYS = {
+    "worker_id",
+    "timestamp",
+    "health_status",
+    "current_tasks",
+    "capacity_available",
+    "metrics",
+}
 METRIC_KEYS = {"cpu_usage", "memory_usage", "tasks_completed", "tasks_failed", "uptime"}
 
 
@@ -66,8 +72,11 @@ def monitor(env: dict[str, Any]) -> Iterator[corral.Monitor]:
 
 
 def _events(c: corral.Cluster, kind: str, **match: Any) -> list[Event]:
-    return [e for e in c.events(0, 10_000) if e.kind == kind
-            and all(getattr(e, k) == v for k, v in match.items())]  # fmt: skip
+    return [
+        e
+        for e in c.events(0, 10_000)
+        if e.kind == kind and all(getattr(e, k) == v for k, v in match.items())
+    ]
 
 
 def _started(d: Path, node_id: str, task_id: int) -> bool:
@@ -79,8 +88,11 @@ def test_heartbeats_arrive_at_the_interval_with_the_documents_payload(env):
     heartbeat is exactly heartbeat-protocol.md's HeartbeatData."""
     c, interval = env["c"], 0.5
     env["start"]("W1", "--interval", str(interval), "--metrics-keep", "100")
-    samples = wait_for(lambda: len(s := c.metrics_series("W1")) >= 10 and s, timeout=15,
-                       what="10 heartbeat samples")  # fmt: skip
+    samples = wait_for(
+        lambda: len(s := c.metrics_series("W1")) >= 10 and s,
+        timeout=15,
+        what="10 heartbeat samples",
+    )
     gaps = [b.ts - a.ts for a, b in itertools.pairwise(samples)]
     assert all(abs(g - interval) <= 0.1 * interval for g in gaps), gaps
     assert abs(statistics.mean(gaps) - interval) <= 0.02 * interval
@@ -99,12 +111,15 @@ def test_kill_9_holder_lease_recovered_at_threshold_and_completed_elsewhere(env,
     task = c.add_task("implement the thing")
     w1 = env["start"]("W1", "--interval", str(INTERVAL))
     wait_for(lambda: _started(d, "W1", task.id), what="W1 to start the task")
-    wait_for(lambda: c.get_node("W1").heartbeat.get("current_tasks") == [str(task.id)],
-             what="a heartbeat naming the task")  # fmt: skip
+    wait_for(
+        lambda: c.get_node("W1").heartbeat.get("current_tasks") == [str(task.id)],
+        what="a heartbeat naming the task",
+    )
     w1.kill()
     w1.wait()
-    recovered = wait_for(lambda: _events(c, "lease_recovered", task_id=task.id), timeout=5,
-                         what="lease recovery")[0]  # fmt: skip
+    recovered = wait_for(
+        lambda: _events(c, "lease_recovered", task_id=task.id), timeout=5, what="lease recovery"
+    )[0]
     # Recovered at the threshold: silent for the window, not much longer.
     assert WINDOW - 0.001 <= recovered.data["stale_seconds"] <= WINDOW + 0.3
     assert c.get_task(task.id).status == "pending"
@@ -123,15 +138,19 @@ def _stop_outside_a_write(c: Any, pid: int) -> None:
     deadline = time.monotonic() + 10
     while True:
         os.kill(pid, signal.SIGSTOP)
-        wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED,
-                 what=f"process {pid} stopped")  # fmt: skip
+        wait_for(
+            lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED,
+            what=f"process {pid} stopped",
+        )
         holder = c.store.write_lock_holder()
         if holder is None or holder.pid != pid:
             return
         os.kill(pid, signal.SIGCONT)  # let it finish its transaction, then again
         assert time.monotonic() < deadline, f"process {pid} keeps the write lock"
-        wait_for(lambda: getattr(c.store.write_lock_holder(), "pid", None) != pid,
-                 what=f"process {pid} to release the write lock")  # fmt: skip
+        wait_for(
+            lambda: getattr(c.store.write_lock_holder(), "pid", None) != pid,
+            what=f"process {pid} to release the write lock",
+        )
 
 
 def test_sigstop_past_threshold_loses_lease_and_late_completion_is_refused(env, monitor):
@@ -140,8 +159,9 @@ def test_sigstop_past_threshold_loses_lease_and_late_completion_is_refused(env, 
     w1 = env["start"]("W1", "--interval", str(INTERVAL))
     wait_for(lambda: _started(d, "W1", task.id), what="W1 to start the task")
     _stop_outside_a_write(c, w1.pid)
-    wait_for(lambda: _events(c, "lease_recovered", task_id=task.id), timeout=5,
-             what="lease recovery")  # fmt: skip
+    wait_for(
+        lambda: _events(c, "lease_recovered", task_id=task.id), timeout=5, what="lease recovery"
+    )
     assert c.get_node("W1").status == "terminated"
     (d / "gate").touch()
     env["start"]("W2", "--interval", str(INTERVAL))
@@ -192,8 +212,10 @@ def test_webhook_failing_three_times_alerts_and_nothing_else_stops(env, failing_
     assert len(hook.bodies) >= 3 and set(hook.bodies[0]) == DOC_KEYS
     assert "failed 3 times in a row" in log_text(d, "W1")
     # The cluster destination keeps receiving ...
-    wait_for(lambda: (c.get_node("W1").last_heartbeat or 0) > alert.ts + 2 * INTERVAL,
-             what="cluster heartbeats after the alert")  # fmt: skip
+    wait_for(
+        lambda: (c.get_node("W1").last_heartbeat or 0) > alert.ts + 2 * INTERVAL,
+        what="cluster heartbeats after the alert",
+    )
     # ... and the worker keeps working.
     task = c.add_task("implement it", "quick")
     done = wait_for(lambda: (t := c.get_task(task.id)).status == "done" and t, what="done")

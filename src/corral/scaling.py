@@ -196,9 +196,15 @@ def decide(
 
 
 def desired_workers(
-    role: str, *, workers: int, idle: int, recommendation: str, pending: int, live: int,
+    role: str,
+    *,
+    workers: int,
+    idle: int,
+    recommendation: str,
+    pending: int,
+    live: int,
     max_agents: int,
-) -> int:  # fmt: skip
+) -> int:
     """Workers a role should have (no pool: floor 0, ceiling ``max_agents``, no
     cooldown): the number ``/metrics`` publishes for an outside autoscaler."""
     limits = PoolLimits(min=0, max=max_agents, cooldown=0.0, scale="auto")

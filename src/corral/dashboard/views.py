@@ -47,8 +47,11 @@ class Filters:
         """The filters as a query string ("" when none is set)."""
         from urllib.parse import urlencode
 
-        pairs = {k: v for k, v in (("node_status", self.node_status),
-                                    ("event_kind", self.event_kind)) if v}  # fmt: skip
+        pairs = {
+            k: v
+            for k, v in (("node_status", self.node_status), ("event_kind", self.event_kind))
+            if v
+        }
         return urlencode(pairs)
 
     def key(self, panel: str) -> str:

@@ -155,9 +155,13 @@ class FleetSupervisor(Supervisor):
         self._settings = s  # for restart_not_before, on the loop
         nodes = {n.id: n for n in c.list_nodes()}
         return Observation(
-            a.recommendation, a.pending_tasks, a.max_agents, float(s.idle_timeout_seconds),
-            nodes, Look() if self.requests is None else self.requests.look(),
-        )  # fmt: skip
+            a.recommendation,
+            a.pending_tasks,
+            a.max_agents,
+            float(s.idle_timeout_seconds),
+            nodes,
+            Look() if self.requests is None else self.requests.look(),
+        )
 
     # ---- ask mode: corral ctl requests | accept ID | decline ID --------------------
 
@@ -264,10 +268,12 @@ class FleetSupervisor(Supervisor):
                 rt.last_direction = 0
             elif d.action == "retire":
                 idle_members = [
-                    a for a in members
-                    if (n := seen.nodes.get(a.spec.id)) is not None and n.status == "idle"
+                    a
+                    for a in members
+                    if (n := seen.nodes.get(a.spec.id)) is not None
+                    and n.status == "idle"
                     and idle_past_timeout(n.idle_since, seen.idle_timeout, now)
-                ]  # fmt: skip
+                ]
                 chosen = idle_members[: -d.change]
                 for a in chosen:
                     rt.retiring.add(a.spec.id)
@@ -332,8 +338,9 @@ class FleetSupervisor(Supervisor):
         if a is None:
             a = self._member_agent(rt.spec, n)
         else:
-            a.tracker = RestartTracker(config=self.manifest.settings.restart_config(),
-                                       rand=self.rand)  # fmt: skip
+            a.tracker = RestartTracker(
+                config=self.manifest.settings.restart_config(), rand=self.rand
+            )
         a.operator_stopped = False
         rt.retiring.discard(spec.id)
         self.log("info", "pool member spawned", pool=rt.spec.id, agent=spec.id, reason=reason)
@@ -365,8 +372,16 @@ class FleetSupervisor(Supervisor):
         if self.client is None or old == new:
             return
         message = f"pool {rt.spec.id}: {old} -> {new} members ({why})"
-        data = {"reason": "pool_scaled", "pool": rt.spec.id, "role": rt.spec.role,
-                "from": old, "to": new, "why": why, "cause": cause, "at": now}  # fmt: skip
+        data = {
+            "reason": "pool_scaled",
+            "pool": rt.spec.id,
+            "role": rt.spec.role,
+            "from": old,
+            "to": new,
+            "why": why,
+            "cause": cause,
+            "at": now,
+        }
 
         async def record() -> None:
             with contextlib.suppress(CorralError):
