@@ -324,8 +324,9 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
 
 
 def test_task_columns_are_the_tasks_table_in_order(pg_url: str) -> None:
-    """The hot statements' rows are read by position: TASK_COLUMNS must be the tasks
-    table's columns in table order (what RETURNING * gives)."""
+    """The hot statements' rows are read as ``TaskRow``s made from the column list:
+    TASK_COLUMNS must be the tasks table's columns in table order (what RETURNING *
+    gives)."""
     with psycopg.connect(pg_url) as conn:
         cols = conn.execute(
             "SELECT column_name FROM information_schema.columns"
