@@ -141,7 +141,7 @@ def test_mcp_tool_with_its_schema(added: None, tmp_path: Path) -> None:
     assert answers[1][1].startswith("ERROR:") and RULE_MESSAGE in answers[1][1]
 
 
-def test_cli_command(added: None, tmp_path: Path) -> None:
+def test_cli_command(added: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     runner = CliRunner()
     ok = runner.invoke(cli, ["--url", url, "greet", "--node-id", "w4", "--json"])
@@ -150,6 +150,9 @@ def test_cli_command(added: None, tmp_path: Path) -> None:
     assert "Greet a node" in runner.invoke(cli, ["greet", "--help"]).output
     from corral.cli import main
 
+    capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
         main(["--url", url, "greet", "--node-id", TOO_LONG])
     assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and RULE_MESSAGE in err[0], err

@@ -1,19 +1,22 @@
 """The operation registry: every operation of the cluster, declared once.
 
-An operation is a method of ``corral.Cluster`` (its parameters, its validation and its
-docstring, which is the operation's help). The registry adds what the surfaces need to
-know about it: its HTTP route, who may call it, the parameter that names the node a
-node token must be, and its MCP tool and CLI command when it has them. The HTTP routes
-and the OpenAPI document are built from this table (``corral.server.routes``, with a
-generic handler for an operation that has none of its own); the typed client's
-Protocol and the remote client's methods are generated from it and the ``Cluster``
-methods (``python -m corral.codegen``); the MCP tools and the CLI commands are
-checked against it by ``tests/test_surfaces.py``, which fails when an operation is
-missing from a surface, two surfaces disagree on its parameters, or the generated
-code is stale.
+An operation is a method of ``corral.Cluster`` (its parameters, each typed with its
+rule from ``corral.params``, and its docstring, which is the operation's help). The
+registry adds what the surfaces need to know about it: its HTTP route, who may call
+it, the parameter that names the node a node token must be, how the server runs it
+(``short``, a declared protocol ``exception``), and its MCP tool and CLI command when
+it has them. From the two come, when the app, the MCP server or the CLI is built:
+its HTTP route and OpenAPI entry (``corral.server.routes``: the generic handler
+unless the operation has a handler of its own), its MCP tool (``corral.mcp.server``:
+the generic tool unless one is written), and a CLI command for a one-word ``cli``
+that no module writes (``corral.cli._operations``). The typed client's Protocol and
+the remote client's methods are generated from them (``python -m corral.codegen``, a
+development tool; until it runs the remote client finds a new operation at run
+time). ``tests/test_surfaces.py`` fails when an operation is missing from a surface,
+two surfaces disagree on its parameters, or the generated code is stale.
 
-Adding an operation is its ``Cluster`` method plus one ``Operation`` below, then
-``python -m corral.codegen`` (docs/operations.md, "Adding an operation").
+Adding an operation is its ``Cluster`` method plus one ``Operation`` below
+(docs/operations.md, "Adding an operation"; ``tests/test_one_place.py``).
 """
 
 from __future__ import annotations

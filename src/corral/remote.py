@@ -43,21 +43,17 @@ from corral.outage import CallLost
 from corral.params import (
     Epoch,
     HostName,
-    JsonObject,
     JsonValue,
     Limit,
     Message,
     ModelName,
     NodeId,
     PositiveInt,
-    PriorityName,
     Seconds,
     Seq,
     StrengthName,
     TaskRef,
-    TaskStatusName,
     Text,
-    Title,
     Wait,
 )
 from corral.remote_calls import build, one, segment
@@ -65,7 +61,7 @@ from corral.remote_ops import HttpOperations
 from corral.scheduler.remote import SchedulerRemote
 from corral.spawning import SpawnRequest, check_request_id
 from corral.types import SpawnStatus
-from corral.validation import check_id, check_limit, check_positive, check_seq, check_task_id
+from corral.validation import check_limit, check_task_id
 from corral.wire import Closed as _Closed
 from corral.wire import Connection as _Connection
 from corral.workflows.remote import WorkflowsHttp
@@ -352,41 +348,10 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         return bool(self._call("touch", node=node_id)["touched"])
 
     # --- tasks --------------------------------------------------------------------
-    def add_task(
-        self,
-        title: Title,
-        description: Text = "",
-        priority: PriorityName = "medium",
-        role: str | None = None,
-        *,
-        max_attempts: PositiveInt | None = None,
-    ) -> Task:
-        body = {
-            "title": title,
-            "description": description,
-            "priority": priority,
-            "role": role,
-            "max_attempts": max_attempts,
-        }
-        return _task(self._call("add_task", body))
-
     def add_tasks(self, tasks: list[dict[str, Any]]) -> list[Task]:
         if not isinstance(tasks, list):
             raise InvalidInputError("tasks must be a list of at most 100000 items", field="tasks")
         return [_task(d) for d in self._call("add_tasks", {"tasks": tasks})]
-
-    def get_task(self, task_id: TaskRef) -> Task:
-        return _task(self._call("get_task", task=task_id))
-
-    def list_tasks(
-        self,
-        status: TaskStatusName | None = None,
-        assigned_to: NodeId | None = None,
-        limit: Limit = 100,
-    ) -> list[Task]:
-        limit = int(check_positive(limit, "limit", integer=True))
-        query = {"status": status, "assigned_to": assigned_to, "limit": limit}
-        return [_task(d) for d in self._call("list_tasks", query)]
 
     @contextmanager
     def keyed(self, key: str) -> Iterator[None]:
@@ -456,19 +421,11 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
 
     # --- views --------------------------------------------------------------------
     def read_state(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> State:
-        if node_id is not None:
-            check_id(node_id)
-        limit = check_limit(limit)  # capped as the embedded client does
-        d = self._call("read_state", {"node_id": node_id, "limit": limit})
+        d = self._invoke("read_state", {"node_id": node_id, "limit": limit})
         d["tasks"] = [_task(t) for t in d["tasks"]]
         d["nodes"] = [build(Node, n) for n in d["nodes"]]
         d["processes"] = [build(Process, p) for p in d.get("processes", ())]
         return build(State, d)
-
-    def read_state_text(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> str:
-        limit = check_limit(limit)
-        result: str = self._call("read_state_text", {"node_id": node_id, "limit": limit}, raw=True)
-        return result
 
     def catch_up(
         self, node_id: NodeId, since: Seq | None = None, *, limit: Limit = 1000
@@ -477,30 +434,9 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         d = self._call("catch_up", body, node=node_id)
         return CatchUp(events=[_event(e) for e in d["events"]], cursor=d["cursor"])
 
-    def events(self, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
-        since = check_seq(since)  # a query string would turn "3" into 3
-        rows = self._call("events", {"since": since, "limit": check_limit(limit)})
-        return [_event(e) for e in rows]
-
     def alert(self, message: Message, node_id: NodeId | None = None, **data: Any) -> Event:
         body = {"message": message, "node_id": node_id, "data": data}
         return _event(self._call("alert", body))
-
-    def record_metrics(
-        self, node_id: NodeId, sample: JsonObject, *, keep: PositiveInt | None = None
-    ) -> Event:
-        body = {"sample": sample, "keep": keep}
-        return _event(self._call("record_metrics", body, node=node_id))
-
-    def metrics_series(self, node_id: NodeId, limit: Limit = 100) -> list[Event]:
-        limit = int(check_positive(limit, "limit", integer=True))
-        rows = self._call("metrics_series", {"limit": limit}, node=node_id)
-        return [_event(e) for e in rows]
-
-    # --- supervised processes -----------------------------------------------------
-    def process_actions(self, host: NodeId, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
-        query = {"host": host, "since": check_seq(since), "limit": check_limit(limit)}
-        return [_event(e) for e in self._call("process_actions", query)]
 
     # --- spawn requests -------------------------------------------------------------
     def spawn_requests(

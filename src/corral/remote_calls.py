@@ -19,7 +19,7 @@ from urllib.parse import quote
 from corral.errors import InvalidInputError
 from corral.model import Task
 from corral.operations import operation
-from corral.validation import check_id, check_task_id
+from corral.validation import Rule, check_id, check_task_id
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -76,21 +76,33 @@ def segment(name: str, value: Any, *, integer: bool = False) -> str:
     return quote(check_id(value, name), safe="").replace(".", "%2E")
 
 
+_RULES: dict[str, tuple[tuple[str, Rule, bool], ...]] = {}
+
+
+def _rules(name: str) -> tuple[tuple[str, Rule, bool], ...]:
+    """The rules of operation ``name``'s parameters (``corral.validation.checked``)."""
+    found = _RULES.get(name)
+    if found is None:
+        from corral.cluster import Cluster
+
+        method = getattr(Cluster, name)
+        optional: frozenset[str] = getattr(method, "optional", frozenset())
+        rules = getattr(method, "rules", {}).items()
+        found = _RULES[name] = tuple((p, r, p in optional) for p, r in rules)
+    return found
+
+
 def _call_operation(client: RemoteCalls, name: str, *args: Any, **kwargs: Any) -> Any:
     """Operation ``name`` with the arguments of its ``Cluster`` method, bound as that
-    method binds them (its rules checked here, as the embedded client does)."""
+    method binds them (``_invoke`` checks them by its rules)."""
     from corral.cluster import Cluster
 
-    method = getattr(Cluster, name)
-    bound = inspect.signature(method).bind(None, *args, **kwargs)
-    rules = getattr(method, "rules", {})
+    bound = inspect.signature(getattr(Cluster, name)).bind(None, *args, **kwargs)
     out: dict[str, Any] = {}
     for pname, value in list(bound.arguments.items())[1:]:
         kind = bound.signature.parameters[pname].kind
         if kind is inspect.Parameter.VAR_KEYWORD:
             out.update(value)
-        elif pname in rules and value is not None:
-            out[pname] = rules[pname].check(value, pname)
         else:
             out[pname] = value
     return client._invoke(name, out)
@@ -117,16 +129,23 @@ class RemoteCalls:
     _int_paths: ClassVar[dict[str, frozenset[str]]] = {}
 
     def _invoke(self, name: str, args: dict[str, Any]) -> Any:
-        """Operation ``name`` with the arguments of its ``Cluster`` method."""
+        """Operation ``name`` with the arguments of its ``Cluster`` method, checked
+        here by that method's rules first (the embedded client's messages; a query
+        string would turn ``"3"`` into 3)."""
         op = operation(name)
+        for param, rule, optional in _rules(name):
+            value = args.get(param)
+            if param in args and (value is not None or not optional):
+                args[param] = rule.check(value, param)
         path = op.path
         ints = self._int_paths.get(name, frozenset())
         for param in op.path_params:
             seg = segment(param, args.pop(param), integer=param in ints)
             path = path.replace(f"{{{param}}}", seg)
+        raw = op.exception == "text_answer"
         if op.method == "GET":
-            return self.request(op.method, path, query=args)
-        return self.request(op.method, path, args)
+            return self.request(op.method, path, query=args, raw=raw)
+        return self.request(op.method, path, args, raw=raw)
 
     if not TYPE_CHECKING:  # a checker sees only the generated methods
 

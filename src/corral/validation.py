@@ -374,4 +374,5 @@ def checked(fn: _F) -> _F:
         return fn(*args, **kwargs)
 
     run.rules = {name: rule for _, name, rule, _ in spots}  # type: ignore[attr-defined]
+    run.optional = frozenset(name for _, name, _, opt in spots if opt)  # type: ignore[attr-defined]
     return cast("_F", run)

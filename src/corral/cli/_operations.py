@@ -47,7 +47,7 @@ class RuleType(click.ParamType[Any]):
 def operation_command(op: Operation) -> click.Command:
     """The command of ``op``, built from its ``Cluster`` method."""
     from corral.cluster import Cluster
-    from corral.codegen import method_types
+    from corral.signatures import method_types
 
     method = getattr(Cluster, op.name)
     rules: dict[str, Rule] = getattr(method, "rules", {})

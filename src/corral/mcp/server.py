@@ -5,6 +5,16 @@ Thin on purpose: each tool parses its arguments, makes one call on the client (a
 refusal is an answer that starts with ``ERROR:`` (never a protocol error), and
 nothing is changed by it.
 
+Most tools are made from their operation (``_generic_tool``): the ``Cluster``
+method's parameters under the operation's MCP names, each one's schema its rule's, its
+summary as the description, the answer rendered as the operation's ``text`` says.
+Written here are only the tools that are not one method call with its parameters:
+``register_node`` (an agent names its model), ``heartbeat`` (the payload's fields),
+``assess_workload`` (an unknown caller is refused), ``catch_up`` (the events, then the
+board), ``broadcast`` (sent as the caller), ``list_idle_workflows``, ``run_workflow``
+(``start`` as keyword arguments) and ``spawn_requests``; and the scheduler's
+``release_assignment`` (``corral.scheduler.mcp``).
+
 Arguments are strict (``corral.mcp.strict``): before a tool runs, its arguments must
 fit its published input schema with the JSON types taken literally (an integer is not
 a boolean, a string or a float) and name no argument the schema does not; anything
@@ -62,10 +72,6 @@ CALLER: ContextVar[str | None] = ContextVar("corral_mcp_caller", default=None)
 AgentId = Annotated[str, Field(description="Your node id, e.g. Node-X9J2.")]
 OptAgentId = Annotated[
     str | None, Field(description="Your node id; the call then counts as your heartbeat.")
-]
-TaskId = Annotated[int | str, Field(description="The task number (3 or task-3).")]
-Epoch = Annotated[
-    int | None, Field(description="The lease epoch of your claim (optional fencing check).")
 ]
 
 
@@ -168,14 +174,19 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
     root.handlers[:] = handlers
     root.setLevel(level)
 
-    def tool(description: str) -> Callable[[Callable[..., str]], Callable[..., Any]]:
+    def tool(
+        description: str, *, as_caller: bool = False
+    ) -> Callable[[Callable[..., str]], Callable[..., Any]]:
+        """Register ``fn`` as a tool; with ``as_caller``, an ``agent_id`` left out is
+        the authenticated caller (the operation's node, as ``/v1`` fills it in)."""
+
         def register(fn: Callable[..., str]) -> Callable[..., Any]:
             @functools.wraps(fn)
             def run(**kwargs: Any) -> CallToolResult:
                 caller = CALLER.get()
                 if caller is not None:
                     agent_id = kwargs.get("agent_id")
-                    if agent_id is None and fn.__name__ == "broadcast":
+                    if agent_id is None and as_caller:
                         kwargs["agent_id"] = caller  # sent as the caller, like /v1
                     elif agent_id is not None and agent_id != caller:
                         return _error(
@@ -228,21 +239,6 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             client.register_node(agent_id, role, model_name, strength, heartbeat_interval)
         )
 
-    @tool(
-        "Set your status: working, idle, waiting or terminated (terminated is final and "
-        "returns your tasks to the queue)."
-    )
-    def set_agent_status(
-        agent_id: AgentId,
-        status: Annotated[str, Field(description="working, idle, waiting or terminated.")],
-        current_task_id: Annotated[
-            int | str | None, Field(description="The task you work on, if any.")
-        ] = None,
-    ) -> str:
-        return _render("set_agent_status")(
-            client.set_agent_status(agent_id, status, current_task_id)
-        )
-
     @tool("Proof of life; also renews the leases of the tasks you hold.")
     def heartbeat(
         agent_id: AgentId,
@@ -272,54 +268,6 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         return _render("heartbeat")(client.heartbeat(agent_id, **payload))
 
     # --- tasks ------------------------------------------------------------------------
-    @tool(
-        "Claim the best pending task for your role (priority, role match, age) and mark "
-        "you working on it."
-    )
-    def claim_best_task(
-        agent_id: AgentId,
-        role: Annotated[str, Field(description="The role to claim for, usually yours.")],
-    ) -> str:
-        task = client.claim_best_task(agent_id, role)
-        touch(agent_id)  # claims stamp lazily; a tool call is a heartbeat
-        return _render("claim_best_task")(task)
-
-    @tool("Finish a task you hold, with an optional result summary.")
-    def complete_task(
-        agent_id: AgentId,
-        task_id: TaskId,
-        result: Annotated[str | None, Field(description="What you did, briefly.")] = None,
-        epoch: Epoch = None,
-    ) -> str:
-        done = client.complete_task(task_id, agent_id, epoch, result)
-        touch(agent_id)
-        return _render("complete_task")(done)
-
-    @tool("Give up a task you hold: back to pending while attempts remain (unless retry is false).")
-    def fail_task(
-        agent_id: AgentId,
-        task_id: TaskId,
-        error: Annotated[str, Field(description="Why the task failed.")] = "",
-        retry: Annotated[bool, Field(description="Return it to the queue.")] = True,
-        epoch: Epoch = None,
-    ) -> str:
-        failed = client.fail_task(task_id, agent_id, epoch, error, retry=retry)
-        touch(agent_id)
-        return _render("fail_task")(failed)
-
-    @tool(
-        "Put a task on the board. Keywords in title and description (design, plan / "
-        "implement, code, test) give roles a match bonus; role adds one."
-    )
-    def add_task(
-        title: Annotated[str, Field(description="One line, e.g. Implement user authentication.")],
-        description: Annotated[str, Field(description="Details for whoever claims it.")] = "",
-        priority: Annotated[str, Field(description="high, medium or low.")] = "medium",
-        role: Annotated[str | None, Field(description="A role to favour.")] = None,
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        return _render("add_task")(client.add_task(title, description, priority, role))
 
     # --- views ------------------------------------------------------------------------
     @tool(
@@ -330,11 +278,6 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         caller(agent_id)
         return _render("assess_workload")(client.assess_workload())
 
-    @tool("The board, the active nodes, cluster metadata and work distribution.")
-    def read_state(agent_id: OptAgentId = None) -> str:
-        touch(agent_id)
-        return _render("read_state")(client.read_state(agent_id))
-
     @tool("Events since your last catch_up (broadcasts, tasks, claims), then the state.")
     def catch_up(agent_id: AgentId) -> str:
         limit = 50
@@ -342,7 +285,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         state = _render("read_state")(client.read_state(agent_id))
         return _render("catch_up")(agent_id, c, state, limit=limit)
 
-    @tool("Send a message every node sees on its next catch_up.")
+    @tool("Send a message every node sees on its next catch_up.", as_caller=True)
     def broadcast(
         message: Annotated[str, Field(description="The message.")],
         agent_id: OptAgentId = None,
@@ -382,27 +325,6 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         touch(agent_id)
         return _render("run_workflow")(client.run_workflow(workflow, **(start or {})))
 
-    @tool("One workflow run: its status, since when it is idle and what it waits for.")
-    def get_workflow_run(
-        handler_id: Annotated[str, Field(description="The run's handler id.")],
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        return _render("get_handler")(client.get_handler(handler_id))
-
-    @tool(
-        "Send a workflow run the event it waits for (a released run is resumed first, "
-        "on any host serving its workflow)."
-    )
-    def send_workflow_event(
-        handler_id: Annotated[str, Field(description="The run's handler id.")],
-        event_type: Annotated[str, Field(description="The event class's name, e.g. Answer.")],
-        data: Annotated[dict[str, Any] | None, Field(description="The event's fields.")] = None,
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        return _render("send_event")(client.send_event(handler_id, event_type, data))
-
     register_scheduler_tools(tool, client, touch)  # get_assignment ... read_inbox
 
     # --- spawn requests (corral up's pools in ask mode) ----------------------------
@@ -418,23 +340,7 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
         # The status is checked by the operation (an ERROR: answer naming it).
         return _render("spawn_requests")(client.spawn_requests(cast(Any, status), pool, limit))
 
-    @tool("Accept a pending spawn request: its pool starts one worker for it.")
-    def accept_spawn_request(
-        request_id: Annotated[int, Field(description="The request's id.")],
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        return _render("accept_spawn_request")(client.accept_spawn_request(request_id, agent_id))
-
-    @tool("Decline a pending spawn request: nothing is started for it.")
-    def decline_spawn_request(
-        request_id: Annotated[int, Field(description="The request's id.")],
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        return _render("decline_spawn_request")(client.decline_spawn_request(request_id, agent_id))
-
-    # --- operations that declare a tool and have none written here ------------------
+    # --- the other tools: made from their operations (``_generic_tool``) ----------------
     written = {t.name for t in mcp._tool_manager.list_tools()}
     for op in operations.OPERATIONS:
         if op.mcp is not None and op.mcp not in written:
@@ -468,10 +374,11 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
 def _generic_tool(tool: Any, client: Client, touch: Callable[[str | None], None], op: Any) -> None:
     """The tool of an operation that declares one (``Operation.mcp``) and has none
     written above: its ``Cluster`` method's parameters (renamed and left out as the
-    operation says for ``mcp``), its summary as its description, its answer rendered
-    as the operation declares (``Operation.text``). An ``agent_id`` that names no
-    parameter counts the call as that agent's heartbeat."""
-    from corral.codegen import method_types
+    operation says for ``mcp``; each one's schema its rule's), its summary as its
+    description, its answer rendered as the operation declares (``Operation.text``).
+    The caller's ``agent_id`` (a parameter of its own when the method names no node
+    so) counts the call as that agent's heartbeat."""
+    from corral.signatures import method_types
 
     types = method_types(op, extras=True)  # a parameter's rule is its schema
     rename = dict(op.names.get("mcp", {}))
@@ -498,11 +405,19 @@ def _generic_tool(tool: Any, client: Client, touch: Callable[[str | None], None]
     render = _renderer(op.name, op.text)
     call = getattr(client, op.name, None)
 
+    view = op.method == "GET"
+
     def run(**kwargs: Any) -> str:
-        if heartbeat:
-            touch(kwargs.pop("agent_id", None))
+        # The caller's heartbeat: before a view (which then shows it), after a change
+        # (a refused one changes nothing).
+        agent_id = kwargs.pop("agent_id", None) if heartbeat else kwargs.get("agent_id")
+        if view:
+            touch(agent_id)
         assert call is not None, f"the client has no {op.name}"
-        return render(call(**{back[k]: v for k, v in kwargs.items()}))
+        answer = render(call(**{back[k]: v for k, v in kwargs.items()}))
+        if not view:
+            touch(agent_id)
+        return answer
 
     run.__name__ = op.mcp
     run.__qualname__ = op.mcp

@@ -1,6 +1,7 @@
-"""The scheduler's MCP tools: ``get_assignment``, ``release_assignment``, ``notify``
-and ``read_inbox`` (``corral.mcp.server`` registers them). ``agent_id`` is the caller,
-as for every tool; the agent whose inbox a call names is ``recipient``."""
+"""The scheduler's MCP tool written by hand: ``release_assignment`` (a lost lease
+is an activation's, over HTTP too). ``get_assignment``, ``notify`` and ``read_inbox``
+are made from their operations (``corral.mcp.server``): ``agent_id`` is the caller, as
+for every tool; the agent whose inbox a call names is ``recipient``."""
 
 from __future__ import annotations
 
@@ -27,20 +28,6 @@ def register_tools(
 ) -> None:
     """Add the tools to a server through its ``tool`` decorator."""
 
-    @tool(
-        "Activate the next agent as a runner: inbox first (most unread), then due cron "
-        "overrides, then the stalest. mode: notification, exploration or hybrid."
-    )
-    def get_assignment(
-        agent_id: Caller,
-        mode: Annotated[str, Field(description="notification, exploration or hybrid.")] = (
-            "hybrid"
-        ),
-    ) -> str:
-        a = client.get_assignment(agent_id, mode)
-        touch(agent_id)
-        return texts.assignment_text(a)
-
     @tool("End an activation you hold, with what it did (posts, comments, inbox_read).")
     def release_assignment(
         agent_id: Caller,
@@ -57,22 +44,4 @@ def register_tools(
         touch(agent_id)
         return texts.released_text(agent)
 
-    @tool("Put an item in an agent's inbox; agents with unread items are activated first.")
-    def notify(
-        recipient: Recipient,
-        payload: Annotated[Any, Field(description="The item (JSON, at most 64 KiB).")],
-        agent_id: OptCaller = None,
-    ) -> str:
-        touch(agent_id)
-        return texts.notified_text(client.notify(recipient, payload))
-
-    @tool("An agent's unread inbox items, oldest first; they are marked read.")
-    def read_inbox(
-        recipient: Recipient,
-        limit: Annotated[int, Field(description="At most this many items.")] = 100,
-        agent_id: OptCaller = None,
-    ) -> str:
-        touch(agent_id)
-        return texts.inbox_text(client.read_inbox(recipient, limit))
-
-    _ = (get_assignment, release_assignment, notify, read_inbox)
+    _ = release_assignment

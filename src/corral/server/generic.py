@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from corral.codegen import method_types
 from corral.operations import Operation
 from corral.server.models import PARAM_TYPES, _In, _Query
+from corral.signatures import method_types
 
 if TYPE_CHECKING:
     from corral.server.routes import Call
@@ -97,8 +97,8 @@ class Generic:
             args[name] = int(value) if digits else value
         given = c.query if self.op.method == "GET" else c.body
         if given is not None:
-            if self.more:
-                args.update(given.model_dump())  # with a **kwargs method's other fields
+            if self.more:  # with a **kwargs method's other fields, those given
+                args.update(given.model_dump(exclude_unset=True))
             else:
                 for name in self.names:
                     args[name] = getattr(given, name)
@@ -110,13 +110,16 @@ class Generic:
         return _wire(getattr(c.cluster, self.op.name)(**args))
 
 
+# Records whose wire form is their ``to_dict()``, not their fields (a workflow run's
+# ``idle_since`` is ISO 8601 there); every other record is written field for field
+# (``corral.server.dispatch.dumps``).
+_WIRE_FORM = ("corral.workflows.model",)
+
+
 def _wire(result: Any) -> Any:
-    """The result as the API writes it: a record's ``to_dict()`` (a workflow run's
-    ``idle_since`` is ISO 8601 there), except ``corral.model``'s, which serialize
-    field for field as it is (``corral.server.dispatch.dumps``), lists item by item."""
+    """The result as the API writes it (lists item by item)."""
     if isinstance(result, list):
         return [_wire(r) for r in result]
-    to_dict = getattr(result, "to_dict", None)
-    if to_dict is None or type(result).__module__ == "corral.model":
-        return result
-    return to_dict()
+    if type(result).__module__ in _WIRE_FORM:
+        return result.to_dict()
+    return result

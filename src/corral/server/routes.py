@@ -93,10 +93,6 @@ def _with_text(obj: Any) -> dict[str, Any]:
 # --- handlers ---------------------------------------------------------------------------
 
 
-def configure(c: Call) -> Any:
-    return c.cluster.configure(**c.body.model_dump(exclude_unset=True)).to_dict()
-
-
 def register_node(c: Call) -> Any:
     b = c.body
     c.act_as(b.node_id)
@@ -186,10 +182,6 @@ def alert(c: Call) -> Any:
     return c.cluster.alert(b.message, node_id, **b.data).to_dict()
 
 
-def stats(c: Call) -> Any:
-    return c.cluster.stats().to_dict()
-
-
 @dataclass(frozen=True, slots=True)
 class _Http:
     """How the server runs one operation of ``corral.operations``: a handler of its
@@ -203,7 +195,7 @@ class _Http:
 
 _HTTP: dict[str, _Http] = {
     "settings": _Http(None, m.SettingsOut),
-    "configure": _Http(configure, m.SettingsOut, body=ConfigureIn),
+    "configure": _Http(None, m.SettingsOut, body=ConfigureIn),
     "register_node": _Http(register_node, m.RegisteredOut, body=m.RegisterIn),
     "list_nodes": _Http(None, None, query=m.ListNodesQuery),
     "get_node": _Http(None, m.NodeOut),
@@ -229,7 +221,7 @@ _HTTP: dict[str, _Http] = {
     "events": _Http(events, None, query=m.EventsQuery),
     "broadcast": _Http(None, m.EventOut, body=m.BroadcastIn),
     "alert": _Http(alert, m.EventOut, body=m.AlertIn),
-    "stats": _Http(stats, m.StatsOut),
+    "stats": _Http(None, m.StatsOut),
     "report_processes": _Http(None, None, body=m.ReportProcessesIn),
     "request_process_action": _Http(None, m.EventOut, body=m.ProcessActionIn),
     "ack_process_action": _Http(None, m.EventOut, body=m.ProcessAckIn),
