@@ -90,3 +90,19 @@ def test_unreachable_server_is_store_unavailable() -> None:
     with pytest.raises(corral.StoreUnavailableError):
         client.settings()
     client.close()
+
+
+def test_an_agent_configs_whole_float_counts_are_integers(tmp_path: Path) -> None:
+    """The agent config's daily caps are integers in the OpenAPI document, whose
+    integers include ``5.0`` (JSON Schema): the API takes a whole float as its
+    integer there as it does everywhere, instead of refusing a schema-valid body."""
+    with serving(tmp_path) as (url, embedded):
+        config = {"max_daily_posts": 730686088.0, "max_daily_comments": 3.0}
+        r = httpx.post(
+            f"{url}/v1/agents",
+            json={"agent_id": "a1", "config": config},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["config"]["max_daily_posts"] == 730686088
+        assert embedded.get_agent("a1").config["max_daily_comments"] == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, WithJsonSchema, create_model
+from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema, create_model
 
 from corral.scheduler.records import Agent, Assignment, Notification
 from corral.server.models import (
@@ -15,6 +15,7 @@ from corral.server.models import (
     _In,
     _Out,
     _Query,
+    _whole,
     record_model,
 )
 from corral.validation import MAX_INT, MAX_LIMIT
@@ -82,10 +83,21 @@ OUTCOME_SCHEMA: dict[str, Any] = {
 
 
 # --- requests ---------------------------------------------------------------------------
+def _config_whole(value: Any) -> Any:
+    """The config's daily caps are integers as elsewhere in the API: a whole float
+    (JSON Schema's integers include ``5.0``) is taken as its int (``_whole``)."""
+    if isinstance(value, dict):
+        caps = ("max_daily_posts", "max_daily_comments")
+        return {k: _whole(v) if k in caps else v for k, v in value.items()}
+    return value
+
+
 class AddAgentIn(_In):
     agent_id: NodeId = Field(description="The agent's id (1-64 characters).")
     config: Annotated[
-        dict[str, Any] | None, WithJsonSchema({"anyOf": [CONFIG_SCHEMA, {"type": "null"}]})
+        dict[str, Any] | None,
+        BeforeValidator(_config_whole),
+        WithJsonSchema({"anyOf": [CONFIG_SCHEMA, {"type": "null"}]}),
     ] = Field(
         None,
         description="interests, watch_communities, can_create_posts, max_daily_posts, "
