@@ -5,9 +5,9 @@ Same methods, same results (``corral.model`` records) and same exceptions
 ``corral serve``. One keep-alive connection per thread: a minimal HTTP/1.1 client
 over a socket with ``TCP_NODELAY`` that writes each request in one ``send`` and
 reads just what the server sends (``Content-Length`` or chunked bodies). The
-stdlib's ``http.client`` costs ~0.3 ms a call here (a second write for the body,
-e-mail header parsing), more than the operation itself; urllib3's pool, on top of
-it, made a worker's paced step 1.5-1.8x slower side by side (``bench/http_pace.py``,
+stdlib's ``http.client`` costs more per call than the operation itself (a second
+write for the body, e-mail header parsing), and urllib3's pool, on top of it, made a
+worker's paced step slower side by side (``bench/http_pace.py``; the figures are in
 ``docs/performance.md``), so this client stays.
 """
 

@@ -22,7 +22,7 @@ Per request, on the event loop:
   loop run back to back, in arrival order, each in its own transaction, at the start
   of the next turn (``ShortCalls``): the store's path stays in the CPU's caches
   from one call to the next instead of being evicted by the HTTP work between them
-  (~25% less server CPU per heartbeat under load here). A turn that finds the store
+  (less server CPU per heartbeat under load: docs/performance.md). A turn that finds the store
   busy (another ``--workers`` process or the monitor writing) is put back and tried
   again with the next turn's calls (for up to 5 ms; then it runs on a worker thread
   as one group that waits for it), so its calls still share one commit. Every other operation
@@ -30,7 +30,7 @@ Per request, on the event loop:
   more than the transaction on a loaded 2-core machine (docs/performance.md);
 - **answer**: JSON bytes from ``pydantic_core.to_json`` (the same values as
   ``json.dumps`` would write, a float's exponent aside: ``1e-7`` for ``1e-07``;
-  ~6x faster), as two ASGI messages.
+  several times faster), as two ASGI messages.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ server's own request latency histogram. One registry per app (never the global o
 
 The latency histogram is kept by hand (a list of bucket counts per label set, one
 ``bisect`` per request, no lock: only the event loop observes) and exposed by a
-collector at scrape time; prometheus-client's ``Histogram`` cost 4x as much per
-request on the hot path.
+collector at scrape time; prometheus-client's ``Histogram`` cost several times as
+much per request on the hot path (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ __all__ = ["ShortCalls"]
 
 # A turn whose group cannot start (another process or thread holds the store) puts its
 # calls back and tries again at the loop's next turns for _RETRY_SPIN seconds (a short
-# group holds the lock ~0.1 ms), then at the next turn that brings more calls or after
+# group holds the lock briefly), then at the next turn that brings more calls or after
 # _RETRY_PAUSE, for up to _PUT_BACK_SECONDS; then they run on the executor as one group
 # that waits for the store (and gives up after the busy timeout).
 _RETRY_SPIN = 0.0003
@@ -122,12 +122,12 @@ class ShortCalls:
         been put back for ``_PUT_BACK_SECONDS``.
 
         With several ``--workers`` the store is busy when another process commits
-        (each holds the write lock ~1 ms for a turn's group). Waiting for it on the
+        (each holds the write lock for a turn's group). Waiting for it on the
         executor cost more than the wait: its thread, holding the lock once it got
-        it, vied with the event loop for the GIL, and slept 1-4 ms between tries
+        it, vied with the event loop for the GIL, and slept between tries
         (``_WriterLock``) while the lock was free. Here the loop goes on reading
         requests meanwhile, the waiting calls and the new ones share the next group,
-        and a try that fails costs ~5 us (a non-blocking ``flock`` in ``group()``)."""
+        and a try that fails is cheap (a non-blocking ``flock`` in ``group()``)."""
         now = time.monotonic()
         if self._busy_since is None:
             self._busy_since = now

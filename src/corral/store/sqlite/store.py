@@ -258,7 +258,7 @@ class SQLiteStore(SQLStore):
         corral's own writers queue on ``_WriterLock`` and rarely get here; this waits
         out the rest (another program's writer, a checkpoint taking the WAL's recovery
         lock). SQLite's own busy handler sleeps 1, 2, 5, 10 ... ms between tries, far
-        longer than a write transaction (about 0.1 ms), so corral waits itself: 100 us
+        longer than a write transaction takes, so corral waits itself: 100 us
         doubling to 3 ms, each scaled by a jitter in [0.5, 1] (``corral.backoff``), up
         to the busy timeout; then ``StoreUnavailableError``."""
         deadline = None

@@ -16,7 +16,7 @@ __all__: list[str] = []
 
 # A synced commit whose sync lock stays taken this long syncs by itself instead (the
 # holder may be stopped); a waiter re-checks every _SYNC_POLL_FIRST doubling to
-# _SYNC_POLL_MAX seconds (one sync takes ~0.2 ms).
+# _SYNC_POLL_MAX seconds (a sync is about that long).
 _SYNC_POLL_FIRST = 0.0001
 _SYNC_POLL_MAX = 0.0004
 _SYNC_LOCK_PATIENCE = 0.05

@@ -23,7 +23,7 @@ __all__ = ["fcntl", "lock_holder"]
 
 
 # A writer that finds the lock taken first retries for up to _SPIN_SECONDS, yielding
-# the CPU between tries: a write transaction takes ~0.05 ms, so most waits end there.
+# the CPU between tries: a write transaction is short, so most waits end there.
 # The spin adapts: a wait longer than _SPIN_LONG_WAIT means a long queue (more writers
 # than cores), where spinning only takes CPU from the holder, so the next spin is
 # halved; a shorter wait doubles it back. After the spin the writer sleeps between
@@ -31,18 +31,18 @@ __all__ = ["fcntl", "lock_holder"]
 # kernel's queue lets a holder with more to write go on for a few transactions with
 # its page cache warm (SQLite drops a connection's cache whenever another process has
 # committed); a kernel wake-up hands the lock to another process at every release.
-# Side by side (bench/sqlite_throughput.py, 20,000 jobs, 2 cores, three runs), the
-# worker's loop with 2 to 16 processes ran 1.1-1.7x the blocking variant's rate, with
-# a third as many jobs over 10 ms.
+# Side by side with the blocking variant (bench/sqlite_throughput.py; the figures are
+# in docs/performance.md), the worker's loop with 2 to 16 processes ran faster, with
+# fewer slow jobs.
 _SPIN_SECONDS = 0.0003
 _SPIN_STEP = 0.00001
 _SPIN_LONG_WAIT = 0.001
 _SLEEP_FIRST = 0.001
 _SLEEP_MAX = 0.004
 # With synchronous=FULL a holder leaves to sync its commit (``_SyncedCommits``) and
-# cannot take the lock back for ~0.3 ms: waiters sleeping 1-4 ms left the lock idle,
-# and the group commit gained nothing with 4 processes (bench/sqlite_throughput.py);
-# with 0.2-0.5 ms it ran 1.1-1.3x SQLite's own FULL with 2 and 4.
+# cannot take the lock back until the sync is done: waiters sleeping as long as above
+# left the lock idle, and the group commit gained nothing with 4 processes; with the
+# shorter sleeps below it beat SQLite's own FULL with 2 and 4 (bench/sqlite_throughput.py).
 _SLEEP_FIRST_SYNCED = 0.0002
 _SLEEP_MAX_SYNCED = 0.0005
 
