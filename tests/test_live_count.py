@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from corral import CapacityError, Monitor
 from corral.errors import CorralError
+from corral.lifecycle import registration_allowed, reregistration_allowed
 
 IDS = [f"n{i}" for i in range(6)]
 MAX_AGENTS = 3
@@ -48,17 +49,22 @@ def _apply(c: Any, clock: Any, monitor: Monitor, op: tuple[Any, ...]) -> None:
     if kind == "register":
         _, node_id, role, interval = op
         live_before = _counts(c.store)[1]
-        already = any(n.id == node_id for n in c.list_nodes() if n.status != "terminated")
+        live = [n for n in c.list_nodes() if n.status != "terminated"]
+        old = next((n for n in live if n.id == node_id), None)
+        # Refused exactly when the recount leaves it no place: a new node as a new node,
+        # a live one by the re-registration rule (a manager taking a counted role).
+        fits = (
+            registration_allowed(role, live_before, MAX_AGENTS)
+            if old is None
+            else reregistration_allowed(old.role, role, live_before, MAX_AGENTS)
+        )
         try:
             reg = c.register_node(node_id, role, heartbeat_interval=interval)
         except CapacityError:
-            # Refused exactly when the recount says the cluster is full.
-            assert role != "bootstrap_manager" and not already
-            assert live_before >= MAX_AGENTS
+            assert not fits, (old, role, live_before)
             return
-        assert reg.active_nodes == live_before + (0 if already else 1)
-        if not already and role != "bootstrap_manager":
-            assert live_before < MAX_AGENTS
+        assert fits, (old, role, live_before)
+        assert reg.active_nodes == live_before + (0 if old is not None else 1)
         return
     try:
         if kind == "terminate":
