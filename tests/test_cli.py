@@ -95,8 +95,11 @@ def test_an_unreachable_store_exits_3_with_one_line(tmp_path):
     url = "postgresql://corral@127.0.0.1:1/nowhere?connect_timeout=1"
     done = subprocess.run(
         [sys.executable, "-m", "corral", "--url", url, "status"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 3
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1
@@ -224,10 +227,17 @@ def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value
         ("postgres://a:5432,b:x/db", "the port must be a number from 1 to 65535; got 'x'"),
     ],
 )
-@pytest.mark.parametrize("command", [["status"], ["task", "add", "x"], ["worker", "--id", "W",
-                                     "--role", "developer", "--", "true"]])  # fmt: skip
-def test_a_malformed_url_exits_2_at_once_naming_it(tmp_path, monkeypatch, capsys, url, why,
-                                                   command):  # fmt: skip
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["task", "add", "x"],
+        ["worker", "--id", "W", "--role", "developer", "--", "true"],
+    ],
+)
+def test_a_malformed_url_exits_2_at_once_naming_it(
+    tmp_path, monkeypatch, capsys, url, why, command
+):
     """No traceback, no connection attempt (a PostgreSQL port out of range used to
     wait 5 s for the pool, then exit 3): one line naming the url, exit 2."""
     monkeypatch.chdir(tmp_path)
@@ -246,8 +256,11 @@ def test_a_malformed_url_as_a_real_process_and_its_password_hidden(tmp_path):
     url = "postgresql://corral:s3cret@127.0.0.1:99999/x"
     done = subprocess.run(
         [sys.executable, "-m", "corral", "--url", url, "status"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert done.stderr == (
         "error: url: malformed URL 'postgresql://corral:***@127.0.0.1:99999/x': "
@@ -307,8 +320,10 @@ def _monitor_process(tmp_path, *args: str) -> tuple[subprocess.Popen, object]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "corral", "--url", url, "monitor", "--max-sleep", "0.1", *args],
-            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-        )  # fmt: skip
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
     return proc, (c, log)
 
 
@@ -364,8 +379,11 @@ def test_monitor_verbose_logs_each_pass_that_did_something(tmp_path):
 def test_monitor_without_verbose_logs_events_only(tmp_path):
     proc, (c, log) = _monitor_process(tmp_path)
     try:
-        wait_for(lambda: any(m.startswith("Marked A as terminated") for m in _messages(log)),
-                 timeout=30, what="the dead node")  # fmt: skip
+        wait_for(
+            lambda: any(m.startswith("Marked A as terminated") for m in _messages(log)),
+            timeout=30,
+            what="the dead node",
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

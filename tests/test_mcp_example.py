@@ -41,8 +41,17 @@ def test_the_documented_python_client_runs_against_corral_serve(tmp_path: Path) 
     port = _free_port()
     corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
     assert corral_exe
-    argv = [corral_exe, "--url", url, "serve", "--port", str(port), "--no-monitor",
-            "--token-file", str(token_file)]  # fmt: skip
+    argv = [
+        corral_exe,
+        "--url",
+        url,
+        "serve",
+        "--port",
+        str(port),
+        "--no-monitor",
+        "--token-file",
+        str(token_file),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     script = tmp_path / "client.py"

@@ -39,8 +39,17 @@ def _serve(tmp_path: Path) -> tuple[Server, str, str]:
     port = _free_port()
     corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
     assert corral_exe
-    argv = [corral_exe, "--url", url, "serve", "--port", str(port), "--no-monitor",
-            "--token-file", str(token_file)]  # fmt: skip
+    argv = [
+        corral_exe,
+        "--url",
+        url,
+        "serve",
+        "--port",
+        str(port),
+        "--no-monitor",
+        "--token-file",
+        str(token_file),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     server.start()

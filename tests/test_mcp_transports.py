@@ -34,12 +34,30 @@ import corral
 
 pytestmark = pytest.mark.slow
 
-TOOLS = {"register_node", "set_agent_status", "claim_best_task", "assess_workload",
-         "read_state", "catch_up", "add_task", "complete_task", "fail_task", "heartbeat",
-         "broadcast", "list_idle_workflows", "run_workflow", "get_workflow_run",
-         "send_workflow_event", "get_assignment", "release_assignment", "notify",
-         "read_inbox", "spawn_requests", "accept_spawn_request",
-         "decline_spawn_request"}  # fmt: skip
+TOOLS = {
+    "register_node",
+    "set_agent_status",
+    "claim_best_task",
+    "assess_workload",
+    "read_state",
+    "catch_up",
+    "add_task",
+    "complete_task",
+    "fail_task",
+    "heartbeat",
+    "broadcast",
+    "list_idle_workflows",
+    "run_workflow",
+    "get_workflow_run",
+    "send_workflow_event",
+    "get_assignment",
+    "release_assignment",
+    "notify",
+    "read_inbox",
+    "spawn_requests",
+    "accept_spawn_request",
+    "decline_spawn_request",
+}
 
 UVICORN = """
 import sys, uvicorn, corral
@@ -120,21 +138,26 @@ async def listing(client: Client) -> None:
 async def capacity_scenario(call: Call) -> None:
     """anti-idle.md scenario 3: 1 manager + 3 developers; a 5th is refused; one
     developer terminates; the 5th then registers at 4/4."""
-    assert await call("register_node", agent_id="Node-BM", role="bootstrap_manager",
-                      model_name="claude-opus-4") == (
-        "Node Node-BM registered as bootstrap_manager (high). Active nodes: 1/4")  # fmt: skip
+    assert await call(
+        "register_node", agent_id="Node-BM", role="bootstrap_manager", model_name="claude-opus-4"
+    ) == ("Node Node-BM registered as bootstrap_manager (high). Active nodes: 1/4")
     for i in (1, 2, 3):
-        assert await call("register_node", agent_id=f"Node-D{i}", role="developer",
-                          model_name="claude-sonnet-4-5") == (
-            f"Node Node-D{i} registered as developer (high). Active nodes: {i + 1}/4")  # fmt: skip
+        assert await call(
+            "register_node", agent_id=f"Node-D{i}", role="developer", model_name="claude-sonnet-4-5"
+        ) == (f"Node Node-D{i} registered as developer (high). Active nodes: {i + 1}/4")
     refused = "ERROR: Cluster at capacity (4 nodes). Registration rejected."
-    assert await call("register_node", agent_id="Node-D4", role="developer",
-                      model_name="claude-sonnet-4-5") == refused  # fmt: skip
+    assert (
+        await call(
+            "register_node", agent_id="Node-D4", role="developer", model_name="claude-sonnet-4-5"
+        )
+        == refused
+    )
     assert await call("set_agent_status", agent_id="Node-D1", status="terminated") == (
-        "Node Node-D1 is now terminated")  # fmt: skip
-    assert await call("register_node", agent_id="Node-D4", role="developer",
-                      model_name="claude-sonnet-4-5") == (
-        "Node Node-D4 registered as developer (high). Active nodes: 4/4")  # fmt: skip
+        "Node Node-D1 is now terminated"
+    )
+    assert await call(
+        "register_node", agent_id="Node-D4", role="developer", model_name="claude-sonnet-4-5"
+    ) == ("Node Node-D4 registered as developer (high). Active nodes: 4/4")
 
 
 async def round_trip(call: Call, node: str, task_id: int, title: str) -> None:
@@ -143,12 +166,15 @@ async def round_trip(call: Call, node: str, task_id: int, title: str) -> None:
         f"Added task {task_id}: {title} (priority: high"
     )
     assert await call("claim_best_task", agent_id=node, role="developer") == (
-        f"Claimed task {task_id}: {title}")  # fmt: skip
+        f"Claimed task {task_id}: {title}"
+    )
     assert f"| Task: task-{task_id}" in await call("read_state", agent_id=node)
     assert await call("complete_task", agent_id=node, task_id=task_id, result="done") == (
-        f"Completed task {task_id}: {title}")  # fmt: skip
+        f"Completed task {task_id}: {title}"
+    )
     assert await call("claim_best_task", agent_id=node, role="developer") == (
-        "No pending tasks to claim.")  # fmt: skip
+        "No pending tasks to claim."
+    )
     assessment = await call("assess_workload", agent_id="Node-BM")
     assert "Pending Tasks: 0\nIn Progress: 0" in assessment
 
@@ -238,8 +264,7 @@ def test_corral_serve_mounts_mcp_and_survives_a_restart(tmp_path: Path) -> None:
     port = _free_port()
     corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
     assert corral_exe
-    argv = [corral_exe, "--url", url, "serve", "--port", str(port),
-            "--token-file", str(token_file)]  # fmt: skip
+    argv = [corral_exe, "--url", url, "serve", "--port", str(port), "--token-file", str(token_file)]
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     server.start()
@@ -256,8 +281,9 @@ def test_corral_serve_mounts_mcp_and_survives_a_restart(tmp_path: Path) -> None:
             await anonymous.aclose()
 
             authed = httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret-operator-token"})
-            async with Client(streamable_http_client(endpoint, http_client=authed),
-                              mode="legacy") as client:  # fmt: skip
+            async with Client(
+                streamable_http_client(endpoint, http_client=authed), mode="legacy"
+            ) as client:
                 call = _caller(client)
                 await listing(client)
                 await capacity_scenario(call)
@@ -295,8 +321,17 @@ def test_corral_serve_mcp_with_a_node_token_acts_only_as_that_node(tmp_path: Pat
     port = _free_port()
     corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
     assert corral_exe
-    argv = [corral_exe, "--url", url, "serve", "--port", str(port), "--no-monitor",
-            "--token-file", str(token_file)]  # fmt: skip
+    argv = [
+        corral_exe,
+        "--url",
+        url,
+        "serve",
+        "--port",
+        str(port),
+        "--no-monitor",
+        "--token-file",
+        str(token_file),
+    ]
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     with corral.connect(url) as c:
@@ -313,8 +348,9 @@ def test_corral_serve_mcp_with_a_node_token_acts_only_as_that_node(tmp_path: Pat
             await forged.aclose()
 
             as_node = httpx2.AsyncClient(headers={"Authorization": f"Bearer {node_token}"})
-            async with Client(streamable_http_client(endpoint, http_client=as_node),
-                              mode="legacy") as client:  # fmt: skip
+            async with Client(
+                streamable_http_client(endpoint, http_client=as_node), mode="legacy"
+            ) as client:
                 call = _caller(client)
                 with corral.connect(url) as c:
                     before = (c.list_nodes(), c.list_tasks(), c.events())
@@ -337,11 +373,15 @@ def test_corral_serve_mcp_with_a_node_token_acts_only_as_that_node(tmp_path: Pat
                 with corral.connect(url) as c:
                     assert (c.list_nodes(), c.list_tasks(), c.events()) == before
 
-                assert await call("register_node", agent_id="Node-A1", role="developer",
-                                  model_name="claude-sonnet-4-5") == (
-                    "Node Node-A1 registered as developer (high). Active nodes: 2/4")  # fmt: skip
+                assert await call(
+                    "register_node",
+                    agent_id="Node-A1",
+                    role="developer",
+                    model_name="claude-sonnet-4-5",
+                ) == ("Node Node-A1 registered as developer (high). Active nodes: 2/4")
                 assert await call("claim_best_task", agent_id="Node-A1", role="developer") == (
-                    "Claimed task 1: Implement user authentication")  # fmt: skip
+                    "Claimed task 1: Implement user authentication"
+                )
                 assert "Pending Tasks: 0" in await call("assess_workload")
                 await call("broadcast", message="taking a break")
             await as_node.aclose()

@@ -173,8 +173,11 @@ def test_corral_node_register_does_not_record_its_own_pid(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'c.db'}"
     done = subprocess.run(
         [sys.executable, "-m", "corral", "--url", url, "node", "register", "N1", "developer"],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     with corral.connect(url) as c:
         assert c.get_node("N1").pid is None

@@ -208,10 +208,14 @@ def test_one_leader_and_handover_when_its_connection_drops(pg_url: str) -> None:
         # and gone before B tries (pg_terminate_backend only signals the backend).
         dbname = urlsplit(pg_url).path.lstrip("/")
         with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
-            pids = [r[0] for r in admin.execute(
-                "SELECT pid FROM pg_stat_activity"
-                " WHERE application_name = 'corral monitor A' AND datname = %s", [dbname],
-            )]  # fmt: skip
+            pids = [
+                r[0]
+                for r in admin.execute(
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE application_name = 'corral monitor A' AND datname = %s",
+                    [dbname],
+                )
+            ]
             assert len(pids) == 1
             admin.execute("SELECT pg_terminate_backend(%s)", pids)
             deadline = time.monotonic() + 10
@@ -317,8 +321,10 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
     for node in ("A", "B"):
         mine = [(e.kind, sorted(e.data)) for e in events if e.node_id == node]
         assert [k for k, _ in mine].count("task_completed") == 4
-        assert mine[-2:] == [("task_completed", ["epoch"]),
-                             ("task_claimed", ["attempt", "epoch", "role"])]  # fmt: skip
+        assert mine[-2:] == [
+            ("task_completed", ["epoch"]),
+            ("task_claimed", ["attempt", "epoch", "role"]),
+        ]
     kinds = {n: [e.kind for e in events if e.node_id == n] for n in ("A", "B")}
     assert kinds["A"] == kinds["B"]
 

@@ -81,8 +81,11 @@ def test_the_postgres_claims_share_their_parts():
     heads = "FOR UPDATE OF t SKIP LOCKED"
     takers = [name for name, sql in queries.items() if heads in sql]
     assert sorted(takers) == [
-        "claim_full", "claim_lean", "complete_claim_full", "complete_claim_lean_quiet",
-    ]  # fmt: skip
+        "claim_full",
+        "claim_lean",
+        "complete_claim_full",
+        "complete_claim_lean_quiet",
+    ]
     assert not any("-- include:" in sql for sql in queries.values())
 
 

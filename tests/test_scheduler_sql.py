@@ -73,10 +73,18 @@ def test_the_claim_statements_agree_with_the_policy(
                 "INSERT INTO agents (id, config, unread, last_activated_at, held_by,"
                 " min_interval, next_due_at, next_due_task, created_at, updated_at)"
                 " VALUES (%s, '{}', %s, %s, %s, %s, %s, %s, %s, %s)",
-                (a.id, a.unread, a.last_activated_at, "other" if a.held else None,
-                 a.min_interval, a.next_due_at, None if a.next_due_at is None else "t",
-                 NOW, NOW),
-            )  # fmt: skip
+                (
+                    a.id,
+                    a.unread,
+                    a.last_activated_at,
+                    "other" if a.held else None,
+                    a.min_interval,
+                    a.next_due_at,
+                    None if a.next_due_at is None else "t",
+                    NOW,
+                    NOW,
+                ),
+            )
         want = pick(agents, mode, NOW, interval)
         got = embedded.get_assignment("r1", mode)
         assert (None if got is None else (got.agent_id, got.kind)) == (

@@ -40,8 +40,10 @@ def test_serve_process_creates_token_serves_and_stops_on_sigterm(tmp_path: Path)
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", "serve", "--port", str(port), "--log-level", "warning"],
-        cwd=tmp_path, env=env, stderr=log,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        stderr=log,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc)
@@ -72,8 +74,12 @@ def _serve(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_TOKEN", "CORRAL_URL")}
     return subprocess.run(
         [sys.executable, "-m", "corral", "serve", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_serve_refuses_a_missing_or_empty_token_file(tmp_path: Path) -> None:
@@ -187,8 +193,11 @@ def test_serve_logs_each_request_only_when_asked(tmp_path: Path) -> None:
         with log_path.open("wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "corral", "serve", "--port", str(port), flag],
-                cwd=tmp_path, env=env, stderr=log, stdout=log,
-            )  # fmt: skip
+                cwd=tmp_path,
+                env=env,
+                stderr=log,
+                stdout=log,
+            )
             try:
                 _wait_healthy(f"http://127.0.0.1:{port}", proc)
                 assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
@@ -209,10 +218,23 @@ def test_sigterm_removes_the_servers_wait_fifo(tmp_path: Path) -> None:
     env["CORRAL_TOKEN"] = "sigterm-token"
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "--url", f"sqlite:///{db}", "serve",
-         "--port", str(port), "--log-level", "warning", "--no-monitor"],
-        cwd=tmp_path, env=env, stderr=log,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "--url",
+            f"sqlite:///{db}",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-monitor",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": "Bearer sigterm-token"}
     wait_dir = tmp_path / "c.db-wait"
@@ -220,19 +242,25 @@ def test_sigterm_removes_the_servers_wait_fifo(tmp_path: Path) -> None:
 
     def claim(wait: float) -> None:
         try:
-            r = httpx.post(f"{url}/v1/nodes/n1/claim", json={"wait": wait}, headers=auth,
-                           timeout=60)  # fmt: skip
+            r = httpx.post(
+                f"{url}/v1/nodes/n1/claim", json={"wait": wait}, headers=auth, timeout=60
+            )
             # the claim cut short by the shutdown may get uvicorn's own plain 500
-            answers.append(r.json() if r.headers.get("content-type") == "application/json"
-                           else r.status_code)  # fmt: skip
+            answers.append(
+                r.json() if r.headers.get("content-type") == "application/json" else r.status_code
+            )
         except httpx.HTTPError as exc:
             answers.append(exc)
 
     waiting = threading.Thread(target=claim, args=(60,))
     try:
         _wait_healthy(url, proc)
-        assert httpx.post(f"{url}/v1/nodes", json={"node_id": "n1", "role": "developer"},
-                          headers=auth).status_code == 200  # fmt: skip
+        assert (
+            httpx.post(
+                f"{url}/v1/nodes", json={"node_id": "n1", "role": "developer"}, headers=auth
+            ).status_code
+            == 200
+        )
         claim(0.2)  # a waiting claim that found nothing
         assert answers == [{"task": None, "text": "No pending tasks to claim."}]
         fifos = [p for p in wait_dir.iterdir() if p.name.startswith(f"{proc.pid}-")]

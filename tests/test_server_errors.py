@@ -26,8 +26,11 @@ def api(tmp_path: Path) -> Iterator[tuple[httpx.Client, Any]]:
 
 
 def world(c: Any) -> Any:
-    return ([n.to_dict() for n in c.list_nodes()], [t.to_dict() for t in c.list_tasks()],
-            [e.seq for e in c.events(0, 10_000)])  # fmt: skip
+    return (
+        [n.to_dict() for n in c.list_nodes()],
+        [t.to_dict() for t in c.list_tasks()],
+        [e.seq for e in c.events(0, 10_000)],
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,8 +43,7 @@ def world(c: Any) -> Any:
         ("GET", "/v1/tasks/99", None, 404, "not_found", "task_id"),
         ("GET", "/v1/nope", None, 404, "not_found", None),
         ("POST", "/v1/nodes", {"node_id": "w2", "role": "wizard"}, 422, "invalid_input", "role"),
-        ("POST", "/v1/nodes", {"node_id": 7, "role": "developer"}, 422, "invalid_input",
-         "node_id"),
+        ("POST", "/v1/nodes", {"node_id": 7, "role": "developer"}, 422, "invalid_input", "node_id"),
         ("POST", "/v1/tasks", {"title": "t", "colour": "red"}, 422, "invalid_input", "colour"),
         ("POST", "/v1/tasks", [1, 2], 422, "invalid_input", None),
         ("GET", "/v1/tasks?limit=lots", None, 422, "invalid_input", "limit"),
@@ -50,9 +52,10 @@ def world(c: Any) -> Any:
         ("PATCH", "/v1/settings", {"max_agents": -1}, 422, "invalid_input", "max_agents"),
         ("DELETE", "/v1/tasks", None, 405, "method_not_allowed", None),
     ],
-)  # fmt: skip
-def test_error_envelope(api: Any, method: str, path: str, body: Any, status: int, code: str,
-                        field: str | None) -> None:  # fmt: skip
+)
+def test_error_envelope(
+    api: Any, method: str, path: str, body: Any, status: int, code: str, field: str | None
+) -> None:
     h, embedded = api
     before = world(embedded)
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}

@@ -472,9 +472,12 @@ def test_client_reads_chunked_and_length_bodies_on_one_connection() -> None:
         b'4\r\n{"a"\r\n3;x=1\r\n:[1\r\n2\r\n]}\r\n0\r\nX-T: 1\r\n\r\n'
     )
     server = ScriptedServer(
-        [(_ok(b'{"n":1}'), False), (chunked, False),
-         (b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(b"[]"), False)]
-    )  # fmt: skip
+        [
+            (_ok(b'{"n":1}'), False),
+            (chunked, False),
+            (b"HTTP/1.1 100 Continue\r\n\r\n" + _ok(b"[]"), False),
+        ]
+    )
     try:
         with HttpClient(f"http://127.0.0.1:{server.port}", token="t") as c:
             assert c.request("GET", "/x") == {"n": 1}
@@ -490,14 +493,20 @@ def test_client_reads_framing_fields_in_any_case_and_only_at_a_line_start() -> N
     and spacing; the same words inside another field's value frame nothing."""
     server = ScriptedServer(
         [
-            (b'HTTP/1.1 200 OK\r\nX-Note: content-length: 99\r\nCONTENT-LENGTH :  7\r\n\r\n{"n":2}',
-             False),
-            (b"HTTP/1.1 200 OK\r\nX-Note: connection: close\r\nTransfer-Encoding: Chunked\r\n"
-             b"\r\n1\r\n3\r\n0\r\n\r\n", False),
+            (
+                b"HTTP/1.1 200 OK\r\nX-Note: content-length: 99\r\n"
+                b'CONTENT-LENGTH :  7\r\n\r\n{"n":2}',
+                False,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nX-Note: connection: close\r\nTransfer-Encoding: Chunked\r\n"
+                b"\r\n1\r\n3\r\n0\r\n\r\n",
+                False,
+            ),
             (_ok(b"4", b"CONNECTION: Close\r\n"), False),
             (_ok(b"5"), False),
         ]
-    )  # fmt: skip
+    )
     try:
         with HttpClient(f"http://127.0.0.1:{server.port}", token="t") as c:
             assert c.request("GET", "/a") == {"n": 2}
@@ -595,8 +604,9 @@ def test_paths_that_differ_in_a_task_id_route_by_their_shape(tmp_path: Path) -> 
             with pytest.raises(corral.NotFoundError):
                 c.get_task(999)
             assert c.get_task(ids[2]).id == ids[2]
-        r = httpx.delete(f"{url}/v1/tasks/{ids[1]}/complete",
-                         headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+        r = httpx.delete(
+            f"{url}/v1/tasks/{ids[1]}/complete", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
         assert r.status_code == 405
     finally:
         stop_uvicorn(server, thread)
@@ -619,13 +629,17 @@ def test_a_shape_is_learnt_only_when_each_id_segment_is_one_whole_param(
     assert learn("/v1/q/17/x/18", {"a": "q/17", "b": "18"}) is None
     assert learn("/v1/17/y/17", {"a": "17", "b": "17"}) is None
     assert learn("/v1/k/17/tasks/18", {"a": "k", "b": "17", "c": "18"}) == (
-        op, {"a": 2, "b": 3, "c": 5}, {},
-    )  # fmt: skip
+        op,
+        {"a": 2, "b": 3, "c": 5},
+        {},
+    )
     # A segment that is literal text of some route is kept in the shape, and its
     # param with it.
     assert learn("/v1/nodes/tasks/heartbeat", {"node_id": "tasks"}) == (
-        op, {}, {"node_id": "tasks"},
-    )  # fmt: skip
+        op,
+        {},
+        {"node_id": "tasks"},
+    )
     shape = app._shape(["", "v1", "nodes", "w-1", "heartbeat"])
     assert shape == app._shape(["", "v1", "nodes", "w.2%", "heartbeat"])
     assert shape != app._shape(["", "v1", "nodes", "17", "heartbeat"])

@@ -31,8 +31,9 @@ def test_metrics_reflect_the_store_and_pass_promtool(tmp_path: Path) -> None:
         client = corral.connect(url, token=TOKEN)
         client.register_node("w1", "developer", heartbeat_interval=5)
         client.register_node("a1", "architect")
-        client.add_tasks([{"title": "implement a"}, {"title": "implement b"},
-                          {"title": "design c"}])  # fmt: skip
+        client.add_tasks(
+            [{"title": "implement a"}, {"title": "implement b"}, {"title": "design c"}]
+        )
         done = client.claim_best_task("w1", "developer")
         assert done is not None
         client.complete_task(done.id, "w1", done.epoch)
@@ -50,8 +51,9 @@ def test_metrics_reflect_the_store_and_pass_promtool(tmp_path: Path) -> None:
             r = h.get("/metrics")
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/plain")
-    check = subprocess.run([promtool, "check", "metrics"], input=r.text, capture_output=True,
-                           text=True, timeout=30)  # fmt: skip
+    check = subprocess.run(
+        [promtool, "check", "metrics"], input=r.text, capture_output=True, text=True, timeout=30
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     s = _samples(r.text)
     assert s[("corral_tasks", (("status", "done"),))] == 1
@@ -74,6 +76,12 @@ def test_metrics_reflect_the_store_and_pass_promtool(tmp_path: Path) -> None:
     assert any(k[0] == "corral_assessment_recommendation" and v == 1 for k, v in s.items())
     routes = {dict(k[1]).get("route") for k in s if k[0].startswith("corral_http_request")}
     assert "/v1/nodes/{node_id:path}/claim" in routes
-    assert s[("corral_http_request_duration_seconds_count",
-              (("method", "GET"), ("route", "/v1/nodes/{node_id:path}"),
-               ("status", "404")))] == 1  # fmt: skip
+    assert (
+        s[
+            (
+                "corral_http_request_duration_seconds_count",
+                (("method", "GET"), ("route", "/v1/nodes/{node_id:path}"), ("status", "404")),
+            )
+        ]
+        == 1
+    )

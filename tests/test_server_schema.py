@@ -48,8 +48,13 @@ def test_served_document_is_the_generated_one(base_url: str) -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
-          suppress_health_check=list(HealthCheck))  # fmt: skip
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 def test_api_conforms_to_its_openapi_document(case: Any, base_url: str) -> None:
     """No 5xx for any input; every answer is documented and matches its schema."""
     if case.operation.path == "/v1/nodes/{node_id}/claim" and isinstance(case.body, dict):
@@ -71,9 +76,17 @@ def test_api_conforms_to_its_openapi_document(case: Any, base_url: str) -> None:
     case.call_and_validate(base_url=base_url, headers=AUTH)
 
 
-_SAMPLE = {"node_id": "w1", "task_id": "1", "handler_id": "h1", "workflow": "wf", "host": "host1",
-           "agent_id": "w1", "runner_id": "w1", "assignment_id": "1",
-           "request_id": "1"}  # fmt: skip
+_SAMPLE = {
+    "node_id": "w1",
+    "task_id": "1",
+    "handler_id": "h1",
+    "workflow": "wf",
+    "host": "host1",
+    "agent_id": "w1",
+    "runner_id": "w1",
+    "assignment_id": "1",
+    "request_id": "1",
+}
 
 
 def test_every_405_lists_every_method_of_its_path(base_url: str) -> None:

@@ -239,8 +239,9 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
                 data = _ENCODER.encode(body).encode()
             except (TypeError, ValueError) as exc:
                 field = body_field or _unencodable_key(body)
-                raise InvalidInputError(f"{field or 'arguments'} must be JSON data: {exc}",
-                                        field=field) from None  # fmt: skip
+                raise InvalidInputError(
+                    f"{field or 'arguments'} must be JSON data: {exc}", field=field
+                ) from None
             extra = self._head_json
         try:
             line = f"{method} {target} HTTP/1.1\r\n".encode("ascii")

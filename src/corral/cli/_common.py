@@ -57,8 +57,9 @@ class Seconds(click.ParamType[float]):
         low = number < 0 if self.zero_ok else number <= 0
         if not math.isfinite(number) or low or number > MAX_SECONDS:
             kind = "from 0" if self.zero_ok else "above 0"
-            self.fail(f"must be a number of seconds {kind} up to {MAX_SECONDS}; got {value}",
-                      param, ctx)  # fmt: skip
+            self.fail(
+                f"must be a number of seconds {kind} up to {MAX_SECONDS}; got {value}", param, ctx
+            )
         return number
 
 

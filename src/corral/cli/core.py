@@ -421,10 +421,13 @@ class PassFilter:
                 or bool(result.events)
                 or (assessed is not None and assessed != self.assessed)
                 or (nd is None) != (self.deadline is None)
-                or (nd is not None and self.deadline is not None
-                    and nd < self.deadline - self.EPSILON)
+                or (
+                    nd is not None
+                    and self.deadline is not None
+                    and nd < self.deadline - self.EPSILON
+                )
                 or (self.deadline is not None and now >= self.deadline)
-            )  # fmt: skip
+            )
         if log:
             self.logged, self.leader, self.deadline = True, result.leader, nd
             if assessed is not None:
@@ -434,10 +437,14 @@ class PassFilter:
 
 @click.command()
 @click.option("--max-sleep", type=float, default=None, help="Longest sleep between checks (s).")
-@click.option("-v", "--verbose", is_flag=True,
-              help="Log a pass when it did something, its assessment changed, or its "
-                   "next deadline is new (sooner, or the last one passed): what it "
-                   "recovered, terminated and retired, the assessment, the next duty.")  # fmt: skip
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Log a pass when it did something, its assessment changed, or its "
+    "next deadline is new (sooner, or the last one passed): what it "
+    "recovered, terminated and retired, the assessment, the next duty.",
+)
 @click.pass_context
 def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
     """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""

@@ -28,8 +28,9 @@ def mcp_command(ctx: click.Context, monitor: bool | None) -> None:
         raise click.ClickException(f"{exc}; install corral[server]") from None
 
     # stdout carries the protocol: everything else goes to stderr.
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                        format="%(asctime)s %(name)s %(message)s")  # fmt: skip
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(name)s %(message)s"
+    )
     c = client(ctx, create=True)
     url = getattr(c, "url", None) or ""
     if monitor is None:

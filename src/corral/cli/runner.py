@@ -44,11 +44,20 @@ def _log_output(a: Any, stream: str, lines: list[str]) -> None:
     from corral.daemonlog import event
 
     if len(lines) > _OUTPUT_LINES:
-        log.info("activation %s %s: (%d earlier lines not shown)", a.id, stream,
-                 len(lines) - _OUTPUT_LINES)  # fmt: skip
+        log.info(
+            "activation %s %s: (%d earlier lines not shown)",
+            a.id,
+            stream,
+            len(lines) - _OUTPUT_LINES,
+        )
     for line in lines[-_OUTPUT_LINES:]:
-        log.info("activation %s %s: %s", a.id, stream, line,
-                 extra=event("activation_output", assignment=a.id, stream=stream))  # fmt: skip
+        log.info(
+            "activation %s %s: %s",
+            a.id,
+            stream,
+            line,
+            extra=event("activation_output", assignment=a.id, stream=stream),
+        )
 
 
 def command_outcome(command: tuple[str, ...], runner_id: str, timeout: float | None = None) -> Any:

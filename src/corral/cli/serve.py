@@ -103,8 +103,14 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     bound = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
-    options = {"token": token, "metrics_auth": metrics_auth, "monitor": not no_monitor,
-               "host": host, "log_level": log_level, "access_log": access_log}  # fmt: skip
+    options = {
+        "token": token,
+        "metrics_auth": metrics_auth,
+        "monitor": not no_monitor,
+        "host": host,
+        "log_level": log_level,
+        "access_log": access_log,
+    }
     if workers == 1:
         click.echo(f"corral serving {cluster.url} on http://{where}:{bound}", err=True)
         _serve_one(cluster, sock, options, signalled=True)
@@ -146,8 +152,9 @@ def _worker(url: str, sock: socket.socket, options: dict[str, Any]) -> int:
     return 0
 
 
-def _serve_one(cluster: Any, sock: socket.socket, options: dict[str, Any], *,
-               signalled: bool) -> None:  # fmt: skip
+def _serve_one(
+    cluster: Any, sock: socket.socket, options: dict[str, Any], *, signalled: bool
+) -> None:
     """Serve ``cluster`` on ``sock`` until stopped. ``signalled``: a process stopped by
     SIGINT/SIGTERM dies by it (a worker leaves that to its parent)."""
     import uvicorn

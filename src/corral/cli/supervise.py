@@ -74,8 +74,14 @@ def supervise(
 
         sys.stdout.flush()
         sys.stderr.flush()
-        argv = boot.argv("corral.supervisor.entry:main", "corral-supervise", manifest, state_dir,
-                         output, same_flags=True)  # fmt: skip
+        argv = boot.argv(
+            "corral.supervisor.entry:main",
+            "corral-supervise",
+            manifest,
+            state_dir,
+            output,
+            same_flags=True,
+        )
         os.execv(argv[0], argv)
     client = None
     if url:
@@ -267,9 +273,13 @@ def _make_command(cmd: Any) -> click.Command:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (across rotations).")
 @click.option("--stderr", "use_stderr", is_flag=True, help="The agent's stderr.log.")
 @click.option(
-    "-n", "--lines", default=20, show_default=True, type=click.IntRange(min=0),
+    "-n",
+    "--lines",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
     help="How many of the last lines to print first.",
-)  # fmt: skip
+)
 @click.pass_context
 def logs(ctx: click.Context, agent_id: str, follow: bool, use_stderr: bool, lines: int) -> None:
     """Print an agent's log (stdout.log, or stderr.log with --stderr).

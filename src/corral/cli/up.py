@@ -20,8 +20,13 @@ __all__ = ["register"]
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("manifest", default="corral.toml", metavar="[MANIFEST]")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=7070, show_default=True, type=click.IntRange(0, 65535),
-              help="Port to bind (0: any free port).")  # fmt: skip
+@click.option(
+    "--port",
+    default=7070,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to bind (0: any free port).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_context
 def up(ctx: click.Context, manifest: str, host: str, port: int, as_json: bool) -> None:
@@ -64,8 +69,7 @@ def up(ctx: click.Context, manifest: str, host: str, port: int, as_json: bool) -
         lock.release()
 
 
-def _run(fleet: Any, url: str, directory: Path, host: str, port: int,
-         as_json: bool) -> None:  # fmt: skip
+def _run(fleet: Any, url: str, directory: Path, host: str, port: int, as_json: bool) -> None:
     try:
         from corral.server import create_app, load_token
         from corral.server.auth import default_token_path
@@ -105,8 +109,9 @@ def _run(fleet: Any, url: str, directory: Path, host: str, port: int,
         click.echo("corral up: stopped", err=True)
 
 
-def _banner(fleet: Any, url: str, http: str, token_file: Path, state: Path, seeded: int,
-            as_json: bool) -> None:  # fmt: skip
+def _banner(
+    fleet: Any, url: str, http: str, token_file: Path, state: Path, seeded: int, as_json: bool
+) -> None:
     import json
 
     info = {
@@ -151,8 +156,9 @@ def _banner(fleet: Any, url: str, http: str, token_file: Path, state: Path, seed
     click.echo("\n".join(lines))
 
 
-async def _supervise(fleet: Any, cluster: Any, http: str, token: str, state: Path,
-                     as_json: bool, caught: list[int]) -> None:  # fmt: skip
+async def _supervise(
+    fleet: Any, cluster: Any, http: str, token: str, state: Path, as_json: bool, caught: list[int]
+) -> None:
     from corral.fleet.pools import FleetSupervisor
     from corral.fleet.up import EventPrinter
     from corral.supervisor.commands import dispatcher

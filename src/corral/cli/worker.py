@@ -154,32 +154,85 @@ def _node_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--id", "node_id", required=True, callback=_node_id, envvar="CORRAL_AGENT_ID",
-              help="This worker's node id (env CORRAL_AGENT_ID: a pool member's).")  # fmt: skip
-@click.option("--role", required=True, envvar="CORRAL_ROLE",
-              help="The role to register and claim for (env CORRAL_ROLE).")  # fmt: skip
+@click.option(
+    "--id",
+    "node_id",
+    required=True,
+    callback=_node_id,
+    envvar="CORRAL_AGENT_ID",
+    help="This worker's node id (env CORRAL_AGENT_ID: a pool member's).",
+)
+@click.option(
+    "--role",
+    required=True,
+    envvar="CORRAL_ROLE",
+    help="The role to register and claim for (env CORRAL_ROLE).",
+)
 @click.option("--model", default=None, help="Model name (sets the node's strength).")
-@click.option("--heartbeat-interval", type=Seconds(), default=5.0, show_default=True,
-              help="Seconds between heartbeats.")  # fmt: skip
-@click.option("--idle-timeout", type=Seconds(), default=None,
-              help="Seconds to keep trying to claim when idle before retiring "
-                   "(default: the cluster's idle_timeout_seconds).")  # fmt: skip
-@click.option("--task-timeout", type=Seconds(), default=None,
-              help="Fail a task whose command runs longer than this (seconds).")  # fmt: skip
-@click.option("--max-tasks", type=click.IntRange(min=1), default=None,
-              help="Exit after this many tasks.")  # fmt: skip
-@click.option("--webhook", "webhooks", multiple=True, metavar="URL",
-              help="Also POST each heartbeat's JSON here (repeatable).")  # fmt: skip
-@click.option("--metrics-keep", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Keep a heartbeat metrics series in the store (newest N points).")  # fmt: skip
-@click.option("--github-repo", default=None, metavar="OWNER/NAME",
-              help="Comment each heartbeat on a GitHub issue ($GITHUB_TOKEN).")  # fmt: skip
-@click.option("--github-issue", type=click.IntRange(min=1), default=None, metavar="N",
-              help="The issue number for --github-repo.")  # fmt: skip
-@click.option("--retry-attempts", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Attempts per heartbeat destination.")  # fmt: skip
-@click.option("--retry-delay", type=Seconds(zero_ok=True), default=5.0, show_default=True,
-              help="Seconds between attempts.")  # fmt: skip
+@click.option(
+    "--heartbeat-interval",
+    type=Seconds(),
+    default=5.0,
+    show_default=True,
+    help="Seconds between heartbeats.",
+)
+@click.option(
+    "--idle-timeout",
+    type=Seconds(),
+    default=None,
+    help="Seconds to keep trying to claim when idle before retiring "
+    "(default: the cluster's idle_timeout_seconds).",
+)
+@click.option(
+    "--task-timeout",
+    type=Seconds(),
+    default=None,
+    help="Fail a task whose command runs longer than this (seconds).",
+)
+@click.option(
+    "--max-tasks", type=click.IntRange(min=1), default=None, help="Exit after this many tasks."
+)
+@click.option(
+    "--webhook",
+    "webhooks",
+    multiple=True,
+    metavar="URL",
+    help="Also POST each heartbeat's JSON here (repeatable).",
+)
+@click.option(
+    "--metrics-keep",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Keep a heartbeat metrics series in the store (newest N points).",
+)
+@click.option(
+    "--github-repo",
+    default=None,
+    metavar="OWNER/NAME",
+    help="Comment each heartbeat on a GitHub issue ($GITHUB_TOKEN).",
+)
+@click.option(
+    "--github-issue",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="The issue number for --github-repo.",
+)
+@click.option(
+    "--retry-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Attempts per heartbeat destination.",
+)
+@click.option(
+    "--retry-delay",
+    type=Seconds(zero_ok=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds between attempts.",
+)
 @outage_option
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings only.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -259,8 +312,7 @@ def worker(
             retry=RetryPolicy(retry_attempts=retry_attempts, retry_delay=retry_delay),
             outage_tolerance=outage_tolerance,
         )
-        return w.run(command_handler(command, node_id, timeout=task_timeout),
-                     max_tasks=max_tasks)  # fmt: skip
+        return w.run(command_handler(command, node_id, timeout=task_timeout), max_tasks=max_tasks)
     finally:
         cluster.close()
 

@@ -90,9 +90,11 @@ def run_workers(count: int, serve: Callable[[], int]) -> int | None:
                     log.error("worker %d could not start (exit 3); not restarting it", pid)
                     continue
                 log.warning(
-                    "worker %d ended (%s); starting another", pid, code,
+                    "worker %d ended (%s); starting another",
+                    pid,
+                    code,
                     extra={"action": "worker_restart", "pid": pid},
-                )  # fmt: skip
+                )
                 pause = _RESTART_PAUSE - (time.monotonic() - started)
                 if pause > 0:
                     time.sleep(pause)

@@ -70,9 +70,11 @@ def workflows() -> None:
 @click.option("--status", type=click.Choice(HANDLER_STATUSES), default=None)
 @click.option("--idle/--busy", "idle", default=None, help="Only idle runs, or only busy ones.")
 @click.option(
-    "--idle-duration-gt", type=Seconds(zero_ok=True), default=None,
+    "--idle-duration-gt",
+    type=Seconds(zero_ok=True),
+    default=None,
     help="Only runs idle for more than this many seconds.",
-)  # fmt: skip
+)
 @click.option("--workflow", default=None, help="Only this workflow's runs.")
 @click.option("--host", default=None, help="Only this host's runs.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
@@ -118,9 +120,12 @@ def workflows_run(ctx: click.Context, workflow: str, kwargs: str | None, as_json
 @click.argument("event_type")
 @click.option("--data", default=None, help="The event's fields, a JSON object.")
 @click.option(
-    "--wait", type=Seconds(zero_ok=True), default=SEND_WAIT, show_default=True,
+    "--wait",
+    type=Seconds(zero_ok=True),
+    default=SEND_WAIT,
+    show_default=True,
     help="Seconds to wait for a released run to be resumed by a host (0: do not wait).",
-)  # fmt: skip
+)
 @json_option
 @click.pass_context
 def workflows_send(
@@ -162,9 +167,11 @@ def _resumed(c: Any, h: Handler, wait: float) -> Handler:
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--name", default=None, help="The workflow's name in the cluster (default: ATTR).")
 @click.option(
-    "--idle-release-after", type=Seconds(), default=None,
+    "--idle-release-after",
+    type=Seconds(),
+    default=None,
     help="This workflow's release delay here (default: the cluster's idle_release_after).",
-)  # fmt: skip
+)
 @click.option("--host", default=None, help="This host's id (default: HOSTNAME-PID).")
 @click.option("-q", "--quiet", is_flag=True, help="Print warnings only (failed runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON objects, one per line.")

@@ -139,8 +139,14 @@ async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: R
     loop = asyncio.get_running_loop()
     gone = loop.create_task(_disconnected(receive))
     store = st.cluster.store
-    now = Call(call.cluster, call.principal, call.tokens, call.path, call.query,
-               call.body.model_copy(update={"wait": 0}))  # fmt: skip
+    now = Call(
+        call.cluster,
+        call.principal,
+        call.tokens,
+        call.path,
+        call.query,
+        call.body.model_copy(update={"wait": 0}),
+    )
     deadline = time.monotonic() + call.body.wait
     try:
         while True:
@@ -441,8 +447,9 @@ class ApiRouter:
             if hit is _NOT_HERE:
                 allow = ", ".join(allowed_methods(self.routes, path))
                 exc = ApiError(405, "method_not_allowed", f"{method} is not allowed on {path}")
-                await _send(send, 405, envelope(exc.code, exc.message), _JSON,
-                            [(b"allow", allow.encode())])  # fmt: skip
+                await _send(
+                    send, 405, envelope(exc.code, exc.message), _JSON, [(b"allow", allow.encode())]
+                )
                 return
             if hit is not None:
                 op, params = hit

@@ -297,8 +297,9 @@ def _process_whole(value: Any) -> Any:
     return value
 
 
-_NULLABLE_TIME = {"anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1e12},
-                            {"type": "null"}]}  # fmt: skip
+_NULLABLE_TIME = {
+    "anyOf": [{"type": "number", "minimum": 0, "exclusiveMaximum": 1e12}, {"type": "null"}]
+}
 _PROCESS_ITEM = {
     "type": "object",
     "required": ["agent", "state"],

@@ -75,14 +75,27 @@ def _settings_change(schema: dict[str, Any], roles: tuple[str, ...] | None) -> N
         props[name].pop("exclusiveMinimum", None)
         props[name]["minimum"] = 0
     props["project_summary"].update(maxLength=20_000, pattern="^[^\\x00]*$")
-    role_name = {**m.ID_SCHEMA, "pattern": "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$",
-                 "not": {"enum": ["bootstrap_manager", "runner"]}}  # fmt: skip
+    role_name = {
+        **m.ID_SCHEMA,
+        "pattern": "^[^\\s\\x00-\\x1f\\x7f-\\x9f]+$",
+        "not": {"enum": ["bootstrap_manager", "runner"]},
+    }
     words = {"type": "array", "items": _WORD}
-    props["role_keywords"] = {"type": "object", "minProperties": 1, "propertyNames": role_name,
-                              "additionalProperties": words}  # fmt: skip
-    props["model_strengths"] = {"type": "array", "items": {
-        "type": "array", "minItems": 2, "maxItems": 2,
-        "prefixItems": [_WORD, {"enum": ["high", "medium", "low"]}]}}  # fmt: skip
+    props["role_keywords"] = {
+        "type": "object",
+        "minProperties": 1,
+        "propertyNames": role_name,
+        "additionalProperties": words,
+    }
+    props["model_strengths"] = {
+        "type": "array",
+        "items": {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": 2,
+            "prefixItems": [_WORD, {"enum": ["high", "medium", "low"]}],
+        },
+    }
 
 
 def _roles(node: Any, roles: tuple[str, ...]) -> Any:

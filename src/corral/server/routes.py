@@ -123,8 +123,9 @@ def claim(c: Call) -> Any:
     if key is not None and not c.body.wait:  # (a waiting claim's tries come with wait 0)
         # Keyed: the store keeps the key in the claim's transaction, and a claim sent
         # again with it returns what the first one took (corral.outage).
-        task = c.cluster.store.claim(node_id, check_id(role, "role"), c.cluster.clock.now(),
-                                     key=key)  # fmt: skip
+        task = c.cluster.store.claim(
+            node_id, check_id(role, "role"), c.cluster.clock.now(), key=key
+        )
     else:
         task = c.cluster.claim_best_task(node_id, role, wait=c.body.wait if c.body else 0)
     return {"task": task, "text": claim_text(task)}
@@ -143,9 +144,14 @@ def complete_and_claim(c: Call) -> Any:
         task_id = check_task_id(c.path["task_id"])
         cluster = c.cluster
         done, nxt = cluster.store.complete_and_claim(
-            task_id, b.node_id, b.epoch, b.result, check_id(b.role, "role"),
-            cluster.clock.now(), key=b.idempotency_key,
-        )  # fmt: skip
+            task_id,
+            b.node_id,
+            b.epoch,
+            b.result,
+            check_id(b.role, "role"),
+            cluster.clock.now(),
+            key=b.idempotency_key,
+        )
     return {"done": done, "next": nxt, "text": claim_text(nxt)}
 
 

@@ -53,12 +53,13 @@ _SERVED = {
     },
 }
 _WAITER_PROPS: dict[str, Any] = {
-        "step": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NOT_BLANK},
-        "event_type": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
-        "waiter_id": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
-        "deadline": {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_FLOAT},
-                               {"type": "null"}]},
-}  # fmt: skip
+    "step": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NOT_BLANK},
+    "event_type": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
+    "waiter_id": {"type": "string", "maxLength": 400, "pattern": "^[^\\x00]*$"},
+    "deadline": {
+        "anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_FLOAT}, {"type": "null"}]
+    },
+}
 _WAITER = {
     "type": "object",
     "required": ["step", "event_type"],
@@ -96,8 +97,9 @@ EventType = Annotated[
 ]
 Served = Annotated[Any, WithJsonSchema(_SERVED)]
 WaiterItem = Annotated[Any, WithJsonSchema(_WAITER)]
-ErrorText = Annotated[str, WithJsonSchema({"type": "string", "maxLength": 20_000,
-                                           "pattern": "^[^\\x00]*$"})]  # fmt: skip
+ErrorText = Annotated[
+    str, WithJsonSchema({"type": "string", "maxLength": 20_000, "pattern": "^[^\\x00]*$"})
+]
 Reason = Annotated[
     str, WithJsonSchema({"type": "string", "maxLength": 2000, "pattern": _NOT_BLANK})
 ]

@@ -223,13 +223,15 @@ class Store(ABC):
 
     # --- alerts and the heartbeat metrics series (worker SDK) ---------------------
     @abstractmethod
-    def record_alert(self, node_id: str | None, message: str, data: dict[str, Any],
-                     now: float) -> Event:  # fmt: skip
+    def record_alert(
+        self, node_id: str | None, message: str, data: dict[str, Any], now: float
+    ) -> Event:
         """Append an ``alert`` event (e.g. a heartbeat destination failing) and return it."""
 
     @abstractmethod
-    def record_sample(self, node_id: str, sample: dict[str, Any], keep: int | None,
-                      now: float) -> Event:  # fmt: skip
+    def record_sample(
+        self, node_id: str, sample: dict[str, Any], keep: int | None, now: float
+    ) -> Event:
         """Append a ``heartbeat_sample`` event for ``node_id``; when ``keep`` is given,
         delete that node's older samples beyond the newest ``keep``, in the same
         transaction. Returns the new event."""
@@ -259,15 +261,17 @@ class Store(ABC):
         """``host``'s ``process_action_requested`` events after ``since``, in order."""
 
     @abstractmethod
-    def ack_process_action(self, host: str, request_seq: int, ok: bool, message: str,
-                           now: float) -> Event:  # fmt: skip
+    def ack_process_action(
+        self, host: str, request_seq: int, ok: bool, message: str, now: float
+    ) -> Event:
         """Record a ``process_action_done`` event answering request ``request_seq``
         (``NotFoundError`` unless it is one of ``host``'s requests)."""
 
     # --- workflow runs (corral.workflows) --------------------------------------------
     @abstractmethod
-    def serve_workflows(self, host: str, workflows: list[tuple[str, float | None]],
-                        now: float) -> list[WorkflowHost]:  # fmt: skip
+    def serve_workflows(
+        self, host: str, workflows: list[tuple[str, float | None]], now: float
+    ) -> list[WorkflowHost]:
         """Replace the workflows ``host`` serves (name, its own release delay or None)
         and stamp it seen; returns them by name."""
 
@@ -280,24 +284,35 @@ class Store(ABC):
         ``NotFoundError`` when the host serves nothing."""
 
     @abstractmethod
-    def report_handler(self, host: str, handler_id: str, state: str, *,
-                       waiters: list[dict[str, Any]] | None, wake_at: float | None,
-                       result: Any, error: str | None, reason: str | None,
-                       now: float) -> Handler:  # fmt: skip
+    def report_handler(
+        self,
+        host: str,
+        handler_id: str,
+        state: str,
+        *,
+        waiters: list[dict[str, Any]] | None,
+        wake_at: float | None,
+        result: Any,
+        error: str | None,
+        reason: str | None,
+        now: float,
+    ) -> Handler:
         """Record a run's transition on its host (idle, busy, resident, or finished):
         ``idle_since`` per ``idle.idle_transition`` and its events. ``LeaseError``
         unless ``host`` runs it."""
 
     @abstractmethod
-    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any],
-                        now: float) -> Handler:  # fmt: skip
+    def release_handler(
+        self, host: str, handler_id: str, checkpoint: dict[str, Any], now: float
+    ) -> Handler:
         """Store an idle run's checkpoint and mark it released in one transaction
         (resumable from then on). ``LeaseError`` unless ``host`` runs it, it is idle
         and no event waits for it."""
 
     @abstractmethod
-    def run_workflow(self, handler_id: str, workflow: str, start: dict[str, Any],
-                     now: float) -> Handler:  # fmt: skip
+    def run_workflow(
+        self, handler_id: str, workflow: str, start: dict[str, Any], now: float
+    ) -> Handler:
         """Add a run for any live host serving ``workflow`` to take; ``NotFoundError``
         when none does."""
 
@@ -305,14 +320,23 @@ class Store(ABC):
     def get_handler(self, handler_id: str) -> Handler: ...
 
     @abstractmethod
-    def send_event(self, handler_id: str, event_type: str, data: dict[str, Any],
-                   now: float) -> Handler:  # fmt: skip
+    def send_event(
+        self, handler_id: str, event_type: str, data: dict[str, Any], now: float
+    ) -> Handler:
         """Queue an event for a run; a released run becomes due at once."""
 
     @abstractmethod
-    def list_handlers(self, *, status: str | None, idle: bool | None,
-                      idle_duration_gt: float | None, workflow: str | None,
-                      host: str | None, limit: int, now: float) -> list[Handler]:  # fmt: skip
+    def list_handlers(
+        self,
+        *,
+        status: str | None,
+        idle: bool | None,
+        idle_duration_gt: float | None,
+        workflow: str | None,
+        host: str | None,
+        limit: int,
+        now: float,
+    ) -> list[Handler]:
         """Handlers, filtered: idle ones longest idle first (on an index of
         ``idle_since``), the others oldest first."""
 
@@ -349,8 +373,9 @@ class Store(ABC):
         """The live activations, oldest first (without their inbox items)."""
 
     @abstractmethod
-    def release_activation(self, assignment_id: int, runner_id: str, epoch: int,
-                           outcome: dict[str, Any], now: float) -> Agent:  # fmt: skip
+    def release_activation(
+        self, assignment_id: int, runner_id: str, epoch: int, outcome: dict[str, Any], now: float
+    ) -> Agent:
         """End a live activation ``runner_id`` holds at ``epoch`` (``LeaseError``
         otherwise, nothing changed): the agent stamped and counted, its inbox items read."""
 

@@ -138,18 +138,45 @@ def task_row(values: Sequence[Any], start: int = 0) -> TaskRow:
 # and with one call per field written out (a loop over the setters costs half again).
 # (Kept as grids, not one name a line: fmt: skip.)
 _TASK_FIELDS = (
-    "id", "title", "priority", "status", "description", "role", "roles", "assigned_to",
-    "epoch", "attempts", "max_attempts", "created_at", "claimed_at", "updated_at",
-    "finished_at", "result", "error",
-)  # fmt: skip
+    "id",
+    "title",
+    "priority",
+    "status",
+    "description",
+    "role",
+    "roles",
+    "assigned_to",
+    "epoch",
+    "attempts",
+    "max_attempts",
+    "created_at",
+    "claimed_at",
+    "updated_at",
+    "finished_at",
+    "result",
+    "error",
+)
 if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: no cover
     raise RuntimeError("task_from_task_row must set every field of Task")
 (
-    _set_id, _set_title, _set_priority, _set_status, _set_description, _set_role,
-    _set_roles, _set_assigned_to, _set_epoch, _set_attempts, _set_max_attempts,
-    _set_created_at, _set_claimed_at, _set_updated_at, _set_finished_at, _set_result,
+    _set_id,
+    _set_title,
+    _set_priority,
+    _set_status,
+    _set_description,
+    _set_role,
+    _set_roles,
+    _set_assigned_to,
+    _set_epoch,
+    _set_attempts,
+    _set_max_attempts,
+    _set_created_at,
+    _set_claimed_at,
+    _set_updated_at,
+    _set_finished_at,
+    _set_result,
     _set_error,
-) = (Task.__dict__[name].__set__ for name in _TASK_FIELDS)  # fmt: skip
+) = (Task.__dict__[name].__set__ for name in _TASK_FIELDS)
 _new = object.__new__
 
 

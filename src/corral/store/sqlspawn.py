@@ -46,11 +46,26 @@ def request_spawn(
     db: Db, pool: str, role: str, reason: str, requested_by: str, now: float
 ) -> SpawnRequest:
     with db.write() as tx:
-        row = tx.one("spawn_request_insert", pool=pool, role=role, reason=reason,
-                     requested_by=requested_by, now=now)  # fmt: skip
+        row = tx.one(
+            "spawn_request_insert",
+            pool=pool,
+            role=role,
+            reason=reason,
+            requested_by=requested_by,
+            now=now,
+        )
         req = spawn_request_from_row(row)
-        db.event(tx, now, "spawn_requested", id=req.id, pool=pool, role=role,
-                    status="pending", actor=requested_by, reason=reason)  # fmt: skip
+        db.event(
+            tx,
+            now,
+            "spawn_requested",
+            id=req.id,
+            pool=pool,
+            role=role,
+            status="pending",
+            actor=requested_by,
+            reason=reason,
+        )
         return req
 
 
@@ -69,8 +84,17 @@ def decide_spawn_request(
             _refuse_decision(db, tx, request_id)
         req = spawn_request_from_row(row)
         why: dict[str, Any] = {} if reason is None else {"reason": reason}  # a withdrawal's
-        db.event(tx, now, f"spawn_request_{status}", id=req.id, pool=req.pool,
-                    role=req.role, status=status, actor=actor, **why)  # fmt: skip
+        db.event(
+            tx,
+            now,
+            f"spawn_request_{status}",
+            id=req.id,
+            pool=req.pool,
+            role=req.role,
+            status=status,
+            actor=actor,
+            **why,
+        )
         return req
 
 
@@ -91,8 +115,17 @@ def fulfil_spawn_request(db: Db, request_id: int, member: str, now: float) -> Sp
                 field="request_id",
             )
         req = spawn_request_from_row(row)
-        db.event(tx, now, "spawn_request_fulfilled", req.member, id=req.id,
-                    pool=req.pool, role=req.role, status=req.status, member=member)  # fmt: skip
+        db.event(
+            tx,
+            now,
+            "spawn_request_fulfilled",
+            req.member,
+            id=req.id,
+            pool=req.pool,
+            role=req.role,
+            status=req.status,
+            member=member,
+        )
         return req
 
 

@@ -121,10 +121,15 @@ def take_workflow_work(db: Db, host: str, limit: int, now: float) -> WorkflowWor
             key=lambda r: (r["updated_at"], r["handler_id"]),
         ):
             resumed = row["checkpoint"] is not None
-            _wf_event(db,
-                tx, now, "workflow_resumed" if resumed else "workflow_started", row,
-                host=host, restored=resumed,
-            )  # fmt: skip
+            _wf_event(
+                db,
+                tx,
+                now,
+                "workflow_resumed" if resumed else "workflow_started",
+                row,
+                host=host,
+                restored=resumed,
+            )
             runs.append(
                 HandlerRun(
                     handler=handler_from_row(row),

@@ -64,8 +64,11 @@ class Listener:
                 self._listening.clear()
                 if self._closed:
                     return
-                log.warning("LISTEN connection lost (%s); reconnecting", exc,
-                            extra={"action": "listen_retry"})  # fmt: skip
+                log.warning(
+                    "LISTEN connection lost (%s); reconnecting",
+                    exc,
+                    extra={"action": "listen_retry"},
+                )
                 time.sleep(backoff.next())
 
     def close(self) -> None:
