@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import corral
-from tests.test_mcp_transports import Server, _free_port
+from tests.test_mcp_transports import Server, _free_port, serve_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "mcp.md"
@@ -39,19 +38,7 @@ def test_the_documented_python_client_runs_against_corral_serve(tmp_path: Path) 
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
     port = _free_port()
-    corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
-    assert corral_exe
-    argv = [
-        corral_exe,
-        "--url",
-        url,
-        "serve",
-        "--port",
-        str(port),
-        "--no-monitor",
-        "--token-file",
-        str(token_file),
-    ]
+    argv = serve_argv(url, port, token_file, "--no-monitor")
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     script = tmp_path / "client.py"

@@ -10,9 +10,7 @@ Without it, the SDK's client ends its session on the first call that cannot conn
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from mcp import MCPError
 
 import corral
 from corral.mcp.http import ReconnectingTransport, connect, mcp_http_client
-from tests.test_mcp_transports import Server, _free_port
+from tests.test_mcp_transports import Server, _free_port, serve_argv
 from tests.worker_app import wait_for
 
 pytestmark = pytest.mark.slow
@@ -37,19 +35,7 @@ def _serve(tmp_path: Path) -> tuple[Server, str, str]:
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
     port = _free_port()
-    corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
-    assert corral_exe
-    argv = [
-        corral_exe,
-        "--url",
-        url,
-        "serve",
-        "--port",
-        str(port),
-        "--no-monitor",
-        "--token-file",
-        str(token_file),
-    ]
+    argv = serve_argv(url, port, token_file, "--no-monitor")
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     server.start()

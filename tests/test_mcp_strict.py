@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 import corral
 from corral.mcp import build_server
-from tests.test_mcp_transports import Server, _free_port
+from tests.test_mcp_transports import Server, _free_port, serve_argv
 
 # (tool, arguments, the argument the answer must name)
 STRICT_CALLS: list[tuple[str, dict[str, Any], str]] = [
@@ -178,19 +178,7 @@ def test_over_corral_serve_mcp(tmp_path: Path) -> None:
     token_file.write_text("s3cret-operator-token\n")
     token_file.chmod(0o600)
     port = _free_port()
-    corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
-    assert corral_exe
-    argv = [
-        corral_exe,
-        "--url",
-        url,
-        "serve",
-        "--port",
-        str(port),
-        "--no-monitor",
-        "--token-file",
-        str(token_file),
-    ]
+    argv = serve_argv(url, port, token_file, "--no-monitor")
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     server.start()

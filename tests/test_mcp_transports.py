@@ -106,6 +106,23 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=10)
 
 
+def serve_argv(url: str, port: int, token_file: Path, *options: str) -> list[str]:
+    """``corral serve`` on ``port`` with ``token_file``, as the installed console script."""
+    exe = shutil.which("corral", path=os.path.dirname(sys.executable))
+    assert exe, "the corral console script is not installed in this venv"
+    return [
+        exe,
+        "--url",
+        url,
+        "serve",
+        "--port",
+        str(port),
+        "--token-file",
+        str(token_file),
+        *options,
+    ]
+
+
 class Server:
     """A server process that can be killed and started again on the same port."""
 
@@ -262,9 +279,8 @@ def test_corral_serve_mounts_mcp_and_survives_a_restart(tmp_path: Path) -> None:
     token_file.write_text("s3cret-operator-token\n")
     token_file.chmod(0o600)
     port = _free_port()
-    corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
-    assert corral_exe
-    argv = [corral_exe, "--url", url, "serve", "--port", str(port), "--token-file", str(token_file)]
+    argv = serve_argv(url, port, token_file)
+    corral_exe = argv[0]
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     server.start()
@@ -319,19 +335,7 @@ def test_corral_serve_mcp_with_a_node_token_acts_only_as_that_node(tmp_path: Pat
     token_file.chmod(0o600)
     node_token = Tokens("s3cret-operator-token").node_token("Node-A1")
     port = _free_port()
-    corral_exe = shutil.which("corral", path=os.path.dirname(sys.executable))
-    assert corral_exe
-    argv = [
-        corral_exe,
-        "--url",
-        url,
-        "serve",
-        "--port",
-        str(port),
-        "--no-monitor",
-        "--token-file",
-        str(token_file),
-    ]
+    argv = serve_argv(url, port, token_file, "--no-monitor")
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
     server = Server(argv, port, env)
     with corral.connect(url) as c:
