@@ -324,7 +324,7 @@ class Campaign:
             # its nodes go silent, and the leader (if it is here) holds its lock
             # until the server notices the dead peer
             self.window(secs + LEADER_CUT_BOUND, kind, h, monitor=was_leader)
-            self.down(h, secs)
+            self.down(h, secs + OUTAGE_BACKOFF)  # and its monitor's backoff after the heal
 
             def heal() -> None:
                 net.heal(h.i)
@@ -342,6 +342,8 @@ class Campaign:
             elif kind == "loss":
                 p = self.rng.uniform(0.02, 0.2)
                 h.db_proxy.drop(p, secs)
+                # its sessions keep breaking: its monitor backs off (up to 5 s) meanwhile
+                self.down(h, secs + OUTAGE_BACKOFF)
                 detail = {"p": round(p, 3)}
             else:
                 h.db_proxy.freeze(secs)
