@@ -38,11 +38,6 @@ while True:
 BOUND = 3.5  # the stopped leader's session ended (2 s idle), then the next tick, with margin
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stopped PostgreSQL leader keeps its session advisory lock while stopped; "
-    "fix: the leader's session sets idle_session_timeout (store/postgres/dedicated.py)",
-)
 def test_a_stopped_postgres_leader_is_stood_in_for(request: pytest.FixtureRequest) -> None:
     url = pg.fresh_database(request)
     child = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdout=subprocess.PIPE, text=True)

@@ -62,16 +62,7 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
     "which",
     [
         "follower",
-        pytest.param(
-            "leader",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a cut-off leader keeps its PostgreSQL session (and the lead) until "
-                "the server's TCP keepalive ends it, ~16 s: the cut host's leases are "
-                "recovered then, not at their threshold; fix: the leader's session sets "
-                "idle_session_timeout (store/postgres/dedicated.py)",
-            ),
-        ),
+        "leader",
     ],
 )
 def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, which: str) -> None:

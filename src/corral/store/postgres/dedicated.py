@@ -17,7 +17,10 @@ from corral.errors import StoreUnavailableError
 from corral.store.postgres.session import _CHANNEL, _LEADER_KEY, Sessions, _unavailable
 from corral.store.signal import ReadySignal
 
-__all__ = ["Leader", "Listener"]
+__all__ = ["LEADER_IDLE_MS", "Leader", "Listener"]
+
+# The monitor renews its lead at every tick (at most 0.5 s apart).
+LEADER_IDLE_MS = 2000
 
 log = logging.getLogger("corral.store.postgres")
 
@@ -96,6 +99,11 @@ class Leader:
                     conn = self._conn = self._sessions.connect(
                         application_name=f"corral monitor {holder}"
                     )
+                    # A leader that sends nothing for this long (stopped, paused, cut
+                    # off) has its session ended by the server, releasing the lock
+                    # (PostgreSQL 14 and later; before, only TCP keepalive ends it).
+                    if conn.info.server_version >= 140000:
+                        conn.execute(f"SET idle_session_timeout = {LEADER_IDLE_MS}")
                 if self._leading:
                     conn.execute("SELECT 1")  # the session lives, so the lock is held
                 else:
