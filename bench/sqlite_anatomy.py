@@ -39,7 +39,7 @@ import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral import scoring
 from corral.store.queries import schema
-from corral.store.sqlite.store import _CLAIM_TAKE, _TASK_COMPLETE_QUIET
+from corral.store.sqlite.store import _BOOKKEEPING, _CLAIM_TAKE, _TASK_COMPLETE_QUIET
 from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare, _load_corral
 
 NODE = "anatomy"
@@ -135,6 +135,10 @@ def _raw(src: Path, folder: Path, steps: int, kind: str, conns: int, schema: tup
     db = _copy(src, folder)
     opened = [_connect(db) for _ in range(conns)]
     try:
+        if kind == "corral":  # the claim's and completion's bookkeeping, as corral's own
+            for conn in opened:
+                for trigger in _BOOKKEEPING:
+                    conn.execute(trigger)
         for statement in schema:
             opened[0].execute(statement)
         run = (_corral_steps if kind == "corral" else _bare_steps)(opened)
