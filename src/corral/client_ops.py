@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         PositiveInt,
         PriorityName,
         ProcessActionName,
+        Reason,
         Seconds,
         Seq,
         StrengthName,
@@ -365,7 +366,7 @@ class ClientOperations(Protocol):
         ...
 
     def request_spawn(
-        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
+        self, pool: str, role: str, reason: Reason = "", requested_by: str = "pool"
     ) -> SpawnRequest:
         """Ask for one new member of ``pool`` (a worker of ``role``): a pending request
         and a ``spawn_requested`` event; an operator or a manager agent accepts or
@@ -388,7 +389,7 @@ class ClientOperations(Protocol):
         ...
 
     def withdraw_spawn_request(
-        self, request_id: int, reason: str, actor: str = "pool"
+        self, request_id: int, reason: Reason, actor: str = "pool"
     ) -> SpawnRequest:
         """Withdraw a pending spawn request its pool no longer wants (the board drained,
         the recommendation changed): status ``withdrawn``, nothing spawned, and a

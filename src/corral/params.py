@@ -48,6 +48,7 @@ __all__ = [
     "PositiveInt",
     "PriorityName",
     "ProcessActionName",
+    "Reason",
     "Seconds",
     "Seq",
     "StrengthName",
@@ -83,6 +84,7 @@ Text: TypeAlias = Annotated[str, DESCRIPTION]
 Message: TypeAlias = Annotated[str, text(defaults.MAX_DESCRIPTION, empty=False)]
 ModelName: TypeAlias = Annotated[str, text(200)]
 HostName: TypeAlias = Annotated[str, text(255)]
+Reason: TypeAlias = Annotated[str, text(500)]
 JsonValue: TypeAlias = Annotated[Any, PAYLOAD]
 """Free-form JSON data (at most ``MAX_PAYLOAD_BYTES`` encoded)."""
 JsonObject: TypeAlias = Annotated[dict[str, Any], OBJECT]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         PositiveInt,
         PriorityName,
         ProcessActionName,
+        Reason,
         Seconds,
         Seq,
         StrengthName,
@@ -441,7 +442,7 @@ class HttpOperations(RemoteCalls):
         return many(Assignment, self._invoke("list_assignments", {"limit": limit}))
 
     def request_spawn(
-        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
+        self, pool: str, role: str, reason: Reason = "", requested_by: str = "pool"
     ) -> SpawnRequest:
         return one(
             SpawnRequest,
@@ -472,7 +473,7 @@ class HttpOperations(RemoteCalls):
         )
 
     def withdraw_spawn_request(
-        self, request_id: int, reason: str, actor: str = "pool"
+        self, request_id: int, reason: Reason, actor: str = "pool"
     ) -> SpawnRequest:
         return one(
             SpawnRequest,

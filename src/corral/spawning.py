@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, get_args
 
 from corral.errors import InvalidInputError
+from corral.params import Reason
 from corral.types import SpawnStatus
 from corral.validation import MAX_INT, check_choice, check_id, check_limit, check_text
 
@@ -100,7 +101,7 @@ class SpawnRequestsMixin:
         return cast("_SpawnStore", self.store)  # SQLStore's SpawnMixin
 
     def request_spawn(
-        self, pool: str, role: str, reason: str = "", requested_by: str = "pool"
+        self, pool: str, role: str, reason: Reason = "", requested_by: str = "pool"
     ) -> SpawnRequest:
         """Ask for one new member of ``pool`` (a worker of ``role``): a pending
         request and a ``spawn_requested`` event; an operator or a manager agent
@@ -137,7 +138,7 @@ class SpawnRequestsMixin:
         return self._decide(request_id, "declined", actor)
 
     def withdraw_spawn_request(
-        self, request_id: int, reason: str, actor: str = "pool"
+        self, request_id: int, reason: Reason, actor: str = "pool"
     ) -> SpawnRequest:
         """Withdraw a pending spawn request its pool no longer wants (the board
         drained, the recommendation changed): status ``withdrawn``, nothing spawned,
