@@ -238,8 +238,11 @@ class Campaign:
         try:
             while not self.stop.is_set() and self.now() < self.seconds:  # then the drain
                 n += 1
-                spec = {"title": f"h{host.i} load {n}", "role": "developer",
-                        "description": f"{rng.uniform(0.2, 3.0):.2f}"}  # fmt: skip
+                spec = {
+                    "title": f"h{host.i} load {n}",
+                    "role": "developer",
+                    "description": f"{rng.uniform(0.2, 3.0):.2f}",
+                }
                 try:
                     task = client.add_task(**spec)
                 except Exception:
@@ -457,8 +460,15 @@ class Campaign:
     def leader_cut(self, host: Host, how: str) -> None:
         """The leader was cut off: note when, to measure when a live host leads."""
         pid = host.serve.pid if host.serve is not None else None
-        self.leader_moves.append({"t": round(self.now(), 2), "from": host.i, "how": how,
-                                  "pid": pid, "moved_after_s": None})  # fmt: skip
+        self.leader_moves.append(
+            {
+                "t": round(self.now(), 2),
+                "from": host.i,
+                "how": how,
+                "pid": pid,
+                "moved_after_s": None,
+            }
+        )
 
     def cut_off(self, host: Host) -> bool:
         """``host`` is partitioned, or its server is stopped."""
@@ -636,8 +646,13 @@ def check_log(camp: Campaign, beat: float) -> dict[str, Any]:
         key = (e["task"], int(e["data"]["epoch"]))
         if claims.get(key) != e["node"] or key in ended:
             stale += 1
-            camp.violation("no_stale_completion", task=e["task"], event=e["seq"],
-                           claimer=claims.get(key), ended=key in ended)  # fmt: skip
+            camp.violation(
+                "no_stale_completion",
+                task=e["task"],
+                event=e["seq"],
+                claimer=claims.get(key),
+                ended=key in ended,
+            )
     # Activations: every assignment of an agent but its last ended (released or
     # expired): the next one was taken only once it was free.
     assigned: dict[str, list[int]] = defaultdict(list)  # agent -> epochs
@@ -653,8 +668,12 @@ def check_log(camp: Campaign, beat: float) -> dict[str, Any]:
     for agent, epochs in assigned.items():
         for epoch in sorted(epochs)[:-1]:
             if (agent, epoch) not in finished:
-                camp.violation("activation_once", agent=agent, epoch=epoch,
-                               note="a later activation while this one never ended")  # fmt: skip
+                camp.violation(
+                    "activation_once",
+                    agent=agent,
+                    epoch=epoch,
+                    note="a later activation while this one never ended",
+                )
     twice = [t for t, n in completions.items() if n > 1]
     for t in twice:
         camp.violation("done_once", task=t, completions=completions[t])
@@ -726,8 +745,9 @@ def check_recoveries(camp: Campaign, events: list[dict[str, Any]], beat: float) 
         host = int(e["node"].split("-")[0][1:]) if e["node"].startswith("h") else None
         causes = [w for w in camp.windows if w.silent and w.host in (None, host)]
         if _overlap(causes, span) <= 0:
-            camp.violation("no_false_recovery", task=e["task"], node=e["node"],
-                           stale_s=stale, event=e["seq"])  # fmt: skip
+            camp.violation(
+                "no_false_recovery", task=e["task"], node=e["node"], stale_s=stale, event=e["seq"]
+            )
             continue
         if excess <= 1.0:
             late.append(excess)
@@ -737,8 +757,13 @@ def check_recoveries(camp: Campaign, events: list[dict[str, Any]], beat: float) 
             excused += 1
             late.append(excess)
         else:
-            camp.violation("recovery_bound", task=e["task"], node=e["node"],
-                           excess_s=round(excess, 2), allowed_s=round(allowed, 2))  # fmt: skip
+            camp.violation(
+                "recovery_bound",
+                task=e["task"],
+                node=e["node"],
+                excess_s=round(excess, 2),
+                allowed_s=round(allowed, 2),
+            )
     late.sort()
     return {
         "leases_recovered_dead": n,
@@ -778,8 +803,11 @@ def check_leadership(camp: Campaign) -> dict[str, Any]:
     lead (PostgreSQL down, every other host down). The move is known to within the
     observer's sampling: the check uses the last sample that had not seen it."""
     worst = 0.0
-    bounds = {"kill": OUTAGE_BACKOFF + 1.0, "sigstop": LEADER_STOP_BOUND,
-              "partition": LEADER_CUT_BOUND}  # fmt: skip
+    bounds = {
+        "kill": OUTAGE_BACKOFF + 1.0,
+        "sigstop": LEADER_STOP_BOUND,
+        "partition": LEADER_CUT_BOUND,
+    }
     for move in camp.leader_moves:
         low = move.get("moved_after_low_s")
         bound = bounds[move["how"]]
@@ -807,8 +835,9 @@ def check_growth(camp: Campaign) -> dict[str, Any]:
         first = sorted(s[1] for s in samples[:k])[k // 2]
         last = sorted(s[1] for s in samples[-k:])[k // 2]
         if last > first * 1.5 + 30e6:
-            grew.append({"pid": pid, "name": samples[0][2], "first_mb": first / 1e6,
-                         "last_mb": last / 1e6})  # fmt: skip
+            grew.append(
+                {"pid": pid, "name": samples[0][2], "first_mb": first / 1e6, "last_mb": last / 1e6}
+            )
     for g in grew:
         camp.violation("rss_bounded", **g)
     s = camp.samples
@@ -821,8 +850,11 @@ def check_growth(camp: Campaign) -> dict[str, Any]:
         if ratio is not None and ratio > 2.0:
             camp.violation("events_bounded", first_half_per_task=r1, second_half_per_task=r2)
     peak = max((max(x[1] for x in v) for v in camp.rss.values()), default=0)
-    return {"processes_sampled": len(camp.rss), "rss_peak_mb": round(peak / 1e6, 1),
-            "events_per_task_ratio_2nd_to_1st_half": ratio}  # fmt: skip
+    return {
+        "processes_sampled": len(camp.rss),
+        "rss_peak_mb": round(peak / 1e6, 1),
+        "events_per_task_ratio_2nd_to_1st_half": ratio,
+    }
 
 
 def settle(camp: Campaign, deadline: float) -> bool:
@@ -867,10 +899,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 admin.add_agent(f"agent-{k}")
             admin.close()
             camp = Campaign(hosts, args.seed, args.minutes * 60, args.rate, args.gap)
-            threads = [threading.Thread(target=camp.load, args=(h,), daemon=True)
-                       for h in hosts.hosts]  # fmt: skip
-            threads += [threading.Thread(target=camp.runner, args=(h,), daemon=True)
-                        for h in hosts.hosts]  # fmt: skip
+            threads = [
+                threading.Thread(target=camp.load, args=(h,), daemon=True) for h in hosts.hosts
+            ]
+            threads += [
+                threading.Thread(target=camp.runner, args=(h,), daemon=True) for h in hosts.hosts
+            ]
             threads.append(threading.Thread(target=camp.observe, daemon=True))
             for t in threads:
                 t.start()
@@ -972,8 +1006,11 @@ def main(argv: list[str] | None = None) -> int:
         f" {result['leadership']['leader_cut_offs']} times; JSON: {args.out}"
     )
     if result["violations_total"]:
-        print(f"FAILED: {result['violations_total']} violations; replay with --seed {args.seed}"
-              f" --hosts {args.hosts} --minutes {args.minutes}", file=sys.stderr)  # fmt: skip
+        print(
+            f"FAILED: {result['violations_total']} violations; replay with --seed {args.seed}"
+            f" --hosts {args.hosts} --minutes {args.minutes}",
+            file=sys.stderr,
+        )
         for v in result["violations"][:20]:
             print(f"  {v}", file=sys.stderr)
         return 1

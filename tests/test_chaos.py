@@ -36,10 +36,22 @@ def test_three_minutes_of_chaos_on_three_hosts_break_no_invariant(tmp_path: Path
         pytest.fail(f"the chaos campaign cannot run here: {exc}", pytrace=False)
     out = tmp_path / "chaos.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "chaos.py"), "--hosts", "3", "--minutes", "3",
-         "--seed", str(SEED), "--out", str(out)],
-        capture_output=True, text=True, timeout=840,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "bench" / "chaos.py"),
+            "--hosts",
+            "3",
+            "--minutes",
+            "3",
+            "--seed",
+            str(SEED),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
     assert out.exists(), done.stderr[-3000:]
     result = json.loads(out.read_text())
     violations = result["violations"]

@@ -73,8 +73,9 @@ def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, 
     assert lead is not None
     # the monitor's leader's host, or another
     cut = lead if which == "leader" else hosts.hosts[(lead.i + 1) % 3]
-    admin.add_tasks([{"title": f"long {i}", "role": "developer",
-                      "description": str(WORK)} for i in range(6)])  # fmt: skip
+    admin.add_tasks(
+        [{"title": f"long {i}", "role": "developer", "description": str(WORK)} for i in range(6)]
+    )
     held = lambda: {t.assigned_to: t for t in admin.list_tasks(status="in_progress")}  # noqa: E731
     wait_for("every worker on a task", lambda: len(held()) == 6, 30)
     theirs = {held()[a].id: (a, held()[a].epoch) for a in cut.agents}
@@ -96,8 +97,11 @@ def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, 
         cut_at = time.monotonic()
 
         def recovered() -> list[corral.Event]:
-            return [e for e in admin.events(limit=100_000)
-                    if e.kind == "lease_recovered" and e.task_id in theirs]  # fmt: skip
+            return [
+                e
+                for e in admin.events(limit=100_000)
+                if e.kind == "lease_recovered" and e.task_id in theirs
+            ]
 
         wait_for("the cut host's leases recovered", lambda: len(recovered()) == 2, PARTITION)
         assert time.monotonic() - cut_at < PARTITION
@@ -119,8 +123,11 @@ def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, 
 
         wait_for("both late completions refused", lambda: refused() == 2, WORK + 30)
         # Every first task done once, by another host's worker.
-        wait_for("the first tasks done", lambda: all(
-            admin.get_task(t).status == "done" for t in theirs), 2 * WORK + 30)  # fmt: skip
+        wait_for(
+            "the first tasks done",
+            lambda: all(admin.get_task(t).status == "done" for t in theirs),
+            2 * WORK + 30,
+        )
         done = [e for e in admin.events(limit=100_000) if e.kind == "task_completed"]
         for task, (agent, epoch) in theirs.items():
             mine = [e for e in done if e.task_id == task]
@@ -129,14 +136,23 @@ def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, 
 
         # Back without an operator: its workers are live again and do new work.
         healed = time.monotonic()
-        wait_for("the cut host's workers live again", lambda: all(
-            admin.get_node(a).status != "terminated" for a in cut.agents), 60)  # fmt: skip
+        wait_for(
+            "the cut host's workers live again",
+            lambda: all(admin.get_node(a).status != "terminated" for a in cut.agents),
+            60,
+        )
         first = max((e.seq for e in admin.events(limit=100_000)), default=0)
-        admin.add_tasks([{"title": f"after {i}", "role": "developer", "description": "0.1"}
-                         for i in range(30)])  # fmt: skip
-        wait_for("new work done by the healed host", lambda: any(
-            e.kind == "task_completed" and e.node_id in cut.agents
-            for e in admin.events(since=first, limit=100_000)), 60)  # fmt: skip
+        admin.add_tasks(
+            [{"title": f"after {i}", "role": "developer", "description": "0.1"} for i in range(30)]
+        )
+        wait_for(
+            "new work done by the healed host",
+            lambda: any(
+                e.kind == "task_completed" and e.node_id in cut.agents
+                for e in admin.events(since=first, limit=100_000)
+            ),
+            60,
+        )
         assert time.monotonic() - healed < 120
     finally:
         stop.set()

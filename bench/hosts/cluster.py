@@ -97,17 +97,34 @@ class Host:
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with (self.folder / f"{name}.log").open("ab") as log:
             return subprocess.Popen(
-                ["ip", "netns", "exec", self.ns, *argv], env=self.env(), stdout=log,
-                stderr=subprocess.STDOUT, cwd=self.folder, start_new_session=True,
-            )  # fmt: skip
+                ["ip", "netns", "exec", self.ns, *argv],
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.folder,
+                start_new_session=True,
+            )
 
     def start_serve(self, wait: bool = True) -> None:
         self.serve = self._spawn(
             "serve",
-            [sys.executable, "-m", "corral", "--url", self.db_url, "serve", "--host", "0.0.0.0",
-             "--port", str(SERVE_PORT), "--token-file", str(self.token_file),
-             "--log-level", "warning"],
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "corral",
+                "--url",
+                self.db_url,
+                "serve",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(SERVE_PORT),
+                "--token-file",
+                str(self.token_file),
+                "--log-level",
+                "warning",
+            ],
+        )
         if wait:
             self.wait_healthy()
 
@@ -140,9 +157,19 @@ class Host:
             manifest = self.write_manifest()
         self.supervise = self._spawn(
             "supervise",
-            [sys.executable, "-m", "corral", "--url", f"http://127.0.0.1:{SERVE_PORT}",
-             "supervise", str(manifest), "--state-dir", str(self.folder / "state"), "-q"],
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "corral",
+                "--url",
+                f"http://127.0.0.1:{SERVE_PORT}",
+                "supervise",
+                str(manifest),
+                "--state-dir",
+                str(self.folder / "state"),
+                "-q",
+            ],
+        )
 
     def alive(self, proc: subprocess.Popen[bytes] | None) -> bool:
         return proc is not None and proc.poll() is None
@@ -207,9 +234,18 @@ class Hosts:
         net.check_permitted()
         net.up(self.n)
         subprocess.run(
-            ["gcc", "-shared", "-fPIC", "-O2", "-o", str(self.clockstep),
-             str(HERE / "clockstep.c"), "-ldl"], check=True,
-        )  # fmt: skip
+            [
+                "gcc",
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-o",
+                str(self.clockstep),
+                str(HERE / "clockstep.c"),
+                "-ldl",
+            ],
+            check=True,
+        )
         self.pg.init()
         self.pg.start()
         self.pg.create_db()

@@ -64,15 +64,36 @@ class Postgres:
             f.write("host all all 10.231.0.0/24 trust\n")
 
     def start(self) -> None:
-        _as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
-                     "-w", "-t", "60", "start")  # fmt: skip
+        _as_postgres(
+            str(BIN / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self) -> None:
         subprocess.run(
-            ["runuser", "-u", "postgres", "--", str(BIN / "pg_ctl"), "-D", str(self.data),
-             "-m", "fast", "-w", "stop"],
-            capture_output=True, check=False,
-        )  # fmt: skip
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ],
+            capture_output=True,
+            check=False,
+        )
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -81,8 +102,19 @@ class Postgres:
         """A fast-mode restart (every session ended, then the server back): the seconds
         it was down."""
         began = time.monotonic()
-        _as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
-                     "-m", "fast", "-w", "-t", "60", "restart")  # fmt: skip
+        _as_postgres(
+            str(BIN / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        )
         self.restarts += 1
         return time.monotonic() - began
 

@@ -126,8 +126,14 @@ def _log_event(event: Event) -> None:
 
 
 class Monitor:
-    def __init__(self, cluster: Client, *, max_sleep: float = MONITOR_MAX_SLEEP,
-                 name: str | None = None, duties: Sequence[Duty] = DUTIES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: Client,
+        *,
+        max_sleep: float = MONITOR_MAX_SLEEP,
+        name: str | None = None,
+        duties: Sequence[Duty] = DUTIES,
+    ) -> None:
         if not isinstance(cluster, Cluster):  # the duties are store transactions
             raise InvalidInputError(
                 "the monitor needs the store itself (a sqlite:// or postgresql:// url),"
@@ -271,10 +277,15 @@ class Monitor:
             None,
             f"{state}process {pid} held the store's write lock; writes failed for"
             f" {now - since:.1f}s",
-            {"reason": "store_lock_held", "pid": pid, "stopped": stopped,
-             "seconds": round(now - since, 3), "monitor": self.name},
+            {
+                "reason": "store_lock_held",
+                "pid": pid,
+                "stopped": stopped,
+                "seconds": round(now - since, 3),
+                "monitor": self.name,
+            },
             now,
-        )  # fmt: skip
+        )
         self._stall = None
 
     def start_thread(self) -> threading.Thread:

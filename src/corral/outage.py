@@ -62,18 +62,44 @@ _NOT_RETRIED = frozenset({"heartbeat", "alert", "record_metrics", "close"})
 # harmless (the same state written again, a read) or detected (keys, fencing).
 _REPEATABLE = frozenset(
     {
-        "settings", "register_node", "list_nodes", "get_node", "set_agent_status",
-        "terminate_node", "touch", "catch_up", "metrics_series", "list_tasks", "get_task",
-        "claim_best_task", "complete_task", "complete_and_claim", "fail_task",
-        "assess_workload", "read_state", "read_state_text", "events", "broadcast", "stats",
-        "list_processes", "report_processes", "process_actions", "list_handlers",
-        "get_handler", "list_agents", "get_agent", "read_inbox", "release_assignment",
-        "list_assignments", "spawn_requests", "ack_process_action",
+        "settings",
+        "register_node",
+        "list_nodes",
+        "get_node",
+        "set_agent_status",
+        "terminate_node",
+        "touch",
+        "catch_up",
+        "metrics_series",
+        "list_tasks",
+        "get_task",
+        "claim_best_task",
+        "complete_task",
+        "complete_and_claim",
+        "fail_task",
+        "assess_workload",
+        "read_state",
+        "read_state_text",
+        "events",
+        "broadcast",
+        "stats",
+        "list_processes",
+        "report_processes",
+        "process_actions",
+        "list_handlers",
+        "get_handler",
+        "list_agents",
+        "get_agent",
+        "read_inbox",
+        "release_assignment",
+        "list_assignments",
+        "spawn_requests",
+        "ack_process_action",
         # An activation granted by a lost answer is a lease with a TTL: its agent waits
         # for that TTL, as after a runner's crash (no key yet: docs/worker.md).
         "get_assignment",
     }
-)  # fmt: skip
+)
 _KEYED = frozenset({"claim_best_task", "complete_and_claim"})
 
 
@@ -185,9 +211,13 @@ class Tolerant:
                 raise
             else:
                 if started is not None:
-                    log.info("%s: the store is back after %.1fs (%d retries)", name,
-                                self._mono() - started, attempt,
-                                extra={"action": "store_back"})  # fmt: skip
+                    log.info(
+                        "%s: the store is back after %.1fs (%d retries)",
+                        name,
+                        self._mono() - started,
+                        attempt,
+                        extra={"action": "store_back"},
+                    )
                 return result
             now = self._mono()
             if started is None:
@@ -195,13 +225,21 @@ class Tolerant:
                 self.outages += 1
             pause = self.policy.wait(attempt, now - started, self._rand)
             if pause is None:
-                log.error("%s: the store stayed unreachable for %.0fs: giving up", name,
-                          now - started, extra={"action": "store_gone"})  # fmt: skip
+                log.error(
+                    "%s: the store stayed unreachable for %.0fs: giving up",
+                    name,
+                    now - started,
+                    extra={"action": "store_gone"},
+                )
                 raise error
             if attempt == 0:
-                log.warning("%s: the store is unreachable (%s); retrying for up to %.0fs",
-                            name, error, self.policy.tolerance,
-                            extra={"action": "store_unreachable"})  # fmt: skip
+                log.warning(
+                    "%s: the store is unreachable (%s); retrying for up to %.0fs",
+                    name,
+                    error,
+                    self.policy.tolerance,
+                    extra={"action": "store_unreachable"},
+                )
             if self._sleep(pause):
                 raise error  # told to stop waiting
             attempt += 1

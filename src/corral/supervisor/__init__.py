@@ -59,8 +59,15 @@ __all__ = [
     "stop_phases",
 ]
 
-_MANIFEST = ("AgentSpec", "Manifest", "ManifestError", "Settings", "load_manifest", "phases",
-             "stop_phases")  # fmt: skip
+_MANIFEST = (
+    "AgentSpec",
+    "Manifest",
+    "ManifestError",
+    "Settings",
+    "load_manifest",
+    "phases",
+    "stop_phases",
+)
 _LAZY = {name: "corral.supervisor.manifest" for name in _MANIFEST} | {
     name: "corral.supervisor.policy" for name in __all__ if name not in _MANIFEST
 }

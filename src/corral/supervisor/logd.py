@@ -247,8 +247,12 @@ def start_logd(
         client_buffer = DEFAULT_CLIENT_BUFFER
     # The same daemon as ``python -m corral.supervisor.logd``, in an interpreter that
     # does not load the package corral's __init__ (see corral.supervisor.boot).
-    argv = boot.argv("corral.supervisor.logd_server:boot_main", "corral.supervisor.logd",
-                     str(state_dir), str(int(client_buffer)))  # fmt: skip
+    argv = boot.argv(
+        "corral.supervisor.logd_server:boot_main",
+        "corral.supervisor.logd",
+        str(state_dir),
+        str(int(client_buffer)),
+    )
     env = {k: v for k, v in os.environ.items() if k not in _CHILD_MARKERS}
     try:
         done = subprocess.run(

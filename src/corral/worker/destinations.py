@@ -307,8 +307,13 @@ class Delivery:
                 self.destination.send(payload)
             except Exception as exc:  # a destination's failure is data, not a crash
                 error = f"{type(exc).__name__}: {exc}"
-                log.debug("heartbeat to %s failed (attempt %d/%d): %s", self.name, attempt,
-                          attempts, error)  # fmt: skip
+                log.debug(
+                    "heartbeat to %s failed (attempt %d/%d): %s",
+                    self.name,
+                    attempt,
+                    attempts,
+                    error,
+                )
                 if attempt < attempts:
                     self._sleep(self.policy.retry_delay)
                 continue
@@ -319,9 +324,12 @@ class Delivery:
 
     def _succeeded(self) -> None:
         if self.consecutive_failures >= self.policy.alert_after:
-            log.info("heartbeat destination %s recovered after %d failures", self.name,
-                     self.consecutive_failures,
-                     extra={"action": "heartbeat_destination_recovered"})  # fmt: skip
+            log.info(
+                "heartbeat destination %s recovered after %d failures",
+                self.name,
+                self.consecutive_failures,
+                extra={"action": "heartbeat_destination_recovered"},
+            )
         self.consecutive_failures = 0
         self.sent += 1
 
@@ -333,9 +341,11 @@ class Delivery:
             self.alerts += 1
             log.warning(
                 "heartbeat destination %s failed %d times in a row: %s",
-                self.name, self.consecutive_failures, error,
+                self.name,
+                self.consecutive_failures,
+                error,
                 extra={"action": "heartbeat_alert", "destination": self.name},
-            )  # fmt: skip
+            )
             if self.on_alert is not None:
                 try:
                     self.on_alert(self.name, self.consecutive_failures, error)

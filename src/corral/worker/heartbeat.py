@@ -312,8 +312,12 @@ class HeartbeatMonitor:
     def _lost(self, exc: Exception) -> None:
         if self.node_lost is None:
             self.node_lost = exc
-            log.warning("node %s is no longer registered: %s", self.worker_id, exc,
-                        extra={"action": "node_lost"})  # fmt: skip
+            log.warning(
+                "node %s is no longer registered: %s",
+                self.worker_id,
+                exc,
+                extra={"action": "node_lost"},
+            )
             if self.on_node_lost is not None:
                 self.on_node_lost(exc)
 

@@ -203,13 +203,23 @@ class Worker:
         """Join the cluster and start heartbeating (idempotent)."""
         if not self._registered:
             self._install_signals()
-            self._call(self.calls.register_node, self.agent_id, self.role, self.model,
-                       self.strength, self.heartbeat_interval,
-                       pid=os.getpid())  # the node's own process  # fmt: skip
+            self._call(
+                self.calls.register_node,
+                self.agent_id,
+                self.role,
+                self.model,
+                self.strength,
+                self.heartbeat_interval,
+                pid=os.getpid(),
+            )  # the node's own process
             self._registered = True
             self.monitor.start()
-            log.info("worker %s registered as %s", self.agent_id, self.role,
-                     extra={"action": "worker_registered"})  # fmt: skip
+            log.info(
+                "worker %s registered as %s",
+                self.agent_id,
+                self.role,
+                extra={"action": "worker_registered"},
+            )
         return self
 
     def close(self, *, terminate: bool = True) -> None:
@@ -248,8 +258,12 @@ class Worker:
             return
         self._shutdown_requested = True
         self._stopping.set()  # a wait for the store ends now
-        log.info("worker %s got signal %d: shutting down", self.agent_id, signum,
-                 extra={"action": "worker_signal"})  # fmt: skip
+        log.info(
+            "worker %s got signal %d: shutting down",
+            self.agent_id,
+            signum,
+            extra={"action": "worker_signal"},
+        )
         if self._critical == 0:  # else _call raises once the store call is over
             raise _Shutdown
 
@@ -272,8 +286,12 @@ class Worker:
         except NotFoundError:
             pass
         except StoreUnavailableError as exc:
-            log.warning("worker %s could not mark itself terminated: %s", self.agent_id, exc,
-                        extra={"action": "worker_terminate_failed"})  # fmt: skip
+            log.warning(
+                "worker %s could not mark itself terminated: %s",
+                self.agent_id,
+                exc,
+                extra={"action": "worker_terminate_failed"},
+            )
 
     def shutdown(self) -> None:
         """What SIGTERM does: a last heartbeat with ``status: "shutting-down"``, then
@@ -284,8 +302,12 @@ class Worker:
             self.monitor.stop(final={"status": "shutting-down"})
             self._terminate()
         self.exit_reason = "shutdown"
-        log.info("worker %s shut down; released tasks %s", self.agent_id, held or "none",
-                 extra={"action": "worker_shutdown"})  # fmt: skip
+        log.info(
+            "worker %s shut down; released tasks %s",
+            self.agent_id,
+            held or "none",
+            extra={"action": "worker_shutdown"},
+        )
         self.close(terminate=False)
 
     # --- claiming ---------------------------------------------------------------------------
@@ -300,8 +322,7 @@ class Worker:
             remaining = deadline - time.monotonic()
             if self._claim_waits and remaining > 0:
                 chunk = min(remaining, _MAX_WAIT_CHUNK)
-                task = self._call(self.calls.claim_best_task, self.agent_id, self.role,
-                                  wait=chunk)  # fmt: skip
+                task = self._call(self.calls.claim_best_task, self.agent_id, self.role, wait=chunk)
             else:
                 task = self._call(self.calls.claim_best_task, self.agent_id, self.role)
             if task is not None:
@@ -331,8 +352,14 @@ class Worker:
         nxt = None
         try:
             if chain:
-                _, nxt = self._call(self.calls.complete_and_claim, task.id, self.agent_id,
-                                    self.role, task.epoch, result)  # fmt: skip
+                _, nxt = self._call(
+                    self.calls.complete_and_claim,
+                    task.id,
+                    self.agent_id,
+                    self.role,
+                    task.epoch,
+                    result,
+                )
             else:
                 self._call(self.calls.complete_task, task.id, self.agent_id, task.epoch, result)
         except InvalidInputError as exc:
@@ -340,8 +367,12 @@ class Worker:
             return None
         except (LeaseError, NotFoundError) as exc:
             self.refused += 1
-            log.warning("completion of task %s refused (lease lost): %s", task.id, exc,
-                        extra={"action": "completion_refused", "task_id": task.id})  # fmt: skip
+            log.warning(
+                "completion of task %s refused (lease lost): %s",
+                task.id,
+                exc,
+                extra={"action": "completion_refused", "task_id": task.id},
+            )
             return None
         self.completed += 1
         self.monitor.record_task_completion()
@@ -354,13 +385,21 @@ class Worker:
             self._call(self.calls.fail_task, task.id, self.agent_id, task.epoch, error, True)
         except (LeaseError, NotFoundError) as refused:
             self.refused += 1
-            log.warning("failure of task %s refused (lease lost): %s", task.id, refused,
-                        extra={"action": "failure_refused", "task_id": task.id})  # fmt: skip
+            log.warning(
+                "failure of task %s refused (lease lost): %s",
+                task.id,
+                refused,
+                extra={"action": "failure_refused", "task_id": task.id},
+            )
             return
         self.failed += 1
         self.monitor.record_task_failure()
-        log.warning("task %s failed: %s", task.id, error.splitlines()[-1] if error else "",
-                    extra={"action": "task_failed"})  # fmt: skip
+        log.warning(
+            "task %s failed: %s",
+            task.id,
+            error.splitlines()[-1] if error else "",
+            extra={"action": "task_failed"},
+        )
 
     # --- the loop -----------------------------------------------------------------------------
     def catch_up(self) -> int:
@@ -395,15 +434,23 @@ class Worker:
             return EXIT_OK
         except NotFoundError as exc:
             self.exit_reason = "lost"
-            log.warning("worker %s was terminated by the cluster: %s", self.agent_id, exc,
-                        extra={"action": "worker_lost"})  # fmt: skip
+            log.warning(
+                "worker %s was terminated by the cluster: %s",
+                self.agent_id,
+                exc,
+                extra={"action": "worker_lost"},
+            )
             self.close(terminate=False)
             return EXIT_LOST
         except StoreUnavailableError as exc:
             self.exit_reason = "unavailable"
-            log.error("worker %s: the store stayed unreachable for %.0fs: %s",
-                      self.agent_id, self.outage_tolerance, exc,
-                      extra={"action": "worker_unavailable"})  # fmt: skip
+            log.error(
+                "worker %s: the store stayed unreachable for %.0fs: %s",
+                self.agent_id,
+                self.outage_tolerance,
+                exc,
+                extra={"action": "worker_unavailable"},
+            )
             self.close(terminate=False)
             return EXIT_UNAVAILABLE
         finally:
@@ -417,8 +464,13 @@ class Worker:
         the error otherwise."""
         held = Claimed(task)
         self.monitor.add_task(task.id)
-        log.info("claimed task %s (epoch %s): %s", task.id, task.epoch, task.title,
-                 extra={"action": "task_claimed"})  # fmt: skip
+        log.info(
+            "claimed task %s (epoch %s): %s",
+            task.id,
+            task.epoch,
+            task.title,
+            extra={"action": "task_claimed"},
+        )
         try:
             yield held
         except Exception as exc:
@@ -437,30 +489,42 @@ class Worker:
             return task
         self._call(self.calls.set_agent_status, self.agent_id, "idle")
         if self.role == MANAGER_ROLE:
-            log.info("manager %s idle; managers never retire", self.agent_id,
-                     extra={"action": "worker_idle"})  # fmt: skip
+            log.info(
+                "manager %s idle; managers never retire",
+                self.agent_id,
+                extra={"action": "worker_idle"},
+            )
             while True:
                 task = self._claim(self.poll_interval)
                 if task is not None:
                     return task
-        log.info("worker %s idle; retiring in %.1fs unless a task arrives", self.agent_id,
-                 self.idle_timeout_seconds, extra={"action": "worker_idle"})  # fmt: skip
+        log.info(
+            "worker %s idle; retiring in %.1fs unless a task arrives",
+            self.agent_id,
+            self.idle_timeout_seconds,
+            extra={"action": "worker_idle"},
+        )
         deadline = time.monotonic() + self.idle_timeout_seconds
         while (remaining := deadline - time.monotonic()) > 0:
             task = self._claim(min(remaining, self.poll_interval))
             if task is not None:
-                log.info("idle retirement cancelled: claimed task %s", task.id,
-                         extra={"action": "idle_cancelled"})  # fmt: skip
+                log.info(
+                    "idle retirement cancelled: claimed task %s",
+                    task.id,
+                    extra={"action": "idle_cancelled"},
+                )
                 return task
         self.catch_up()  # the re-check
         task = self._claim(None)
         if task is not None:
             return task
         self._call(self.calls.set_agent_status, self.agent_id, "terminated")
-        self._call(self.calls.broadcast,
-                   f"Node {self.agent_id} terminating due to lack of work")  # fmt: skip
+        self._call(self.calls.broadcast, f"Node {self.agent_id} terminating due to lack of work")
         self.exit_reason = "idle"
-        log.info("worker %s terminated due to lack of work", self.agent_id,
-                 extra={"action": "worker_retired"})  # fmt: skip
+        log.info(
+            "worker %s terminated due to lack of work",
+            self.agent_id,
+            extra={"action": "worker_retired"},
+        )
         self.close(terminate=False)
         return None
