@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import corral
+from tests.outage_procs import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -35,13 +36,6 @@ BEAT = 2.0
 THRESHOLD = 3 * BEAT  # missed_beats x heartbeat interval
 PARTITION = 20.0
 WORK = 25.0  # each first task's seconds: its holder is still on it when healed
-
-
-def wait_for(what: str, ok: object, deadline: float) -> None:
-    end = time.monotonic() + deadline
-    while not ok():  # type: ignore[operator]
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture
