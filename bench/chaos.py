@@ -85,11 +85,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # _common, hosts
-sys.path.insert(0, str(HERE.parent))  # tests.outage_procs
+sys.path.insert(0, str(HERE.parent))  # tests.support.outage_procs
 
 import psutil  # noqa: E402
 import psycopg  # noqa: E402
-from tests.outage_procs import terminate_sessions  # noqa: E402
+from tests.support.outage_procs import terminate_sessions  # noqa: E402
 
 import corral  # noqa: E402
 from _common import RESULTS_DIR, machine_info, table, write_json  # noqa: E402

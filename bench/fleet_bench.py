@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/fleet_up.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/support/fleet_up.py
 
-from tests.fleet_up import EXAMPLES, Up, wait_for
+from tests.support.fleet_up import EXAMPLES, Up, wait_for
 
 from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
 

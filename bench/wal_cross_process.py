@@ -29,10 +29,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/wal_procs.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/support/wal_procs.py
 
-from tests.backends.http import free_port
-from tests.wal_procs import TRIGGERS, FreshReader, Served, Upped, Workload, interleave, missing
+from tests.support.backends.http import free_port
+from tests.support.wal_procs import (
+    TRIGGERS,
+    FreshReader,
+    Served,
+    Upped,
+    Workload,
+    interleave,
+    missing,
+)
 
 from _common import RESULTS_DIR, machine_info, table, write_json
 

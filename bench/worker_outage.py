@@ -37,10 +37,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/outage_procs.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/support/outage_procs.py
 
 import psycopg
-from tests.outage_procs import (
+from tests.support.outage_procs import (
     Fleet,
     Serve,
     add_board,

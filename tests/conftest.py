@@ -1,7 +1,7 @@
 """Fixtures shared by the suite.
 
 ``cluster`` runs a test once per backend in ``BACKENDS``: the same behaviour, every
-store (huey's StorageTests idea). Each backend module in ``tests/backends/`` exposes
+store (huey's StorageTests idea). Each backend module in ``tests/support/backends/`` exposes
 ``make(tmp_path, clock) -> client`` and is listed here.
 """
 
@@ -38,7 +38,7 @@ def db_url(tmp_path: Path) -> str:
 def _backend_client(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> Iterator[Any]:
-    backend = importlib.import_module(f"tests.backends.{request.param}")
+    backend = importlib.import_module(f"tests.support.backends.{request.param}")
     client = backend.make(request, tmp_path, clock)
     try:
         yield client

@@ -12,7 +12,7 @@ they are generated rather than written again:
   record the ``Cluster`` method returns.
 
 Run ``python -m corral.codegen`` after adding or changing an operation;
-``tests/test_surfaces.py`` fails while the files differ from what it would write.
+``tests/integration/test_surfaces.py`` fails while the files differ from what it would write.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The stores keep each deadline in an indexed column (a node's ``dead_at``; its
 ``idle_since``, the idle limit being one setting for every node) and read the next
 one from the index head, so a wake costs the same at 100 nodes as at 100,000. These
-functions say what those reads must return; tests/test_deadlines.py runs random
+functions say what those reads must return; tests/unit/test_deadlines.py runs random
 histories through each store and checks that the store's answers equal them.
 """
 

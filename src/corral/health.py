@@ -50,6 +50,6 @@ def health_after_beat(old: str | None, beat: str | None) -> str | None:
     metrics) is ``beat``: that one, or the node's last (``old``) when the beat has none
     (no ``health_status``, no ``metrics``). Encoded in SQL as ``coalesce(:health,
     health)`` (the named queries ``node_heartbeat_steady`` and ``node_heartbeat``);
-    tests/test_health.py checks both dialects' statements against this. Every change
+    tests/unit/test_health.py checks both dialects' statements against this. Every change
     is a ``node_health`` event with this ``old``."""
     return old if beat is None else beat

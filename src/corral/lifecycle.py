@@ -77,7 +77,7 @@ def status_after_finishing(status: str, role: str, holds_other: bool) -> str:
     call (``complete_and_claim``) makes the node ``working`` on the new task. Encoded in
     SQL once per dialect, as the rule ``idle_after_finishing`` of its ``queries.sql``
     (included by ``node_done_with``, SQLite's ``node_now_idle`` and PostgreSQL's
-    one-statement completions); tests/test_node_truth.py checks every case on each."""
+    one-statement completions); tests/unit/test_node_truth.py checks every case on each."""
     if status == "working" and role != MANAGER_ROLE and not holds_other:
         return "idle"
     return status
@@ -125,7 +125,7 @@ def idle_retire_at(node: Node, settings: Settings) -> float | None:
 def idle_expired(node: Node, settings: Settings, now: float) -> bool:
     """Whether the monitor retires ``node`` at ``now``: the SQL query
     ``nodes_idle_expired`` encodes exactly this, with the same arithmetic
-    (``idle_since <= now - idle_limit``); tests/test_lifecycle.py proves them equal."""
+    (``idle_since <= now - idle_limit``); tests/unit/test_lifecycle.py proves them equal."""
     if node.status != "idle" or node.idle_since is None or node.role == MANAGER_ROLE:
         return False
     return node.idle_since <= now - settings.idle_limit

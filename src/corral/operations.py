@@ -12,11 +12,11 @@ the generic tool unless one is written), and a CLI command for a one-word ``cli`
 that no module writes (``corral.cli._operations``). The typed client's Protocol and
 the remote client's methods are generated from them (``python -m corral.codegen``, a
 development tool; until it runs the remote client finds a new operation at run
-time). ``tests/test_surfaces.py`` fails when an operation is missing from a surface,
+time). ``tests/integration/test_surfaces.py`` fails when an operation is missing from a surface,
 two surfaces disagree on its parameters, or the generated code is stale.
 
 Adding an operation is its ``Cluster`` method plus one ``Operation`` below
-(docs/operations.md, "Adding an operation"; ``tests/test_one_place.py``).
+(docs/operations.md, "Adding an operation"; ``tests/integration/test_one_place.py``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from them (``typing.get_args``), and validation and the API models use those.
 
 ``Client`` is every public operation of ``corral.Cluster`` (the embedded client); the
 remote ``corral.remote.HttpClient`` has the same methods with the same signatures
-(``tests/test_types.py`` checks it), so ``corral.connect()`` returns a ``Client``
+(``tests/integration/test_types.py`` checks it), so ``corral.connect()`` returns a ``Client``
 whatever the backend, and the worker SDK takes one. Its operations are generated
 (``corral.client_ops``) from ``corral.operations`` and the ``Cluster`` methods.
 """

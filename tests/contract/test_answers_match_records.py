@@ -18,8 +18,8 @@ from corral import CapacityError, ConflictError, Monitor
 from corral.clock import FakeClock
 from corral.defaults import MANAGER_ROLE
 from corral.scoring import matched_roles
-from tests.backends.http import TOKEN, serving
 from tests.contract._world import world
+from tests.support.backends.http import TOKEN, serving
 
 OPERATIONS = (
     "register_node",

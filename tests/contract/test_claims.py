@@ -10,7 +10,7 @@ import pytest
 
 from corral.errors import InvalidInputError
 from corral.store.signal import ReadySignal, signal_for
-from tests.worker_app import wait_for
+from tests.support.worker_app import wait_for
 
 OPERATIONS = ("claim_best_task",)
 BAD_INPUT = ("claim_best_task",)

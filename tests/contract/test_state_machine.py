@@ -585,7 +585,7 @@ class ClusterMachine(RuleBasedStateMachine):
 def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[FakeClock], Any]]:
     """A factory of fresh clusters on the backend, one per example (each closed by
     its machine's teardown; PostgreSQL's databases dropped when the test ends)."""
-    backend = importlib.import_module(f"tests.backends.{request.param}")
+    backend = importlib.import_module(f"tests.support.backends.{request.param}")
     numbers = itertools.count()
 
     def make(clock: FakeClock) -> Any:

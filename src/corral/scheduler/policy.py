@@ -13,7 +13,7 @@ Which agent a runner gets, by its mode:
   (the agent's own, else the cluster's; 0 or none: off).
 
 Agents under an activation lease are never picked. The SQL stores encode this
-order with index heads; ``tests/test_scheduler_sql.py`` proves they agree.
+order with index heads; ``tests/integration/test_scheduler_sql.py`` proves they agree.
 
 Daily caps: posts and comments are counted per agent and UTC day; an assignment
 carries what is left of the day's allowance, and a release reporting more is

@@ -12,7 +12,7 @@ touched. An agent id the supervisor does not know is a ``NotFoundError``.
 ``corral ctl`` builds one subcommand per entry of :data:`COMMANDS` from this table,
 plus the commands of :data:`CLIENT_COMMANDS`, which the CLI carries out itself (``logs``
 reads the agent's log files directly, so it also works while no supervisor runs).
-``tests/test_supervisor_control.py`` checks that ``corral ctl`` offers exactly these.
+``tests/integration/test_supervisor_control.py`` checks that ``corral ctl`` offers exactly these.
 
 Adding a command: write the handler with ``@command("name", "supervisor_method")`` and
 its docstring; ``corral ctl`` gains the subcommand (give it a text form in

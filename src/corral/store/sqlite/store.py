@@ -114,7 +114,7 @@ class _Tx:
         return self._cur.execute(_QUERIES[name], params).rowcount
 
 
-# ``SELECT * FROM tasks`` in table order (tests/test_sqlite_store.py checks it): the
+# ``SELECT * FROM tasks`` in table order (tests/integration/test_sqlite_store.py checks it): the
 # shared leading columns, then SQLite's own.
 TASK_COLUMNS = (*ROW_TASK_COLUMNS, "claimed_role")
 

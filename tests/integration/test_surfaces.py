@@ -1,0 +1,233 @@
+"""Every operation of the registry is on every surface it claims, with the same
+parameters: ``Cluster``, the HTTP routes, the OpenAPI document, the remote client,
+the MCP tools and the CLI (``corral.operations``)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+
+import click
+import pytest
+
+import corral
+from corral.cli import cli as corral_cli
+from corral.operations import OPERATIONS, Operation
+from corral.remote import HttpClient
+
+# Public attributes of Cluster that are not operations (the client's own lifecycle).
+NOT_OPERATIONS = {"close", "store", "clock", "url"}
+# The MCP convention: a tool may take the caller's agent_id so the call counts as its
+# heartbeat, whether or not the operation names a node.
+MCP_CALLER = "agent_id"
+# CLI options every command may have that are no parameter of an operation.
+CLI_OUTPUT = {"as_json", "help"}
+
+
+def _params(op: Operation) -> dict[str, inspect.Parameter]:
+    """The operation's parameters (its ``Cluster`` method's, without ``self``)."""
+    sig = inspect.signature(getattr(corral.Cluster, op.name))
+    return {n: p for n, p in sig.parameters.items() if n != "self"}
+
+
+def _named(op: Operation, surface: str) -> set[str]:
+    """The names the surface must take: every named parameter, renamed for the
+    surface, except those it omits on purpose."""
+    rename = op.names.get(surface, {})
+    omit = op.omits.get(surface, {})
+    return {
+        rename.get(n, n)
+        for n, p in _params(op).items()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in omit
+    }
+
+
+def test_every_cluster_method_is_one_registered_operation() -> None:
+    public = {n for n in dir(corral.Cluster) if not n.startswith("_")} - NOT_OPERATIONS
+    names = [op.name for op in OPERATIONS]
+    assert len(names) == len(set(names)), "an operation is declared twice"
+    assert set(names) == public, (
+        f"not in the registry: {sorted(public - set(names))}; "
+        f"not a Cluster method: {sorted(set(names) - public)}"
+    )
+
+
+def test_routes_are_unique_and_their_path_parameters_are_the_methods() -> None:
+    routes = [op.route for op in OPERATIONS]
+    assert len(routes) == len(set(routes))
+    for op in OPERATIONS:
+        assert set(op.path_params) <= set(_params(op)), op.name
+        assert op.node is None or op.node in _params(op), op.name
+        assert op.summary, f"{op.name} has no docstring (its help)"
+
+
+def test_every_operation_is_an_http_route_with_the_methods_parameters() -> None:
+    from corral.server.routes import OPS
+
+    by_name = {op.name: op for op in OPS}
+    for op in OPERATIONS:
+        route = by_name.get(op.name)
+        assert route is not None, f"{op.name} has no HTTP route"
+        assert (route.method, route.path.replace(":path", "")) == (op.method, op.path)
+        assert route.scope == op.caller and route.status == op.status
+        fields = set(op.path_params)
+        for model in (route.body, route.query):
+            if model is not None:
+                fields |= set(model.model_fields)
+        expected = _named(op, "http")
+        assert expected <= fields, f"{op.name}: HTTP lacks {sorted(expected - fields)}"
+        extra = fields - expected - set(op.adds.get("http", {}))
+        has_kwargs = any(p.kind == p.VAR_KEYWORD for p in _params(op).values())
+        assert has_kwargs or not extra, f"{op.name}: HTTP takes unknown {sorted(extra)}"
+
+
+def test_every_operation_is_in_the_openapi_document() -> None:
+    from corral.server.openapi import build_openapi
+    from corral.server.routes import OPS
+
+    doc = build_openapi(OPS, version=corral.__version__)
+    for op in OPERATIONS:
+        entry = doc["paths"].get(op.path, {}).get(op.method.lower())
+        assert entry is not None, f"{op.name} is not in the OpenAPI document"
+        assert entry["operationId"] == op.name
+        assert entry["summary"] == op.summary
+        assert str(op.status) in entry["responses"]
+
+
+def test_the_remote_client_has_every_operation_with_the_same_signature() -> None:
+    for op in OPERATIONS:
+        remote = getattr(HttpClient, op.name, None)
+        assert remote is not None, f"HttpClient lacks {op.name}"
+        embedded = inspect.signature(getattr(corral.Cluster, op.name))
+        assert inspect.signature(remote) == embedded, op.name
+
+
+def test_the_generated_client_code_is_current() -> None:
+    from corral import codegen
+
+    stale = codegen.check()
+    assert not stale, (
+        f"src/corral/{', src/corral/'.join(stale)} out of date with the operations: "
+        "run python -m corral.codegen"
+    )
+
+
+def test_the_generated_code_follows_a_changed_operation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generator reads the Cluster method: a new parameter shows up in the
+    Protocol and in the remote method, which sends it under its name."""
+    from corral import codegen
+
+    def list_processes(self: corral.Cluster, host: str | None = None, *, limit: int = 5) -> list:
+        """Supervised processes."""
+        return []
+
+    monkeypatch.setattr(corral.Cluster, "list_processes", list_processes)
+    assert "def list_processes(self, host: str | None = None, *, limit: int = 5) -> list:" in (
+        codegen.protocol_source()
+    )
+    assert '"host": host, "limit": limit' in codegen.remote_source()
+    assert codegen.check() == ["client_ops.py", "remote_ops.py"]
+
+
+def test_operations_without_a_handler_of_their_own_are_served_by_the_generic_one() -> None:
+    from corral.server.generic import Generic
+    from corral.server.routes import OPS
+
+    generic = {op.name for op in OPS if isinstance(op.handler, Generic)}
+    # These have no code of their own on the server (tests/contract runs them over
+    # HTTP, test_server_auth a node token on terminate_node); a new operation joins
+    # them until it needs more.
+    assert {
+        "terminate_node",
+        "list_processes",
+        "process_actions",
+        "spawn_requests",
+        "fulfil_spawn_request",
+    } <= generic
+    for op in OPS:
+        if op.name in generic:
+            assert op.returns is not None, f"{op.name}: no return type for OpenAPI"
+
+
+def _mcp_tools() -> dict[str, set[str]]:
+    from corral.mcp import build_server
+
+    class _NoClient:
+        pass
+
+    tools = asyncio.run(build_server(_NoClient()).list_tools())
+    return {t.name: set(t.input_schema.get("properties", {})) for t in tools}
+
+
+def test_every_mcp_tool_is_a_registered_operation_with_its_parameters() -> None:
+    tools = _mcp_tools()
+    claimed = {op.mcp: op for op in OPERATIONS if op.mcp is not None}
+    assert set(tools) == set(claimed), (
+        f"tools without an operation: {sorted(set(tools) - set(claimed))}; "
+        f"operations whose tool is missing: {sorted(set(claimed) - set(tools))}"
+    )
+    for name, op in claimed.items():
+        expected = _named(op, "mcp")
+        assert expected <= tools[name], f"tool {name} lacks {sorted(expected - tools[name])}"
+        extra = tools[name] - expected - {MCP_CALLER} - set(op.adds.get("mcp", {}))
+        has_kwargs = any(p.kind == p.VAR_KEYWORD for p in _params(op).values())
+        assert has_kwargs or not extra, f"tool {name} takes unknown {sorted(extra)}"
+
+
+def test_every_mcp_tool_declares_how_it_renders_its_answer() -> None:
+    from corral.mcp import text
+
+    for op in OPERATIONS:
+        if op.mcp is None:
+            assert op.text is None, f"{op.name} renders text but has no tool"
+            continue
+        assert op.text is not None, f"tool {op.mcp} declares no text rendering"
+        assert op.text == ".text" or callable(getattr(text, op.text, None)), op.text
+
+
+def _command(path: str) -> click.Command:
+    cmd: click.Command = corral_cli
+    for part in path.split():
+        assert isinstance(cmd, click.Group), path
+        sub = cmd.commands.get(part)
+        assert sub is not None, f"no CLI command `corral {path}`"
+        cmd = sub
+    return cmd
+
+
+def test_every_cli_command_of_an_operation_takes_its_parameters() -> None:
+    for op in OPERATIONS:
+        if op.cli is None:
+            continue
+        cmd = _command(op.cli)
+        names = {p.name for p in cmd.params} - CLI_OUTPUT
+        expected = _named(op, "cli")
+        assert expected <= names, f"`corral {op.cli}` lacks {sorted(expected - names)}"
+
+
+@pytest.mark.parametrize("surface", ["http", "mcp", "cli"])
+def test_renames_and_omissions_name_real_parameters(surface: str) -> None:
+    for op in OPERATIONS:
+        params = set(_params(op))
+        for name in [*op.names.get(surface, {}), *op.omits.get(surface, {})]:
+            assert name in params, f"{op.name}: {surface} names unknown parameter {name}"
+
+
+def test_the_operations_page_lists_the_registry() -> None:
+    """docs/operations.md's table is the registry's (regenerate it with
+    ``python -m corral.operations``)."""
+    from corral.operations import markdown_table
+
+    page = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    assert markdown_table() in page
+
+
+def test_the_operations_page_lists_the_control_commands() -> None:
+    """docs/operations.md's table of ``corral ctl`` commands is the supervisor's
+    command registry."""
+    from corral.operations import control_table
+
+    page = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    assert control_table() in page
+    assert "`corral ctl restart` | id | `restart`" in control_table()
