@@ -11,12 +11,12 @@ import importlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import corral
 from corral.clock import FakeClock
+from corral.types import Client
 
 BACKENDS = ["sqlite", "postgres", "http"]
 # Backends whose client is a ``Cluster`` over a store (the monitor runs on these).
@@ -37,9 +37,9 @@ def db_url(tmp_path: Path) -> str:
 
 def _backend_client(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
-) -> Iterator[Any]:
+) -> Iterator[Client]:
     backend = importlib.import_module(f"tests.support.backends.{request.param}")
-    client = backend.make(request, tmp_path, clock)
+    client: Client = backend.make(request, tmp_path, clock)
     try:
         yield client
     finally:
@@ -47,21 +47,26 @@ def _backend_client(
 
 
 @pytest.fixture(params=BACKENDS)
-def cluster(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
+def cluster(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Client]:
     """A fresh, empty cluster on each backend, on the fake clock."""
     yield from _backend_client(request, tmp_path, clock)
 
 
 @pytest.fixture(params=EMBEDDED)
-def embedded(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
+def embedded(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> Iterator[corral.Cluster]:
     """A fresh cluster on each embedded backend (a ``Cluster`` with a ``.store``)."""
-    yield from _backend_client(request, tmp_path, clock)
+    for client in _backend_client(request, tmp_path, clock):
+        assert isinstance(client, corral.Cluster)  # the embedded backends make one
+        yield client
 
 
 @pytest.fixture
 def sqlite_cluster(db_url: str, clock: FakeClock) -> Iterator[corral.Cluster]:
     """A fresh SQLite cluster on the fake clock (for SQLite-only tests)."""
     c = corral.connect(db_url, clock=clock)
+    assert isinstance(c, corral.Cluster)  # a database URL gives the embedded client
     try:
         yield c
     finally:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 import corral
 from corral.cli import main
@@ -116,8 +117,8 @@ def test_init_creates_the_token(tmp_path: Path, monkeypatch) -> None:  # type: i
 
 
 def test_node_token_prints_a_token_the_server_accepts_for_that_node_only(
-    tmp_path: Path, monkeypatch, capsys
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``corral node token ID`` derives ID's token from the operator token file; the
     token checks as that node (and only it); a bad id exits 2 with one line naming
     the field, and a missing operator token exits 2 saying where to put one."""

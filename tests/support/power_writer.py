@@ -16,8 +16,10 @@ import corral.store.sqlite.store as sqlite_store
 def main(url: str, synchronous: str, node_id: str, steps: int, acks: str) -> None:
     # Checkpoints every 20 commits and a WAL restart past 100 pages (instead of 200 and
     # 1,000), so a short traced run copies its WAL back and starts it over many times.
-    sqlite_store.SQLITE_CHECKPOINT_EVERY = 20
-    sqlite_store.SQLITE_WAL_RESTART_PAGES = 100
+    # The store reads them as its module's globals (imported from corral.defaults, not
+    # re-exported): the run lowers them there.
+    sqlite_store.SQLITE_CHECKPOINT_EVERY = 20  # type: ignore[attr-defined]
+    sqlite_store.SQLITE_WAL_RESTART_PAGES = 100  # type: ignore[attr-defined]
     client = corral.connect(url, synchronous=synchronous)
     client.register_node(node_id, "developer", heartbeat_interval=60)
     fd = os.open(acks, os.O_WRONLY | os.O_APPEND)

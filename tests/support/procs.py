@@ -107,12 +107,15 @@ def write_until_the_disk_is_full(path: str, out: Any) -> None:
     import signal
 
     from corral.errors import StoreUnavailableError
+    from corral.store.sqlite import SQLiteStore
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing us
     report: dict[str, Any] = {}
     c = corral.connect(f"sqlite:///{path}")
+    assert isinstance(c, corral.Cluster)  # a database URL gives the embedded client
     try:
         c.register_node("A", "developer")
+        assert isinstance(c.store, SQLiteStore)
         c.store._conn.execute("PRAGMA cache_size=20")  # dirty pages spill mid-transaction
         big = "x" * 19_000
         soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -142,6 +145,7 @@ def write_until_the_disk_is_full(path: str, out: Any) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         task = c.add_task("Implement after space came back")
         claimed = c.claim_best_task("A", "developer")
+        assert claimed is not None  # the task just added
         done = c.complete_task(claimed.id, "A", claimed.epoch)
         report["after"] = (task.id, done.status)
         report["tasks_at_end"] = len(c.list_tasks(limit=10_000))

@@ -79,7 +79,8 @@ class FreshReader:
         out = json.loads(line)
         if "error" in out:
             raise AssertionError(f"the reader's query failed: {out['error']} ({sql})")
-        return out["rows"]
+        rows: list[list[Any]] = out["rows"]
+        return rows
 
     def close(self) -> None:
         for f in (self.proc.stdin, self.proc.stdout):

@@ -19,13 +19,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 import corral
 from corral.clock import FakeClock
 from corral.operations import OPERATIONS
+from corral.types import Client
 from tests.support.backends.readback import file_digest
 
 TOKEN = "test-operator-token"
@@ -92,7 +93,7 @@ def _shared_server() -> tuple[_Switch, int]:
         return _server["switch"], _server["port"]
 
 
-def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Any:
+def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Client:
     from corral.server import create_app
 
     db = tmp_path / "corral.db"
@@ -100,7 +101,8 @@ def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> An
     switch, port = _shared_server()
     switch.target = create_app(embedded, token=TOKEN, monitor=False, mcp=False)
     request.addfinalizer(embedded.close)
-    return ReadBack(corral.connect(f"http://127.0.0.1:{port}", token=TOKEN), db)
+    client = ReadBack(corral.connect(f"http://127.0.0.1:{port}", token=TOKEN), db)
+    return cast("Client", client)  # ReadBack forwards every Client method (__getattr__)
 
 
 # The operations that change the cluster: every call but a GET.

@@ -12,7 +12,6 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -66,5 +65,7 @@ def fresh_database(request: pytest.FixtureRequest) -> str:
     return url_for(name)
 
 
-def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Any:
-    return corral.connect(fresh_database(request), clock=clock, pool_size=2)
+def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> corral.Cluster:
+    client = corral.connect(fresh_database(request), clock=clock, pool_size=2)
+    assert isinstance(client, corral.Cluster)  # a database URL gives the embedded client
+    return client

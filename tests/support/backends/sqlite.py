@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -11,5 +10,7 @@ import corral
 from corral.clock import FakeClock
 
 
-def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Any:
-    return corral.connect(f"sqlite:///{tmp_path / 'corral.db'}", clock=clock)
+def make(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> corral.Cluster:
+    client = corral.connect(f"sqlite:///{tmp_path / 'corral.db'}", clock=clock)
+    assert isinstance(client, corral.Cluster)  # a database URL gives the embedded client
+    return client
