@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Self
 
 from corral import defaults
-from corral.clock import Clock, SystemClock
+from corral.clock import Clock, ServerClock, SystemClock
 from corral.errors import ConflictError, InvalidInputError
 from corral.health import health_status
 from corral.model import (
@@ -150,7 +150,12 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
 
     def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:
         self.store = store
-        self.clock: Clock = clock or SystemClock()
+        # On a store that several hosts share, time is the database server's, so
+        # that every host agrees on deadlines whatever its own wall clock says.
+        server_time = getattr(store, "server_time", None)
+        if clock is None:
+            clock = SystemClock() if server_time is None else ServerClock(server_time)
+        self.clock: Clock = clock
         self.url = url
 
     def __enter__(self) -> Self:

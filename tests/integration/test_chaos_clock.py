@@ -1,14 +1,12 @@
-"""What the chaos campaign (bench/chaos.py) found about clocks, at the lowest tier
-that shows it: on PostgreSQL every process stamps liveness (a node's ``dead_at``) and
-judges it (the monitor's ``now``) with its own wall clock, so hosts whose clocks
-disagree disagree on who is silent. A monitor whose host's clock is stepped 30 s
-ahead recovers the lease of a holder that is beating; one stepped 30 s behind
-recovers a silent holder's lease 30 s late. The step is real: the monitor runs in a
-process of its own whose CLOCK_REALTIME alone is moved (bench/hosts/clockstep.c, an
-LD_PRELOAD shim: what a step does; its monotonic clock is untouched). Fixed when the
-cluster's clock on PostgreSQL is the database server's (its offset from the local
-monotonic clock, measured now and then), so that every host agrees whatever its wall
-clock says."""
+"""Hosts whose wall clocks disagree agree on who is silent: on PostgreSQL the
+cluster's clock is the database server's (``corral.clock.ServerClock``: its offset
+from the local monotonic clock, measured now and then), so a monitor whose host's clock
+is stepped 30 s ahead recovers no beating holder's lease, and one stepped 30 s behind
+recovers a silent holder's lease at its threshold, not 30 s late. The chaos campaign
+(bench/chaos.py) found both when each process judged liveness by its own wall clock.
+The step is real: the monitor runs in a process of its own whose CLOCK_REALTIME alone
+is moved (bench/hosts/clockstep.c, an LD_PRELOAD shim: what a step does; its monotonic
+clock is untouched)."""
 
 from __future__ import annotations
 
@@ -61,12 +59,6 @@ def recovered(c: corral.Cluster) -> list[corral.Event]:
     return [e for e in c.events(limit=10_000) if e.kind == "lease_recovered"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each process judges liveness by its own wall clock: a monitor 30 s ahead "
-    "recovers a beating holder's lease (fix: the cluster's clock on PostgreSQL is the "
-    "database server's; cluster.py, store/postgres)",
-)
 def test_a_monitor_30s_ahead_recovers_no_beating_holder(
     request: pytest.FixtureRequest, shim: Path, tmp_path: Path
 ) -> None:
@@ -90,12 +82,6 @@ def test_a_monitor_30s_ahead_recovers_no_beating_holder(
         c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="each process judges liveness by its own wall clock: a monitor 30 s behind "
-    "recovers a silent holder's lease 30 s late (fix: the cluster's clock on PostgreSQL "
-    "is the database server's; cluster.py, store/postgres)",
-)
 def test_a_monitor_30s_behind_recovers_a_silent_holder_at_its_threshold(
     request: pytest.FixtureRequest, shim: Path, tmp_path: Path
 ) -> None:

@@ -382,6 +382,15 @@ class PostgresStore(SQLStore):
         self._ready.bump()
 
     # --- leader election ----------------------------------------------------------------
+    def server_time(self) -> float:
+        """The database server's wall clock (seconds since the epoch): the clock of
+        every cluster on this store (``corral.clock.ServerClock``)."""
+        with self._sessions.connection() as conn:
+            query = "SELECT extract(epoch FROM clock_timestamp())::float8 AS t"
+            row = conn.execute(query).fetchone()
+        assert row is not None
+        return float(row["t"])
+
     def try_lead(self, holder: str) -> bool:
         """The monitor leader holds a session advisory lock on a dedicated connection
         (``dedicated.Leader``): another monitor takes it when this one's process dies
