@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from corral.assessment import Counts, decide
 
 
-def document(pending, in_progress, active_count, active_agents, idle_agents, max_agents):
+def document(
+    pending: int,
+    in_progress: int,
+    active_count: int,
+    active_agents: int,
+    idle_agents: int,
+    max_agents: int,
+) -> tuple[str, str]:
     """The document's code, word for word (total_active is active_count)."""
     total_active = active_count
     if pending == 0 and in_progress == 0:
@@ -39,14 +46,14 @@ counts = st.builds(
 
 
 @given(counts)
-def test_decision_equals_the_document(c):
+def test_decision_equals_the_document(c: Counts) -> None:
     assert decide(c) == document(
         c.pending, c.in_progress, c.active_count, c.working, c.idle, c.max_agents
     )
 
 
 @given(counts, st.integers(0, 8))
-def test_spawn_architect_only_when_most_pending_are_architect_work(c, arch):
+def test_spawn_architect_only_when_most_pending_are_architect_work(c: Counts, arch: int) -> None:
     arch = min(arch, c.pending)
     status, rec = decide(dataclasses.replace(c, architect_only=arch))
     base = decide(c)
@@ -56,13 +63,13 @@ def test_spawn_architect_only_when_most_pending_are_architect_work(c, arch):
         assert (status, rec) == base
 
 
-def C(**kw):
+def C(**kw: int) -> Counts:
     d = dict(pending=0, in_progress=0, active_count=1, working=0, idle=0, max_agents=4)
     d.update(kw)
     return Counts(**d)
 
 
-def test_each_branch():
+def test_each_branch() -> None:
     assert decide(C()) == ("idle", "terminate_idle")
     assert decide(C(pending=3, active_count=3)) == ("overloaded", "spawn_developer")
     assert decide(C(pending=3, active_count=4, working=3)) == ("balanced", "maintain")

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.backoff import Backoff, delay
+
+
+class _Bounds(TypedDict, total=False):
+    """``delay``'s keyword bounds, as the bad cases give them."""
+
+    base: float
+    cap: float
+    factor: float
+    jitter: float
 
 
 def test_doubles_until_the_cap() -> None:
@@ -49,7 +60,7 @@ def test_backoff_state_resets_after_success() -> None:
         {"base": 1, "cap": 1, "jitter": 2},
     ],
 )
-def test_bad_parameters_are_refused(kwargs: dict[str, float]) -> None:
+def test_bad_parameters_are_refused(kwargs: _Bounds) -> None:
     with pytest.raises(ValueError):
         delay(0, **kwargs)
 

@@ -28,7 +28,9 @@ boards = st.lists(
 )
 
 
-def claim_sequence(url: str, board, role: str) -> tuple[list[int], list[Candidate], float]:
+def claim_sequence(
+    url: str, board: list[tuple[str, str, int, str | None]], role: str
+) -> tuple[list[int], list[Candidate], float]:
     """Add ``board`` at its creation times, then claim everything as ``role``."""
     clock = FakeClock(T0)
     with corral.connect(url, clock=clock) as c:
@@ -41,21 +43,23 @@ def claim_sequence(url: str, board, role: str) -> tuple[list[int], list[Candidat
         clock.set(now)
         c.register_node("N", role)
         claimed = []
-        while (t := c.claim_best_task("N", role)) is not None:
-            claimed.append(t.id)
+        while (got := c.claim_best_task("N", role)) is not None:
+            claimed.append(got.id)
         return claimed, cands, now
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(board=boards, role=st.sampled_from(["architect", "developer"]))
-def test_sqlite_claim_order_equals_scoring(board, role):
+def test_sqlite_claim_order_equals_scoring(
+    board: list[tuple[str, str, int, str | None]], role: str
+) -> None:
     """On random boards, SQLite's claim order is ``best_order``'s."""
     with tempfile.TemporaryDirectory() as d:
         claimed, cands, now = claim_sequence(f"sqlite:///{Path(d) / 'c.db'}", board, role)
     assert claimed == best_order(cands, role, now)
 
 
-def test_keyword_matching_is_on_word_prefixes():
+def test_keyword_matching_is_on_word_prefixes() -> None:
     kw = {"architect": ["design", "architect", "plan"], "developer": ["implement", "code", "test"]}
     assert matched_roles("Write tests for login", kw) == ("developer",)
     assert matched_roles("PLANNING the Implementation", kw) == ("architect", "developer")
@@ -64,7 +68,7 @@ def test_keyword_matching_is_on_word_prefixes():
     assert matched_roles("Docs", kw, explicit="architect") == ("architect",)
 
 
-def test_score_is_the_documents():
+def test_score_is_the_documents() -> None:
     """high 30, medium 20, low 10, +15 for a role match, +1 per minute of age."""
     assert score("high", False, 0.0, 0.0) == 30
     assert score("medium", True, 0.0, 0.0) == 35

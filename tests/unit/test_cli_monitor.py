@@ -5,6 +5,8 @@ in 23.2 s"). Timing by an injected clock: the passes and their ``now`` are data.
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.cli.core import PassFilter
 from corral.model import Assessment, Event
 from corral.monitor import TickResult
@@ -13,7 +15,7 @@ T0 = 1_700_000_000.0
 
 
 def _assessment(status: str, rec: str) -> Assessment:
-    fields = {f: 0 for f in Assessment.__dataclass_fields__}
+    fields: dict[str, Any] = dict.fromkeys(Assessment.__dataclass_fields__, 0)
     fields.update(status=status, recommendation=rec)
     return Assessment(**fields)
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral import Monitor
+from corral.cluster import Cluster
 from corral.deadlines import dead_due, death_at, idle_due, monitor_deadlines
 from corral.errors import CorralError
 
@@ -141,7 +142,9 @@ def _tick(c: Any, monitor: Monitor) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(history=st.lists(step, min_size=1, max_size=30))
-def test_store_deadlines_equal_the_model_after_any_history(embedded, history):
+def test_store_deadlines_equal_the_model_after_any_history(
+    embedded: Cluster, history: list[tuple[Any, ...]]
+) -> None:
     """The fixture's cluster carries over between examples: each history starts from
     wherever the previous ones left the fleet and the settings."""
     embedded.configure(max_agents=len(IDS))

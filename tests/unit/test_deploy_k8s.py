@@ -66,6 +66,7 @@ def test_the_scaled_object_is_kedas_and_scales_on_corrals_metric(tmp_path: Path)
     from corral.server.metrics import Metrics
 
     with corral.connect(f"sqlite:///{tmp_path / 'c.db'}") as c:
+        assert isinstance(c, corral.Cluster)  # a database URL gives the embedded client
         exported = {f.name for f in text_string_to_metric_families(Metrics(c).render().decode())}
     assert "corral_inbox_queue_depth" in exported
     assert "corral_inbox_queue_depth" in query

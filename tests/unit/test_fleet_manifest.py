@@ -3,6 +3,8 @@ pool (or agent) and the field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from corral.errors import InvalidInputError
@@ -36,14 +38,16 @@ depends_on = ["relay"]
 """
 
 
-def write(tmp_path, text, seed='{"title": "a"}\n{"title": "b", "priority": "high"}\n'):
+def write(
+    tmp_path: Path, text: str, seed: str = '{"title": "a"}\n{"title": "b", "priority": "high"}\n'
+) -> Path:
     (tmp_path / "tasks.jsonl").write_text(seed)
     p = tmp_path / "corral.toml"
     p.write_text(text)
     return p
 
 
-def test_a_good_manifest(tmp_path):
+def test_a_good_manifest(tmp_path: Path) -> None:
     m = load_fleet(write(tmp_path, GOOD))
     assert m.supervisor.ids == ("relay",)
     (pool,) = m.pools
@@ -58,12 +62,12 @@ def test_a_good_manifest(tmp_path):
     assert m.pool_of("dev-7") is pool and m.pool_of("relay") is None
 
 
-def test_pools_alone_are_a_manifest():
+def test_pools_alone_are_a_manifest() -> None:
     m = parse_fleet({"pools": [{"id": "p", "cmd": "true", "role": "developer"}]}, path="f.toml")
     assert m.supervisor.agents == () and m.pools[0].limits.max == 1
 
 
-def test_the_examples_are_valid():
+def test_the_examples_are_valid() -> None:
     for name in ("examples/fleet.toml", "examples/agents.toml"):
         m = load_fleet(name)
         assert m.pools
@@ -92,7 +96,7 @@ def test_the_examples_are_valid():
         ("[cluster]", '[cluster]\nurl = "http://x"', "cluster.url: must be a sqlite"),
     ],
 )
-def test_bad_fields_are_named(tmp_path, old, new, message):
+def test_bad_fields_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:
     text = GOOD.replace(old, new, 1)
     if "board = 1" in new:
         text = text.replace('[board]\nseed = "tasks.jsonl"\n', "")
@@ -103,19 +107,19 @@ def test_bad_fields_are_named(tmp_path, old, new, message):
     assert message in e.value.message
 
 
-def test_a_bad_seed_names_its_file_and_line(tmp_path):
+def test_a_bad_seed_names_its_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as e:
         load_fleet(write(tmp_path, GOOD, seed='{"title": "a"}\n{"titel": "b"}\n'))
     assert "tasks.jsonl: line 2: must be an object with a title" in e.value.message
 
 
-def test_unknown_top_level_key(tmp_path):
+def test_unknown_top_level_key(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as e:
         load_fleet(write(tmp_path, "fleets = 1\n" + GOOD))
     assert "corral.toml: fleets: unknown key" in e.value.message
 
 
-def test_an_agent_with_a_members_name_is_refused(tmp_path):
+def test_an_agent_with_a_members_name_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as e:
         load_fleet(
             write(
@@ -126,7 +130,7 @@ def test_an_agent_with_a_members_name_is_refused(tmp_path):
     assert "pool dev: id: agent dev-1 has a member's name" in e.value.message
 
 
-def test_a_pool_whose_member_ids_cannot_be_node_ids_is_refused(tmp_path):
+def test_a_pool_whose_member_ids_cannot_be_node_ids_is_refused(tmp_path: Path) -> None:
     """Members are ``<id>-<n>``: a long pool id with a large max makes node ids the
     cluster refuses (longer than 64 characters)."""
     long_id = "p" * 60
@@ -156,7 +160,9 @@ def test_a_pool_whose_member_ids_cannot_be_node_ids_is_refused(tmp_path):
         ),
     ],
 )
-def test_a_command_that_cannot_start_is_named(tmp_path, old, new, message):
+def test_a_command_that_cannot_start_is_named(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
     """corral up checks that each pool's and agent's command starts as the supervisor
     would start it (on the PATH it will have, or as a file from its cwd)."""
     from corral.fleet.manifest import check_commands

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 import corral
 from corral import Monitor
+from corral.clock import FakeClock
+from corral.cluster import Cluster
 from corral.lifecycle import (
     STAMP_FRACTION,
     idle_expired,
@@ -28,7 +30,7 @@ times = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=Fa
 
 
 @given(dead_at=times, window=st.floats(min_value=0.01, max_value=1e4), now=times)
-def test_sql_stamp_condition_equals_stamp_due(dead_at, window, now):
+def test_sql_stamp_condition_equals_stamp_due(dead_at: float, window: float, now: float) -> None:
     """node_done_with's stamp condition computes exactly lifecycle.stamp_due: run on a
     node row that nothing else would change (it is waiting, names no task)."""
     conn = sqlite3.connect(":memory:")
@@ -58,7 +60,9 @@ _SECONDS = st.floats(min_value=0.001, max_value=1e5, allow_nan=False, allow_infi
     grace=_SECONDS,
     now=times,
 )
-def test_idle_expired_equals_its_sql(nodes, idle_timeout, grace, now):
+def test_idle_expired_equals_its_sql(
+    nodes: list[tuple[str, str, float | None]], idle_timeout: float, grace: float, now: float
+) -> None:
     """The monitor retires exactly the nodes ``lifecycle.idle_expired`` names: the
     SQL query nodes_idle_expired (run on random rows, as the monitor runs it) and the
     pure rule agree on every node."""
@@ -84,7 +88,7 @@ def test_idle_expired_equals_its_sql(nodes, idle_timeout, grace, now):
     assert got == want
 
 
-def test_idle_expired_sql_is_the_same_on_postgres():
+def test_idle_expired_sql_is_the_same_on_postgres() -> None:
     """PostgreSQL's nodes_idle_expired selects by the same condition (it adds a row
     lock), so the property above holds for it too."""
 
@@ -95,14 +99,16 @@ def test_idle_expired_sql_is_the_same_on_postgres():
     assert condition("postgres") == condition("sqlite")
 
 
-def test_idle_since_rule():
+def test_idle_since_rule() -> None:
     assert next_idle_since("working", None, "idle", 5.0) == 5.0
     assert next_idle_since("idle", 3.0, "idle", 5.0) == 3.0
     assert next_idle_since("idle", 3.0, "working", 5.0) is None
     assert next_idle_since("waiting", None, "idle", 7.0) == 7.0
 
 
-def test_claims_and_completions_keep_a_silent_node_alive(embedded, clock):
+def test_claims_and_completions_keep_a_silent_node_alive(
+    embedded: Cluster, clock: FakeClock
+) -> None:
     """A node that never heartbeats but keeps claiming and completing is not dead:
     its calls re-stamp it whenever a tenth of its window has passed."""
     embedded.register_node("W", "developer", heartbeat_interval=1)  # window 3 s
@@ -110,6 +116,7 @@ def test_claims_and_completions_keep_a_silent_node_alive(embedded, clock):
     for i in range(40):
         embedded.add_task(f"Implement step {i}")
         task = embedded.claim_best_task("W", "developer")
+        assert task is not None
         clock.advance(0.5)
         embedded.complete_task(task.id, "W", task.epoch)
         assert [e.kind for e in monitor.tick(clock.now()).events] == []
@@ -118,7 +125,7 @@ def test_claims_and_completions_keep_a_silent_node_alive(embedded, clock):
     assert [e.kind for e in monitor.tick(clock.now()).events] == ["node_dead"]
 
 
-def test_current_task_is_the_newest_held(embedded, clock):
+def test_current_task_is_the_newest_held(embedded: Cluster, clock: FakeClock) -> None:
     embedded.register_node("W", "developer")
     a = embedded.add_task("Implement a", priority="high")
     b = embedded.add_task("Implement b", priority="low")
@@ -134,7 +141,7 @@ def test_current_task_is_the_newest_held(embedded, clock):
     assert named.current_task_id == a.id
 
 
-def test_the_stamp_rule_is_written_once_per_dialect():
+def test_the_stamp_rule_is_written_once_per_dialect() -> None:
     """lifecycle.stamp_due is the rule stamp_due of each queries.sql, written once
     there; the SQLite triggers that re-stamp a claim's and a completion's holder take
     it with the fraction written in (SQLite takes no parameters in a trigger)."""
@@ -151,7 +158,7 @@ def test_the_stamp_rule_is_written_once_per_dialect():
     assert {float(f) for f in factors} == {1 - STAMP_FRACTION}
 
 
-def test_claims_and_completions_stamp_only_when_due(embedded, clock):
+def test_claims_and_completions_stamp_only_when_due(embedded: Cluster, clock: FakeClock) -> None:
     """A node's row is re-stamped by its claims and completions only once a tenth of
     its window has passed, whatever its status does (a flip idle -> working or
     working -> idle alone does not re-stamp); events are recorded every time."""
@@ -160,6 +167,7 @@ def test_claims_and_completions_stamp_only_when_due(embedded, clock):
         embedded.add_task(f"Implement step {i}")
     clock.advance(30 * STAMP_FRACTION * 0.5)  # not due
     first = embedded.claim_best_task("W", "developer")  # idle -> working: not stamped
+    assert first is not None
     node = embedded.get_node("W")
     assert (node.status, node.dead_at, node.last_activity) == (
         "working",
@@ -167,6 +175,7 @@ def test_claims_and_completions_stamp_only_when_due(embedded, clock):
         reg.last_activity,
     )
     second = embedded.claim_best_task("W", "developer")  # still working
+    assert second is not None
     embedded.complete_task(second.id, "W", second.epoch)  # still holds the first
     assert embedded.get_node("W").dead_at == reg.dead_at
     clock.advance(30 * STAMP_FRACTION)  # due
@@ -177,6 +186,7 @@ def test_claims_and_completions_stamp_only_when_due(embedded, clock):
     stamped = node.dead_at
     clock.advance(1)  # not due
     third = embedded.claim_best_task("W", "developer")  # idle -> working: not stamped
+    assert third is not None
     embedded.complete_task(third.id, "W", third.epoch)  # working -> idle: not stamped
     node = embedded.get_node("W")
     assert (node.status, node.idle_since, node.dead_at) == ("idle", clock.now(), stamped)
@@ -186,7 +196,9 @@ def test_claims_and_completions_stamp_only_when_due(embedded, clock):
     assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1}
 
 
-def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock):
+def test_the_short_paths_give_way_when_the_node_row_must_change(
+    embedded: Cluster, clock: FakeClock
+) -> None:
     """The stores' short statements (claim and completion without the node update,
     completion without RETURNING) hand over to the full ones whenever the holder's
     row must change: a claim whose stamp is due, a completion of the task the node
@@ -196,9 +208,11 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     for i in range(8):
         embedded.add_task(f"Implement step {i}")
     a = embedded.claim_best_task("W", "developer")
+    assert a is not None
     embedded.complete_task(a.id, "W", a.epoch)
     clock.advance(30 * STAMP_FRACTION * 1.5)  # due: the claim itself re-stamps
     b = embedded.claim_best_task("W", "developer")
+    assert b is not None
     assert embedded.get_node("W").dead_at == clock.now() + 30
 
     embedded.set_agent_status("W", "working", b.id)  # names b as its current task
@@ -207,6 +221,7 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     assert node.current_task_id is None and node.status == "idle"  # nothing else held
 
     c = embedded.claim_best_task("W", "developer")
+    assert c is not None
     embedded.set_agent_status("W", "waiting")  # a call of its own: stamped
     stamped = embedded.get_node("W").dead_at
     clock.advance(1)
@@ -222,6 +237,7 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
 
     embedded.fail_task(e.id, "W", e.epoch, error="retry it")
     e = embedded.claim_best_task("W", "developer")  # the same task again, epoch 2
+    assert e is not None
     assert e.epoch == 2
     before = (embedded.get_task(e.id), embedded.get_node("W"), embedded.events())
     with pytest.raises(corral.LeaseError):
@@ -234,7 +250,7 @@ def test_the_short_paths_give_way_when_the_node_row_must_change(embedded, clock)
     assert embedded.get_task(e.id) == finished
 
 
-def test_last_seen_is_computed_in_one_place():
+def test_last_seen_is_computed_in_one_place() -> None:
     """A node's last sign of life is ``corral.model.last_seen`` and nothing else:
     no other module of ``src/corral`` computes ``max(...)`` over the node's
     ``last_activity`` / ``last_heartbeat`` / ``registered_at``."""
@@ -269,7 +285,7 @@ def test_last_seen_is_computed_in_one_place():
 
 
 # --- re-registration and idle (issue 32) ------------------------------------------------
-def test_reregistration_allowed_is_a_new_claim_only_for_a_manager_turning_counted():
+def test_reregistration_allowed_is_a_new_claim_only_for_a_manager_turning_counted() -> None:
     """Every case: a live node keeps its place unless it leaves a manager's role for a
     counted one; then it fits as a new node would beside the others (live - 1)."""
     roles = ("developer", "architect", "bootstrap_manager")
@@ -281,7 +297,7 @@ def test_reregistration_allowed_is_a_new_claim_only_for_a_manager_turning_counte
             assert want == registration_allowed(new, live - 1, cap)
 
 
-def test_status_on_reregistering_every_case():
+def test_status_on_reregistering_every_case() -> None:
     roles = ("developer", "architect", "bootstrap_manager")
     statuses = ("working", "idle", "waiting")
     for status, old, new, holds in itertools.product(statuses, roles, roles, (False, True)):
@@ -292,7 +308,7 @@ def test_status_on_reregistering_every_case():
             assert got == ("working" if new == "bootstrap_manager" else "idle")
 
 
-def test_only_idle_is_refused_to_a_node_that_holds_a_task():
+def test_only_idle_is_refused_to_a_node_that_holds_a_task() -> None:
     for status in ("working", "idle", "waiting", "terminated"):
         assert status_allowed(status, holds_task=False)
         assert status_allowed(status, holds_task=True) == (status != "idle")

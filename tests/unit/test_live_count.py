@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral import CapacityError, Monitor
+from corral.clock import FakeClock
+from corral.cluster import Cluster
 from corral.errors import CorralError
 from corral.lifecycle import registration_allowed, reregistration_allowed
 
@@ -89,7 +91,9 @@ def _apply(c: Any, clock: Any, monitor: Monitor, op: tuple[Any, ...]) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(history=st.lists(step, min_size=1, max_size=25))
-def test_the_live_count_equals_a_recount_after_any_history(embedded, clock, history):
+def test_the_live_count_equals_a_recount_after_any_history(
+    embedded: Cluster, clock: FakeClock, history: list[tuple[Any, ...]]
+) -> None:
     """The fixture's cluster carries over from one example to the next: each history
     starts from wherever the previous ones left the fleet."""
     embedded.configure(max_agents=MAX_AGENTS)
@@ -127,14 +131,14 @@ def _rewind(store: Any) -> None:
             raw.execute("DELETE FROM corral_migrations WHERE version = 5")
 
 
-def test_the_count_starts_from_a_recount_when_migrated(embedded, clock):
+def test_the_count_starts_from_a_recount_when_migrated(embedded: Cluster, clock: FakeClock) -> None:
     """A database whose nodes predate the counter gets it from a recount when the
     store opens it (the migration), and keeps it from there."""
     for node_id in ("A", "B", "C"):
         embedded.register_node(node_id, "developer")
     embedded.terminate_node("A")
     _rewind(embedded.store)
-    store = embedded.store
+    store: Any = embedded.store  # the adapter's private migration, whichever it is
     (store._migrate if hasattr(store, "_migrate") else store._sessions._migrate)()
     assert _counts(embedded.store) == (2, 2)
     embedded.terminate_node("B")

@@ -10,29 +10,41 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
 import corral
 from corral import ConflictError, Monitor
+from corral.clock import FakeClock
+from corral.cluster import Cluster
 from corral.defaults import MANAGER_ROLE
 from corral.lifecycle import status_after_finishing
+from corral.model import Task
+from corral.types import Client
 
 
-def _line(c: Any, node_id: str) -> str:
+def _task(task: Task | None) -> Task:
+    """A claim's task, which the test knows is there."""
+    assert task is not None
+    return task
+
+
+def _line(c: Client, node_id: str) -> str:
     text = c.read_state().text
     return next(x for x in text.splitlines() if f" {node_id}: " in x)
 
 
 # --- completion -----------------------------------------------------------------------
-def test_completing_the_only_task_returns_the_node_to_idle(cluster, clock):
+def test_completing_the_only_task_returns_the_node_to_idle(
+    cluster: Client, clock: FakeClock
+) -> None:
     """The README's walk-through: after its only task the node is idle, with no
     current task, idle since the completion (on every backend)."""
     cluster.register_node("W", "developer", "claude-sonnet-4-5")
     cluster.add_task("Implement user authentication", priority="high")
     task = cluster.claim_best_task("W", "developer")
+    assert task is not None
     assert cluster.get_node("W").status == "working"
     clock.advance(2)
     cluster.complete_task(task.id, "W", epoch=task.epoch)
@@ -42,23 +54,30 @@ def test_completing_the_only_task_returns_the_node_to_idle(cluster, clock):
     assert "[idle]" in line and "Task:" not in line, line
 
 
-def test_a_node_that_holds_another_task_keeps_working_on_it(cluster, clock):
+def test_a_node_that_holds_another_task_keeps_working_on_it(
+    cluster: Client, clock: FakeClock
+) -> None:
     cluster.register_node("W", "developer")
     cluster.add_tasks([{"title": "Implement a", "priority": "high"}, {"title": "Implement b"}])
     a = cluster.claim_best_task("W", "developer")
+    assert a is not None
     clock.advance(1)
     b = cluster.claim_best_task("W", "developer")
+    assert b is not None
     cluster.complete_task(b.id, "W", b.epoch)
     node = cluster.get_node("W")
     assert (node.status, node.current_task_id, node.idle_since) == ("working", a.id, None)
     assert f"| Task: task-{a.id}" in _line(cluster, "W")
 
 
-def test_complete_and_claim_stays_working_only_when_it_claimed(cluster, clock):
+def test_complete_and_claim_stays_working_only_when_it_claimed(
+    cluster: Client, clock: FakeClock
+) -> None:
     """A worker's step: working on the next task; idle when there was none."""
     cluster.register_node("W", "developer")
     cluster.add_tasks([{"title": "Implement a"}, {"title": "Implement b"}])
     a = cluster.claim_best_task("W", "developer")
+    assert a is not None
     clock.advance(1)
     _, b = cluster.complete_and_claim(a.id, "W", "developer", a.epoch)
     assert b is not None
@@ -71,7 +90,7 @@ def test_complete_and_claim_stays_working_only_when_it_claimed(cluster, clock):
     assert (node.status, node.current_task_id, node.idle_since) == ("idle", None, clock.now())
 
 
-def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
+def test_the_rule_on_every_case_equals_lifecycle(embedded: Cluster, clock: FakeClock) -> None:
     """Every case of the rule, on each store's SQL (the rule idle_after_finishing of
     each queries.sql, as SQLite's node_now_idle and node_done_with and PostgreSQL's
     completion statements, lean and full, include it): the status a
@@ -90,7 +109,7 @@ def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
         embedded.add_tasks([{"title": f"Implement {node} {i}"} for i in range(1 + other)])
         held = [embedded.claim_best_task(node, "developer") for _ in range(1 + other)]
         if way == "complete_twice":  # the task of the node's previous lean claim
-            embedded.complete_task(held[0].id, node, held[0].epoch)
+            embedded.complete_task(_task(held[0]).id, node, _task(held[0]).epoch)
             embedded.add_task(f"Implement {node} again")
             held[0] = embedded.claim_best_task(node, "developer")
         if status == "idle":  # a node that holds a task cannot say idle (docs/core.md)
@@ -107,6 +126,7 @@ def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
             embedded.add_task(f"Implement {node} next")
         clock.advance(1)
         t = held[0]
+        assert t is not None
         nxt = None
         if way in ("complete", "complete_twice"):
             embedded.complete_task(t.id, node, t.epoch)
@@ -127,18 +147,21 @@ def test_the_rule_on_every_case_equals_lifecycle(embedded, clock):
         else:
             assert got.idle_since == before.idle_since, case
         if want == "working":
-            assert got.current_task_id == (held[1].id if other else None), case
+            assert got.current_task_id == (_task(held[1]).id if other else None), case
         for task in (nxt, *held):
             if task is not None:
                 embedded.get_task(task.id)  # still there
         embedded.set_agent_status(node, "terminated")
 
 
-def test_a_node_idle_after_its_last_task_is_retired_at_its_idle_limit(embedded, clock):
+def test_a_node_idle_after_its_last_task_is_retired_at_its_idle_limit(
+    embedded: Cluster, clock: FakeClock
+) -> None:
     """Idle since its completion, the node is retired by the monitor at its limit."""
     embedded.register_node("W", "developer", heartbeat_interval=100)
     embedded.add_task("Implement it")
     task = embedded.claim_best_task("W", "developer")
+    assert task is not None
     clock.advance(5)
     embedded.complete_task(task.id, "W", task.epoch)
     limit = embedded.settings().idle_limit
@@ -150,17 +173,18 @@ def test_a_node_idle_after_its_last_task_is_retired_at_its_idle_limit(embedded, 
     assert [e.kind for e in monitor.tick(clock.now()).events] == ["node_retired"]
 
 
-def test_the_manager_stays_working_after_its_task(cluster):
+def test_the_manager_stays_working_after_its_task(cluster: Client) -> None:
     cluster.register_node("BM", MANAGER_ROLE)
     cluster.add_task("Plan the release")
     task = cluster.claim_best_task("BM", "architect")
+    assert task is not None
     cluster.complete_task(task.id, "BM", task.epoch)
     node = cluster.get_node("BM")
     assert (node.status, node.current_task_id) == ("working", None)
 
 
 # --- pid -------------------------------------------------------------------------------
-def test_a_registration_names_a_pid_only_when_the_caller_gives_one(cluster):
+def test_a_registration_names_a_pid_only_when_the_caller_gives_one(cluster: Client) -> None:
     """A process registering on behalf of a node (the server, the MCP tools, the
     CLI) records no pid; a node's own process names its own."""
     assert cluster.register_node("A", "developer").pid is None
@@ -169,7 +193,7 @@ def test_a_registration_names_a_pid_only_when_the_caller_gives_one(cluster):
     assert cluster.get_node("B").pid == 4242
 
 
-def test_corral_node_register_does_not_record_its_own_pid(tmp_path: Path):
+def test_corral_node_register_does_not_record_its_own_pid(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     done = subprocess.run(
         [sys.executable, "-m", "corral", "--url", url, "node", "register", "N1", "developer"],
@@ -183,7 +207,7 @@ def test_corral_node_register_does_not_record_its_own_pid(tmp_path: Path):
         assert c.get_node("N1").pid is None
 
 
-def test_a_worker_records_its_own_pid(sqlite_cluster):
+def test_a_worker_records_its_own_pid(sqlite_cluster: Cluster) -> None:
     w = corral.Worker("W1", "developer", cluster=sqlite_cluster, handle_signals=False)
     w.register()
     try:
@@ -193,7 +217,9 @@ def test_a_worker_records_its_own_pid(sqlite_cluster):
 
 
 # --- heartbeat -------------------------------------------------------------------------
-def test_a_node_that_never_heartbeated_is_not_shown_green(cluster, clock):
+def test_a_node_that_never_heartbeated_is_not_shown_green(
+    cluster: Client, clock: FakeClock
+) -> None:
     """⚪ and said in words until its first heartbeat; 🟢 while it beats; 🔴 once
     silent past its window."""
     cluster.register_node("W", "developer", heartbeat_interval=10)  # window 30 s
@@ -206,7 +232,7 @@ def test_a_node_that_never_heartbeated_is_not_shown_green(cluster, clock):
     assert _line(cluster, "W").startswith("🔴 W: ")
 
 
-def test_a_call_that_counts_as_a_heartbeat_is_one(cluster, clock):
+def test_a_call_that_counts_as_a_heartbeat_is_one(cluster: Client, clock: FakeClock) -> None:
     """The MCP tools count each call by a node as its heartbeat (``touch``): it is
     shown as one."""
     cluster.register_node("W", "developer")
@@ -227,12 +253,14 @@ def _rewind_to_an_idle_holder(url: str, node_id: str) -> None:
             raw.execute("PRAGMA user_version = 10")
         raw.close()
     else:
-        with psycopg.connect(url, autocommit=True) as raw:
-            raw.execute("UPDATE nodes SET status = 'idle', idle_since = 1 WHERE id = %s", [node_id])
-            raw.execute("DELETE FROM corral_migrations WHERE version = 12")
+        with psycopg.connect(url, autocommit=True) as pg:
+            pg.execute("UPDATE nodes SET status = 'idle', idle_since = 1 WHERE id = %s", [node_id])
+            pg.execute("DELETE FROM corral_migrations WHERE version = 12")
 
 
-def test_an_idle_node_that_holds_a_task_works_on_it_once_migrated(embedded, clock):
+def test_an_idle_node_that_holds_a_task_works_on_it_once_migrated(
+    embedded: Cluster, clock: FakeClock
+) -> None:
     """A database written before the rule (an idle node holding a lease) is repaired
     when a store opens it: the holder is working on its task, with a node_status
     event; an idle node that holds nothing stays idle."""
@@ -240,6 +268,8 @@ def test_an_idle_node_that_holds_a_task_works_on_it_once_migrated(embedded, cloc
     embedded.register_node("I", "developer")
     embedded.add_task("Implement it")
     task = embedded.claim_best_task("W", "developer")
+    assert task is not None
+    assert embedded.url is not None
     _rewind_to_an_idle_holder(embedded.url, "W")
     with corral.connect(embedded.url, clock=clock) as c:
         node = c.get_node("W")

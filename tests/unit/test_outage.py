@@ -214,6 +214,7 @@ def test_a_stop_ends_the_wait_with_the_error() -> None:
 def test_a_keyed_claim_sent_again_gets_the_same_task_on_every_store(tmp_path: Any) -> None:
     """The store's half (SQLite here; PostgreSQL and HTTP in test_worker_outage)."""
     c = corral.connect(f"sqlite:///{tmp_path / 'c.db'}")
+    assert isinstance(c, corral.Cluster)  # a database URL gives the embedded client
     c.register_node("w1", "developer")
     for i in range(3):
         c.add_task(f"t{i}")

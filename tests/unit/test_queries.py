@@ -53,7 +53,7 @@ FROM t WHERE x = :x;
 """
 
 
-def test_a_part_stands_where_it_is_included_without_its_comments():
+def test_a_part_stands_where_it_is_included_without_its_comments() -> None:
     queries = parse_queries(TEXT)
     assert queries == {"one": "SELECT 1", "two": "SELECT\n    a, b,\n    c\nFROM t WHERE x = :x"}
     assert parse_queries(TEXT, pyformat=True)["two"].endswith("x = %(x)s")
@@ -69,12 +69,12 @@ def test_a_part_stands_where_it_is_included_without_its_comments():
         (TEXT.replace("    c\n", "    -- include: cols\n"), "parts do not nest"),
     ],
 )
-def test_a_broken_queries_file_is_refused_by_name(text, message):
+def test_a_broken_queries_file_is_refused_by_name(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_queries(text, where="here")
 
 
-def test_the_postgres_claims_share_their_parts():
+def test_the_postgres_claims_share_their_parts() -> None:
     """claim_full, claim_lean and the two complete-and-claim statements take the task
     the same way: the heads and the pick are one text, included in each."""
     queries = load_queries("postgres")
@@ -89,7 +89,7 @@ def test_the_postgres_claims_share_their_parts():
     assert not any("-- include:" in sql for sql in queries.values())
 
 
-def test_the_shared_code_finds_its_queries_in_both_dialects():
+def test_the_shared_code_finds_its_queries_in_both_dialects() -> None:
     text = _code(*SHARED)
     used = set(re.findall(r'tx\.(?:one|all|run)\(\s*"(\w+)"', text))
     used |= set(re.findall(r'live\(tx, \w+, "(\w+)"\)', text))
@@ -99,7 +99,7 @@ def test_the_shared_code_finds_its_queries_in_both_dialects():
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
-def test_no_query_is_left_unused(dialect):
+def test_no_query_is_left_unused(dialect: str) -> None:
     """Every named query is run by the shared code or by its dialect's adapter: SQL
     that nothing runs is not kept (and not kept in step with the schema)."""
     text = _code(*SHARED, *_adapter(dialect))

@@ -62,7 +62,9 @@ NOW = st.floats(0, 200)
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_a_spawn_never_passes_max_nor_max_agents(lim, pool, fleet, now):
+def test_a_spawn_never_passes_max_nor_max_agents(
+    lim: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+) -> None:
     d = decide("developer", lim, pool, fleet, now)
     if d.change > 0:
         assert d.action in ("spawn", "ask")
@@ -71,7 +73,9 @@ def test_a_spawn_never_passes_max_nor_max_agents(lim, pool, fleet, now):
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_inside_the_cooldown_only_an_auto_pool_goes_on_the_way_it_went(lim, pool, fleet, now):
+def test_inside_the_cooldown_only_an_auto_pool_goes_on_the_way_it_went(
+    lim: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+) -> None:
     """Inside the cooldown nothing reverses the last change; only an ``auto`` pool
     whose last change is known changes at all, and then the same way."""
     d = decide("developer", lim, pool, fleet, now)
@@ -81,7 +85,9 @@ def test_inside_the_cooldown_only_an_auto_pool_goes_on_the_way_it_went(lim, pool
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_only_idle_members_retire_and_never_below_min(lim, pool, fleet, now):
+def test_only_idle_members_retire_and_never_below_min(
+    lim: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+) -> None:
     d = decide("developer", lim, pool, fleet, now)
     if d.change < 0:
         assert d.action == "retire"
@@ -90,7 +96,7 @@ def test_only_idle_members_retire_and_never_below_min(lim, pool, fleet, now):
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_the_modes(lim, pool, fleet, now):
+def test_the_modes(lim: PoolLimits, pool: PoolState, fleet: FleetView, now: float) -> None:
     d = decide("developer", lim, pool, fleet, now)
     if d.action == "ask":
         assert lim.scale == "ask"
@@ -101,7 +107,9 @@ def test_the_modes(lim, pool, fleet, now):
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_growth_above_the_floor_needs_the_recommendation_for_the_role(lim, pool, fleet, now):
+def test_growth_above_the_floor_needs_the_recommendation_for_the_role(
+    lim: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+) -> None:
     """Above the floor a pool grows on its role's spawn recommendation or on
     ``maintain`` (a task waiting behind busy members), never on another's or on
     ``terminate_idle``, and only for tasks no idle member or request will take."""
@@ -113,7 +121,9 @@ def test_growth_above_the_floor_needs_the_recommendation_for_the_role(lim, pool,
 
 
 @given(limits(), pools(), fleets(), NOW)
-def test_a_wanted_spawn_happens_when_nothing_holds_it_back(lim, pool, fleet, now):
+def test_a_wanted_spawn_happens_when_nothing_holds_it_back(
+    lim: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+) -> None:
     pool = PoolState(pool.members, pool.idle, pool.idle_expired, 0, None)
     d = decide("developer", lim, pool, fleet, now)
     room = min(lim.max - pool.members, fleet.max_agents - fleet.live)
@@ -125,7 +135,7 @@ def test_a_wanted_spawn_happens_when_nothing_holds_it_back(lim, pool, fleet, now
         )
 
 
-def test_examples():
+def test_examples() -> None:
     auto = PoolLimits(min=0, max=3, cooldown=5, scale="auto")
     deep = FleetView("spawn_developer", pending=10, live=1, max_agents=8)
     d = decide("developer", auto, PoolState(), deep, 0.0)
@@ -187,7 +197,9 @@ def test_examples():
     limits(),
     st.lists(st.tuples(st.sampled_from(RECS), st.integers(0, 12), st.floats(0.1, 10)), max_size=40),
 )
-def test_a_simulated_pool_changes_at_most_once_per_cooldown(lim, steps):
+def test_a_simulated_pool_changes_at_most_once_per_cooldown(
+    lim: PoolLimits, steps: list[tuple[str, int, float]]
+) -> None:
     """Apply each decision at once (spawned members register idle, retired ones go);
     a change that reverses the one before it comes at least a cooldown after it (in
     the modes other than auto every change does)."""
@@ -216,7 +228,9 @@ def test_a_simulated_pool_changes_at_most_once_per_cooldown(lim, steps):
     st.integers(0, 10),
     st.integers(1, 10),
 )
-def test_desired_workers_is_the_pool_decision_without_a_pool(w, idle, rec, pending, live, cap):
+def test_desired_workers_is_the_pool_decision_without_a_pool(
+    w: int, idle: int, rec: str, pending: int, live: int, cap: int
+) -> None:
     idle = min(idle, w)
     n = desired_workers(
         "developer",

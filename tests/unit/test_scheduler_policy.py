@@ -3,7 +3,7 @@ functions: hypothesis against a plain restatement of the rules."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 
 import pytest
 from hypothesis import given, settings
@@ -38,11 +38,13 @@ pools = st.lists(candidates, max_size=12, unique_by=lambda c: c.id)
 modes = st.sampled_from(["notification", "exploration", "hybrid"])
 
 
-def _restated(agents, mode, now, interval):
+def _restated(
+    agents: list[Candidate], mode: str, now: float, interval: float
+) -> tuple[str, str] | None:
     """The rules as written in the document, one sort per class."""
     free = [a for a in agents if not a.held]
 
-    def last(a):  # NULLS FIRST
+    def last(a: Candidate) -> float:  # NULLS FIRST
         return float("-inf") if a.last_activated_at is None else a.last_activated_at
 
     if mode in ("notification", "hybrid"):
@@ -70,14 +72,14 @@ def _restated(agents, mode, now, interval):
 
 @settings(max_examples=400)
 @given(pools, modes, st.sampled_from([0.0, 600.0, 3600.0]))
-def test_pick_is_the_documented_order(agents, mode, interval):
+def test_pick_is_the_documented_order(agents: list[Candidate], mode: str, interval: float) -> None:
     got = pick(agents, mode, NOW, interval)
     want = _restated(agents, mode, NOW, interval)
     assert (None if got is None else (got.agent_id, got.kind)) == want
 
 
 @given(pools, st.sampled_from([0.0, 600.0]))
-def test_modes_keep_to_their_kinds(agents, interval):
+def test_modes_keep_to_their_kinds(agents: list[Candidate], interval: float) -> None:
     n = pick(agents, "notification", NOW, interval)
     e = pick(agents, "exploration", NOW, interval)
     assert n is None or n.kind == "inbox"
@@ -86,18 +88,19 @@ def test_modes_keep_to_their_kinds(agents, interval):
         assert p is None or not next(a for a in agents if a.id == p.agent_id).held
 
 
-def test_never_activated_comes_first_and_inbox_jumps_the_queue():
+def test_never_activated_comes_first_and_inbox_jumps_the_queue() -> None:
     agents = [
         Candidate("old", last_activated_at=NOW - 9000),
         Candidate("never"),
         Candidate("busy", unread=1, last_activated_at=NOW),
     ]
-    assert pick(agents, "exploration", NOW).agent_id == "never"
-    assert pick(agents, "hybrid", NOW).agent_id == "busy"
-    assert pick(agents, "hybrid", NOW).kind == "inbox"
+    explored, hybrid = pick(agents, "exploration", NOW), pick(agents, "hybrid", NOW)
+    assert explored is not None and explored.agent_id == "never"
+    assert hybrid is not None and hybrid.agent_id == "busy"
+    assert hybrid.kind == "inbox"
 
 
-def test_min_interval_is_off_unless_set():
+def test_min_interval_is_off_unless_set() -> None:
     a = Candidate("a", last_activated_at=NOW - 1)
     assert rested(a, NOW, 0.0)
     assert not rested(a, NOW, 900.0)
@@ -105,7 +108,7 @@ def test_min_interval_is_off_unless_set():
 
 
 @given(st.integers(0, 10), st.integers(0, 60), st.integers(0, 3), st.integers(0, 3))
-def test_caps_count_per_day(posts_cap, comments_cap, posts, comments):
+def test_caps_count_per_day(posts_cap: int, comments_cap: int, posts: int, comments: int) -> None:
     config = {"max_daily_posts": posts_cap, "max_daily_comments": comments_cap}
     counts = tally(Counts(), posts, comments, NOW)
     left = allowance(config, counts, NOW)
@@ -115,10 +118,11 @@ def test_caps_count_per_day(posts_cap, comments_cap, posts, comments):
     assert allowance(config, counts, tomorrow).posts == posts_cap
 
 
-def test_caps_stop_a_sixth_post_and_no_posts_when_not_allowed():
+def test_caps_stop_a_sixth_post_and_no_posts_when_not_allowed() -> None:
     counts = Counts()
     for _ in range(5):
-        assert allowance({"max_daily_posts": 5}, counts, NOW).posts > 0
+        posts = allowance({"max_daily_posts": 5}, counts, NOW).posts
+        assert posts is not None and posts > 0
         counts = tally(counts, 1, 0, NOW)
     assert allowance({"max_daily_posts": 5}, counts, NOW).posts == 0
     assert allowance({"can_create_posts": False}, Counts(), NOW).posts == 0
@@ -126,23 +130,25 @@ def test_caps_stop_a_sixth_post_and_no_posts_when_not_allowed():
 
 
 # --- cron --------------------------------------------------------------------------------
-def _ts(*args, tz=UTC):
-    return datetime(*args, tzinfo=tz).timestamp()
+def _ts(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, *, tz: tzinfo = UTC
+) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=tz).timestamp()
 
 
 @pytest.mark.parametrize(("alias", "fields"), sorted(cron.ALIASES.items()))
-def test_aliases_fire_as_their_fields(alias, fields):
+def test_aliases_fire_as_their_fields(alias: str, fields: str) -> None:
     start = _ts(2026, 3, 14, 15, 9)
     assert cron.next_fire(alias, start) == cron.next_fire(fields, start)
 
 
-def test_next_fire_is_strictly_after():
+def test_next_fire_is_strictly_after() -> None:
     nine = _ts(2026, 1, 1, 9)
     assert cron.next_fire("0 9 * * *", nine - 1) == nine
     assert cron.next_fire("0 9 * * *", nine) == nine + 86_400
 
 
-def test_a_fall_back_hour_fires_once():
+def test_a_fall_back_hour_fires_once() -> None:
     from zoneinfo import ZoneInfo
 
     ny = ZoneInfo("America/New_York")
@@ -153,13 +159,13 @@ def test_a_fall_back_hour_fires_once():
 
 
 @pytest.mark.parametrize("bad", ["", "61 9 * * *", "@sometimes", "* * *", 5])
-def test_bad_cron_is_refused_naming_the_field(bad):
+def test_bad_cron_is_refused_naming_the_field(bad: str | int) -> None:
     with pytest.raises(InvalidInputError) as e:
         cron.check_cron(bad, "schedule_override[0].cron")
     assert e.value.field == "schedule_override[0].cron"
 
 
-def test_next_due_is_the_earliest_entry():
+def test_next_due_is_the_earliest_entry() -> None:
     config = check_config(
         {
             "schedule_override": [
@@ -186,13 +192,13 @@ def test_next_due_is_the_earliest_entry():
         ("x", "config"),
     ],
 )
-def test_bad_config_names_the_field(config, field):
+def test_bad_config_names_the_field(config: object, field: str) -> None:
     with pytest.raises(InvalidInputError) as e:
         check_config(config)
     assert e.value.field == field
 
 
-def test_the_documents_config_is_accepted():
+def test_the_documents_config_is_accepted() -> None:
     doc = {
         "name": "claude-code-1",
         "type": "claude",

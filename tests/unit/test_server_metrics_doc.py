@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import corral
+from corral.cluster import Cluster
 from corral.server.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _exposed(tmp_path: Path) -> set[str]:
     with corral.connect(f"sqlite:///{tmp_path / 'c.db'}") as c:
+        assert isinstance(c, Cluster)  # a database URL gives the embedded client
         c.register_node("A", "developer")
         m = Metrics(c)
         m.observe("GET", "/v1/settings", 200, 0.001)

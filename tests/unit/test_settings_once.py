@@ -36,7 +36,7 @@ def _plain(annotation: typing.Any) -> typing.Any:
     return annotation
 
 
-def test_the_api_models_are_the_dataclass_fields():
+def test_the_api_models_are_the_dataclass_fields() -> None:
     """SettingsOut has every setting, required, with its type; ConfigureIn has every
     setting, optional, strict, unknown keys refused."""
     assert {n: f.annotation for n, f in SettingsOut.model_fields.items()} == DECLARED
@@ -53,18 +53,18 @@ def test_the_api_models_are_the_dataclass_fields():
         ConfigureIn.model_validate({"max_agent": 4})
 
 
-def test_the_answer_model_takes_the_defaults_as_they_are():
+def test_the_answer_model_takes_the_defaults_as_they_are() -> None:
     assert SettingsOut.model_validate(Settings().to_dict()).model_dump() == Settings().to_dict()
 
 
-def test_the_validator_knows_the_integer_settings_from_their_type():
+def test_the_validator_knows_the_integer_settings_from_their_type() -> None:
     assert config.TYPES == DECLARED
     with pytest.raises(ValueError, match="max_attempts"):
         config.check_changes({"max_attempts": 2.5})
     assert config.check_changes({"retry_delay": 2}) == {"retry_delay": 2.0}
 
 
-def test_no_other_module_lists_the_settings():
+def test_no_other_module_lists_the_settings() -> None:
     """No second table of the settings: defaults.py keeps no copy, and no class in the
     server declares a settings field by hand."""
     assert not hasattr(defaults, "CLUSTER_SETTINGS")

@@ -8,7 +8,10 @@ import importlib.util
 import json
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -38,7 +41,7 @@ def run(policy: str, tasks: list[TraceTask], params: Params = P) -> simulate.Res
 # ---- the policies' formulas ---------------------------------------------------------
 
 
-def test_fixed_pool_pays_max_workers_for_the_whole_horizon():
+def test_fixed_pool_pays_max_workers_for_the_whole_horizon() -> None:
     """Two warm workers; the task is claimed at once and done at 60 s; the run lasts
     to 60 + drain = 160 s: 2 x 160 paid, 60 busy, the rest idle; the price is per
     worker-minute."""
@@ -50,7 +53,7 @@ def test_fixed_pool_pays_max_workers_for_the_whole_horizon():
     assert (r.scale_actions, r.reversals, r.cap_breaches) == (1, 0, 0)
 
 
-def test_corral_spawns_on_the_assessment_and_the_worker_retires_at_idle_timeout():
+def test_corral_spawns_on_the_assessment_and_the_worker_retires_at_idle_timeout() -> None:
     """At 0 the board has 1 pending and nobody working: the assessment says
     spawn_developer and the pool spawns one member; ready at 10 it claims (wait 10),
     is done at 70, idle 30 s, retires at 100 and is gone at 102: 102 paid, 60 busy,
@@ -63,7 +66,7 @@ def test_corral_spawns_on_the_assessment_and_the_worker_retires_at_idle_timeout(
     assert (r.scale_actions, r.reversals, r.max_reversals_per_cooldown) == (2, 1, 1)
 
 
-def test_corral_serves_a_task_waiting_behind_busy_members():
+def test_corral_serves_a_task_waiting_behind_busy_members() -> None:
     """The tune (maintain grows): one member works on a 100 s task, a second task
     arrives at 20 s. Pending 1 with a node working is the assessment's balanced /
     maintain; the pool spawns for the task nobody idle will take (at 20 s: the cooldown
@@ -76,7 +79,7 @@ def test_corral_serves_a_task_waiting_behind_busy_members():
     assert r.wait["all"]["p95"] == pytest.approx(10.0)
 
 
-def test_corral_grows_again_inside_the_cooldown_but_never_reverses_in_it():
+def test_corral_grows_again_inside_the_cooldown_but_never_reverses_in_it() -> None:
     """The tune (growth after growth is no flap): a task at 0 and another at 2 s,
     100 s each. At 0 the pool spawns one member; at 2 s the second task is more than
     the starting member will take, and growing again is not held back by the 10 s
@@ -91,27 +94,27 @@ def test_corral_grows_again_inside_the_cooldown_but_never_reverses_in_it():
     assert r.max_reversals_per_cooldown == 1
 
 
-def test_keda_scales_down_only_after_the_cooldown():
+def test_keda_scales_down_only_after_the_cooldown() -> None:
     """Polls at 0, 30, 60 …: at 0 the queue is 1, so 1 replica (ready at 10, wait 10);
     the last poll that sees the task (running) is 60; the highest desired count of the
     last 300 s stays 1 until a poll more than 300 s after 60: 390; gone at 392 (the run
     drains 1,000 s past the task, past KEDA's cooldown)."""
-    r = run("keda", one_task(), Params(**{**_asdict(P), "keda_target": 1.0, "drain": 1000.0}))
+    r = run("keda", one_task(), replace(P, keda_target=1.0, drain=1000.0))
     assert r.wait["all"]["p50"] == 10.0
     assert r.worker_seconds == pytest.approx(392.0)
     assert r.idle_worker_seconds == pytest.approx(332.0)
 
 
-def test_keda_desired_is_the_queue_over_the_target():
+def test_keda_desired_is_the_queue_over_the_target() -> None:
     """Five tasks at 0 with a target of 2 per replica: ceil(5 / 2) = 3 replicas
     (max 8); with one task per worker, two wait for a free worker."""
     tasks = [TraceTask(i, 0.0, "developer", "medium", 60.0) for i in range(5)]
-    params = Params(**{**_asdict(P), "max": 8, "max_agents": 8, "keda_target": 2.0})
+    params = replace(P, max=8, max_agents=8, keda_target=2.0)
     _, runs = simulate_all(tasks, ["keda"], params)
     assert runs["keda"].actions[0].delta == 3
 
 
-def test_dbos_follows_the_queue_depth_with_no_cooldown():
+def test_dbos_follows_the_queue_depth_with_no_cooldown() -> None:
     """ceil(depth / 1): 1 at 0 (spawned, ready at 10), 0 when the task is done at 70:
     the worker stops at once, gone at 72: 12 idle (10 start-up + 2 stop)."""
     r = run("dbos", one_task())
@@ -120,15 +123,15 @@ def test_dbos_follows_the_queue_depth_with_no_cooldown():
     assert r.idle_worker_seconds == pytest.approx(12.0)
 
 
-def test_dbos_concurrency_divides_the_depth():
+def test_dbos_concurrency_divides_the_depth() -> None:
     """Five tasks at 0 with a worker concurrency of 2: ceil(5 / 2) = 3 workers."""
     tasks = [TraceTask(i, 0.0, "developer", "medium", 60.0) for i in range(5)]
-    params = Params(**{**_asdict(P), "max": 8, "max_agents": 8, "dbos_concurrency": 2})
+    params = replace(P, max=8, max_agents=8, dbos_concurrency=2)
     _, runs = simulate_all(tasks, ["dbos"], params)
     assert runs["dbos"].actions[0].delta == 3
 
 
-def test_dask_removes_a_worker_after_three_idle_checks():
+def test_dask_removes_a_worker_after_three_idle_checks() -> None:
     """Target min(tasks, ceil(work / 5 s)) = min(1, 12) = 1 at 0; done at 70; checks
     at 70, 71, 72 suggest removing it: removed at 72, gone at 74: 14 idle."""
     r = run("dask", one_task())
@@ -137,10 +140,10 @@ def test_dask_removes_a_worker_after_three_idle_checks():
     assert r.idle_worker_seconds == pytest.approx(14.0)
 
 
-def test_dask_target_is_the_work_over_the_target_duration():
+def test_dask_target_is_the_work_over_the_target_duration() -> None:
     """Four 5 s tasks at 0 (20 s of work): min(4, ceil(20 / 5)) = 4; one 12 s task
     with three 1 s tasks: min(4, ceil(15 / 5)) = 3."""
-    params = Params(**{**_asdict(P), "max": 8, "max_agents": 8})
+    params = replace(P, max=8, max_agents=8)
     even = [TraceTask(i, 0.0, "developer", "medium", 5.0) for i in range(4)]
     _, runs = simulate_all(even, ["dask"], params)
     assert runs["dask"].actions[0].delta == 4
@@ -151,7 +154,7 @@ def test_dask_target_is_the_work_over_the_target_duration():
     assert runs["dask"].actions[0].delta == 3
 
 
-def test_manager_as_written():
+def test_manager_as_written() -> None:
     """The manager assesses at 0, 25, 50, …: at 0, 1 pending and nobody working:
     spawn_developer (one node); ready at 10 (wait 10), done at 70; the assessment at
     75 says idle; the worker, idle since 70, checks at 100: nothing pending and the
@@ -161,7 +164,7 @@ def test_manager_as_written():
     assert r.worker_seconds == pytest.approx(102.0)
 
 
-def test_manager_decision_is_the_documents():
+def test_manager_decision_is_the_documents() -> None:
     d = simulate.manager_decision
     assert d(0, 0, 1, 0, 1, 1, 4) == ("idle", "terminate_idle")
     assert d(3, 1, 2, 2, 2, 0, 4) == ("overloaded", "spawn_developer")
@@ -170,20 +173,20 @@ def test_manager_decision_is_the_documents():
     assert d(2, 2, 2, 2, 2, 0, 4) == ("balanced", "maintain")
 
 
-def test_any_worker_claims_any_task_and_corral_grows_the_recommended_roles_pool():
+def test_any_worker_claims_any_task_and_corral_grows_the_recommended_roles_pool() -> None:
     """A role is a bonus in corral's claim, not a filter: the manager protocol spawns
     only developers and they do the architect's tasks too. corral's assessment
     recommends spawn_architect when most pending tasks are the architect's only, so the
     architect pool grows, not the developer one."""
     tasks = [TraceTask(i, 0.0, "architect", "medium", 30.0) for i in range(3)]
-    _, runs = simulate_all(tasks, ["manager", "corral"], Params(**{**_asdict(P), "max": 3}))
+    _, runs = simulate_all(tasks, ["manager", "corral"], replace(P, max=3))
     assert runs["manager"].unfinished == 0
     assert {w.role for w in runs["manager"].workers} == {"developer"}
     assert runs["corral"].unfinished == 0
     assert {w.role for w in runs["corral"].workers} == {"architect"}
 
 
-def test_the_claim_order_is_corrals_score_and_waits_are_by_priority():
+def test_the_claim_order_is_corrals_score_and_waits_are_by_priority() -> None:
     """One warm worker busy 0-10 s; a low task at 1 s and a high one at 2 s: at 10 the
     high one goes first (30 points beat 10, an age of 1 s does not), wait 8; the low
     one at 20, wait 19."""
@@ -192,12 +195,12 @@ def test_the_claim_order_is_corrals_score_and_waits_are_by_priority():
         TraceTask(1, 1.0, "developer", "low", 10.0),
         TraceTask(2, 2.0, "developer", "high", 10.0),
     ]
-    r = run("fixed", tasks, Params(**{**_asdict(P), "max": 1}))
+    r = run("fixed", tasks, replace(P, max=1))
     assert r.wait["high"]["p50"] == 8.0
     assert r.wait["low"] == {"p50": 0.0, "p95": 19.0, "p99": 19.0}
 
 
-def test_a_scale_down_never_kills_a_busy_worker():
+def test_a_scale_down_never_kills_a_busy_worker() -> None:
     """DBOS with a busy worker and a queue that empties: every task runs its whole
     duration (busy seconds = the trace's work) and none is left unfinished."""
     rng = random.Random(7)
@@ -217,7 +220,7 @@ def test_a_scale_down_never_kills_a_busy_worker():
         assert r.cap_breaches == 0
 
 
-def test_percentile_is_the_nearest_rank():
+def test_percentile_is_the_nearest_rank() -> None:
     values = [float(v) for v in range(1, 11)]
     assert (percentile(values, 50), percentile(values, 95), percentile(values, 99)) == (5, 10, 10)
     assert percentile([], 95) == 0.0
@@ -226,21 +229,23 @@ def test_percentile_is_the_nearest_rank():
 # ---- the same functions as the service ----------------------------------------------
 
 
-def test_the_simulator_runs_the_services_own_functions():
+def test_the_simulator_runs_the_services_own_functions() -> None:
     """The pool decision, the member counts and the idle rule are the objects the
     pools' step calls; the assessment is the one the store records."""
-    assert simulate.pool_decide is corral.fleet.pools.decide
-    assert simulate.count_members is corral.fleet.pools.count_members
-    assert simulate.idle_past_timeout is corral.fleet.pools.idle_past_timeout
-    assert simulate.assess is corral.store.sqlviews.assessment.decide
+    # The names each module imported for its own use (not re-exported): the test
+    # checks they are one object, so it reads them where mypy says they are private.
+    assert simulate.pool_decide is corral.fleet.pools.decide  # type: ignore[attr-defined]
+    assert simulate.count_members is corral.fleet.pools.count_members  # type: ignore[attr-defined]
+    assert simulate.idle_past_timeout is corral.fleet.pools.idle_past_timeout  # type: ignore[attr-defined]
+    assert simulate.assess is corral.store.sqlviews.assessment.decide  # type: ignore[attr-defined]
     assert simulate.Params().look == corral.fleet.pools.POOL_INTERVAL
 
 
-def test_the_simulator_calls_the_pool_decision(monkeypatch):
-    calls = []
-    real = simulate.pool_decide
+def test_the_simulator_calls_the_pool_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+    real = simulate.pool_decide  # type: ignore[attr-defined]  # imported, not re-exported
 
-    def spy(*args, **kwargs):
+    def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append(args)
         return real(*args, **kwargs)
 
@@ -252,7 +257,7 @@ def test_the_simulator_calls_the_pool_decision(monkeypatch):
 # ---- the shipped traces -------------------------------------------------------------
 
 
-def _make_module():
+def _make_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("traces_make", TRACES / "make.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -260,7 +265,7 @@ def _make_module():
     return module
 
 
-def test_the_shipped_traces_are_what_the_seeded_script_makes():
+def test_the_shipped_traces_are_what_the_seeded_script_makes() -> None:
     make = _make_module()
     for n, (name, build) in enumerate(make.TRACES.items()):
         rows = build(random.Random(make.SEED + n))
@@ -270,7 +275,7 @@ def test_the_shipped_traces_are_what_the_seeded_script_makes():
 
 
 @pytest.mark.parametrize("name", ["steady", "bursty", "diurnal"])
-def test_corral_against_keda_on_the_shipped_traces(name):
+def test_corral_against_keda_on_the_shipped_traces(name: str) -> None:
     """The acceptance against the KEDA-style policy: at least 50% fewer idle
     worker-seconds at a p95 wait no worse, no cap breach, at most one reversal per
     pool per cooldown (against DBOS's formula it is missed: docs/economics.md)."""
@@ -284,7 +289,7 @@ def test_corral_against_keda_on_the_shipped_traces(name):
     assert results["corral"].unfinished == 0
 
 
-def test_docs_economics_shows_what_the_command_prints(capsys):
+def test_docs_economics_shows_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
     """docs/economics.md's results are the command's output at the current code: each
     trace's table and acceptance lines, as printed (a change of a policy that moves a
     number fails here until the page is rerun)."""
@@ -300,7 +305,7 @@ def test_docs_economics_shows_what_the_command_prints(capsys):
         assert "\n".join(lines) in after, block.splitlines()[0]
 
 
-def test_a_run_is_deterministic():
+def test_a_run_is_deterministic() -> None:
     tasks = simulate.load_trace(TRACES / "bursty.jsonl")
     first, _ = simulate_all(tasks)
     again, _ = simulate_all(tasks)
@@ -310,13 +315,15 @@ def test_a_run_is_deterministic():
 # ---- the CLI ------------------------------------------------------------------------
 
 
-def cli_run(capsys, *args: str) -> tuple[int, str, str]:
+def cli_run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = run_main(cli, ["simulate", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
 
-def test_cli_bad_input_is_exit_2_with_one_line_naming_it(capsys, tmp_path):
+def test_cli_bad_input_is_exit_2_with_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     trace = str(TRACES / "steady.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text(
@@ -343,7 +350,7 @@ def test_cli_bad_input_is_exit_2_with_one_line_naming_it(capsys, tmp_path):
         assert needle in err, (needle, err)
 
 
-def test_cli_json_and_plot(capsys, tmp_path):
+def test_cli_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     trace = str(TRACES / "steady.jsonl")
     code, out, _ = cli_run(
         capsys, trace, "--policy", "corral", "--policy", "keda", "--json", "--plot", str(tmp_path)
@@ -357,7 +364,9 @@ def test_cli_json_and_plot(capsys, tmp_path):
     assert report["params"]["keda_poll"] == 30.0
 
 
-def test_cli_without_matplotlib_says_so_and_runs_without_plot(capsys, monkeypatch, tmp_path):
+def test_cli_without_matplotlib_says_so_and_runs_without_plot(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
     trace = str(TRACES / "steady.jsonl")
     code, out, err = cli_run(capsys, trace, "--policy", "corral", "--plot", str(tmp_path))
@@ -366,16 +375,10 @@ def test_cli_without_matplotlib_says_so_and_runs_without_plot(capsys, monkeypatc
     assert code == 0 and "corral" in out
 
 
-def test_cli_check_exits_1_when_corral_misses(capsys):
+def test_cli_check_exits_1_when_corral_misses(capsys: pytest.CaptureFixture[str]) -> None:
     """Against DBOS's formula corral misses on the steady trace (docs/economics.md)."""
     trace = str(TRACES / "steady.jsonl")
     code, out, _ = cli_run(capsys, trace, "--policy", "corral,dbos", "--check")
     assert code == 1 and "MISSED: corral idle vs dbos" in out
     code, _, _ = cli_run(capsys, trace, "--policy", "corral,keda", "--check")
     assert code == 0
-
-
-def _asdict(p: Params) -> dict[str, object]:
-    from dataclasses import asdict
-
-    return asdict(p)

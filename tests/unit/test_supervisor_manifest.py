@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,7 +251,9 @@ BAD_SETTINGS = [
 
 
 @pytest.mark.parametrize(("table", "field", "reason"), BAD_SETTINGS)
-def test_bad_supervisor_settings_are_refused(table: dict, field: str, reason: str) -> None:
+def test_bad_supervisor_settings_are_refused(
+    table: dict[str, Any], field: str, reason: str
+) -> None:
     with pytest.raises(ManifestError) as info:
         parse_manifest({"supervisor": table, "agents": [agent()]}, path="f.toml")
     assert (info.value.agent, info.value.field) == (None, field)
