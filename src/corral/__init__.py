@@ -16,6 +16,7 @@ from corral.errors import (
     LeaseError,
     NotFoundError,
     StoreUnavailableError,
+    TaskCancelledError,
 )
 from corral.model import Assessment, CatchUp, Event, Node, Registered, Settings, State, Task
 from corral.monitor import Monitor
@@ -50,6 +51,7 @@ __all__ = [
     "StoreUnavailableError",
     "SystemClock",
     "Task",
+    "TaskCancelledError",
     "Worker",
     "connect",
 ]

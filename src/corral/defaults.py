@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_SQLITE_FILE",
     "HEALTH_STATUSES",
     "MANAGER_ROLE",
+    "MAX_BATCH_IDS",
     "MAX_CLAIM_WAIT",
     "MAX_DESCRIPTION",
     "MAX_ID_LENGTH",
@@ -84,6 +85,7 @@ MAX_ID_LENGTH = 64
 MAX_TITLE = 500
 MAX_DESCRIPTION = 20_000
 MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_BATCH_IDS = 1000  # the task ids a bulk action's answer lists (its count is whole)
 
 # Local defaults (not cluster settings).
 DEFAULT_DIR = ".corral"

@@ -18,6 +18,7 @@ __all__ = [
     "LeaseError",
     "NotFoundError",
     "StoreUnavailableError",
+    "TaskCancelledError",
     "error_class",
 ]
 
@@ -82,6 +83,16 @@ class ConflictError(CorralError):
     hint = "Nothing was changed: do what the message says first, then call again."
 
 
+class TaskCancelledError(LeaseError, ConflictError):
+    """The task was cancelled by the operator: its holder's completion or failure is
+    refused (a ``LeaseError``, and a conflict with the cluster's state)."""
+
+    code = "cancelled"
+    status = 409
+    exit_code = 1
+    hint = "The operator cancelled that task: stop working on it and claim another."
+
+
 class AuthError(CorralError):
     """The server refused the token (401) or what it may do (403)."""
 
@@ -113,6 +124,7 @@ def error_class(code: str, status: int = 400) -> type[CorralError]:
     mapping back); unknown codes are ``StoreUnavailableError`` for a 5xx, else
     ``CorralError``."""
     for cls in (
+        TaskCancelledError,
         InvalidInputError,
         NotFoundError,
         CapacityError,

@@ -18,6 +18,7 @@ __all__ = [
     "Settings",
     "State",
     "Task",
+    "TaskBatch",
     "last_seen",
 ]
 
@@ -55,6 +56,9 @@ class Node:
     dead_at: float | None = None
     incarnation: int = 0
     cursor: int = 0
+    # A heartbeat's answer only: of the tasks the beat named as current, those the
+    # operator has cancelled (``cancel_task``); the worker stops their processes.
+    cancelled_tasks: list[int] = field(default_factory=list)
 
     @property
     def last_seen(self) -> float:
@@ -180,6 +184,29 @@ class Task:
         d = _as_dict(self)
         d["roles"] = list(self.roles)
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class TaskBatch:
+    """What a bulk action on tasks (``cancel_tasks``, ``requeue_tasks``) matched:
+    ``count`` tasks, the first ``defaults.MAX_BATCH_IDS`` of their ``task_ids`` (by id), and
+    whether it was a ``dry_run`` (nothing changed) or the action itself."""
+
+    count: int
+    task_ids: list[int] = field(default_factory=list)
+    dry_run: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+    @property
+    def text(self) -> str:
+        """One line: ``2 tasks would change (dry run): 4, 7`` or ``2 tasks changed: 4, 7``."""
+        ids = ", ".join(str(i) for i in self.task_ids)
+        more = ", …" if self.count > len(self.task_ids) else ""
+        what = "task" if self.count == 1 else "tasks"
+        done = "would change (dry run)" if self.dry_run else "changed"
+        return f"{self.count} {what} {done}" + (f": {ids}{more}" if ids else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,9 @@ class Operation:
     omits: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Arguments a surface takes beyond the method's, each with what it does.
     adds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The method parameter a network surface fills with its caller's name (the token's
+    # principal), refusing another: who an action's event records as its actor.
+    actor: str | None = None
 
     @property
     def method(self) -> str:

@@ -52,7 +52,9 @@ __all__ = [
     "Seconds",
     "Seq",
     "StrengthName",
+    "TaskCancelStatus",
     "TaskRef",
+    "TaskRequeueStatus",
     "TaskStatusName",
     "Text",
     "Title",
@@ -90,6 +92,10 @@ JsonValue: TypeAlias = Annotated[Any, PAYLOAD]
 JsonObject: TypeAlias = Annotated[dict[str, Any], OBJECT]
 NodeStatusName: TypeAlias = Annotated[str, one_of(*get_args(NodeStatus))]
 TaskStatusName: TypeAlias = Annotated[str, one_of(*get_args(TaskStatus))]
+TaskCancelStatus: TypeAlias = Annotated[str, one_of("pending", "in_progress")]
+"""The statuses a task is cancelled from (``cancel_tasks``' status filter)."""
+TaskRequeueStatus: TypeAlias = Annotated[str, one_of("failed", "in_progress")]
+"""The statuses a task is requeued from (``requeue_tasks``' status filter)."""
 PriorityName: TypeAlias = Annotated[str, PRIORITY]
 StrengthName: TypeAlias = Annotated[str, one_of(*get_args(Strength))]
 ProcessActionName: TypeAlias = Annotated[str, one_of(*get_args(ProcessAction))]

@@ -17,6 +17,7 @@ __all__ = [
     "added_text",
     "assignment_text",
     "broadcast_text",
+    "cancelled_text",
     "catch_up_text",
     "claimed_text",
     "completed_text",
@@ -30,6 +31,7 @@ __all__ = [
     "invalid_arguments_text",
     "notified_text",
     "released_text",
+    "requeued_text",
     "spawn_requests_text",
     "started_text",
     "status_text",
@@ -91,6 +93,14 @@ def added_text(task: Task) -> str:
 def heartbeat_text(node: Node) -> str:
     health = f" ({node.health})" if node.health else ""
     return f"Heartbeat recorded for {node.id}{health}"
+
+
+def cancelled_text(task: Task) -> str:
+    return f"Task {task.id} cancelled ({task.error})"
+
+
+def requeued_text(task: Task) -> str:
+    return f"Task {task.id} requeued: pending again at epoch {task.epoch}"
 
 
 def broadcast_text(event: Event) -> str:

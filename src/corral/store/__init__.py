@@ -9,12 +9,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 from corral import defaults
 from corral.errors import InvalidInputError
-from corral.store.base import Deadlines, NodeSpec, Store, TaskSpec
+from corral.store.base import Deadlines, NodeSpec, Store, TaskMatch, TaskSpec
 
 __all__ = [
     "Deadlines",
     "NodeSpec",
     "Store",
+    "TaskMatch",
     "TaskSpec",
     "check_url",
     "default_url",

@@ -27,6 +27,7 @@ from corral.model import (
     Settings,
     State,
     Task,
+    TaskBatch,
 )
 
 if TYPE_CHECKING:
@@ -34,7 +35,15 @@ if TYPE_CHECKING:
     from corral.store.stats import ClusterStats
     from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
-__all__ = ["Deadlines", "LockHolder", "NodeSpec", "Store", "TaskSpec", "WouldBlock"]
+__all__ = [
+    "Deadlines",
+    "LockHolder",
+    "NodeSpec",
+    "Store",
+    "TaskMatch",
+    "TaskSpec",
+    "WouldBlock",
+]
 
 
 class WouldBlock(CorralError):
@@ -66,6 +75,19 @@ class TaskSpec:
     priority: str = "medium"
     role: str | None = None
     max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMatch:
+    """A bulk action's filter on tasks (``None``: any): a role among a task's matched
+    roles, its priority, its holder, a text its title contains (case-insensitive),
+    and created at or before ``created_before`` (a minimum age, as a time)."""
+
+    role: str | None = None
+    priority: str | None = None
+    assigned_to: str | None = None
+    title_contains: str | None = None
+    created_before: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +222,30 @@ class Store(ABC):
         it), a ``lease_released`` event (``reason: abandoned``). ``LeaseError`` when
         ``node_id`` does not hold it at ``epoch``."""
         raise NotImplementedError(f"{type(self).__name__} cannot hand back a claim")
+
+    @abstractmethod
+    def act_on_task(self, action: str, task_id: int, actor: str, reason: str, now: float) -> Task:
+        """The operator's ``action`` on one task, in one transaction with its event
+        (``task_cancelled`` or ``task_requeued``, naming ``actor``): ``cancel`` a pending
+        or in-progress task (its holder lets it go; its late completion is refused
+        with ``TaskCancelledError``), or ``requeue`` a failed or in-progress one
+        (pending, a new epoch, its attempts reset). ``NotFoundError`` when unknown,
+        ``ConflictError`` from any other status (nothing changes)."""
+
+    @abstractmethod
+    def act_on_tasks(
+        self,
+        action: str,
+        status: str | None,
+        match: TaskMatch,
+        actor: str,
+        reason: str,
+        dry_run: bool,
+        now: float,
+    ) -> TaskBatch:
+        """``act_on_task`` on every task ``match`` selects whose status the action
+        applies to (only ``status`` when given), in one transaction; with ``dry_run``
+        the count and ids of those tasks, nothing changed."""
 
     # --- cluster views ----------------------------------------------------------
     @abstractmethod

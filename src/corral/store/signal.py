@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 # Named queries after which a committed transaction may have made a task pending.
-WAKE_QUERIES = frozenset({"task_insert", "task_requeue", "ready_insert"})
+WAKE_QUERIES = frozenset({"task_insert", "task_requeue", "task_requeue_fresh", "ready_insert"})
 
 
 class ReadySignal:

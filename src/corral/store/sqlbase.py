@@ -30,6 +30,7 @@ from corral.model import (
     Settings,
     State,
     Task,
+    TaskBatch,
 )
 from corral.store import (
     sqlduties,
@@ -41,7 +42,7 @@ from corral.store import (
     sqlviews,
     sqlworkflows,
 )
-from corral.store.base import Deadlines, NodeSpec, Store, TaskSpec
+from corral.store.base import Deadlines, NodeSpec, Store, TaskMatch, TaskSpec
 from corral.store.rows import Tx, event_from_row, node_from_row, task_from_row
 from corral.store.sqldb import Db
 from corral.store.stats import ClusterStats, stats_in
@@ -151,6 +152,21 @@ class SQLStore(Store):
         self, task_id: int, node_id: str, epoch: int, now: float, *, before: Node | None = None
     ) -> Task:
         return sqltasks.release_claim(self._db, task_id, node_id, epoch, now, before=before)
+
+    def act_on_task(self, action: str, task_id: int, actor: str, reason: str, now: float) -> Task:
+        return sqltasks.act_on_task(self._db, action, task_id, actor, reason, now)
+
+    def act_on_tasks(
+        self,
+        action: str,
+        status: str | None,
+        match: TaskMatch,
+        actor: str,
+        reason: str,
+        dry_run: bool,
+        now: float,
+    ) -> TaskBatch:
+        return sqltasks.act_on_tasks(self._db, action, status, match, actor, reason, dry_run, now)
 
     # --- sqlviews ------------------------------------------------------------
     def assess(self, now: float) -> Assessment:

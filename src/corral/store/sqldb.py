@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from corral.config import settings_from_rows
-from corral.errors import InvalidInputError, LeaseError, NotFoundError
+from corral.errors import InvalidInputError, LeaseError, NotFoundError, TaskCancelledError
 from corral.model import Event, Node, Settings
 from corral.store.rows import Tx, dumps, event_from_row, loads, node_from_row
 
@@ -200,6 +200,11 @@ def refuse(tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
     row = tx.one("task_get", id=task_id)
     if row is None:
         raise NotFoundError(f"unknown task {task_id}", field="task_id")
+    if row["status"] == "cancelled" and row["assigned_to"] == node_id:
+        raise TaskCancelledError(
+            f"task {task_id} was {row['error']}; stop working on it and claim another task",
+            field="task_id",
+        )
     if row["status"] != "in_progress":
         raise LeaseError(
             f"task {task_id} is {row['status']}, not held by {node_id}; claim a task first",

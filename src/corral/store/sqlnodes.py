@@ -3,6 +3,7 @@ functions over a ``Db``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from corral import lifecycle
@@ -225,7 +226,21 @@ def heartbeat(
             new = health_after_beat(old["health"], health)
             if new != old["health"]:
                 db.event(tx, now, "node_health", node_id, old=old["health"], new=new)
-        return node_record(tx, row)
+        node = node_record(tx, row)
+        named = _task_ids(payload.get("current_tasks"))
+        if not named:
+            return node
+        # Tasks the worker still runs that the operator cancelled: the answer tells it.
+        found = tx.all("tasks_cancelled_of", ids=dumps(named), node_id=node_id)
+        return replace(node, cancelled_tasks=[r["id"] for r in found]) if found else node
+
+
+def _task_ids(tasks: Any) -> list[int]:
+    """The task ids a heartbeat's ``current_tasks`` names (``"3"``, ``"task-3"`` or 3;
+    checked by the service)."""
+    if not isinstance(tasks, list):
+        return []
+    return [int(str(t).removeprefix("task-")) for t in tasks]
 
 
 def touch(db: Db, node_id: str, now: float) -> bool:

@@ -1,5 +1,6 @@
-"""The board's tasks: adding, reading, failing and releasing them, and the helpers
-the other capabilities share (a held task back to pending, a holder's leases handed
+"""The board's tasks: adding, reading, failing and releasing them, the operator's
+cancel and requeue (one task or every task a filter matches), and the helpers the
+other capabilities share (a held task back to pending, a holder's leases handed
 back). Plain functions over a ``Db``; the claim and the completion are the adapters'
 own (their hot path)."""
 
@@ -7,14 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import lifecycle, scoring
-from corral.errors import NotFoundError
-from corral.model import Node, Settings, Task
-from corral.store.base import TaskSpec
+from corral import defaults, lifecycle, scoring
+from corral.errors import ConflictError, NotFoundError
+from corral.model import Node, Settings, Task, TaskBatch
+from corral.store.base import TaskMatch, TaskSpec
 from corral.store.rows import Tx, task_from_row
-from corral.store.sqldb import Db, enqueue, refuse
+from corral.store.sqldb import Db, dequeue, enqueue, refuse
 
 __all__ = [
+    "act_on_task",
+    "act_on_tasks",
     "add_tasks",
     "fail",
     "get_task",
@@ -213,3 +216,96 @@ def release_claim(
             epoch=row["epoch"],
         )
         return task_from_row(new)
+
+
+# --- the operator's actions (cancel_task, requeue_task, and in bulk) ---------------------
+_FROM = {"cancel": ("pending", "in_progress"), "requeue": ("failed", "in_progress")}
+_VERB = {"cancel": "cancelled", "requeue": "requeued"}
+
+
+def _locked(tx: Tx, task_id: int) -> Any:
+    """Task ``task_id``'s row, locked after its holder's node row when it is held (the
+    order every transaction takes them in); ``NotFoundError`` when unknown."""
+    for _ in range(3):
+        row = tx.one("task_get", id=task_id)
+        if row is None:
+            raise NotFoundError(f"unknown task {task_id}", field="task_id")
+        holder = row["assigned_to"] if row["status"] == "in_progress" else None
+        if holder is not None:
+            tx.one("node_live_for_update", id=holder)
+        locked = tx.one("task_for_update", id=task_id)
+        if locked["status"] != "in_progress" or locked["assigned_to"] == holder:
+            return locked
+    return locked  # claimed again meanwhile, three times: acted on as it is now
+
+
+def _act(db: Db, tx: Tx, row: Any, action: str, actor: str, reason: str, now: float) -> Task:
+    """Cancel or requeue the locked task ``row`` (its status one ``action`` applies
+    to): the task's statement, its role heads, its holder let go, and the event."""
+    task_id, was = row["id"], row["status"]
+    holder = row["assigned_to"] if was == "in_progress" else None
+    if action == "cancel":
+        error = f"cancelled by {actor}" + (f": {reason}" if reason else "")
+        new = tx.one("task_cancel", id=task_id, error=error, now=now)
+        if was == "pending":
+            dequeue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
+    else:
+        new = tx.one("task_requeue_fresh", id=task_id, now=now)
+        enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
+    if holder is not None:
+        tx.run("node_drop_task", node_id=holder, id=task_id, now=now)
+    data: dict[str, Any] = {"actor": actor, "was": was, "epoch": new["epoch"]}
+    if action == "cancel":
+        data["reason"] = reason
+    db.event(tx, now, f"task_{_VERB[action]}", holder or row["assigned_to"], task_id, **data)
+    return task_from_row(new)
+
+
+def act_on_task(db: Db, action: str, task_id: int, actor: str, reason: str, now: float) -> Task:
+    """Cancel (``action`` "cancel") or requeue one task; ``ConflictError`` when its
+    status is not one the action applies to (nothing changes)."""
+    with db.write() as tx:
+        row = _locked(tx, task_id)
+        if row["status"] not in _FROM[action]:
+            raise ConflictError(
+                f"task {task_id} is {row['status']}: only a {' or '.join(_FROM[action])}"
+                f" task can be {_VERB[action]}",
+                field="task_id",
+            )
+        return _act(db, tx, row, action, actor, reason, now)
+
+
+def act_on_tasks(
+    db: Db,
+    action: str,
+    status: str | None,
+    match: TaskMatch,
+    actor: str,
+    reason: str,
+    dry_run: bool,
+    now: float,
+) -> TaskBatch:
+    """Cancel or requeue every task matching ``match`` whose status the action applies
+    to (``status``: only those of that one), in one transaction; with ``dry_run``,
+    count them and change nothing."""
+    s1, s2 = (status, status) if status is not None else _FROM[action]
+    params = {
+        "s1": s1,
+        "s2": s2,
+        "role": match.role,
+        "priority": match.priority,
+        "assigned_to": match.assigned_to,
+        "title": match.title_contains,
+        "created_before": match.created_before,
+    }
+    if dry_run:
+        with db.read() as tx:
+            ids = [r["id"] for r in tx.all("tasks_matching", **params)]
+        return TaskBatch(count=len(ids), task_ids=ids[: defaults.MAX_BATCH_IDS], dry_run=True)
+    done: list[int] = []
+    with db.write() as tx:
+        for found in tx.all("tasks_matching", **params):
+            row = _locked(tx, found["id"])
+            if row["status"] in (s1, s2):  # still one the action applies to
+                done.append(_act(db, tx, row, action, actor, reason, now).id)
+    return TaskBatch(count=len(done), task_ids=done[: defaults.MAX_BATCH_IDS], dry_run=False)

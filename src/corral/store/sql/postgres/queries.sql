@@ -217,6 +217,69 @@ RETURNING *;
 -- name: task_set_roles
 UPDATE tasks SET roles = :roles WHERE id = :id;
 
+-- Operator actions on tasks (cancel_task, requeue_task and their bulk forms;
+-- corral.store.sqltasks). A held task is locked after its holder's node row.
+
+-- name: task_for_update
+SELECT * FROM tasks WHERE id = :id FOR UPDATE;
+
+-- name: task_cancel
+-- Cancelled by the operator (:error says by whom and why); a holder keeps its name
+-- on the task (its late completion is refused: sqldb.refuse).
+UPDATE tasks SET status = 'cancelled', error = :error, finished_at = :now, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_requeue_fresh
+-- Requeued by the operator: pending with a new epoch (the old holder's completion is
+-- refused by the fencing) and a fresh set of attempts.
+UPDATE tasks SET status = 'pending', assigned_to = NULL, epoch = epoch + 1, attempts = 0,
+                 error = NULL, result = NULL, finished_at = NULL, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: node_drop_task
+-- Node :node_id no longer holds task :id (the operator took it: the task's statement
+-- ran first): its current task cleared, idle by the rule idle_after_finishing; its
+-- activity is not stamped (the node did nothing).
+UPDATE nodes SET
+    idle_since = CASE WHEN
+                     -- include: idle_after_finishing
+                      THEN :now ELSE idle_since END,
+    current_task_id = CASE WHEN current_task_id = :id OR
+                          -- include: idle_after_finishing
+                           THEN NULL ELSE current_task_id END,
+    status = CASE WHEN
+                 -- include: idle_after_finishing
+                  THEN 'idle' ELSE status END
+WHERE id = :node_id AND status <> 'terminated'
+  AND (current_task_id = :id
+       OR
+       -- include: idle_after_finishing
+      );
+
+-- name: tasks_matching
+-- The tasks a bulk action applies to: status :s1 or :s2, and every filter given (NULL:
+-- any): :role among its matched roles, :priority, its holder :assigned_to, a title
+-- containing :title (case-insensitive), created at or before :created_before.
+SELECT * FROM tasks
+WHERE status IN (:s1::text, :s2::text)
+  AND (:role::text IS NULL OR strpos(' ' || roles || ' ', ' ' || :role::text || ' ') > 0)
+  AND (:priority::text IS NULL OR priority = :priority::text)
+  AND (:assigned_to::text IS NULL OR assigned_to = :assigned_to::text)
+  AND (:title::text IS NULL OR strpos(lower(title), lower(:title::text)) > 0)
+  AND (:created_before::double precision IS NULL
+       OR created_at <= :created_before::double precision)
+ORDER BY id;
+
+-- name: tasks_cancelled_of
+-- Of the tasks :ids (a JSON array) a heartbeat names as current, those cancelled
+-- while node :node_id held them.
+SELECT id FROM tasks
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)::bigint) AND status = 'cancelled'
+  AND assigned_to = :node_id
+ORDER BY id;
+
 -- name: assess_counts
 SELECT
     (SELECT count(*) FROM tasks WHERE status = 'pending') AS pending,
