@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         Task,
     )
     from corral.params import (
+        ActorName,
         Epoch,
         Flag,
         HostName,
@@ -42,12 +43,15 @@ if TYPE_CHECKING:
         TaskStatusName,
         Text,
         Title,
+        TokenName,
+        TokenRoleName,
         Wait,
     )
     from corral.scheduler.ops import ModeName
     from corral.scheduler.records import Agent, Assignment, Notification
     from corral.spawning import SpawnRequest
     from corral.store.stats import ClusterStats
+    from corral.tokens import NamedToken
     from corral.types import SpawnStatus
     from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
@@ -399,4 +403,21 @@ class ClientOperations(Protocol):
     def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
         """Record the member an accepted request was spawned as (its pool calls this
         once): a ``spawn_request_fulfilled`` event."""
+        ...
+
+    def create_token(
+        self, name: TokenName, role: TokenRoleName = "viewer", actor: ActorName = "operator"
+    ) -> NamedToken:
+        """Make a named bearer token with a role (``operator`` or ``viewer``): the
+        answer's ``token`` is shown this once (the cluster keeps only its SHA-256)."""
+        ...
+
+    def list_tokens(self) -> list[NamedToken]:
+        """The named tokens by name: role, when made and by whom, when last used (to the
+        minute); never a token."""
+        ...
+
+    def revoke_token(self, name: TokenName, actor: ActorName = "operator") -> NamedToken:
+        """Revoke a named token: refused from its next request on, by every server
+        process."""
         ...

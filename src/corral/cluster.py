@@ -58,6 +58,7 @@ from corral.params import (
 from corral.scheduler.ops import SchedulerOps
 from corral.spawning import SpawnRequestsMixin
 from corral.store import NodeSpec, Store, TaskSpec
+from corral.tokens import TokenOperations
 from corral.validation import (
     MAX_INT,
     POSITIVE_INT,
@@ -145,7 +146,7 @@ def _process_item(item: Any, i: int) -> Process:
     )
 
 
-class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin):
+class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperations):
     """The embedded client: ``corral.connect("sqlite:///…")`` returns one."""
 
     def __init__(self, store: Store, *, clock: Clock | None = None, url: str | None = None) -> None:

@@ -255,7 +255,7 @@ def remote_source() -> str:
         for p in params:
             if p.kind is p.VAR_KEYWORD:
                 extra = f"**{p.name}"
-            elif p.kind is not p.VAR_POSITIONAL:
+            elif p.kind is not p.VAR_POSITIONAL and p.name != op.actor:  # the server's
                 fields.append(f'"{p.name}": {p.name}')
         args = "{" + ", ".join(fields + ([extra] if extra else [])) + "}"
         call = f'self._invoke("{op.name}", {args})'

@@ -108,6 +108,11 @@ class Operation:
 
 
 _AGENT = {"node_id": "agent_id"}
+_ACTOR = {  # an operator action's actor is its caller (``Operation.actor``)
+    "http": {"actor": "the caller: the token the request carries"},
+    "mcp": {"actor": "the caller: the token the tool is called with"},
+    "cli": {"actor": "the caller: the operator, or the token the CLI is given"},
+}
 _KEY = "a claim sent again with its lost answer's key answers what it took (corral.outage)"
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -412,6 +417,27 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "fulfil_spawn_request", "POST /v1/spawn-requests/{request_id}/fulfil", caller="operator"
+    ),
+    # --- named tokens (corral.tokens; corral token create|list|revoke) ------------------
+    Operation(
+        "create_token",
+        "POST /v1/tokens",
+        caller="operator",
+        status=201,
+        cli="token create",
+        tag="tokens",
+        actor="actor",
+        omits=_ACTOR,
+    ),
+    Operation("list_tokens", "GET /v1/tokens", caller="operator", cli="token list", tag="tokens"),
+    Operation(
+        "revoke_token",
+        "POST /v1/tokens/{name}/revoke",
+        caller="operator",
+        cli="token revoke",
+        tag="tokens",
+        actor="actor",
+        omits=_ACTOR,
     ),
 )
 

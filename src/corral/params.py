@@ -26,6 +26,7 @@ from corral.validation import (
     POSITIVE_INT,
     SEQ,
     TASK_REF,
+    TOKEN_NAME,
     one_of,
     seconds,
     text,
@@ -35,6 +36,7 @@ __all__ = [
     "DESCRIPTION",
     "PRIORITY",
     "TITLE",
+    "ActorName",
     "Epoch",
     "Flag",
     "HostName",
@@ -58,6 +60,8 @@ __all__ = [
     "TaskStatusName",
     "Text",
     "Title",
+    "TokenName",
+    "TokenRoleName",
     "Wait",
 ]
 
@@ -99,3 +103,9 @@ TaskRequeueStatus: TypeAlias = Annotated[str, one_of("failed", "in_progress")]
 PriorityName: TypeAlias = Annotated[str, PRIORITY]
 StrengthName: TypeAlias = Annotated[str, one_of(*get_args(Strength))]
 ProcessActionName: TypeAlias = Annotated[str, one_of(*get_args(ProcessAction))]
+TokenName: TypeAlias = Annotated[str, TOKEN_NAME]
+"""A named token's name: 1-64 letters, digits, '.', '_' or '-'; not ``operator``."""
+TokenRoleName: TypeAlias = Annotated[str, one_of("operator", "viewer")]
+"""A named token's role: ``operator`` (may do everything) or ``viewer`` (reads only)."""
+ActorName: TypeAlias = Annotated[str, text(200, empty=False)]
+"""Who did something, as events record it: ``operator``, ``token:NAME``, ``node:ID``."""

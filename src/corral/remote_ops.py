@@ -23,10 +23,12 @@ from corral.remote_calls import RemoteCalls, many, maybe, one
 from corral.scheduler.records import Agent, Assignment, Notification
 from corral.spawning import SpawnRequest
 from corral.store.stats import ClusterStats
+from corral.tokens import NamedToken
 from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
 if TYPE_CHECKING:
     from corral.params import (
+        ActorName,
         Epoch,
         Flag,
         HostName,
@@ -48,6 +50,8 @@ if TYPE_CHECKING:
         TaskStatusName,
         Text,
         Title,
+        TokenName,
+        TokenRoleName,
         Wait,
     )
     from corral.scheduler.ops import ModeName
@@ -488,3 +492,14 @@ class HttpOperations(RemoteCalls):
             SpawnRequest,
             self._invoke("fulfil_spawn_request", {"request_id": request_id, "member": member}),
         )
+
+    def create_token(
+        self, name: TokenName, role: TokenRoleName = "viewer", actor: ActorName = "operator"
+    ) -> NamedToken:
+        return one(NamedToken, self._invoke("create_token", {"name": name, "role": role}))
+
+    def list_tokens(self) -> list[NamedToken]:
+        return many(NamedToken, self._invoke("list_tokens", {}))
+
+    def revoke_token(self, name: TokenName, actor: ActorName = "operator") -> NamedToken:
+        return one(NamedToken, self._invoke("revoke_token", {"name": name}))

@@ -37,6 +37,7 @@ __all__ = [
     "POSITIVE_INT",
     "SEQ",
     "TASK_REF",
+    "TOKEN_NAME",
     "Rule",
     "check_choice",
     "check_id",
@@ -376,3 +377,34 @@ def checked(fn: _F) -> _F:
     run.rules = {name: rule for _, name, rule, _ in spots}  # type: ignore[attr-defined]
     run.optional = frozenset(name for _, name, _, opt in spots if opt)  # type: ignore[attr-defined]
     return cast("_F", run)
+
+
+_TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_RESERVED_TOKEN_NAME = "operator"  # the first-run operator token's
+
+
+def check_token_name(value: Any, field: str = "name") -> str:
+    """A named token's name: 1-64 letters, digits, '.', '_' or '-', starting with a
+    letter or digit; not ``operator`` (the first-run token's name)."""
+    if not isinstance(value, str) or not _TOKEN_NAME.fullmatch(value):
+        raise InvalidInputError(
+            f"{field} must be 1-64 letters, digits, '.', '_' or '-', starting with a letter"
+            f" or digit; got {str(value)[:40]!r}",
+            field=field,
+        )
+    if value == _RESERVED_TOKEN_NAME:
+        raise InvalidInputError(
+            f"{field} {value!r} is the first-run operator token's; choose another", field=field
+        )
+    return value
+
+
+TOKEN_NAME = Rule(
+    check_token_name,
+    {
+        "type": "string",
+        "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        "not": {"const": _RESERVED_TOKEN_NAME},
+    },
+    "1-64 letters, digits, '.', '_' or '-' (not operator)",
+)

@@ -27,6 +27,7 @@ NO_INPUT = {
     "settings": "takes no argument",
     "assess_workload": "takes no argument",
     "stats": "takes no argument",
+    "list_tokens": "takes no argument",
 }
 
 

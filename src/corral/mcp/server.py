@@ -48,9 +48,10 @@ from pydantic import Field, ValidationError
 import corral
 from corral import operations
 from corral.errors import CorralError, NotFoundError
-from corral.mcp import strict, text
+from corral.mcp import roles, strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
 from corral.operations import operation
+from corral.server.auth import PRINCIPAL
 from corral.types import Client
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
@@ -122,6 +123,9 @@ class _CorralMCP(MCPServer[Any]):
             strict.close(tool.parameters)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        refused = roles.refusal(name, arguments)  # a viewer token reads only
+        if refused is not None:
+            return _error(refused)
         tool = self._tool_manager.get_tool(name)
         if tool is not None:
             problems = strict.problems(tool.parameters, arguments)
@@ -414,7 +418,11 @@ def _generic_tool(tool: Any, client: Client, touch: Callable[[str | None], None]
         if view:
             touch(agent_id)
         assert call is not None, f"the client has no {op.name}"
-        answer = render(call(**{back[k]: v for k, v in kwargs.items()}))
+        args = {back[k]: v for k, v in kwargs.items()}
+        principal = PRINCIPAL.get()
+        if op.actor is not None and principal is not None:  # who did it: the token
+            args[op.actor] = principal.actor
+        answer = render(call(**args))
         if not view:
             touch(agent_id)
         return answer

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import corral
 from corral.dashboard import routes as dashboard_routes
 from corral.errors import CorralError
-from corral.server.auth import Principal, Tokens
+from corral.server.auth import PRINCIPAL, Principal, Tokens, named_tokens
 from corral.server.dispatch import (
     MAX_BODY_BYTES,
     ApiRouter,
@@ -109,17 +109,26 @@ class ServerState:
         self.metrics = Metrics(cluster)
         self._changed: anyio.Event | None = None
 
-    def authenticate(self, header: str | None, scope: str) -> Principal:
+    async def authenticate(
+        self, header: str | None, scope: str, *, writes: bool = False
+    ) -> Principal:
         """The caller named by an ``Authorization`` header value, allowed ``scope``
-        ("public", "any" or "operator"); 401/403 otherwise."""
+        ("public", "any" or "operator") and, when the call ``writes``, allowed to
+        change the cluster (``Principal.refusal``); 401/403 otherwise. A named token
+        is looked up in the store on a thread, every time (``Tokens``)."""
         if scope == "public":
             return Principal(None)
-        principal = self.tokens.from_header(header)
+        principal: Principal | None
+        if self.tokens.named(header):
+            principal = await self.run(self.tokens.from_header, header)
+        else:
+            principal = self.tokens.from_header(header)
         if principal is None:
             what = "a valid bearer token" if header else "a bearer token (Authorization: Bearer …)"
             raise ApiError(401, "unauthorized", f"this endpoint needs {what}")
-        if scope == "operator" and not principal.is_operator:
-            raise ApiError(403, "forbidden", "this operation needs the operator token")
+        refused = principal.refusal(scope, writes=writes)
+        if refused is not None:
+            raise ApiError(403, "forbidden", refused)
         return principal
 
     # Event streams wait on this; every write through the API sets it.
@@ -173,16 +182,21 @@ class _McpGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            principal = self.st.authenticate(_header(scope, b"authorization"), "any")
+            principal = await self.st.authenticate(_header(scope, b"authorization"), "any")
             if self.app is None:
                 raise ApiError(404, "not_found", "the MCP server is not available here")
         except ApiError as exc:
             await send_error(send, exc)
             return
+        except CorralError as exc:
+            await send_error(send, from_exception(exc))
+            return
         reset = self.caller.set(principal.node_id)
+        reset_principal = PRINCIPAL.set(principal)  # a viewer reads only (corral.mcp.roles)
         try:
             await self.app(scope, receive, send)
         finally:
+            PRINCIPAL.reset(reset_principal)
             self.caller.reset(reset)
 
 
@@ -215,7 +229,7 @@ def create_app(
     ``inline=False`` hops to a thread for every operation (for comparison)."""
     st = ServerState(
         cluster,
-        Tokens(token),
+        Tokens(token, lookup=named_tokens(cluster)),
         metrics_auth=metrics_auth,
         sse_poll=sse_poll,
         threads=threads,
@@ -256,9 +270,11 @@ def create_app(
     async def metrics(request: Request) -> Response:
         try:
             header = request.headers.get("authorization")
-            st.authenticate(header, "any" if st.metrics_auth else "public")
+            await st.authenticate(header, "any" if st.metrics_auth else "public")
         except ApiError as exc:
             return error_response(exc)
+        except CorralError as exc:
+            return error_response(from_exception(exc))
         body = await st.run(st.metrics.render)
         return Response(body, media_type=st.metrics.content_type)
 

@@ -1,10 +1,20 @@
-"""Bearer tokens: one operator token, and per-node tokens derived from it.
+"""Bearer tokens: the operator token, per-node tokens derived from it, and named
+tokens with a role.
 
 The operator token is a secret kept in ``$CORRAL_TOKEN``, a token file, or
 ``.corral/token`` (created with mode 0600 at ``corral init`` or the first
-``corral serve``). A node token is ``node.<id in base64url>.<HMAC-SHA256 of the
-operator token and the id>``: stateless (nothing stored), bound to one node id, and
-revoked for every node at once by changing the operator token.
+``corral serve``); its principal is named ``operator``. A node token is
+``node.<id in base64url>.<HMAC-SHA256 of the operator token and the id>``: stateless
+(nothing stored), bound to one node id, and revoked for every node at once by
+changing the operator token. A named token (``corral token create NAME --role
+operator|viewer``, ``corral.tokens``) is ``tok.<random>``, stored in the cluster only
+as its SHA-256: each request presenting one looks its hash up in the store (one
+indexed read), so a revoked token is refused at once by every server process.
+
+A principal is who calls, with a role: ``operator`` (may do everything), ``viewer``
+(may call the operations that only read: the registry's ``GET`` routes) or ``node``
+(acts only as its node). ``Principal.actor`` is the name events record for it:
+``operator``, ``token:NAME`` or ``node:ID``.
 """
 
 from __future__ import annotations
@@ -15,19 +25,29 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from corral import defaults
 from corral.errors import InvalidInputError
+from corral.tokens import OPERATOR, TOKEN_PREFIX, hash_token
+
+if TYPE_CHECKING:
+    from corral.tokens import NamedToken
 
 __all__ = [
+    "PRINCIPAL",
     "TOKEN_ENV",
     "Principal",
+    "Role",
     "Tokens",
     "default_token_path",
     "ensure_token_file",
     "load_token",
+    "named_tokens",
     "read_client_token",
 ]
 
@@ -91,38 +111,120 @@ def read_client_token() -> str | None:
     return None
 
 
+Role = Literal["operator", "viewer", "node"]
+"""What a principal may do: everything, read only, or act as its node."""
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the operator (``node_id`` None) or one node."""
+    """Who is calling: the operator token (the defaults), a named token (``name``,
+    its ``role`` and ``token_id``) or one node (``node_id``, role ``node``)."""
 
     node_id: str | None = None
+    name: str = OPERATOR
+    role: Role = "operator"
+    token_id: int | None = None  # a named token's row: sessions re-check it
+
+    @classmethod
+    def node(cls, node_id: str) -> Principal:
+        return cls(node_id, name=node_id, role="node")
+
+    @classmethod
+    def named(cls, token: NamedToken) -> Principal:
+        role: Role = "viewer" if token.role == "viewer" else "operator"
+        return cls(None, name=token.name, role=role, token_id=token.id)
 
     @property
     def is_operator(self) -> bool:
-        return self.node_id is None
+        """The operator token or a named token with the operator's role."""
+        return self.role == "operator"
+
+    @property
+    def may_write(self) -> bool:
+        """Whether it may call an operation that changes the cluster."""
+        return self.role != "viewer"
+
+    @property
+    def actor(self) -> str:
+        """Its name as events record it (the one place it is made): ``operator``
+        (the operator token), ``token:NAME`` (a named token), ``node:ID``."""
+        if self.role == "node":
+            return f"node:{self.node_id}"
+        if self.token_id is not None:
+            return f"token:{self.name}"
+        return OPERATOR
 
     def may_act_as(self, node_id: str | None) -> bool:
-        return self.node_id is None or self.node_id == node_id
+        return self.role != "node" or self.node_id == node_id
+
+    def refusal(self, scope: str, *, writes: bool) -> str | None:
+        """Why this principal may not call an operation of ``scope`` ("public",
+        "any" or "operator") that ``writes`` (or not), or None when it may. A viewer
+        may call every operation that only reads, whatever its scope."""
+        if scope == "public":
+            return None
+        if self.role == "viewer":
+            if writes:
+                return (
+                    f"the token {self.name!r} has the viewer role: it may only read, and "
+                    "this operation changes the cluster (use an operator token)"
+                )
+            return None
+        if scope == "operator" and self.role == "node":
+            return "this operation needs the operator token (or a named operator token)"
+        return None
+
+
+PRINCIPAL: ContextVar[Principal | None] = ContextVar("corral_principal", default=None)
+"""The principal of the request being served, for a surface that cannot pass it as
+an argument (the MCP tools behind ``corral serve``'s ``/mcp``); None: no
+restriction (stdio, an embedded client)."""
+
+
+def named_tokens(cluster: Any) -> Callable[[str], NamedToken | None] | None:
+    """The lookup of named tokens by hash in ``cluster``'s store (stamping their
+    last use), or None when its store keeps none."""
+    store = getattr(cluster, "store", None)
+    find = getattr(store, "token_by_hash", None)
+    if find is None:
+        return None
+    clock = cluster.clock
+
+    def lookup(token_hash: str) -> NamedToken | None:
+        found: NamedToken | None = find(token_hash, clock.now())
+        return found
+
+    return lookup
 
 
 _VERIFIED_CACHE_SIZE = 4096
 
 
 class Tokens:
-    """Checks bearer tokens against the operator secret; issues node tokens.
+    """Checks bearer tokens: the operator secret, node tokens, and named tokens
+    (``lookup``: a named token's record by its hash, from the cluster's store, or
+    None when it has none; without it named tokens are refused).
 
-    ``from_header`` remembers the header values that named a valid principal (up to
-    4096, then the memory starts over), so a caller's repeated requests cost one dict
-    lookup instead of an HMAC. Only valid values are kept: a wrong token is always
-    checked in full, and a lookup finds only a value presented and verified before
-    (dict lookups compare keyed SipHash hashes first, so they leak nothing useful)."""
+    ``from_header`` remembers the header values that named the operator or a node
+    (up to 4096, then the memory starts over), so a caller's repeated requests cost
+    one dict lookup instead of an HMAC. Only valid values are kept: a wrong token is
+    always checked in full, and a lookup finds only a value presented and verified
+    before (dict lookups compare keyed SipHash hashes first, so they leak nothing
+    useful). A named token is never remembered: each request looks it up (``named``
+    says which header values need that), so a revoked one is refused at once."""
 
-    def __init__(self, operator_token: str) -> None:
+    def __init__(
+        self,
+        operator_token: str,
+        *,
+        lookup: Callable[[str], NamedToken | None] | None = None,
+    ) -> None:
         if not operator_token:
             raise InvalidInputError("the operator token must not be empty", field="token")
         self._operator = operator_token.encode()
         self._key = hashlib.sha256(b"corral-node-token\0" + self._operator).digest()
         self._verified: dict[str, Principal] = {}
+        self._lookup = lookup
 
     def _mac(self, node_id: str) -> str:
         return hmac.new(self._key, node_id.encode(), hashlib.sha256).hexdigest()
@@ -133,7 +235,8 @@ class Tokens:
         return f"{_NODE_PREFIX}{encoded}.{self._mac(node_id)}"
 
     def check(self, token: str) -> Principal | None:
-        """The principal a token names, or None when it is not valid."""
+        """The principal a token names, or None when it is not valid (a named token:
+        one read of the store)."""
         if token.startswith(_NODE_PREFIX):
             encoded, _, mac = token[len(_NODE_PREFIX) :].rpartition(".")
             try:
@@ -141,11 +244,23 @@ class Tokens:
             except (binascii.Error, UnicodeDecodeError, ValueError):
                 return None
             if node_id and hmac.compare_digest(mac.encode(), self._mac(node_id).encode()):
-                return Principal(node_id)
+                return Principal.node(node_id)
             return None
         if hmac.compare_digest(token.encode(), self._operator):
             return Principal(None)
+        if token.startswith(TOKEN_PREFIX) and self._lookup is not None:
+            found = self._lookup(hash_token(token))
+            return None if found is None else Principal.named(found)
         return None
+
+    def named(self, value: str | None) -> bool:
+        """Whether the ``Authorization`` header value presents a named token (whose
+        check reads the store: an async caller runs it on a thread)."""
+        return (
+            value is not None
+            and value not in self._verified
+            and value[7:].lstrip().startswith(TOKEN_PREFIX)
+        )
 
     def from_header(self, value: str | None) -> Principal | None:
         """Parse an ``Authorization: Bearer …`` header value."""
@@ -158,7 +273,7 @@ class Tokens:
         if scheme.lower() != "bearer" or not token.strip():
             return None
         principal = self.check(token.strip())
-        if principal is not None:
+        if principal is not None and principal.token_id is None:
             if len(self._verified) >= _VERIFIED_CACHE_SIZE:
                 self._verified.clear()
             self._verified[value] = principal

@@ -231,7 +231,8 @@ async def handle(
         elif name == b"accept":
             accept = accept if accept is not None else value
     try:
-        principal = st.authenticate(None if auth is None else auth.decode("latin-1"), op.scope)
+        header = None if auth is None else auth.decode("latin-1")
+        principal = await st.authenticate(header, op.scope, writes=op.writes)
         query = _query(op, scope.get("query_string", b""))
         if op.exception == "event_stream" and accept is not None and b"text/event-stream" in accept:
             response = sse.stream(Request(scope, receive), st, query)

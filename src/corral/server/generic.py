@@ -67,7 +67,7 @@ class Generic:
         fields: dict[str, Any] = {}
         more = False
         for p in inspect.signature(fn).parameters.values():
-            if p.name == "self" or p.name in path:
+            if p.name == "self" or p.name in path or p.name == op.actor:  # (the server's)
                 continue
             if p.kind is p.VAR_KEYWORD:
                 more = True
@@ -102,6 +102,8 @@ class Generic:
             else:
                 for name in self.names:
                     args[name] = getattr(given, name)
+        if self.op.actor is not None:  # who did it: the caller's token, not its word
+            args[self.op.actor] = c.principal.actor
         node = self.op.node
         if node is not None:
             if args.get(node) is None and c.principal.node_id is not None:

@@ -11,7 +11,7 @@ from pydantic.json_schema import models_json_schema
 from corral.config import OFF_AT_ZERO
 from corral.server import models as m
 from corral.server.routes import LIST_RESPONSES, Op
-from corral.validation import MAX_FLOAT
+from corral.validation import MAX_FLOAT, TOKEN_NAME
 
 __all__ = ["build_openapi"]
 
@@ -51,6 +51,7 @@ _PATH_SCHEMAS = {
     "runner_id": _PATH_ID,
     "assignment_id": {"type": "string", "pattern": r"^[1-9][0-9]{0,17}$"},
     "request_id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    "name": TOKEN_NAME.json_schema(),  # a named token's
 }
 _PATH_SCHEMAS.update(dict.fromkeys(("handler_id", "workflow", "host"), _PATH_ID))
 # The largest float below 2**63: a larger number is refused once read as a float.

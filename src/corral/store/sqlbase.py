@@ -1,15 +1,15 @@
 """The SQL store: the ``Store`` port composed of capability modules over named SQL.
 
-Each operation is a plain function of a capability module (``sqlnodes``,
-``sqltasks``, ``sqlviews``, ``sqlduties``, ``sqlprocs``, ``sqlworkflows``,
-``sqlsched``, ``sqlspawn``) over a ``Db``: the transactions an adapter provides and
+Each operation is a plain function of a capability module (``sqlnodes``, ``sqltasks``,
+``sqlviews``, ``sqlduties``, ``sqlprocs``, ``sqlworkflows``, ``sqlsched``,
+``sqlspawn``, ``sqltokens``) over a ``Db``: the transactions an adapter provides and
 the state its operations share. ``SQLStore`` holds the ``Db`` and answers each method
 of the port with its function. An adapter (``SQLiteStore``, ``PostgresStore``)
 supplies the transactions (``_write``, ``_read``, and optionally ``_write_redone``,
 ``_read_latest``, ``_read_row``) and a ``queries.sql`` with the names used, and may
 answer an operation itself with a faster single statement (the claim and the
-completion, its hot path). ``lock_registry`` and ``*_for_update`` queries are where
-a dialect with row locks (PostgreSQL) takes them; SQLite's write transaction already
+completion, its hot path). ``lock_registry`` and ``*_for_update`` queries are where a
+dialect with row locks (PostgreSQL) takes them; SQLite's write transaction already
 excludes every other writer.
 """
 
@@ -39,6 +39,7 @@ from corral.store import (
     sqlsched,
     sqlspawn,
     sqltasks,
+    sqltokens,
     sqlviews,
     sqlworkflows,
 )
@@ -50,6 +51,7 @@ from corral.store.stats import ClusterStats, stats_in
 if TYPE_CHECKING:
     from corral.scheduler.records import Agent, Assignment, Notification
     from corral.spawning import SpawnRequest
+    from corral.tokens import NamedToken
     from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
 __all__ = ["SQLStore", "Tx", "event_from_row", "node_from_row", "task_from_row"]
@@ -360,3 +362,21 @@ class SQLStore(Store):
 
     def fulfil_spawn_request(self, request_id: int, member: str, now: float) -> SpawnRequest:
         return sqlspawn.fulfil_spawn_request(self._db, request_id, member, now)
+
+    # --- sqltokens -----------------------------------------------------------
+    def create_token(
+        self, name: str, role: str, token_hash: str, actor: str, now: float
+    ) -> NamedToken:
+        return sqltokens.create_token(self._db, name, role, token_hash, actor, now)
+
+    def list_tokens(self) -> list[NamedToken]:
+        return sqltokens.list_tokens(self._db)
+
+    def revoke_token(self, name: str, actor: str, now: float) -> NamedToken:
+        return sqltokens.revoke_token(self._db, name, actor, now)
+
+    def token_by_hash(self, token_hash: str, now: float) -> NamedToken | None:
+        return sqltokens.token_by_hash(self._db, token_hash, now)
+
+    def token_by_id(self, token_id: int) -> NamedToken | None:
+        return sqltokens.token_by_id(self._db, token_id)

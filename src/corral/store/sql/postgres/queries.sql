@@ -1205,3 +1205,29 @@ SELECT corral_event_horizon(pg_current_snapshot()) AS event_floor;
 -- name: claim_key_get
 -- What the claim sent with this key took (corral.outage): a row, or none.
 SELECT task_id, epoch, done_id FROM claim_keys WHERE node_id = :node_id AND key = :key;
+
+-- Named tokens (corral.store.sqltokens) -------------------------------------------
+
+-- name: token_insert
+-- Nothing when the name is taken (the caller says so).
+INSERT INTO tokens (name, role, hash, created_at, created_by)
+VALUES (:token_name, :role, :hash, :now, :actor)
+ON CONFLICT (name) DO NOTHING
+RETURNING *;
+
+-- name: token_by_hash
+SELECT * FROM tokens WHERE hash = :hash;
+
+-- name: token_by_id
+SELECT * FROM tokens WHERE id = :id;
+
+-- name: token_used
+-- Last use to the minute: at most one write per token a minute, however busy.
+UPDATE tokens SET last_used_at = :now
+WHERE id = :id AND (last_used_at IS NULL OR last_used_at < :stale);
+
+-- name: tokens_list
+SELECT * FROM tokens ORDER BY name;
+
+-- name: token_delete
+DELETE FROM tokens WHERE name = :token_name RETURNING *;

@@ -352,3 +352,13 @@ CREATE TABLE claim_keys (
     PRIMARY KEY (node_id, key)
 );
 CREATE INDEX claim_keys_created_at ON claim_keys (created_at);
+-- Named tokens: only each token's SHA-256 is kept, looked up per request by it.
+CREATE TABLE tokens (
+    id           bigserial PRIMARY KEY,
+    name         text NOT NULL UNIQUE,
+    role         text NOT NULL,
+    hash         text NOT NULL UNIQUE,
+    created_at   double precision NOT NULL,
+    created_by   text NOT NULL,
+    last_used_at double precision
+);

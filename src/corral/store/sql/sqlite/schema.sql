@@ -294,3 +294,13 @@ CREATE TABLE claim_keys (
     PRIMARY KEY (node_id, key)
 ) WITHOUT ROWID;
 CREATE INDEX claim_keys_created_at ON claim_keys (created_at);
+-- Named tokens: only each token's SHA-256 is kept, looked up per request by it.
+CREATE TABLE tokens (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    name         TEXT NOT NULL UNIQUE,
+    role         TEXT NOT NULL,
+    hash         TEXT NOT NULL UNIQUE,
+    created_at   REAL NOT NULL,
+    created_by   TEXT NOT NULL,
+    last_used_at REAL
+);
