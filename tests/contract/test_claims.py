@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from corral.clock import FakeClock
 from corral.errors import InvalidInputError
 from corral.store.signal import ReadySignal, signal_for
+from corral.types import Client
 from tests.support.worker_app import wait_for
 
 OPERATIONS = ("claim_best_task",)
@@ -71,35 +73,39 @@ def test_wait_is_validated(cluster: Any, bad: Any) -> None:
 
 
 # --- claim order (anti-idle.md "Scoring Algorithm"; DESIGN.md §4) -----------------
-def test_ties_go_to_the_older_task(cluster, clock):
+def test_ties_go_to_the_older_task(cluster: Client, clock: FakeClock) -> None:
     cluster.register_node("N", "developer")
     first = cluster.add_task("docs one", priority="medium")
     clock.advance(1)
     cluster.add_task("docs two", priority="medium")
-    assert cluster.claim_best_task("N", "developer").id == first.id
+    claimed = cluster.claim_best_task("N", "developer")
+    assert claimed is not None and claimed.id == first.id
 
 
-def test_age_overtakes_priority(cluster, clock):
+def test_age_overtakes_priority(cluster: Client, clock: FakeClock) -> None:
     """A low task 21 minutes older beats a fresh high one (10 + 21 > 30)."""
     cluster.register_node("N", "developer")
     old = cluster.add_task("docs old", priority="low")
     clock.advance(21 * 60)
     cluster.add_task("docs new", priority="high")
-    assert cluster.claim_best_task("N", "developer").id == old.id
+    claimed = cluster.claim_best_task("N", "developer")
+    assert claimed is not None and claimed.id == old.id
 
 
-def test_role_bonus_beats_priority_gap(cluster, clock):
+def test_role_bonus_beats_priority_gap(cluster: Client, clock: FakeClock) -> None:
     """A medium task matching the role (35) beats a high one that does not (30)."""
     cluster.register_node("N", "architect")
     cluster.add_task("Write docs", priority="high")
     match = cluster.add_task("Design the schema", priority="medium")
-    assert cluster.claim_best_task("N", "architect").id == match.id
+    claimed = cluster.claim_best_task("N", "architect")
+    assert claimed is not None and claimed.id == match.id
 
 
-def test_changing_role_keywords_reindexes_pending_tasks(cluster):
+def test_changing_role_keywords_reindexes_pending_tasks(cluster: Client) -> None:
     cluster.register_node("N", "developer")
     cluster.add_task("Write docs", priority="high")
     docs = cluster.add_task("Polish docs", priority="medium")
     cluster.configure(role_keywords={"developer": ["polish"], "architect": ["design"]})
     assert cluster.get_task(docs.id).roles == ("developer",)
-    assert cluster.claim_best_task("N", "developer").id == docs.id
+    claimed = cluster.claim_best_task("N", "developer")
+    assert claimed is not None and claimed.id == docs.id

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from corral import CapacityError
+from corral.clock import FakeClock
+from corral.types import Client
 
 OPERATIONS = (
     "register_node",
@@ -21,7 +23,7 @@ OPERATIONS = (
 BAD_INPUT = ("register_node",)  # CapacityError at max_agents
 
 
-def test_scenario_1_scaling_up(cluster, clock):
+def test_scenario_1_scaling_up(cluster: Client, clock: FakeClock) -> None:
     """A lone manager with 10 tasks is told to spawn; the cluster is balanced once full.
 
     The document's worked example says "balanced" after Developer-1 claimed 3 tasks,
@@ -37,6 +39,7 @@ def test_scenario_1_scaling_up(cluster, clock):
     for _ in range(3):
         clock.advance(5)
         task = cluster.claim_best_task("Developer-1", "developer")
+        assert task is not None
         cluster.complete_task(task.id, "Developer-1", task.epoch)
     a = cluster.assess_workload()
     assert (a.pending_tasks, a.active_count) == (7, 2)
@@ -50,7 +53,7 @@ def test_scenario_1_scaling_up(cluster, clock):
     assert (a.status, a.recommendation) == ("balanced", "maintain")
 
 
-def test_scenario_2_scaling_down(cluster, clock):
+def test_scenario_2_scaling_down(cluster: Client, clock: FakeClock) -> None:
     """Developers with no work left go idle, wait out the grace period and terminate,
     leaving the manager and the developer finishing the last task."""
     cluster.register_node("Node-BM", "bootstrap_manager", "claude-sonnet-4-5")
@@ -62,7 +65,9 @@ def test_scenario_2_scaling_down(cluster, clock):
 
     for d in devs[:2]:
         clock.advance(10)
-        cluster.complete_task(held[d].id, d, held[d].epoch)
+        task = held[d]
+        assert task is not None
+        cluster.complete_task(task.id, d, task.epoch)
         cluster.catch_up(d)
         assert cluster.list_tasks(status="pending") == []
         cluster.set_agent_status(d, "idle")
@@ -78,7 +83,7 @@ def test_scenario_2_scaling_down(cluster, clock):
     assert messages == [f"Node {d} terminating due to lack of work" for d in devs[:2]]
 
 
-def test_scenario_3_max_capacity(cluster):
+def test_scenario_3_max_capacity(cluster: Client) -> None:
     """A fifth node is refused with the document's text; after a termination it fits."""
     cluster.register_node("Node-BM", "bootstrap_manager", "claude-sonnet-4-5")
     for i in (1, 2, 3):
@@ -93,7 +98,7 @@ def test_scenario_3_max_capacity(cluster):
     assert reg.text == "Node Node-D4 registered as developer (high). Active nodes: 4/4"
 
 
-def test_capacity_follows_the_setting(cluster):
+def test_capacity_follows_the_setting(cluster: Client) -> None:
     """The refusal names the configured maximum."""
     cluster.configure(max_agents=2)
     cluster.register_node("A", "developer")
@@ -102,7 +107,7 @@ def test_capacity_follows_the_setting(cluster):
         cluster.register_node("C", "developer")
 
 
-def test_reregistration_and_manager_always_allowed(cluster):
+def test_reregistration_and_manager_always_allowed(cluster: Client) -> None:
     """A live node may register again at capacity; a bootstrap manager always may."""
     cluster.configure(max_agents=1)
     cluster.register_node("A", "developer")
@@ -112,7 +117,7 @@ def test_reregistration_and_manager_always_allowed(cluster):
     assert bm.active_nodes == 2
 
 
-def test_terminated_id_registers_as_new_incarnation(cluster):
+def test_terminated_id_registers_as_new_incarnation(cluster: Client) -> None:
     """Terminated is final: registering the same id again makes a new entry."""
     first = cluster.register_node("A", "developer")
     cluster.set_agent_status("A", "terminated")
@@ -122,7 +127,7 @@ def test_terminated_id_registers_as_new_incarnation(cluster):
     assert cluster.get_node("A").incarnation == second.incarnation
 
 
-def test_catch_up_skips_heartbeat_samples_but_moves_past_them(cluster):
+def test_catch_up_skips_heartbeat_samples_but_moves_past_them(cluster: Client) -> None:
     """Agents catch up on news; the metrics series stays out of their way."""
     cluster.register_node("A", "developer")
     start = cluster.catch_up("A").cursor

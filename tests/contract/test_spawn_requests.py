@@ -5,12 +5,14 @@ actor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from corral import InvalidInputError, NotFoundError
 from corral.clock import FakeClock
+from corral.types import Client
 from tests.contract._world import T0, kinds, world
 
 OPERATIONS = (
@@ -24,12 +26,12 @@ OPERATIONS = (
 BAD_INPUT = OPERATIONS
 
 
-def _spawns(c: Any) -> list[dict[str, Any]]:
+def _spawns(c: Client) -> list[dict[str, Any]]:
     return [r.to_dict() for r in c.spawn_requests(limit=10_000)]
 
 
 def test_a_request_is_pending_until_decided_and_each_step_is_an_event(
-    cluster: Any, clock: FakeClock
+    cluster: Client, clock: FakeClock
 ) -> None:
     r = cluster.request_spawn("dev", "developer", "spawn_developer")
     assert (r.pool, r.role, r.status, r.reason, r.requested_by) == (
@@ -71,7 +73,7 @@ def test_a_request_is_pending_until_decided_and_each_step_is_an_event(
 
 
 def test_a_withdrawn_request_says_why_and_is_never_decided_nor_spawned(
-    cluster: Any, clock: FakeClock
+    cluster: Client, clock: FakeClock
 ) -> None:
     """A pool withdraws a pending request it no longer wants: status withdrawn, by
     the pool, an event with the reason; it can then be neither accepted, declined,
@@ -92,6 +94,7 @@ def test_a_withdrawn_request_says_why_and_is_never_decided_nor_spawned(
         (r.id, "pool", "no longer wanted: terminate_idle, 0 pending"),
     ]
     before = world(cluster), _spawns(cluster)
+    call: Callable[[], object]
     for call in (
         lambda: cluster.accept_spawn_request(r.id),
         lambda: cluster.decline_spawn_request(r.id),
@@ -106,13 +109,14 @@ def test_a_withdrawn_request_says_why_and_is_never_decided_nor_spawned(
     assert (world(cluster), _spawns(cluster)) == before
 
 
-def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: Any) -> None:
+def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: Client) -> None:
     a = cluster.request_spawn("dev", "developer")
     b = cluster.request_spawn("dev", "developer")
     cluster.accept_spawn_request(a.id)
     cluster.decline_spawn_request(b.id)
     cluster.fulfil_spawn_request(a.id, "dev-1")
     before = world(cluster), _spawns(cluster)
+    call: Callable[[], object]
     for call in (
         lambda: cluster.accept_spawn_request(a.id),
         lambda: cluster.decline_spawn_request(a.id),
@@ -128,9 +132,9 @@ def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: An
         lambda: cluster.decline_spawn_request(999),
         lambda: cluster.fulfil_spawn_request(999, "dev-1"),
     ):
-        with pytest.raises(NotFoundError) as exc:
+        with pytest.raises(NotFoundError) as missing:
             call()
-        assert exc.value.field == "request_id"
+        assert missing.value.field == "request_id"
     assert (world(cluster), _spawns(cluster)) == before
 
 
@@ -160,7 +164,9 @@ def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: An
         (lambda c: c.fulfil_spawn_request(1, ""), "member"),
     ],
 )
-def test_spawn_request_operations_refuse_bad_input(cluster: Any, call: Any, field: str) -> None:
+def test_spawn_request_operations_refuse_bad_input(
+    cluster: Client, call: Callable[[Client], object], field: str
+) -> None:
     r = cluster.request_spawn("dev", "developer")
     cluster.accept_spawn_request(r.id)
     before = world(cluster), _spawns(cluster)

@@ -44,6 +44,8 @@ from hypothesis.stateful import (
 
 from corral import CapacityError, ConflictError, LeaseError, NotFoundError
 from corral.clock import FakeClock
+from corral.model import Event
+from corral.types import Client
 from tests.conftest import BACKENDS
 from tests.contract._world import T0, world
 
@@ -282,7 +284,7 @@ def _as_node(answer: Any) -> dict[str, Any]:
 class ClusterMachine(RuleBasedStateMachine):
     """Set ``fresh`` (clock -> client) on a subclass per backend."""
 
-    fresh: Callable[[FakeClock], Any]
+    fresh: Callable[[FakeClock], Client]
 
     def __init__(self) -> None:
         super().__init__()
@@ -295,7 +297,9 @@ class ClusterMachine(RuleBasedStateMachine):
         self.c.close()
 
     # -- helpers ---------------------------------------------------------------------
-    def refused(self, errors: Any, call: Callable[[], Any]) -> Exception:
+    def refused(
+        self, errors: type[Exception] | tuple[type[Exception], ...], call: Callable[[], Any]
+    ) -> Exception:
         """``call`` raises one of ``errors`` and changes nothing."""
         before = world(self.c)
         with pytest.raises(errors) as exc:
@@ -303,7 +307,7 @@ class ClusterMachine(RuleBasedStateMachine):
         assert world(self.c) == before
         return exc.value
 
-    def new_events(self) -> list[Any]:
+    def new_events(self) -> list[Event]:
         events = self.c.events(since=self.seq, limit=10_000)
         if events:
             self.seq = events[-1].seq
@@ -582,21 +586,24 @@ class ClusterMachine(RuleBasedStateMachine):
 
 # --- the runs ---------------------------------------------------------------------------
 @pytest.fixture(params=BACKENDS)
-def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[FakeClock], Any]]:
+def fresh(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[FakeClock], Client]]:
     """A factory of fresh clusters on the backend, one per example (each closed by
     its machine's teardown; PostgreSQL's databases dropped when the test ends)."""
     backend = importlib.import_module(f"tests.support.backends.{request.param}")
     numbers = itertools.count()
 
-    def make(clock: FakeClock) -> Any:
+    def make(clock: FakeClock) -> Client:
         where = tmp_path / f"example-{next(numbers)}"
         where.mkdir()
-        return backend.make(request, where, clock)
+        client: Client = backend.make(request, where, clock)
+        return client
 
     yield make
 
 
-def _run(fresh: Callable[[FakeClock], Any], examples: int, steps: int) -> None:
+def _run(fresh: Callable[[FakeClock], Client], examples: int, steps: int) -> None:
     machine = type("Machine", (ClusterMachine,), {"fresh": staticmethod(fresh)})
     run_state_machine_as_test(
         machine,
@@ -609,12 +616,12 @@ def _run(fresh: Callable[[FakeClock], Any], examples: int, steps: int) -> None:
     )
 
 
-def test_the_cluster_follows_the_model(fresh: Callable[[FakeClock], Any]) -> None:
+def test_the_cluster_follows_the_model(fresh: Callable[[FakeClock], Client]) -> None:
     """The fast tier: a few short histories per backend."""
     _run(fresh, examples=6, steps=30)
 
 
 @pytest.mark.slow
-def test_the_cluster_follows_the_model_at_length(fresh: Callable[[FakeClock], Any]) -> None:
+def test_the_cluster_follows_the_model_at_length(fresh: Callable[[FakeClock], Client]) -> None:
     """The full suite: many longer histories per backend."""
     _run(fresh, examples=60, steps=50)

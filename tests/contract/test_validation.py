@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from corral import InvalidInputError, NotFoundError
+from corral.types import Client
 
 OPERATIONS = ("register_node",)
 BAD_INPUT = (
@@ -31,7 +35,9 @@ BAD_INPUT = (
 )
 
 
-def world(cluster):
+def world(
+    cluster: Client,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Everything observable: nodes, tasks and the event log."""
     return (
         [n.to_dict() for n in cluster.list_nodes()],
@@ -44,15 +50,17 @@ BAD_IDS = ["", "x" * 65, "bad\nid", "tab\tid", "nul\x00", " padded", 42, None]
 
 
 @pytest.fixture
-def seeded(cluster):
+def seeded(cluster: Client) -> Client:
     cluster.register_node("A", "developer")
     cluster.add_task("Implement a")
     return cluster
 
 
+# ``bad`` is of any type on purpose: the rules' checks at run time are under test.
 @pytest.mark.parametrize("bad", BAD_IDS)
-def test_bad_node_ids_are_refused(seeded, bad):
+def test_bad_node_ids_are_refused(seeded: Client, bad: Any) -> None:
     before = world(seeded)
+    call: Callable[[], object]
     for call in (
         lambda: seeded.register_node(bad, "developer"),
         lambda: seeded.set_agent_status(bad, "idle"),
@@ -66,7 +74,7 @@ def test_bad_node_ids_are_refused(seeded, bad):
     assert world(seeded) == before
 
 
-def test_sixty_four_characters_is_the_longest_id(seeded):
+def test_sixty_four_characters_is_the_longest_id(seeded: Client) -> None:
     assert seeded.register_node("x" * 64, "architect").id == "x" * 64
 
 
@@ -116,7 +124,9 @@ def test_sixty_four_characters_is_the_longest_id(seeded):
         (lambda c: c.configure(role_keywords={"data eng": ["etl"]}), "role_keywords"),
     ],
 )
-def test_bad_values_name_the_field_and_change_nothing(seeded, call, field):
+def test_bad_values_name_the_field_and_change_nothing(
+    seeded: Client, call: Callable[[Client], object], field: str
+) -> None:
     before = world(seeded)
     settings = seeded.settings()
     with pytest.raises(InvalidInputError) as exc:
@@ -141,7 +151,9 @@ def test_bad_values_name_the_field_and_change_nothing(seeded, call, field):
         (lambda c: c.broadcast("hi", node_id="Ghost"), "node_id"),
     ],
 )
-def test_unknown_nodes_and_tasks_are_not_found(seeded, call, field):
+def test_unknown_nodes_and_tasks_are_not_found(
+    seeded: Client, call: Callable[[Client], object], field: str
+) -> None:
     before = world(seeded)
     with pytest.raises(NotFoundError) as exc:
         call(seeded)
@@ -149,14 +161,14 @@ def test_unknown_nodes_and_tasks_are_not_found(seeded, call, field):
     assert world(seeded) == before
 
 
-def test_claim_by_unknown_node_takes_no_task(seeded):
+def test_claim_by_unknown_node_takes_no_task(seeded: Client) -> None:
     """The claim's task update rolls back when the node turns out not to exist."""
     with pytest.raises(NotFoundError):
         seeded.claim_best_task("Ghost", "developer")
     assert [t.status for t in seeded.list_tasks()] == ["pending"]
 
 
-def test_a_limit_past_the_cap_is_capped_on_every_backend(seeded):
+def test_a_limit_past_the_cap_is_capped_on_every_backend(seeded: Client) -> None:
     """Embedded and over HTTP alike, a read past 10,000 rows answers with at most
     10,000, the same as asking for exactly that."""
     big = seeded.read_state(limit=20_000)
@@ -178,11 +190,13 @@ def test_a_limit_past_the_cap_is_capped_on_every_backend(seeded):
         (lambda c: c.heartbeat("A", load=float("inf")), "heartbeat"),
     ],
 )
-def test_values_json_cannot_carry_name_the_argument(seeded, call, field):
+def test_values_json_cannot_carry_name_the_argument(
+    seeded: Client, call: Callable[[Client], object], field: str
+) -> None:
     """NaN, infinities, sets and objects are refused naming the argument that holds
     them, and nothing is written."""
     task = seeded.claim_best_task("A", "developer")
-    assert task.id == 1
+    assert task is not None and task.id == 1
     before = world(seeded)
     settings = seeded.settings()
     with pytest.raises(InvalidInputError) as exc:

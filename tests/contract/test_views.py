@@ -9,13 +9,14 @@ import pytest
 
 from corral import InvalidInputError
 from corral.clock import FakeClock
+from corral.types import Client
 from tests.contract._world import T0
 
 OPERATIONS = ("assess_workload", "read_state", "read_state_text")
 BAD_INPUT = ("read_state", "read_state_text")
 
 
-def test_store_assessment_counts_and_records(cluster):
+def test_store_assessment_counts_and_records(cluster: Client) -> None:
     """The store's counts feed the rule; the result is the cluster's work distribution."""
     cluster.register_node("BM", "bootstrap_manager")
     cluster.register_node("D1", "developer")
