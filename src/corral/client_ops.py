@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         Settings,
         State,
         Task,
+        TaskBatch,
     )
     from corral.params import (
         ActorName,
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
         Seconds,
         Seq,
         StrengthName,
+        TaskCancelStatus,
         TaskRef,
+        TaskRequeueStatus,
         TaskStatusName,
         Text,
         Title,
@@ -197,6 +200,51 @@ class ClientOperations(Protocol):
     ) -> Task:
         """Give a held task up: back to pending while attempts remain (and
         ``retry``)."""
+        ...
+
+    def cancel_task(
+        self, task_id: TaskRef, reason: Reason = "", *, actor: ActorName | None = None
+    ) -> Task:
+        """Cancel a pending or in-progress task: status ``cancelled`` and a
+        ``task_cancelled`` event naming the actor and the reason."""
+        ...
+
+    def requeue_task(self, task_id: TaskRef, *, actor: ActorName | None = None) -> Task:
+        """Put a failed or in-progress task back to pending, with a new epoch and its
+        attempts reset; a ``task_requeued`` event names the actor."""
+        ...
+
+    def cancel_tasks(
+        self,
+        *,
+        status: TaskCancelStatus | None = None,
+        role: NodeId | None = None,
+        priority: PriorityName | None = None,
+        assigned_to: NodeId | None = None,
+        title_contains: Title | None = None,
+        min_age: Seconds | None = None,
+        reason: Reason = "",
+        dry_run: Flag = True,
+        actor: ActorName | None = None,
+    ) -> TaskBatch:
+        """Cancel every pending or in-progress task the filter matches, in one
+        transaction; with ``dry_run`` (the default) only count them."""
+        ...
+
+    def requeue_tasks(
+        self,
+        *,
+        status: TaskRequeueStatus | None = None,
+        role: NodeId | None = None,
+        priority: PriorityName | None = None,
+        assigned_to: NodeId | None = None,
+        title_contains: Title | None = None,
+        min_age: Seconds | None = None,
+        dry_run: Flag = True,
+        actor: ActorName | None = None,
+    ) -> TaskBatch:
+        """Requeue every failed or in-progress task the filter matches, in one
+        transaction; with ``dry_run`` (the default) only count them."""
         ...
 
     def assess_workload(self) -> Assessment:

@@ -28,11 +28,13 @@ from corral.model import (
     Settings,
     State,
     Task,
+    TaskBatch,
 )
 from corral.params import (
     DESCRIPTION,
     PRIORITY,
     TITLE,
+    ActorName,
     Epoch,
     Flag,
     HostName,
@@ -46,10 +48,13 @@ from corral.params import (
     PositiveInt,
     PriorityName,
     ProcessActionName,
+    Reason,
     Seconds,
     Seq,
     StrengthName,
+    TaskCancelStatus,
     TaskRef,
+    TaskRequeueStatus,
     TaskStatusName,
     Text,
     Title,
@@ -57,7 +62,7 @@ from corral.params import (
 )
 from corral.scheduler.ops import SchedulerOps
 from corral.spawning import SpawnRequestsMixin
-from corral.store import NodeSpec, Store, TaskSpec
+from corral.store import NodeSpec, Store, TaskMatch, TaskSpec
 from corral.tokens import TokenOperations
 from corral.validation import (
     MAX_INT,
@@ -74,6 +79,15 @@ if TYPE_CHECKING:
     from corral.store.stats import ClusterStats
 
 __all__ = ["Cluster"]
+
+OPERATOR = "operator"  # the actor of an action no caller names (the embedded client)
+
+
+def _actor(actor: str | None) -> str:
+    """Who an operator action records as its actor: the one given (the server gives
+    the caller's name), else ``operator``."""
+    return OPERATOR if actor is None else actor
+
 
 _HEARTBEAT_FIELDS = ("health_status", "current_tasks", "capacity_available", "metrics")
 _PROCESS_KEYS = frozenset(
@@ -434,6 +448,125 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
     ) -> Task:
         """Give a held task up: back to pending while attempts remain (and ``retry``)."""
         return self.store.fail(int(task_id), node_id, epoch, error, bool(retry), self.clock.now())
+
+    # --- the operator's hands on the work: cancel and requeue -------------------------
+    @checked
+    def cancel_task(
+        self, task_id: TaskRef, reason: Reason = "", *, actor: ActorName | None = None
+    ) -> Task:
+        """Cancel a pending or in-progress task: status ``cancelled`` and a
+        ``task_cancelled`` event naming the actor and the reason.
+
+        An in-progress task's holder is let go at once: its next heartbeat answers the
+        task in ``cancelled_tasks`` (its worker stops the task's process), and its
+        completion or failure is refused with ``TaskCancelledError``. A done, failed
+        or cancelled task is refused with ``ConflictError``; nothing changes. ``actor``
+        is who acts (``operator`` when not given; the server names the caller)."""
+        return self.store.act_on_task(
+            "cancel", int(task_id), _actor(actor), reason, self.clock.now()
+        )
+
+    @checked
+    def requeue_task(self, task_id: TaskRef, *, actor: ActorName | None = None) -> Task:
+        """Put a failed or in-progress task back to pending, with a new epoch and its
+        attempts reset; a ``task_requeued`` event names the actor.
+
+        The old holder of an in-progress task is let go at once, and its completion
+        is refused by the epoch fencing (``LeaseError``). A pending, done or cancelled
+        task is refused with ``ConflictError``; nothing changes."""
+        return self.store.act_on_task("requeue", int(task_id), _actor(actor), "", self.clock.now())
+
+    @checked
+    def cancel_tasks(
+        self,
+        *,
+        status: TaskCancelStatus | None = None,
+        role: NodeId | None = None,
+        priority: PriorityName | None = None,
+        assigned_to: NodeId | None = None,
+        title_contains: Title | None = None,
+        min_age: Seconds | None = None,
+        reason: Reason = "",
+        dry_run: Flag = True,
+        actor: ActorName | None = None,
+    ) -> TaskBatch:
+        """Cancel every pending or in-progress task the filter matches, in one
+        transaction; with ``dry_run`` (the default) only count them.
+
+        The filter: ``status`` (pending or in_progress), ``role`` (among a task's
+        matched roles), ``priority``, ``assigned_to`` (its holder), ``title_contains``
+        (case-insensitive) and ``min_age`` (seconds since it was added); each left
+        out matches every task. The answer is the ``count`` and the first 1,000
+        ``task_ids``; each task cancelled is ``cancel_task``'s."""
+        return self._in_bulk(
+            "cancel",
+            status,
+            role,
+            priority,
+            assigned_to,
+            title_contains,
+            min_age,
+            reason,
+            dry_run,
+            actor,
+        )
+
+    @checked
+    def requeue_tasks(
+        self,
+        *,
+        status: TaskRequeueStatus | None = None,
+        role: NodeId | None = None,
+        priority: PriorityName | None = None,
+        assigned_to: NodeId | None = None,
+        title_contains: Title | None = None,
+        min_age: Seconds | None = None,
+        dry_run: Flag = True,
+        actor: ActorName | None = None,
+    ) -> TaskBatch:
+        """Requeue every failed or in-progress task the filter matches, in one
+        transaction; with ``dry_run`` (the default) only count them.
+
+        The filter is ``cancel_tasks``' (``status``: failed or in_progress). The
+        answer is the ``count`` and the first 1,000 ``task_ids``; each task requeued
+        is ``requeue_task``'s."""
+        return self._in_bulk(
+            "requeue",
+            status,
+            role,
+            priority,
+            assigned_to,
+            title_contains,
+            min_age,
+            "",
+            dry_run,
+            actor,
+        )
+
+    def _in_bulk(
+        self,
+        action: str,
+        status: str | None,
+        role: str | None,
+        priority: str | None,
+        assigned_to: str | None,
+        title_contains: str | None,
+        min_age: float | None,
+        reason: str,
+        dry_run: bool,
+        actor: str | None,
+    ) -> TaskBatch:
+        now = self.clock.now()
+        match = TaskMatch(
+            role=None if role is None else self._role(role),
+            priority=priority,
+            assigned_to=assigned_to,
+            title_contains=title_contains,
+            created_before=None if min_age is None else now - min_age,
+        )
+        return self.store.act_on_tasks(
+            action, status, match, _actor(actor), reason, bool(dry_run), now
+        )
 
     # --- views --------------------------------------------------------------------
     def assess_workload(self) -> Assessment:

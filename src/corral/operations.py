@@ -234,6 +234,47 @@ OPERATIONS: tuple[Operation, ...] = (
         cli="task fail",
         names={"mcp": _AGENT, "cli": {"retry": "no_retry"}},
     ),
+    # --- the operator's hands on the work ------------------------------------------------
+    Operation(
+        "cancel_task",
+        "POST /v1/tasks/{task_id}/cancel",
+        caller="operator",
+        mcp="cancel_task",
+        text="cancelled_text",
+        cli="task cancel",
+        actor="actor",
+        omits=_ACTOR,
+    ),
+    Operation(
+        "requeue_task",
+        "POST /v1/tasks/{task_id}/requeue",
+        caller="operator",
+        mcp="requeue_task",
+        text="requeued_text",
+        cli="task requeue",
+        actor="actor",
+        omits=_ACTOR,
+    ),
+    Operation(
+        "cancel_tasks",
+        "POST /v1/tasks/cancel",
+        caller="operator",
+        mcp="cancel_tasks",
+        text=".text",
+        cli="task cancel-matching",
+        actor="actor",
+        omits=_ACTOR,
+    ),
+    Operation(
+        "requeue_tasks",
+        "POST /v1/tasks/requeue",
+        caller="operator",
+        mcp="requeue_tasks",
+        text=".text",
+        cli="task requeue-matching",
+        actor="actor",
+        omits=_ACTOR,
+    ),
     # --- views ------------------------------------------------------------------------
     Operation(
         "assess_workload", "POST /v1/assess", mcp="assess_workload", text=".text", cli="assess"

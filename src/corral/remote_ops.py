@@ -18,6 +18,7 @@ from corral.model import (
     Settings,
     State,
     Task,
+    TaskBatch,
 )
 from corral.remote_calls import RemoteCalls, many, maybe, one
 from corral.scheduler.records import Agent, Assignment, Notification
@@ -46,7 +47,9 @@ if TYPE_CHECKING:
         Seconds,
         Seq,
         StrengthName,
+        TaskCancelStatus,
         TaskRef,
+        TaskRequeueStatus,
         TaskStatusName,
         Text,
         Title,
@@ -252,6 +255,72 @@ class HttpOperations(RemoteCalls):
                     "epoch": epoch,
                     "error": error,
                     "retry": retry,
+                },
+            ),
+        )
+
+    def cancel_task(
+        self, task_id: TaskRef, reason: Reason = "", *, actor: ActorName | None = None
+    ) -> Task:
+        return one(Task, self._invoke("cancel_task", {"task_id": task_id, "reason": reason}))
+
+    def requeue_task(self, task_id: TaskRef, *, actor: ActorName | None = None) -> Task:
+        return one(Task, self._invoke("requeue_task", {"task_id": task_id}))
+
+    def cancel_tasks(
+        self,
+        *,
+        status: TaskCancelStatus | None = None,
+        role: NodeId | None = None,
+        priority: PriorityName | None = None,
+        assigned_to: NodeId | None = None,
+        title_contains: Title | None = None,
+        min_age: Seconds | None = None,
+        reason: Reason = "",
+        dry_run: Flag = True,
+        actor: ActorName | None = None,
+    ) -> TaskBatch:
+        return one(
+            TaskBatch,
+            self._invoke(
+                "cancel_tasks",
+                {
+                    "status": status,
+                    "role": role,
+                    "priority": priority,
+                    "assigned_to": assigned_to,
+                    "title_contains": title_contains,
+                    "min_age": min_age,
+                    "reason": reason,
+                    "dry_run": dry_run,
+                },
+            ),
+        )
+
+    def requeue_tasks(
+        self,
+        *,
+        status: TaskRequeueStatus | None = None,
+        role: NodeId | None = None,
+        priority: PriorityName | None = None,
+        assigned_to: NodeId | None = None,
+        title_contains: Title | None = None,
+        min_age: Seconds | None = None,
+        dry_run: Flag = True,
+        actor: ActorName | None = None,
+    ) -> TaskBatch:
+        return one(
+            TaskBatch,
+            self._invoke(
+                "requeue_tasks",
+                {
+                    "status": status,
+                    "role": role,
+                    "priority": priority,
+                    "assigned_to": assigned_to,
+                    "title_contains": title_contains,
+                    "min_age": min_age,
+                    "dry_run": dry_run,
                 },
             ),
         )
