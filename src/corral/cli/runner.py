@@ -29,7 +29,7 @@ from typing import Any
 import click
 
 from corral.cli._common import Seconds
-from corral.cli.worker import _check_command, _node_id, _stop, outage_option
+from corral.cli.worker import _check_command, _node_id, outage_option
 
 __all__ = ["command_outcome", "register"]
 
@@ -84,13 +84,15 @@ def command_outcome(command: tuple[str, ...], runner_id: str, timeout: float | N
             )
         except OSError as exc:
             return {"error": f"cannot run {command[0]}: {exc}"}
+        from corral.worker.child import stop_child
+
         try:
             out, err = proc.communicate(doc.encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_child(proc)
             return {"error": f"{command[0]} timed out after {timeout}s"}
         except BaseException:
-            _stop(proc)
+            stop_child(proc)
             raise
         outcome: dict[str, Any] = {}
         lines = out.decode("utf-8", "replace").strip().splitlines()

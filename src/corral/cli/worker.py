@@ -8,6 +8,8 @@ runs the command once per claimed task, with the task as JSON on stdin and in
 parses, else ``{"stdout": …}``); any other exit fails it with the stderr tail. The
 worker heartbeats, goes idle and retires like any ``corral.Worker``; SIGTERM stops
 the command (SIGTERM to its process group, SIGKILL after 5 s) and returns the task.
+A task the operator cancels is stopped the same way as soon as a heartbeat says so;
+its completion is then refused.
 """
 
 from __future__ import annotations
@@ -16,19 +18,20 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from corral.cli._common import Seconds
 
+if TYPE_CHECKING:
+    from corral.worker import Worker
+
 __all__ = ["register"]
 
 _TAIL = 4000
-_KILL_GRACE = 5.0
 
 
 def _result(stdout: bytes) -> Any:
@@ -41,23 +44,18 @@ def _result(stdout: bytes) -> Any:
         return {"stdout": text[-_TAIL:]}
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the command's process group, SIGKILL it if it lingers."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(_KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+def command_handler(
+    command: tuple[str, ...],
+    node_id: str,
+    *,
+    timeout: float | None = None,
+    worker: Worker | None = None,
+) -> Any:
+    """A ``Worker.run`` handler that runs ``command`` once per task; with ``worker``,
+    a task the operator cancels has its command stopped (``Worker.on_cancel``)."""
+    from contextlib import nullcontext
 
-
-def command_handler(command: tuple[str, ...], node_id: str, *, timeout: float | None = None) -> Any:
-    """A ``Worker.run`` handler that runs ``command`` once per task."""
-    from corral.worker import TaskFailed
+    from corral.worker import TaskFailed, stop_child
 
     def handle(task: Any) -> Any:
         task_json = json.dumps(task.to_dict(), ensure_ascii=False)
@@ -79,13 +77,17 @@ def command_handler(command: tuple[str, ...], node_id: str, *, timeout: float | 
             )
         except OSError as exc:
             raise TaskFailed(f"cannot run {command[0]}: {exc}") from None
+        watch = (
+            nullcontext() if worker is None else worker.on_cancel(task.id, lambda: stop_child(proc))
+        )
         try:
-            out, err = proc.communicate(task_json.encode(), timeout=timeout)
+            with watch:
+                out, err = proc.communicate(task_json.encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_child(proc)
             raise TaskFailed(f"{command[0]} timed out after {timeout}s") from None
         except BaseException:  # a shutdown signal: stop the command, then unwind
-            _stop(proc)
+            stop_child(proc)
             raise
         if proc.returncode == 0:
             return _result(out)
@@ -312,7 +314,8 @@ def worker(
             retry=RetryPolicy(retry_attempts=retry_attempts, retry_delay=retry_delay),
             outage_tolerance=outage_tolerance,
         )
-        return w.run(command_handler(command, node_id, timeout=task_timeout), max_tasks=max_tasks)
+        handler = command_handler(command, node_id, timeout=task_timeout, worker=w)
+        return w.run(handler, max_tasks=max_tasks)
     finally:
         cluster.close()
 

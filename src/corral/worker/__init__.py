@@ -4,13 +4,15 @@
   ``corral worker`` runs around a command);
 - ``heartbeat``: ``HeartbeatMonitor``, the heartbeats on a fixed grid;
 - ``destinations``: where heartbeats go (the cluster, webhooks, GitHub, the metrics
-  series), each with its retries and alerts.
+  series), each with its retries and alerts;
+- ``child``: ``stop_child``, a task's process stopped (SIGTERM, SIGKILL after a grace).
 
 ``corral.Worker`` and ``corral.HeartbeatMonitor`` are the same classes.
 """
 
 from __future__ import annotations
 
+from corral.worker.child import KILL_GRACE, stop_child
 from corral.worker.destinations import (
     ClusterDestination,
     Destination,
@@ -27,6 +29,7 @@ __all__ = [
     "EXIT_LOST",
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
+    "KILL_GRACE",
     "Claimed",
     "ClusterDestination",
     "Destination",
@@ -38,4 +41,5 @@ __all__ = [
     "TaskFailed",
     "WebhookDestination",
     "Worker",
+    "stop_child",
 ]

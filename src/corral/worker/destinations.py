@@ -132,15 +132,21 @@ def metrics_sample(payload: Mapping[str, Any]) -> dict[str, Any]:
 class ClusterDestination:
     """``cluster.heartbeat(worker_id, **payload)``: stores the whole ``HeartbeatData``
     as the node's heartbeat and renews its leases. Extra fields (e.g.
-    ``status="shutting-down"``) ride along."""
+    ``status="shutting-down"``) ride along. The answer names the tasks of
+    ``current_tasks`` the operator cancelled; ``on_cancelled`` is called with them."""
 
     name = "cluster"
 
-    def __init__(self, cluster: Client) -> None:
+    def __init__(
+        self, cluster: Client, *, on_cancelled: Callable[[list[int]], None] | None = None
+    ) -> None:
         self.cluster = cluster
+        self.on_cancelled = on_cancelled
 
     def send(self, payload: Mapping[str, Any]) -> None:
-        self.cluster.heartbeat(payload["worker_id"], **payload)
+        node = self.cluster.heartbeat(payload["worker_id"], **payload)
+        if node.cancelled_tasks and self.on_cancelled is not None:
+            self.on_cancelled(list(node.cancelled_tasks))
 
 
 def _post_json(

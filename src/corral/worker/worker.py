@@ -17,6 +17,11 @@ idle, keep trying to claim for ``idle_timeout_seconds``, then mark terminated,
 broadcast a farewell and exit. A ``bootstrap_manager`` never retires itself.
 SIGTERM (and SIGINT): one last heartbeat with ``status: "shutting-down"``, the held
 tasks straight back to pending (no attempt is burned beyond the claim's), exit 0.
+
+A task the operator cancels (``cancel_task``) is named in a heartbeat's answer: the
+worker stops naming it, runs what the handler registered with ``on_cancel`` (``corral
+worker`` stops the task's process: SIGTERM, SIGKILL after its grace), and
+``cancelled(task_id)`` is true; the task's completion or failure is refused.
 """
 
 from __future__ import annotations
@@ -174,12 +179,20 @@ class Worker:
             if idle_timeout_seconds is not None
             else float(self.calls.settings().idle_timeout_seconds)
         )
+        # Tasks the operator cancelled while this worker held them (a heartbeat's
+        # answer says so), and what stops each running task's work (``on_cancel``).
+        self._cancel_lock = threading.Lock()
+        self._cancelled: set[int] = set()
+        self._stops: dict[int, Callable[[], None]] = {}
         self.monitor = HeartbeatMonitor(
             agent_id,
             cluster,
             heartbeat_interval=heartbeat_interval,
             capacity=capacity,
-            destinations=[ClusterDestination(cluster), *destinations],
+            destinations=[
+                ClusterDestination(cluster, on_cancelled=self._on_cancelled),
+                *destinations,
+            ],
             retry=retry,
             thresholds=thresholds,
         )
@@ -309,6 +322,52 @@ class Worker:
             extra={"action": "worker_shutdown"},
         )
         self.close(terminate=False)
+
+    # --- the operator's cancellations -------------------------------------------------------
+    def _on_cancelled(self, task_ids: list[int]) -> None:
+        """A heartbeat's answer named ``task_ids`` as cancelled (the heartbeat thread):
+        stop naming them, and stop their work in a thread of its own."""
+        for task_id in task_ids:
+            with self._cancel_lock:
+                if task_id in self._cancelled:
+                    continue
+                self._cancelled.add(task_id)
+                stop = self._stops.get(task_id)
+            self.monitor.remove_task(task_id)
+            log.warning(
+                "task %s was cancelled by the operator%s",
+                task_id,
+                ": stopping its process" if stop is not None else "",
+                extra={"action": "task_cancelled", "task_id": task_id},
+            )
+            if stop is not None:
+                self._run_stop(task_id, stop)
+
+    @staticmethod
+    def _run_stop(task_id: int, stop: Callable[[], None]) -> None:
+        threading.Thread(target=stop, name=f"corral-stop-{task_id}", daemon=True).start()
+
+    def cancelled(self, task_id: int) -> bool:
+        """Whether the operator cancelled ``task_id`` while this worker held it (as
+        a heartbeat's answer said): a long handler may check it and give up."""
+        with self._cancel_lock:
+            return task_id in self._cancelled
+
+    @contextmanager
+    def on_cancel(self, task_id: int, stop: Callable[[], None]) -> Iterator[None]:
+        """While the block runs, ``stop`` is what a cancellation of ``task_id`` runs
+        (in a thread of its own; at once when the cancellation is already known):
+        how a handler stops the process it started for the task (``stop_child``)."""
+        with self._cancel_lock:
+            self._stops[task_id] = stop
+            known = task_id in self._cancelled
+        if known:
+            self._run_stop(task_id, stop)
+        try:
+            yield
+        finally:
+            with self._cancel_lock:
+                self._stops.pop(task_id, None)
 
     # --- claiming ---------------------------------------------------------------------------
     def _claim(self, wait: float | None) -> Task | None:

@@ -1,0 +1,164 @@
+"""A task the operator cancels while a real ``corral worker`` runs it: the worker
+learns it at its next heartbeat and stops the task's process (SIGTERM to its group),
+and the late completion the stopped child still reports is refused; the worker goes
+on. Both the SQLite file and ``corral serve`` (a node token, the operator's cancel
+over HTTP) are used."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+import corral
+from corral.server.auth import Tokens
+from tests.support.backends.http import free_port
+from tests.support.worker_app import wait_for
+
+pytestmark = pytest.mark.slow
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+# The task's command: records its pid, and on SIGTERM records it and exits 0 with a
+# result (a child that finishes "gracefully": its completion is what is refused).
+CHILD = """
+import os, signal, sys, time
+from pathlib import Path
+d = Path(sys.argv[1])
+def term(*_):
+    (d / "child.term").write_text("TERM")
+    print('{"finished": "late"}', flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+sys.stdin.read()
+(d / "child.pid").write_text(str(os.getpid()))
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(SRC), **extra}
+
+
+def _worker(url: str, tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    child = tmp / "child.py"
+    child.write_text(CHILD)
+    argv = [sys.executable, "-m", "corral", "--url", url, "worker", "--id", "W1"]
+    argv += ["--role", "developer", "--heartbeat-interval", "0.2", "--idle-timeout", "60"]
+    argv += ["--", sys.executable, str(child), str(tmp)]
+    with open(tmp / "worker.log", "ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _child_stopped(tmp: Path) -> int:
+    """The child's pid, once it got SIGTERM and is gone."""
+    pid = int((tmp / "child.pid").read_text())
+    wait_for(lambda: (tmp / "child.term").exists(), timeout=10, what="the child's SIGTERM")
+    wait_for(lambda: not psutil.pid_exists(pid), timeout=10, what="the child gone")
+    return pid
+
+
+def _log(tmp: Path) -> str:
+    return (tmp / "worker.log").read_text(errors="replace")
+
+
+def test_a_cancelled_task_is_stopped_and_its_late_completion_refused(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    c = corral.connect(url)
+    task = c.add_task("Implement the long migration")
+    worker = _worker(url, tmp_path, _env())
+    procs.append(worker)
+    wait_for(lambda: (tmp_path / "child.pid").exists(), timeout=20, what="the child running")
+    assert c.get_task(task.id).status == "in_progress"
+
+    c.cancel_task(task.id, reason="the spec changed")
+    _child_stopped(tmp_path)
+    refused = f"completion of task {task.id} refused"
+    log = wait_for(lambda: refused in _log(tmp_path) and _log(tmp_path), what="the refusal")
+    assert "was cancelled by operator: the spec changed" in log, log
+    assert f"task {task.id} was cancelled by the operator: stopping its process" in log, log
+
+    after = c.get_task(task.id)
+    assert (after.status, after.result) == ("cancelled", None)
+    kinds = [e.kind for e in c.events(limit=1000) if e.task_id == task.id]
+    assert kinds == ["task_added", "task_claimed", "task_cancelled"]
+    assert worker.poll() is None  # the worker goes on: it is idle, waiting for work
+    wait_for(lambda: c.get_node("W1").status == "idle", what="the worker idle")
+    nxt = c.add_task("Implement the next thing")
+    (tmp_path / "child.pid").unlink()
+    wait_for(lambda: (tmp_path / "child.pid").exists(), timeout=20, what="the next task run")
+    assert c.get_task(nxt.id).status == "in_progress"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    c.close()
+
+
+def test_over_http_the_cancel_names_the_operator_and_the_node_token_worker_stops(
+    tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """``corral serve``: the worker runs with its node token; the operator cancels
+    over HTTP; the event names the actor as the token's principal."""
+    token = "op-token-for-cancel"
+    db = f"sqlite:///{tmp_path / 'corral.db'}"
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "corral", "--url", db, "serve", "--port", str(port)],
+        env=_env(CORRAL_TOKEN=token),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    procs.append(serve)
+    base = f"http://127.0.0.1:{port}"
+    op = wait_for(lambda: _connect(base, token), timeout=20, what="corral serve")
+    task = op.add_task("Implement the export")
+    node_token = Tokens(token).node_token("W1")
+    worker = _worker(base, tmp_path, _env(CORRAL_TOKEN=node_token))
+    procs.append(worker)
+    wait_for(lambda: (tmp_path / "child.pid").exists(), timeout=20, what="the child running")
+
+    req = urllib.request.Request(
+        f"{base}/v1/tasks/{task.id}/cancel",
+        data=json.dumps({"reason": "not needed"}).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert json.loads(resp.read())["status"] == "cancelled"
+    _child_stopped(tmp_path)
+    wait_for(lambda: f"completion of task {task.id} refused" in _log(tmp_path), what="refusal")
+    [event] = [e for e in op.events(limit=1000) if e.kind == "task_cancelled"]
+    assert (event.data["actor"], event.data["reason"]) == ("operator", "not needed")
+    assert op.get_task(task.id).status == "cancelled"
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    op.close()
+
+
+def _connect(base: str, token: str) -> corral.Client | None:
+    client = corral.connect(base, token=token)
+    try:
+        client.settings()
+    except corral.CorralError:
+        client.close()
+        return None
+    return client
