@@ -2,9 +2,14 @@
 fragment, the page's event stream, and the static files.
 
 Every page needs a session (else a redirect to ``/login``); a fragment or a stream
-without one is 401. Every POST needs the session's CSRF token (``/login`` needs its
-request to come from this origin instead). Every answer carries a strict
-Content-Security-Policy: scripts and styles from this server's files only.
+without one is 401. A session comes from the operator token or a named token of
+either role (``corral token create``); a named token's session ends the moment the
+token is revoked (its row is looked up on every request, and an open stream re-checks
+it when a ``token_revoked`` event arrives). Every POST needs the session's CSRF token
+(``/login`` needs its request to come from this origin instead), and every action an
+operator's session: a viewer's is refused with 403 naming its role, and its panels
+show no controls. Every answer carries a strict Content-Security-Policy: scripts and
+styles from this server's files only.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from corral.dashboard.actions import TaskActions
 from corral.dashboard.feed import Feed, Snapshot
 from corral.dashboard.session import (
     COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
+    Role,
     Session,
     Sessions,
     session_key,
@@ -74,6 +81,11 @@ def _local(target: str) -> str:
     return target
 
 
+def _revokes(snap: Snapshot, after: int) -> bool:
+    """Whether a token was revoked in ``snap`` after event ``after``."""
+    return any(e.kind == "token_revoked" and e.seq > after for e in snap.events)
+
+
 def _same_origin(request: Request) -> bool:
     """A browser's POST names its origin; one from another site is refused."""
     origin = request.headers.get("origin")
@@ -101,10 +113,20 @@ class Dashboard:
         self.feed = feed if feed is not None else Feed(st)
         self.ping = ping  # seconds without news before a stream sends a ping comment
         self.env = environment()
+        self.tasks = TaskActions(st, self.env)  # the Tasks panel's Cancel and Requeue
 
     # --- sessions --------------------------------------------------------------
-    def session(self, request: Request) -> Session | None:
-        return self.sessions.check(request.cookies.get(COOKIE))
+    async def session(self, request: Request) -> Session | None:
+        """The request's session: a valid cookie, and its named token still there
+        (one indexed read of the store; the operator token's needs none)."""
+        return await self._still_valid(self.sessions.check(request.cookies.get(COOKIE)))
+
+    async def _still_valid(self, session: Session | None) -> Session | None:
+        if session is None or session.token_id is None:
+            return session
+        find = getattr(self.st.cluster.store, "token_by_id", None)
+        found = None if find is None else await self.st.run(find, session.token_id)
+        return session if found is not None else None
 
     async def _csrf_ok(self, request: Request, session: Session) -> bool:
         presented = request.headers.get(CSRF_HEADER)
@@ -126,13 +148,14 @@ class Dashboard:
         role that may act (403; ``any_role`` for logging out) before ``handler`` runs."""
 
         async def endpoint(request: Request) -> Response:
-            session = self.session(request)
+            session = await self.session(request)
             if session is None:
                 return _secured(PlainTextResponse("log in first: no valid session", 401))
             if not await self._csrf_ok(request, session):
                 return _secured(PlainTextResponse("missing or wrong CSRF token", 403))
             if not (session.may_act or any_role):
-                return _secured(PlainTextResponse(f"a {session.role} may not act", 403))
+                why = f"a {session.role} may not act: this needs an operator's token"
+                return _secured(PlainTextResponse(why, 403))
             return _secured(await handler(request, session))
 
         return endpoint
@@ -143,7 +166,7 @@ class Dashboard:
         return _secured(HTMLResponse(html, status))
 
     async def login_page(self, request: Request) -> Response:
-        if self.session(request) is not None:
+        if await self.session(request) is not None:
             return _secured(RedirectResponse(_local(request.query_params.get("next", "/")), 303))
         nxt = _local(request.query_params.get("next", "/"))
         return self._render("login.html", next=nxt, error=None, csrf=None)
@@ -158,16 +181,26 @@ class Dashboard:
         token = form.get("token")
         nxt = form.get("next")
         target = _local(nxt if isinstance(nxt, str) else "/")
-        principal = self.st.tokens.check(token.strip()) if isinstance(token, str) else None
-        if principal is None or not principal.is_operator:
+        principal = None
+        if isinstance(token, str) and token.strip():
+            # A named token's check reads the store: on a thread.
+            principal = await self.st.run(self.st.tokens.check, token.strip())
+        if principal is None or principal.role == "node":
             error = (
                 "That token is not valid here."
                 if principal is None
-                else "A node's token cannot open the dashboard: use the operator token."
+                else "A node's token cannot open the dashboard: use the operator token"
+                " or a named token."
             )
             return self._render("login.html", 401, next=target, error=error, csrf=None)
-        session, cookie = self.sessions.issue("operator", principal.node_id)
-        log.info("dashboard login", extra={"action": "dashboard_login", "role": session.role})
+        role: Role = "viewer" if principal.role == "viewer" else "operator"
+        session, cookie = self.sessions.issue(
+            role, name=principal.name, token_id=principal.token_id
+        )
+        log.info(
+            "dashboard login",
+            extra={"action": "dashboard_login", "role": session.role, "actor": principal.actor},
+        )
         response = RedirectResponse(target, 303)
         response.set_cookie(
             COOKIE,
@@ -187,7 +220,7 @@ class Dashboard:
         return response
 
     async def index(self, request: Request) -> Response:
-        session = self.session(request)
+        session = await self.session(request)
         if session is None:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             login = "/login?" + urlencode({"next": target})
@@ -195,7 +228,7 @@ class Dashboard:
         filters = Filters.from_query(request.query_params)
         snap = await self.feed.current()
         query = filters.query()
-        panels = {p: render_panel(self.env, p, snap, filters) for p in PANELS}
+        panels = {p: render_panel(self.env, p, snap, filters, session.may_act) for p in PANELS}
         kinds = sorted({e.kind for e in snap.events} | {filters.event_kind} - {""})
         return self._render(
             "index.html",
@@ -210,20 +243,24 @@ class Dashboard:
 
     async def fragment(self, request: Request) -> Response:
         """One panel's HTML as the page shows it now."""
-        if self.session(request) is None:
+        session = await self.session(request)
+        if session is None:
             return _secured(PlainTextResponse("log in first: no valid session", 401))
         panel = request.path_params["panel"]
         if panel not in PANELS:
             return _secured(PlainTextResponse(f"no panel {panel!r}", 404))
         snap = await self.feed.current()
         filters = Filters.from_query(request.query_params)
-        return _secured(HTMLResponse(render_panel(self.env, panel, snap, filters)))
+        html = render_panel(self.env, panel, snap, filters, session.may_act)
+        return _secured(HTMLResponse(html))
 
     async def stream(self, request: Request) -> Response:
         """The page's server-sent events: every panel (a named event each, ``id:``
         the last event seen) whenever the feed has a new snapshot; a ping comment
-        when nothing changes for a while; ``expired`` when the session ends."""
-        session = self.session(request)
+        when nothing changes for a while; ``expired`` when the session ends (its
+        cookie expired, or its named token revoked: re-checked at each ping and when
+        a ``token_revoked`` event arrives)."""
+        session = await self.session(request)
         if session is None:
             return _secured(PlainTextResponse("log in first: no valid session", 401))
         filters = Filters.from_query(request.query_params)
@@ -232,10 +269,16 @@ class Dashboard:
         async def body() -> AsyncIterator[bytes]:
             yield b"retry: 1000\n\n"
             skip = resume  # a reconnecting page has the panels of that event already
+            seen = -1  # the last event whose token revocations were checked
             async with self.feed.subscribe() as sub:
                 while True:
                     snap = await sub.next(self.ping)
-                    if self.sessions.check(request.cookies.get(COOKIE)) is None:
+                    now = self.sessions.check(request.cookies.get(COOKIE))
+                    if now is not None and (snap is None or _revokes(snap, seen)):
+                        now = await self._still_valid(now)
+                    if snap is not None:
+                        seen = snap.seq
+                    if now is None:
                         yield b"event: expired\ndata: the session has ended\n\n"
                         return
                     if snap is None:
@@ -245,16 +288,16 @@ class Dashboard:
                         skip = ""
                         continue
                     skip = ""
-                    yield self._message(snap, filters).encode()
+                    yield self._message(snap, filters, now.may_act).encode()
 
         headers = {"X-Accel-Buffering": "no"}
         response = StreamingResponse(body(), media_type="text/event-stream", headers=headers)
         return _secured(response)
 
-    def _message(self, snap: Snapshot, filters: Filters) -> str:
+    def _message(self, snap: Snapshot, filters: Filters, may_act: bool) -> str:
         out = []
         for panel in PANELS:
-            html = render_panel(self.env, panel, snap, filters)
+            html = render_panel(self.env, panel, snap, filters, may_act)
             data = "".join(f"data: {line}\n" for line in html.splitlines() or [""])
             out.append(f"event: {panel}\n{data}\n")
         out.append(f"id: {snap.seq}\n\n")
@@ -268,6 +311,7 @@ class Dashboard:
             Route("/login", self.login_page, methods=["GET"], name="dashboard_login_page"),
             Route("/login", self.login, methods=["POST"], name="dashboard_login"),
             Route("/logout", self.action(self.logout, any_role=True), methods=["POST"]),
+            Route("/dashboard/tasks/act", self.action(self.tasks.act), methods=["POST"]),
             Route("/dashboard/panels/{panel}", self.fragment, methods=["GET"]),
             Route("/dashboard/stream", self.stream, methods=["GET"], name="dashboard_stream"),
             Mount(STATIC_PATH, app=static, name="dashboard_static"),

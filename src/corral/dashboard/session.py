@@ -12,8 +12,12 @@ script) or a ``csrf`` form field. Logging out forgets the ``sid`` for the rest o
 its life in the process that served the logout (with ``--workers``, the browser's
 cookie is gone, but another worker would accept a copy until it expires).
 
-A session records its principal and role: ``operator`` may act, ``viewer`` sees every
-panel and may act on nothing (the role named tokens will carry).
+A session records who logged in and as what: the operator token, or a named token
+(``corral token create NAME --role operator|viewer``: its name, role and row id), and
+its role: ``operator`` may act, ``viewer`` sees every panel and may act on nothing. A
+named token's session holds only while the token does: the dashboard looks its row up
+on every request (``Dashboard.session``), so revoking the token ends its sessions at
+once, on every server process.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from corral.server.auth import Tokens
+    from corral.server.auth import Principal, Tokens
 
 __all__ = [
     "COOKIE",
@@ -54,16 +58,26 @@ _MAX_FORGOTTEN = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """One logged-in page: who (``node`` None is the operator), as what, until when."""
+    """One logged-in page: who (``name``: ``operator`` for the operator token, else a
+    named token's name, with its ``token_id``), as what, until when."""
 
     sid: str
     role: Role
     expires_at: float
     node: str | None = None
+    name: str = "operator"
+    token_id: int | None = None
 
     @property
     def may_act(self) -> bool:
         return self.role == "operator"
+
+    @property
+    def principal(self) -> Principal:
+        """The caller the page's actions are made as (its ``actor`` names the token)."""
+        from corral.server.auth import Principal
+
+        return Principal(None, name=self.name, role=self.role, token_id=self.token_id)
 
 
 def session_key(tokens: Tokens) -> bytes:
@@ -102,15 +116,32 @@ class Sessions:
     def _sign(self, payload: bytes) -> str:
         return _b64(hmac.new(self._sign_key, payload, hashlib.sha256).digest())
 
-    def issue(self, role: Role, node: str | None = None) -> tuple[Session, str]:
-        """A new session and its cookie value."""
+    def issue(
+        self,
+        role: Role,
+        node: str | None = None,
+        *,
+        name: str = "operator",
+        token_id: int | None = None,
+    ) -> tuple[Session, str]:
+        """A new session and its cookie value (``name`` and ``token_id``: a named
+        token's)."""
         session = Session(
             sid=secrets.token_urlsafe(18),
             role=role,
             expires_at=self.clock() + self.lifetime,
             node=node,
+            name=name,
+            token_id=token_id,
         )
-        body = {"sid": session.sid, "role": role, "exp": session.expires_at, "node": node}
+        body = {
+            "sid": session.sid,
+            "role": role,
+            "exp": session.expires_at,
+            "node": node,
+            "name": name,
+            "tid": token_id,
+        }
         payload = json.dumps(body, separators=(",", ":")).encode()
         return session, f"{_b64(payload)}.{self._sign(payload)}"
 
@@ -128,11 +159,14 @@ class Sessions:
             return None
         try:
             body = json.loads(payload)
+            tid = body.get("tid")
             session = Session(
                 sid=str(body["sid"]),
                 role=body["role"],
                 expires_at=float(body["exp"]),
                 node=body["node"],
+                name=str(body.get("name", "operator")),
+                token_id=None if tid is None else int(tid),
             )
         except (ValueError, KeyError, TypeError):
             return None
