@@ -244,14 +244,7 @@ def test_a_viewer_sees_every_panel_and_can_act_on_nothing(
     assert "hx-post" not in page.text
     csrf = re.search(r'<meta name="csrf-token" content="([^"]+)">', page.text)
     assert csrf
-    actions = [
-        r.path
-        for r in api.app.routes  # type: ignore[attr-defined]
-        if "POST" in (getattr(r, "methods", None) or ())
-        and r.path not in ("/login", "/logout")
-        and not r.path.startswith("/v1/")
-    ]
-    for path in actions:
+    for path in [a for a in _dashboard_actions(api) if a != "/logout"]:
         refused = api.post(path, headers={"X-CSRF-Token": csrf[1]})
         assert refused.status_code == 403 and "viewer" in refused.text, path
     api.cookies.clear()
@@ -259,6 +252,36 @@ def test_a_viewer_sees_every_panel_and_can_act_on_nothing(
     assert operator is not None
     assert _log_in(api, operator).status_code == 303
     assert "ops-bob (operator)" in api.get("/").text
+
+
+def _dashboard_actions(api: TestClient) -> list[str]:
+    """The dashboard's state-changing routes: every POST but the login and the API's."""
+    return [
+        r.path
+        for r in api.app.routes  # type: ignore[attr-defined]
+        if "POST" in (getattr(r, "methods", None) or ())
+        and r.path != "/login"
+        and not r.path.startswith("/v1/")
+    ]
+
+
+def test_every_dashboard_action_needs_a_session_and_its_csrf_token(
+    cluster: corral.Cluster, api: TestClient
+) -> None:
+    """Each action of the dashboard (logging out included): 401 without a session, 403
+    with an operator's session but without its CSRF token or with a wrong one."""
+    actions = _dashboard_actions(api)
+    assert "/logout" in actions
+    for path in actions:
+        assert api.post(path).status_code == 401, path
+    ops = cluster.create_token("ops-carol", "operator").token
+    assert ops is not None
+    assert _log_in(api, ops).status_code == 303
+    for path in actions:
+        assert api.post(path).status_code == 403, path
+        assert api.post(path, headers={"X-CSRF-Token": "forged"}).status_code == 403, path
+        assert api.post(path, data={"csrf": "forged"}).status_code == 403, path
+    assert api.get("/dashboard/panels/fleet").status_code == 200  # still logged in
 
 
 def test_revoking_a_token_ends_its_dashboard_session_at_once(
