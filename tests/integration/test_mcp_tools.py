@@ -41,6 +41,11 @@ TOOLS = {
     "spawn_requests",
     "accept_spawn_request",
     "decline_spawn_request",
+    # the operator's actions on tasks (docs/core.md "Cancelling and requeueing")
+    "cancel_task",
+    "requeue_task",
+    "cancel_tasks",
+    "requeue_tasks",
 }
 
 
@@ -451,3 +456,36 @@ def test_an_operation_that_declares_a_tool_gets_one_without_code_of_its_own(
     assert sqlite_cluster.get_node("w1").status == "terminated"
     assert missing[0] is True and missing[1].startswith("ERROR:") and "agent_id" in missing[1]
     assert unknown[0] is True and unknown[1].startswith("ERROR:") and "node_id" in unknown[1]
+
+
+def test_the_operator_cancels_and_requeues_tasks(sqlite_cluster: corral.Cluster) -> None:
+    """cancel_task and requeue_task answer one line; the bulk tools count first (a
+    dry run) and act when told; bad input is an ERROR: answer that changes nothing."""
+    c = sqlite_cluster
+    c.register_node("W1", "developer")
+    first = c.add_task("Implement the parser")
+    c.add_task("Implement the lexer")
+
+    async def script(call: Call, client: Client) -> None:
+        assert await call("cancel_task", task_id=first.id, reason="obsolete") == (
+            False,
+            f"Task {first.id} cancelled (cancelled by operator: obsolete)",
+        )
+        error, text = await call("cancel_task", task_id=first.id)
+        assert error and text.startswith("ERROR: ") and "is cancelled" in text
+        assert await call("cancel_tasks", title_contains="lexer") == (
+            False,
+            f"1 task would change (dry run): {first.id + 1}",
+        )
+        error, text = await call("cancel_tasks", status="done")
+        assert error and text.startswith("ERROR: ") and "status" in text
+        error, text = await call("requeue_tasks", min_age=-1, dry_run=False)
+        assert error and text.startswith("ERROR: ") and "min_age" in text
+        assert await call("requeue_tasks", dry_run=False) == (False, "0 tasks changed")
+        error, text = await call("requeue_task", task_id=999)
+        assert error and text.startswith("ERROR: ") and "unknown task 999" in text
+
+    run(c, script)
+    assert [t.status for t in c.list_tasks()] == ["pending", "cancelled"]
+    [event] = [e for e in c.events() if e.kind == "task_cancelled"]
+    assert (event.data["actor"], event.data["reason"]) == ("operator", "obsolete")

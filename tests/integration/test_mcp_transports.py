@@ -57,6 +57,11 @@ TOOLS = {
     "spawn_requests",
     "accept_spawn_request",
     "decline_spawn_request",
+    # the operator's actions on tasks (docs/core.md "Cancelling and requeueing")
+    "cancel_task",
+    "requeue_task",
+    "cancel_tasks",
+    "requeue_tasks",
 }
 
 UVICORN = """

@@ -2,7 +2,10 @@
 // - every htmx request carries the session's CSRF token (X-CSRF-Token);
 // - the live stream closes while the tab is hidden and reopens when it shows again;
 // - a filter <select> submits its form when it changes;
-// - the header's status says whether the panels are live.
+// - the header's status says whether the panels are live;
+// - the tasks ticked in the Tasks panel stay ticked when the stream redraws it (and
+//   are cleared once an action on them is done); a Dismiss or Back button empties
+//   the panel's action area.
 (function () {
   "use strict";
   var source = null;
@@ -61,7 +64,42 @@
     }
   });
 
+  var selected = new Set();
+
+  function tickSelected() {
+    document.querySelectorAll('#tasks input[name="task_id"]').forEach(function (box) {
+      box.checked = selected.has(box.value);
+    });
+  }
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    if (event.target && event.target.id === "tasks") {
+      tickSelected();
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var source = event.detail && event.detail.elt;
+    if (source && source.id === "task-selection" && event.detail.successful) {
+      selected.clear();
+      tickSelected();
+    }
+  });
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("[data-dismiss]") : null;
+    var area = document.getElementById("task-action");
+    if (button && area && area.contains(button)) {
+      area.replaceChildren();
+    }
+  });
+
   document.addEventListener("change", function (event) {
+    if (event.target.name === "task_id" && event.target.type === "checkbox") {
+      if (event.target.checked) {
+        selected.add(event.target.value);
+      } else {
+        selected.delete(event.target.value);
+      }
+    }
     var form = event.target.form;
     if (form && form.hasAttribute("data-autosubmit") && event.target.tagName === "SELECT") {
       form.requestSubmit();

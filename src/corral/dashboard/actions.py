@@ -1,0 +1,125 @@
+"""The Tasks panel's actions: **Cancel** and **Requeue** on the tasks a page selected,
+or on every task its task filter matches (a dry run's count first, then the action
+once confirmed).
+
+Each button calls an operation, as the session's caller (its ``actor`` is what the
+events record): ``cancel_task`` and ``requeue_task`` for each selected task,
+``cancel_tasks`` and ``requeue_tasks`` for the filter. Nothing is decided here: the
+operations check every argument (their refusals are shown as they word them) and
+choose the tasks. The answer is a fragment for the panel's action area.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from corral.dashboard.views import TASK_ARGUMENTS, TASK_FILTERS, Filters
+from corral.errors import CorralError, InvalidInputError
+
+if TYPE_CHECKING:
+    from corral.cluster import Cluster
+    from corral.dashboard.session import Session
+    from corral.server.app import ServerState
+
+__all__ = ["ACTIONS", "TaskActions", "matching"]
+
+ACTIONS = {"cancel": ("cancelled", "Cancel"), "requeue": ("requeued", "Requeue")}
+_MAX_SELECTED = 300  # the tasks the panel lists: 100 each of pending, in progress, failed
+
+
+def matching(f: Filters) -> dict[str, Any]:
+    """The bulk operation's arguments for the page's task filter (those set)."""
+    out: dict[str, Any] = {}
+    for name in TASK_FILTERS:
+        value = getattr(f, f"task_{name}")
+        if not value:
+            continue
+        if name == "min_age":
+            try:
+                out["min_age"] = float(value)
+            except ValueError:
+                raise InvalidInputError(
+                    f"min_age must be a number of seconds; got {value!r:.40}", field="min_age"
+                ) from None
+        else:
+            out[TASK_ARGUMENTS[name]] = value
+    return out
+
+
+class TaskActions:
+    """The action endpoint's work over a server's cluster."""
+
+    def __init__(self, st: ServerState, env: Environment) -> None:
+        self.st = st
+        self.env = env
+
+    @property
+    def cluster(self) -> Cluster:
+        cluster: Cluster = self.st.cluster
+        return cluster
+
+    def _answer(self, status: int = 200, **context: Any) -> Response:
+        html = self.env.get_template("task_action.html").render(**context)
+        return HTMLResponse(html, status)
+
+    async def act(self, request: Request, session: Session) -> Response:
+        """``POST /dashboard/tasks/act``: ``action`` (cancel or requeue), ``scope``
+        (``selected``: the ``task_id`` fields; ``matching``: the task filter's
+        fields, a dry run unless ``confirm`` is 1) and ``reason`` (a cancel's)."""
+        form = await request.form(max_files=0, max_fields=_MAX_SELECTED + 20)
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        action, scope = fields.get("action", ""), fields.get("scope", "")
+        if action not in ACTIONS or scope not in ("selected", "matching"):
+            return self._answer(422, error="Unknown action: use the panel's buttons.")
+        reason = fields.get("reason", "")
+        actor = session.principal.actor
+        try:
+            if scope == "selected":
+                ids = [v for v in form.getlist("task_id") if isinstance(v, str)]
+                if not ids:
+                    return self._answer(422, error="Select tasks first: tick their boxes below.")
+                done, refused = await self.st.run(self._each, action, ids, reason, actor)
+                self.st.notify()
+                return self._answer(action=action, done=done, refused=refused, words=ACTIONS)
+            filters = Filters.from_query(fields)
+            confirm = fields.get("confirm") == "1"
+            args = {**matching(filters), "dry_run": not confirm, "actor": actor}
+            if action == "cancel":
+                args["reason"] = reason
+            call = getattr(self.cluster, f"{action}_tasks")
+            batch = await self.st.run(functools.partial(call, **args))
+        except InvalidInputError as exc:
+            return self._answer(422, error=exc.message)
+        if confirm:
+            self.st.notify()
+        return self._answer(
+            action=action,
+            batch=batch,
+            words=ACTIONS,
+            reason=reason,
+            filters=filters.pairs(),
+        )
+
+    def _each(
+        self, action: str, ids: list[str], reason: str, actor: str
+    ) -> tuple[list[int], list[tuple[str, str]]]:
+        """``cancel_task`` or ``requeue_task`` on each selected task: those done, and
+        each refusal with its message (one task's refusal does not stop the rest)."""
+        done: list[int] = []
+        refused: list[tuple[str, str]] = []
+        for task_id in ids:
+            try:
+                if action == "cancel":
+                    task = self.cluster.cancel_task(task_id, reason, actor=actor)
+                else:
+                    task = self.cluster.requeue_task(task_id, actor=actor)
+            except CorralError as exc:
+                refused.append((task_id, exc.message))
+            else:
+                done.append(task.id)
+        return done, refused
