@@ -74,8 +74,10 @@ class NamedToken:
 
     @property
     def text(self) -> str:
-        """One line: ``token alice (viewer), made by operator``."""
-        return f"token {self.name} ({self.role}), made by {self.created_by}"
+        """One line: ``token alice (viewer), made by operator``; a new token's also
+        carries the token (``…: tok.… (shown this once)``)."""
+        line = f"token {self.name} ({self.role}), made by {self.created_by}"
+        return line if self.token is None else f"{line}: {self.token} (shown this once)"
 
 
 class _TokenStore(Protocol):

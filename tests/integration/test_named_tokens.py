@@ -192,11 +192,14 @@ def test_over_mcp_a_viewer_reads_and_every_change_is_an_error_answer(
                 ("read_state", {}),
                 ("spawn_requests", {}),
                 ("list_idle_workflows", {}),
+                ("list_tokens", {}),
                 ("read_state ", {"agent_id": "w1"}),
                 ("add_task", {"title": "Sneak a task in"}),
                 ("assess_workload", {}),
                 ("heartbeat", {"agent_id": "w1"}),
                 ("broadcast", {"message": "hello"}),
+                ("create_token", {"name": f"made-by-{token[-6:]}", "role": "viewer"}),
+                ("create_token ", {"name": "bad name", "role": "viewer"}),
             ):
                 result = await client.call_tool(name.strip(), args)
                 text = result.content[0].text  # type: ignore[union-attr]
@@ -209,13 +212,60 @@ def test_over_mcp_a_viewer_reads_and_every_change_is_an_error_answer(
         done = anyio.run(calls, ops)
     finally:
         stop_uvicorn(server, thread)
-    for name in ("read_state", "spawn_requests", "list_idle_workflows"):
+    for name in ("read_state", "spawn_requests", "list_idle_workflows", "list_tokens"):
         assert seen[name][0] is False and not seen[name][1].startswith("ERROR:"), seen[name]
-    for name in ("add_task", "assess_workload", "heartbeat", "broadcast"):
+    assert "mcp-viewer (viewer)" in seen["list_tokens"][1] and viewer not in seen["list_tokens"][1]
+    for name in ("add_task", "assess_workload", "heartbeat", "broadcast", "create_token"):
         error, text = seen[name]
         assert error and text.startswith("ERROR:") and "viewer role" in text, (name, text)
     assert seen["read_state "][0] and "without agent_id" in seen["read_state "][1]
+    bad = done.pop("create_token ")
+    assert bad[0] and bad[1].startswith("ERROR:") and "name must be" in bad[1], bad
     assert all(not error for error, _ in done.values()), done
+    made = done["create_token"][1]
+    assert re.search(r"made by token:mcp-ops: tok\.\S+ \(shown this once\)", made), made
+    assert [t.name for t in cluster.list_tokens()] == [
+        "made-by-" + ops[-6:],
+        "mcp-ops",
+        "mcp-viewer",
+    ]
+
+
+def test_over_mcp_a_node_token_may_not_call_an_operator_only_tool(
+    cluster: corral.Cluster,
+) -> None:
+    """The HTTP API's caller rule holds on ``/mcp``: an operator-only operation's tool
+    answers a node token ``ERROR:`` and changes nothing; its own node's tools work."""
+    cluster.register_node("w1", "developer")
+    task = cluster.add_task("Implement login")
+    node = Tokens(OPERATOR).node_token("w1")
+    port = free_port()
+    server, thread = start_uvicorn(create_app(cluster, token=OPERATOR, monitor=False), port)
+    before = [e.seq for e in cluster.events()]
+
+    async def calls() -> list[tuple[bool, str]]:
+        out = []
+        async with mcp_connect(
+            f"http://127.0.0.1:{port}/mcp", token=node, reconnect_for=0
+        ) as client:
+            for name, args in (
+                ("create_token", {"name": "mine", "role": "operator"}),
+                ("cancel_task", {"task_id": task.id}),
+                ("read_state", {"agent_id": "w1"}),
+            ):
+                result = await client.call_tool(name, args)
+                out.append((bool(result.is_error), result.content[0].text))  # type: ignore[union-attr]
+        return out
+
+    try:
+        made, cancel, state = anyio.run(calls)
+    finally:
+        stop_uvicorn(server, thread)
+    for error, text in (made, cancel):
+        assert error and text.startswith("ERROR:") and "operator token" in text, text
+    assert not state[0]
+    assert cluster.list_tokens() == [] and cluster.get_task(task.id).status == "pending"
+    assert [e.seq for e in cluster.events()] == before  # (a call naming w1 touches it only)
 
 
 # --- the dashboard ---------------------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "spawn_requests_text",
     "started_text",
     "status_text",
+    "tokens_text",
 ]
 
 _MAX_VALUE = 80
@@ -192,3 +193,10 @@ def spawn_requests_text(requests: list[Any]) -> str:
     if not requests:
         return "No spawn requests."
     return "\n".join(r.text for r in requests)
+
+
+def tokens_text(tokens: list[Any]) -> str:
+    """The named tokens, one line each (``list_tokens``; never a token)."""
+    if not tokens:
+        return "No named tokens (the operator token is not listed)."
+    return "\n".join(t.text for t in tokens)
