@@ -26,14 +26,17 @@ from starlette.testclient import TestClient
 import corral
 from corral.cli import cli
 from corral.cli._common import run_main
+from corral.clock import FakeClock
 from corral.dashboard.session import COOKIE
 from corral.mcp.http import connect as mcp_connect
 from corral.operations import OPERATIONS
 from corral.server import create_app
 from corral.server.auth import Tokens
 from corral.tokens import hash_token
+from tests.contract._world import T0
 from tests.integration.test_serve_workers import _children, _server_socket_owner
 from tests.support.backends.http import free_port, start_uvicorn, stop_uvicorn
+from tests.support.backends.postgres import fresh_database
 
 OPERATOR = "the-operator-token"
 
@@ -55,6 +58,37 @@ def api(cluster: corral.Cluster) -> Iterator[TestClient]:
 
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+# --- the store's lookups ---------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_store_finds_a_token_by_its_hash_and_stamps_its_use_once_a_minute(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """What the server asks per request: the row of a token's hash (none for a wrong
+    or revoked token) and of a session's token id; each lookup stamps the token's
+    last use, at most once a minute (the injected clock)."""
+    clock = FakeClock(T0)
+    url = f"sqlite:///{tmp_path / 'c.db'}" if backend == "sqlite" else fresh_database(request)
+    with corral.connect(url, clock=clock) as c:
+        assert isinstance(c, corral.Cluster)
+        store: Any = c.store
+        made = c.create_token("alice", "viewer")
+        assert made.token is not None
+        found = store.token_by_hash(hash_token(made.token), clock.now())
+        assert (found.id, found.name, found.role, found.token) == (made.id, "alice", "viewer", None)
+        assert c.list_tokens()[0].last_used_at == T0
+        clock.advance(59)
+        store.token_by_hash(hash_token(made.token), clock.now())
+        assert c.list_tokens()[0].last_used_at == T0  # within the minute: no write
+        clock.advance(2)
+        store.token_by_hash(hash_token(made.token), clock.now())
+        assert c.list_tokens()[0].last_used_at == T0 + 61
+        assert store.token_by_hash(hash_token(made.token + "x"), clock.now()) is None
+        assert store.token_by_id(made.id).name == "alice"
+        c.revoke_token("alice")
+        assert store.token_by_hash(hash_token(made.token), clock.now()) is None
+        assert store.token_by_id(made.id) is None
 
 
 # --- HTTP ------------------------------------------------------------------------------
