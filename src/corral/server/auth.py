@@ -131,7 +131,8 @@ class Principal:
 
     @classmethod
     def named(cls, token: NamedToken) -> Principal:
-        role: Role = "viewer" if token.role == "viewer" else "operator"
+        # Only a row that says operator gives the operator's powers (least privilege).
+        role: Role = "operator" if token.role == "operator" else "viewer"
         return cls(None, name=token.name, role=role, token_id=token.id)
 
     @property
