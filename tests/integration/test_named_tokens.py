@@ -203,6 +203,35 @@ def test_a_revoked_token_is_refused_on_its_next_request(
     assert cluster.store.token_by_hash(hash_token(viewer), 0.0) is None  # type: ignore[attr-defined]
 
 
+def test_an_open_event_stream_ends_when_its_token_is_revoked(cluster: corral.Cluster) -> None:
+    """``/v1/events`` as server-sent events with a viewer token: events flow until the
+    token is revoked, then the server closes the stream (the revocation, written by
+    another client, is seen within the stream's poll) and sends nothing after it."""
+    viewer = cluster.create_token("tail", "viewer").token
+    assert viewer is not None
+    port = free_port()
+    app = create_app(cluster, token=OPERATOR, monitor=False, mcp=False, sse_poll=0.1)
+    server, thread = start_uvicorn(app, port)
+    seen: list[str] = []
+    try:
+        headers = {**_bearer(viewer), "Accept": "text/event-stream"}
+        url = f"http://127.0.0.1:{port}/v1/events"
+        with httpx2.stream("GET", url, headers=headers, timeout=10) as answer:
+            assert answer.status_code == 200
+            lines = answer.iter_lines()
+            for line in lines:
+                seen.append(line)
+                if line == "event: token_created":
+                    cluster.add_task("Seen by the viewer")
+                elif line == "event: task_added":
+                    cluster.revoke_token("tail")
+            # The loop ended: the server closed the stream (a hang is a read timeout).
+    finally:
+        stop_uvicorn(server, thread)
+    events = [line.removeprefix("event: ") for line in seen if line.startswith("event: ")]
+    assert events == ["token_created", "task_added"]
+
+
 # --- MCP, through the official client ----------------------------------------------------
 def test_over_mcp_a_viewer_reads_and_every_change_is_an_error_answer(
     cluster: corral.Cluster,

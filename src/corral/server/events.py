@@ -8,6 +8,10 @@ client's cursor past them without delivering anything.
 
 New events are picked up when a write through this server wakes the stream, and
 otherwise within ``sse_poll`` seconds (writes by other processes, the monitor).
+
+A stream opened with a named token (``corral token create``) ends when that token is
+revoked: a batch holding a ``token_revoked`` event (and each keepalive) has the token
+looked up again, and a revoked one closes the stream before the batch is sent.
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def stream(request: Request, st: ServerState, query: Any) -> StreamingResponse:
     kinds = set(query.kind.split(",")) if query.kind else None
     nodes = set(query.node.split(",")) if query.node else None
     cluster = st.cluster
+    header = request.headers.get("authorization")
+    named = st.tokens.named(header)
+
+    async def revoked() -> bool:
+        """Whether the stream's named token is gone (a store read)."""
+        return named and await st.run(st.tokens.from_header, header) is None
 
     async def body() -> AsyncIterator[bytes]:
         nonlocal cursor
@@ -71,6 +81,8 @@ def stream(request: Request, st: ServerState, query: Any) -> StreamingResponse:
         while True:
             changed = st.changed()  # taken before reading, so no wake-up is missed
             batch: list[Event] = await st.run(cluster.events, cursor, _BATCH)
+            if named and any(e.kind == "token_revoked" for e in batch) and await revoked():
+                return
             if batch:
                 out = [
                     format_event(e)
@@ -85,6 +97,8 @@ def stream(request: Request, st: ServerState, query: Any) -> StreamingResponse:
                 if len(batch) == _BATCH:
                     continue
             elif time.monotonic() - quiet_since >= KEEPALIVE_SECONDS:
+                if await revoked():
+                    return
                 yield b": keepalive\n\n"
                 quiet_since = time.monotonic()
             with anyio.move_on_after(st.sse_poll):
