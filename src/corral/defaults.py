@@ -32,6 +32,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_PAYLOAD_BYTES",
     "MAX_PROCESSES",
+    "MAX_TASK_AGE",
     "MAX_TITLE",
     "MODEL_STRENGTHS",
     "MONITOR_MAX_SLEEP",
@@ -86,6 +87,7 @@ MAX_TITLE = 500
 MAX_DESCRIPTION = 20_000
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_BATCH_IDS = 1000  # the task ids a bulk action's answer lists (its count is whole)
+MAX_TASK_AGE = 1e9  # seconds: the largest minimum age a bulk action's filter takes
 
 # Local defaults (not cluster settings).
 DEFAULT_DIR = ".corral"

@@ -27,6 +27,7 @@ from corral.validation import (
     SEQ,
     TASK_REF,
     TOKEN_NAME,
+    Rule,
     one_of,
     seconds,
     text,
@@ -35,6 +36,7 @@ from corral.validation import (
 __all__ = [
     "DESCRIPTION",
     "PRIORITY",
+    "ROLE",
     "TITLE",
     "ActorName",
     "Epoch",
@@ -51,9 +53,11 @@ __all__ = [
     "PriorityName",
     "ProcessActionName",
     "Reason",
+    "RoleName",
     "Seconds",
     "Seq",
     "StrengthName",
+    "TaskAge",
     "TaskCancelStatus",
     "TaskRef",
     "TaskRequeueStatus",
@@ -100,6 +104,16 @@ TaskCancelStatus: TypeAlias = Annotated[str, one_of("pending", "in_progress")]
 """The statuses a task is cancelled from (``cancel_tasks``' status filter)."""
 TaskRequeueStatus: TypeAlias = Annotated[str, one_of("failed", "in_progress")]
 """The statuses a task is requeued from (``requeue_tasks``' status filter)."""
+TaskAge: TypeAlias = Annotated[float, seconds(defaults.MAX_TASK_AGE)]
+"""A task's age in seconds (a bulk action's ``min_age``): 0 to ``MAX_TASK_AGE``."""
+ROLE = Rule(
+    ID.check,
+    {**ID.schema, "x-corral-role": True},
+    "one of the cluster's roles (checked against its settings)",
+)
+"""A role: an id whose schema the OpenAPI document turns into the cluster's roles
+(``x-corral-role``); the operation checks it against the settings."""
+RoleName: TypeAlias = Annotated[str, ROLE]
 PriorityName: TypeAlias = Annotated[str, PRIORITY]
 StrengthName: TypeAlias = Annotated[str, one_of(*get_args(Strength))]
 ProcessActionName: TypeAlias = Annotated[str, one_of(*get_args(ProcessAction))]

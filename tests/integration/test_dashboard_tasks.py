@@ -123,7 +123,7 @@ def test_a_bad_filter_is_refused_with_its_message_and_changes_nothing(
     _log_in(page, served)
     page.get_by_label("Older than (s)").fill("-5")
     page.get_by_role("button", name="Cancel matching").click()
-    expect(page.get_by_role("alert")).to_contain_text("min_age must be a positive number")
+    expect(page.get_by_role("alert")).to_contain_text("min_age must be a number of seconds from 0")
     page.get_by_label("Older than (s)").fill("")
     page.get_by_role("button", name="Cancel selected").click()
     expect(page.get_by_role("alert")).to_contain_text("Select tasks first")
