@@ -20,20 +20,47 @@ from corral import lifecycle, scoring
 from corral.dashboard.feed import Snapshot
 from corral.model import Event, Node, Task
 
-__all__ = ["NODE_STATUSES", "PANELS", "Filters", "environment", "render_panel"]
+__all__ = [
+    "NODE_STATUSES",
+    "PANELS",
+    "TASK_ARGUMENTS",
+    "TASK_FILTERS",
+    "Filters",
+    "environment",
+    "render_panel",
+]
 
 PANELS = ("fleet", "nodes", "tasks", "events")
 NODE_STATUSES = ("working", "idle", "waiting", "terminated")
 _MAX_FILTER = 100
+# The task filter's fields (``task_<name>`` in the URL), as the bulk operations name
+# them: cancel_tasks and requeue_tasks take ``TASK_ARGUMENTS[name]``.
+TASK_FILTERS = ("status", "role", "priority", "holder", "title", "min_age")
+TASK_ARGUMENTS = {
+    "status": "status",
+    "role": "role",
+    "priority": "priority",
+    "holder": "assigned_to",
+    "title": "title_contains",
+    "min_age": "min_age",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Filters:
     """The page's filters, kept in its URL: ``node_status`` ("" every live node,
-    "all" every node, or one status) and ``event_kind`` ("" every kind)."""
+    "all" every node, or one status), ``event_kind`` ("" every kind), and the task
+    filter the Tasks panel's bulk actions apply (``TASK_FILTERS``: each as typed, ""
+    any; the operation checks them when an action runs)."""
 
     node_status: str = ""
     event_kind: str = ""
+    task_status: str = ""
+    task_role: str = ""
+    task_priority: str = ""
+    task_holder: str = ""
+    task_title: str = ""
+    task_min_age: str = ""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> Filters:
@@ -41,18 +68,26 @@ class Filters:
         if status not in ("", "all", *NODE_STATUSES):
             status = ""
         kind = query.get("event_kind", "").strip()[:_MAX_FILTER]
-        return cls(node_status=status, event_kind=kind)
+        tasks = {
+            f"task_{k}": query.get(f"task_{k}", "").strip()[:_MAX_FILTER] for k in TASK_FILTERS
+        }
+        return cls(node_status=status, event_kind=kind, **tasks)
+
+    def pairs(self) -> dict[str, str]:
+        """Every filter that is set, by its query name."""
+        names = ("node_status", "event_kind", *(f"task_{k}" for k in TASK_FILTERS))
+        return {k: getattr(self, k) for k in names if getattr(self, k)}
+
+    def hidden(self, *own: str) -> list[tuple[str, str]]:
+        """The task filters a form other than the task filter's carries along (set
+        ones only), so submitting it keeps them in the URL; ``own`` its own fields."""
+        return [(k, v) for k, v in self.pairs().items() if k.startswith("task_") and k not in own]
 
     def query(self) -> str:
         """The filters as a query string ("" when none is set)."""
         from urllib.parse import urlencode
 
-        pairs = {
-            k: v
-            for k, v in (("node_status", self.node_status), ("event_kind", self.event_kind))
-            if v
-        }
-        return urlencode(pairs)
+        return urlencode(self.pairs())
 
     def key(self, panel: str) -> str:
         if panel == "nodes":
