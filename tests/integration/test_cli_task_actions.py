@@ -21,6 +21,7 @@ def board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[corral.Cl
     url = f"sqlite:///{tmp_path / 'c.db'}"
     monkeypatch.setenv("CORRAL_URL", url)
     c = corral.connect(url)
+    assert isinstance(c, corral.Cluster)
     c.register_node("W1", "developer")
     failed = c.add_task("Implement the parser", priority="high")
     held = c.claim_best_task("W1", "developer")

@@ -131,7 +131,12 @@ def test_a_bad_filter_is_refused_with_its_message_and_changes_nothing(
     # The endpoint itself: an unknown status is a 422 naming it; no CSRF token, 403.
     token = page.locator('meta[name="csrf-token"]').get_attribute("content")
     assert token
-    form = {"action": "cancel", "scope": "matching", "task_status": "done", "confirm": "1"}
+    form: dict[str, str | float | bool] = {
+        "action": "cancel",
+        "scope": "matching",
+        "task_status": "done",
+        "confirm": "1",
+    }
     bad = page.request.post(
         served + "/dashboard/tasks/act", form=form, headers={"X-CSRF-Token": token}
     )

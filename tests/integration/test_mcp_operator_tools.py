@@ -23,6 +23,7 @@ OPERATOR = "operator-token-for-mcp-tools"
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[corral.Cluster]:
     c = corral.connect(f"sqlite:///{tmp_path / 'c.db'}")
+    assert isinstance(c, corral.Cluster)
     yield c
     c.close()
 

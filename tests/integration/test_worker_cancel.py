@@ -94,7 +94,8 @@ def test_a_cancelled_task_is_stopped_and_its_late_completion_refused(
     c.cancel_task(task.id, reason="the spec changed")
     _child_stopped(tmp_path)
     refused = f"completion of task {task.id} refused"
-    log = wait_for(lambda: refused in _log(tmp_path) and _log(tmp_path), what="the refusal")
+    wait_for(lambda: refused in _log(tmp_path), what="the refusal")
+    log = _log(tmp_path)
     assert "was cancelled by operator: the spec changed" in log, log
     assert f"task {task.id} was cancelled by the operator: stopping its process" in log, log
 
@@ -129,7 +130,9 @@ def test_over_http_the_cancel_names_the_operator_and_the_node_token_worker_stops
     )
     procs.append(serve)
     base = f"http://127.0.0.1:{port}"
-    op = wait_for(lambda: _connect(base, token), timeout=20, what="corral serve")
+    found = wait_for(lambda: _connect(base, token), timeout=20, what="corral serve")
+    assert found is not None
+    op = found
     task = op.add_task("Implement the export")
     node_token = Tokens(token).node_token("W1")
     worker = _worker(base, tmp_path, _env(CORRAL_TOKEN=node_token))
