@@ -31,6 +31,7 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from corral.dashboard.actions import TaskActions
 from corral.dashboard.feed import Feed, Snapshot
 from corral.dashboard.session import (
     COOKIE,
@@ -112,6 +113,7 @@ class Dashboard:
         self.feed = feed if feed is not None else Feed(st)
         self.ping = ping  # seconds without news before a stream sends a ping comment
         self.env = environment()
+        self.tasks = TaskActions(st, self.env)  # the Tasks panel's Cancel and Requeue
 
     # --- sessions --------------------------------------------------------------
     async def session(self, request: Request) -> Session | None:
@@ -309,6 +311,7 @@ class Dashboard:
             Route("/login", self.login_page, methods=["GET"], name="dashboard_login_page"),
             Route("/login", self.login, methods=["POST"], name="dashboard_login"),
             Route("/logout", self.action(self.logout, any_role=True), methods=["POST"]),
+            Route("/dashboard/tasks/act", self.action(self.tasks.act), methods=["POST"]),
             Route("/dashboard/panels/{panel}", self.fragment, methods=["GET"]),
             Route("/dashboard/stream", self.stream, methods=["GET"], name="dashboard_stream"),
             Mount(STATIC_PATH, app=static, name="dashboard_static"),
