@@ -86,6 +86,7 @@ _SAMPLE = {
     "runner_id": "w1",
     "assignment_id": "1",
     "request_id": "1",
+    "name": "t1",
 }
 
 
