@@ -21,6 +21,7 @@ import corral.scheduler.ops
 import corral.scheduler.records
 import corral.spawning
 import corral.store.stats
+import corral.tokens
 import corral.types
 import corral.workflows.model
 from corral import defaults
@@ -68,6 +69,7 @@ _NAMES: dict[str, Any] = {
     **vars(corral.model),
     **vars(corral.store.stats),
     **vars(corral.spawning),
+    **vars(corral.tokens),
     **vars(corral.types),
     **vars(corral.params),
     "ModeName": corral.scheduler.ops.ModeName,
@@ -146,6 +148,13 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "decline_spawn_request",
         "withdraw_spawn_request",
         "fulfil_spawn_request",
+        "cancel_task",
+        "requeue_task",
+        "cancel_tasks",
+        "requeue_tasks",
+        "create_token",
+        "list_tokens",
+        "revoke_token",
     }
     assert _protocol_methods() == ops
 
