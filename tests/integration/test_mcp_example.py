@@ -58,10 +58,11 @@ def test_the_documented_python_client_runs_against_corral_serve(tmp_path: Path) 
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == [
         f"connected to corral {corral.__version__}",
-        "tools: accept_spawn_request, add_task, assess_workload, broadcast, catch_up, "
-        "claim_best_task, complete_task, decline_spawn_request, fail_task, "
-        "get_assignment, get_workflow_run, heartbeat, list_idle_workflows, notify, "
-        "read_inbox, read_state, register_node, release_assignment, run_workflow, "
+        "tools: accept_spawn_request, add_task, assess_workload, broadcast, cancel_task, "
+        "cancel_tasks, catch_up, claim_best_task, complete_task, create_token, "
+        "decline_spawn_request, fail_task, get_assignment, get_workflow_run, heartbeat, "
+        "list_idle_workflows, list_tokens, notify, read_inbox, read_state, register_node, "
+        "release_assignment, requeue_task, requeue_tasks, revoke_token, run_workflow, "
         "send_workflow_event, set_agent_status, spawn_requests",
         "Node Node-PY01 registered as developer (high). Active nodes: 1/4",
         "Added task 1: Write the changelog (priority: medium)",
