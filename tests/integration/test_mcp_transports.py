@@ -62,6 +62,10 @@ TOOLS = {
     "requeue_task",
     "cancel_tasks",
     "requeue_tasks",
+    # named tokens (docs/server.md, "Tokens and roles")
+    "create_token",
+    "list_tokens",
+    "revoke_token",
 }
 
 UVICORN = """
