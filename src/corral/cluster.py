@@ -500,17 +500,10 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         (case-insensitive) and ``min_age`` (seconds since it was added); each left
         out matches every task. The answer is the ``count`` and the first 1,000
         ``task_ids``; each task cancelled is ``cancel_task``'s."""
-        return self._in_bulk(
-            "cancel",
-            status,
-            role,
-            priority,
-            assigned_to,
-            title_contains,
-            min_age,
-            reason,
-            dry_run,
-            actor,
+        now = self.clock.now()
+        match = self._match(role, priority, assigned_to, title_contains, min_age, now)
+        return self.store.act_on_tasks(
+            "cancel", status, match, _actor(actor), reason, bool(dry_run), now
         )
 
     @checked
@@ -532,42 +525,28 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         The filter is ``cancel_tasks``' (``status``: failed or in_progress). The
         answer is the ``count`` and the first 1,000 ``task_ids``; each task requeued
         is ``requeue_task``'s."""
-        return self._in_bulk(
-            "requeue",
-            status,
-            role,
-            priority,
-            assigned_to,
-            title_contains,
-            min_age,
-            "",
-            dry_run,
-            actor,
+        now = self.clock.now()
+        match = self._match(role, priority, assigned_to, title_contains, min_age, now)
+        return self.store.act_on_tasks(
+            "requeue", status, match, _actor(actor), "", bool(dry_run), now
         )
 
-    def _in_bulk(
+    def _match(
         self,
-        action: str,
-        status: str | None,
         role: str | None,
         priority: str | None,
         assigned_to: str | None,
         title_contains: str | None,
         min_age: float | None,
-        reason: str,
-        dry_run: bool,
-        actor: str | None,
-    ) -> TaskBatch:
-        now = self.clock.now()
-        match = TaskMatch(
+        now: float,
+    ) -> TaskMatch:
+        """A bulk action's filter, its role checked against the settings' roles."""
+        return TaskMatch(
             role=None if role is None else self._role(role),
             priority=priority,
             assigned_to=assigned_to,
             title_contains=title_contains,
             created_before=None if min_age is None else now - min_age,
-        )
-        return self.store.act_on_tasks(
-            action, status, match, _actor(actor), reason, bool(dry_run), now
         )
 
     # --- views --------------------------------------------------------------------
