@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 
 import corral
 from corral.server.auth import Tokens
+from corral.worker import stop_child
 from tests.support.backends.http import free_port
 from tests.support.worker_app import wait_for
 
@@ -165,3 +167,34 @@ def _connect(base: str, token: str) -> corral.Client | None:
         client.close()
         return None
     return client
+
+
+def test_stop_child_kills_a_child_that_ignores_sigterm_once_its_grace_is_over(
+    tmp_path: Path,
+) -> None:
+    """``stop_child``: SIGTERM to the child's group first; a child that ignores it
+    (and its own child) is SIGKILLed when the grace is over, not before."""
+    script = (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "sub = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        "open(sys.argv[1], 'w').write(str(sub.pid))\n"
+        "time.sleep(60)\n"
+    )
+    marker = tmp_path / "grandchild.pid"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(marker)], start_new_session=True)
+    grandchild = int(wait_for(lambda: marker.exists() and marker.read_text(), what="started"))
+    began = time.monotonic()
+    stop_child(proc, grace=0.5)
+    took = time.monotonic() - began
+    assert proc.returncode == -signal.SIGKILL
+    assert took >= 0.5
+    wait_for(lambda: not psutil.pid_exists(grandchild) or _zombie(grandchild), what="reaped")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
