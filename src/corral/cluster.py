@@ -613,7 +613,7 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         """Counts for dashboards and ``/metrics`` (a ``ClusterStats``)."""
         from corral.store.stats import read_stats
 
-        return read_stats(self.store)
+        return read_stats(self.store, self.clock.now())
 
     # --- supervised processes (corral supervise) -------------------------------------
     @checked

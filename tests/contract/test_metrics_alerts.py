@@ -143,3 +143,44 @@ def test_a_nodes_inbox_counts_the_events_after_its_cursor(cluster: Any) -> None:
     cluster.add_task("Implement more")
     [a] = cluster.stats().live_nodes
     assert a["inbox"] == 1
+
+
+def test_stats_count_the_tasks_finished_in_the_last_hour(cluster: Any, clock: FakeClock) -> None:
+    """``finished_last_hour``: done, failed and cancelled tasks by the time they
+    finished, the hour before the cluster's clock (what the Fleet panel and
+    ``corral status`` show); a requeued task is no longer finished."""
+    cluster.register_node("A", "developer")
+    cluster.add_tasks([{"title": f"Implement {i}"} for i in range(5)])
+    t = cluster.claim_best_task("A", "developer")
+    cluster.complete_task(t.id, "A", t.epoch)  # done at T0, out of the window later
+    clock.advance(1800)
+    t = cluster.claim_best_task("A", "developer")
+    cluster.complete_task(t.id, "A", t.epoch)
+    t = cluster.claim_best_task("A", "developer")
+    cluster.fail_task(t.id, "A", t.epoch, "boom", retry=False)
+    failed = t.id
+    t = cluster.claim_best_task("A", "developer")
+    cluster.cancel_task(t.id, "not needed")
+    assert cluster.stats().finished_last_hour == {"done": 2, "failed": 1, "cancelled": 1}
+    clock.advance(1801)  # the first completion is an hour and a second old
+    cluster.requeue_task(failed)
+    s = cluster.stats()
+    assert s.finished_last_hour == {"done": 1, "cancelled": 1}
+    assert s.tasks == {"done": 2, "cancelled": 1, "pending": 2}
+
+
+def test_stats_name_the_last_lease_recovery(embedded: Any, clock: FakeClock) -> None:
+    """``last_recovery`` is the newest ``lease_recovered`` event's time (None before
+    the first), beside their count."""
+    from corral.monitor import Monitor
+
+    assert embedded.stats().last_recovery is None
+    embedded.register_node("A", "developer", heartbeat_interval=20)
+    embedded.add_task("Implement it")
+    embedded.claim_best_task("A", "developer")
+    clock.advance(61)  # A missed 3 beats: dead, its lease recovered
+    Monitor(embedded).tick(clock.now())
+    s = embedded.stats()
+    [recovered] = [e for e in embedded.events() if e.kind == "lease_recovered"]
+    assert (s.lease_recoveries, s.last_recovery) == (1, recovered.ts)
+    assert recovered.ts == T0 + 61

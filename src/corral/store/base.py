@@ -481,8 +481,9 @@ class Store(ABC):
         return 0
 
     # --- statistics and the server's fast path ------------------------------------
-    def stats(self) -> ClusterStats:
-        """The counts ``/metrics`` and ``/v1/stats`` show, from one consistent read."""
+    def stats(self, now: float | None = None) -> ClusterStats:
+        """The counts ``/metrics`` and ``/v1/stats`` show, from one consistent read
+        (with ``now``, the tasks finished in the hour before it too)."""
         raise NotImplementedError(f"{type(self).__name__} has no statistics")
 
     @contextmanager

@@ -72,8 +72,8 @@ class SQLStore(Store):
     def acting_as(self, monitor: str) -> AbstractContextManager[None]:
         return self._db.acting_as(monitor)
 
-    def stats(self) -> ClusterStats:
-        return stats_in(self, self._db.read_latest)
+    def stats(self, now: float | None = None) -> ClusterStats:
+        return stats_in(self, self._db.read_latest, now)
 
     # --- the adapter's transactions ---------------------------------------------------
     @abstractmethod

@@ -20,9 +20,10 @@ from corral.store.base import Store
 from corral.store.rows import Tx
 from corral.validation import MAX_LIMIT
 
-__all__ = ["MAX_INBOX", "ClusterStats", "read_stats", "stats_in"]
+__all__ = ["MAX_INBOX", "RECENT_WINDOW", "ClusterStats", "read_stats", "stats_in"]
 
 MAX_INBOX = MAX_LIMIT  # a node's inbox is counted up to this (the most one read returns)
+RECENT_WINDOW = 3600.0  # seconds: ``finished_last_hour`` counts the tasks finished in it
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,10 @@ class ClusterStats:
     claims: int = 0  # every claim ever made (the sum of tasks' attempts)
     completions: int = 0  # tasks done
     lease_recoveries: int = 0  # lease_recovered events still in the event log
+    last_recovery: float | None = None  # the newest lease_recovered event's time
+    # status (done, failed, cancelled) -> tasks finished in the RECENT_WINDOW before
+    # the read's ``now`` (empty when read without one)
+    finished_last_hour: dict[str, int] = field(default_factory=dict)
     last_event: int = 0
     max_agents: int = 0
     assessment: dict[str, Any] = field(default_factory=dict)
@@ -47,17 +52,21 @@ class ClusterStats:
         return asdict(self)
 
 
-def read_stats(store: Store) -> ClusterStats:
-    """``store.stats()`` (``NotImplementedError`` for a store without statistics)."""
-    return store.stats()
+def read_stats(store: Store, now: float | None = None) -> ClusterStats:
+    """``store.stats(now)`` (``NotImplementedError`` for a store without statistics)."""
+    return store.stats(now)
 
 
-def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> ClusterStats:
-    """The statistics of an SQL store, read in one of its ``read`` transactions."""
+def stats_in(
+    store: Store, read: Callable[[], AbstractContextManager[Tx]], now: float | None = None
+) -> ClusterStats:
+    """The statistics of an SQL store, read in one of its ``read`` transactions; the
+    tasks finished in the hour before ``now`` when it is given."""
+    since = None if now is None else now - RECENT_WINDOW
     with read() as tx:
         node_rows = tx.all("stats_nodes")
-        task_rows = tx.all("stats_tasks")
-        recovered = tx.one("stats_event_count", kind="lease_recovered")["n"]
+        task_rows = tx.all("stats_tasks", since=since)
+        recovered = tx.one("stats_event_count", kind="lease_recovered")
         last = tx.one("events_last")
         live = tx.all("nodes_live")
         last_seq = int(last["seq"]) if last else 0
@@ -75,7 +84,13 @@ def stats_in(store: Store, read: Callable[[], AbstractContextManager[Tx]]) -> Cl
         tasks={r["status"]: int(r["n"]) for r in task_rows},
         claims=int(sum(int(r["attempts"]) for r in task_rows)),
         completions=int(next((r["n"] for r in task_rows if r["status"] == "done"), 0)),
-        lease_recoveries=int(recovered),
+        lease_recoveries=int(recovered["n"]),
+        last_recovery=None if recovered["last"] is None else float(recovered["last"]),
+        finished_last_hour={
+            r["status"]: int(r["recent"])
+            for r in task_rows
+            if now is not None and r["status"] in ("done", "failed", "cancelled")
+        },
         last_event=last_seq,
         max_agents=settings.max_agents,
         assessment=json.loads(wd["value"]) if wd else {},

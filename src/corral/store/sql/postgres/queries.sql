@@ -573,10 +573,15 @@ WHERE incarnation = (SELECT max(incarnation) FROM nodes m WHERE m.id = n.id)
 GROUP BY status, role;
 
 -- name: stats_tasks
-SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts FROM tasks GROUP BY status;
+-- Per status: the tasks, their attempts, and those finished at or after :since (done,
+-- failed or cancelled in the last hour; none when :since is NULL), in one scan.
+SELECT status, count(*) AS n, coalesce(sum(attempts), 0) AS attempts,
+       coalesce(sum(CASE WHEN finished_at >= CAST(:since AS double precision) THEN 1 ELSE 0 END), 0) AS recent
+FROM tasks GROUP BY status;
 
 -- name: stats_event_count
-SELECT count(*) AS n FROM events WHERE kind = :kind;
+-- The events of a kind, and the newest one's time (NULL when there is none).
+SELECT count(*) AS n, max(ts) AS last FROM events WHERE kind = :kind;
 
 -- name: stats_inbox
 -- Each live node's inbox: the events after its cursor up to :last (events_last),
