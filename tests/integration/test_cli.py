@@ -52,7 +52,7 @@ def test_a_round_trip_through_the_cli(corral_cli):
     task = json.loads(out)
     assert (task["status"], task["result"], task["epoch"]) == ("done", {"pr": 7}, 1)
     code, out, _ = corral_cli("status")
-    assert code == 0 and "📊 Context Bus State" in out and "Node-X9J2" in out
+    assert code == 0 and "Live nodes" in out and "Node-X9J2" in out
     code, out, _ = corral_cli("assess")
     assert "Status: IDLE" in out and "Recommendation: terminate_idle" in out
     code, out, _ = corral_cli("node", "list", "--json")

@@ -88,10 +88,41 @@ def init(ctx: click.Context) -> None:
 @click.option("--limit", type=int, default=50, show_default=True, help="Tasks to list.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, node_id: str | None, limit: int) -> None:
-    """The cluster at a glance: the task board (in progress, then pending in claim
-    order), the live nodes with their role, status and health, the cluster's counts
-    and manager, the last assessment, and with --node that node's heartbeat age."""
-    emit(client(ctx).read_state(node_id, limit=limit), as_json)
+    """The cluster at a glance, as tables: the Fleet's counts (live nodes against
+    max_agents; pending, in progress, done and failed in the last hour; the oldest
+    pending task's age; the last lease recovery; the last assessment with the counts
+    it was made from), the live nodes (heartbeat age against each one's own window),
+    the task board (in progress, then pending in claim order with the score's parts)
+    and the supervised processes. With --node only that node's row. --json prints
+    read_state's record (the board, the nodes, the metadata) instead."""
+    c = client(ctx)
+    if as_json:
+        emit(c.read_state(node_id, limit=limit), as_json)
+        return
+    from rich.console import Group
+
+    from corral import cockpit
+    from corral.cli import _tables
+
+    settings, stats = c.settings(), c.stats()
+    state = c.read_state(node_id, limit=1)
+    nodes = [n for n in c.list_nodes() if n.status != "terminated"]
+    if node_id is not None:
+        nodes = [n for n in nodes if n.id == node_id] or [c.get_node(node_id)]
+    held = c.list_tasks("in_progress", limit=limit)
+    pending = c.list_tasks("pending", limit=limit)
+    now = state.now
+    board = (held + pending)[:limit]
+    shown_more = sum(stats.tasks.get(k, 0) for k in ("in_progress", "pending")) - len(board)
+    rows = [cockpit.process_row(p.to_dict(), now) for p in state.processes]
+    more = f"... and {shown_more} more (--limit)" if shown_more > 0 else None
+    board_table = _tables.tasks_table(board, now, title="Task board")
+    _tables.show(
+        _tables.fleet_table(cockpit.fleet(stats, state, pending, now)),
+        _tables.nodes_table(nodes, settings, now),
+        board_table if more is None else Group(board_table, more),
+        _tables.processes_table(rows, hosts=True, title="Processes") if rows else None,
+    )
 
 
 @click.command()

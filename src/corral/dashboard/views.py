@@ -1,9 +1,9 @@
 """Presentation: the panels' templates over a ``Snapshot``, and nothing else.
 
-Every number shown comes from an operation's answer; this module only formats it:
-ages, the heartbeat's colour against the node's own liveness window
-(``corral.lifecycle.liveness_window``), a pending task's score parts
-(``corral.scoring``), and the page's filters.
+Every number shown comes from an operation's answer; this module only formats it,
+with the helpers every operator's view shares (``corral.cockpit``: ages, the
+heartbeat's colour against the node's own liveness window, a pending task's score
+parts), and keeps the page's filters.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from corral import lifecycle, scoring
+from corral import cockpit
+from corral.cockpit import age, score_parts
 from corral.dashboard.feed import Snapshot
-from corral.model import Event, Node, Task
+from corral.model import Event, Node
 
 __all__ = [
     "NODE_STATUSES",
@@ -97,50 +98,10 @@ class Filters:
         return ""
 
 
-def age(seconds: float | None) -> str:
-    """A duration as a person reads it: ``4 s``, ``3 min``, ``2 h 5 min``, ``3 d``."""
-    if seconds is None:
-        return "—"
-    s = max(0, int(seconds))
-    if s < 120:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        h, m = divmod(s // 60, 60)
-        return f"{h} h {m} min" if m else f"{h} h"
-    return f"{s // 86400} d"
-
-
 def heartbeat(node: Node, snap: Snapshot) -> dict[str, Any]:
-    """A node's silence against its own thresholds: ``ok`` within one interval,
-    ``late`` past it, ``overdue`` past its liveness window (it is dead then)."""
-    interval = node.heartbeat_interval or snap.settings.heartbeat_interval
-    window = lifecycle.liveness_window(node.heartbeat_interval, snap.settings)
-    silence = max(0.0, snap.now - node.last_seen)
-    if node.status == "terminated":
-        state = "ended"
-    elif silence <= interval:
-        state = "ok"
-    elif silence <= window:
-        state = "late"
-    else:
-        state = "overdue"
-    return {"age": age(silence), "window": age(window), "state": state}
-
-
-def score_parts(task: Task, now: float) -> dict[str, Any]:
-    """A pending task's score as the scoring rule adds it up (the role bonus goes to
-    a claimant of one of its matched roles)."""
-    points = scoring.PRIORITY_POINTS.get(task.priority, 0)
-    minutes = max(0.0, now - task.created_at) / 60
-    return {
-        "priority": points,
-        "bonus": scoring.ROLE_BONUS if task.roles else 0,
-        "roles": ", ".join(task.roles),
-        "age": minutes,
-        "score": points + minutes,
-    }
+    """A node's silence against its own thresholds (``cockpit.heartbeat`` at the
+    snapshot's time)."""
+    return cockpit.heartbeat(node, snap.settings, snap.now)
 
 
 def _short(data: Mapping[str, Any], limit: int = 160) -> str:
