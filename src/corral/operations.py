@@ -40,13 +40,16 @@ Caller = Literal["public", "any", "operator"]
 """Who may call over the network: anyone (no token), the operator or the node named
 by ``node`` (``any``), or only the operator's token."""
 
-Exception_ = Literal["waiting_claim", "event_stream", "text_answer"]
+Exception_ = Literal["waiting_claim", "keyed_claim", "event_stream", "text_answer", "node_token"]
 """A protocol exception: what the generic request path (JSON in, the method's result
 as JSON out) cannot do for an operation, done by code of its own in
-``corral.server.dispatch``: ``waiting_claim`` (a claim with ``wait`` holds the
-request while its caller is connected, and hands back a task nobody received),
-``event_stream`` (``Accept: text/event-stream`` is the SSE feed), ``text_answer``
-(the answer is ``text/plain``)."""
+``corral.server.routes`` and ``corral.server.dispatch``: ``waiting_claim`` (a claim
+with ``wait`` holds the request while its caller is connected, and hands back a task
+nobody received; with an idempotency key, a claim sent again answers what it took),
+``keyed_claim`` (the key, for a completion that claims the next task), ``event_stream``
+(``Accept: text/event-stream`` is the SSE feed; ``kind`` and ``node`` filter it),
+``text_answer`` (the answer is ``text/plain``), ``node_token`` (a registration's answer
+carries the node's own bearer token)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +72,21 @@ class Operation:
     short: bool = False
     tag: str = "cluster"
     exception: Exception_ | None = None
+    # The HTTP answer is an object with the result under this name (and its ``text``
+    # when the result's record carries one) instead of the result itself.
+    answer: str | None = None
     # Per surface, that surface's name for a method parameter: {"mcp": {"node_id": "agent_id"}}
     names: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Method parameters a surface does not take, each with the reason
     # (e.g. the CLI fills ``host`` and ``pid`` itself).
     omits: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    # Arguments a surface takes beyond the method's, each with what it does.
+    # Arguments a surface takes beyond the method's, each with what it does (a
+    # ``**kwargs`` parameter's name here: its items are that one object argument).
     adds: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The values a surface passes itself for parameters it omits.
+    fixed: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # Parameters with a default that a surface requires all the same.
+    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # The method parameter a network surface fills with its caller's name (the token's
     # principal), refusing another: who an action's event records as its actor.
     actor: str | None = None
@@ -124,11 +135,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "register_node",
         "POST /v1/nodes",
         short=True,
+        exception="node_token",
         node="node_id",
         mcp="register_node",
         text=".text",
         cli="node register",
         names={"mcp": {"node_id": "agent_id", "model": "model_name"}},
+        requires={"mcp": ("model",)},  # an agent names its model
         omits={
             "mcp": {"host": "the server's host is not the agent's", "pid": "likewise"},
             "cli": {"host": "the CLI is not the node's process", "pid": "likewise"},
@@ -159,9 +172,11 @@ OPERATIONS: tuple[Operation, ...] = (
         node="node_id",
         mcp="heartbeat",
         text="heartbeat_text",
-        names={"mcp": _AGENT},
+        names={"mcp": _AGENT, "http": {"payload": "heartbeat"}},  # one argument, checked whole
     ),
-    Operation("touch", "POST /v1/nodes/{node_id}/touch", short=True, node="node_id"),
+    Operation(
+        "touch", "POST /v1/nodes/{node_id}/touch", short=True, node="node_id", answer="touched"
+    ),
     Operation(
         "catch_up",
         "POST /v1/nodes/{node_id}/catch-up",
@@ -170,6 +185,7 @@ OPERATIONS: tuple[Operation, ...] = (
         text="catch_up_text",
         names={"mcp": _AGENT},
         omits={"mcp": {"since": "the tool reads from the node's cursor", "limit": "fixed"}},
+        fixed={"mcp": {"limit": 50}},
     ),
     Operation("record_metrics", "POST /v1/nodes/{node_id}/metrics", short=True, node="node_id"),
     Operation("metrics_series", "GET /v1/nodes/{node_id}/metrics"),
@@ -221,6 +237,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "complete_and_claim",
         "POST /v1/tasks/{task_id}/complete-and-claim",
         short=True,
+        exception="keyed_claim",
         node="node_id",
         adds={"http": {"idempotency_key": _KEY}},
     ),
@@ -333,6 +350,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/workflows/{workflow}/runs",
         short=True,
         status=201,
+        answer="handler_id",
         mcp="run_workflow",
         text="started_text",
         cli="workflows run",
@@ -354,6 +372,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 "limit": "the tool shows at most 50",
             }
         },
+        fixed={"mcp": {"idle": True, "status": "running", "limit": 50}},
     ),
     Operation(
         "get_handler",
@@ -409,6 +428,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/runners/{runner_id}/assignment",
         short=True,
         node="runner_id",
+        answer="assignment",
         mcp="get_assignment",
         text="assignment_text",
         names={"mcp": {"runner_id": "agent_id"}},

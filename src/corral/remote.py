@@ -2,9 +2,14 @@
 
 Same methods, same results (``corral.model`` records) and same exceptions
 (``corral.errors``) as the embedded ``Cluster``, over the HTTP API of
-``corral serve``. One keep-alive connection per thread: a minimal HTTP/1.1 client
-over a socket with ``TCP_NODELAY`` that writes each request in one ``send`` and
-reads just what the server sends (``Content-Length`` or chunked bodies). The
+``corral serve``: every operation's method is generated from the registry
+(``corral.remote_ops``, calling ``corral.remote_calls``); written here are the
+transport and what the protocol exceptions need around a call (a claim's
+idempotency key and longer wait, a registration's node token).
+
+One keep-alive connection per thread: a minimal HTTP/1.1 client over a socket with
+``TCP_NODELAY`` that writes each request in one ``send`` and reads just what the
+server sends (``Content-Length`` or chunked bodies). The
 stdlib's ``http.client`` costs more per call than the operation itself (a second
 write for the body, e-mail header parsing), and urllib3's pool, on top of it, made a
 worker's paced step slower side by side (``bench/http_pace.py``; the figures are in
@@ -14,12 +19,11 @@ worker's paced step slower side by side (``bench/http_pace.py``; the figures are
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, Self, overload
+from typing import Any, ClassVar, Literal, Self, overload
 from urllib.parse import urlencode, urlsplit
 
 from corral.errors import (
@@ -29,72 +33,13 @@ from corral.errors import (
     StoreUnavailableError,
     error_class,
 )
-from corral.model import (
-    CatchUp,
-    Event,
-    Node,
-    Process,
-    Registered,
-    State,
-    Task,
-)
-from corral.operations import OPERATIONS
+from corral.operations import Operation
 from corral.outage import CallLost
-from corral.params import (
-    Epoch,
-    HostName,
-    JsonValue,
-    Limit,
-    Message,
-    ModelName,
-    NodeId,
-    PositiveInt,
-    Seconds,
-    Seq,
-    StrengthName,
-    TaskRef,
-    Text,
-    Wait,
-)
-from corral.remote_calls import build, one, segment
 from corral.remote_ops import HttpOperations
-from corral.scheduler.remote import SchedulerRemote
-from corral.spawning import SpawnRequest, check_request_id
-from corral.types import SpawnStatus
-from corral.validation import check_limit, check_task_id
 from corral.wire import Closed as _Closed
 from corral.wire import Connection as _Connection
-from corral.workflows.remote import WorkflowsHttp
 
 __all__ = ["AuthError", "HttpClient"]
-
-
-def _task(d: dict[str, Any]) -> Task:
-    return one(Task, d)
-
-
-def _event(d: dict[str, Any]) -> Event:
-    return build(Event, d)
-
-
-_NODE_PATHS: dict[str, str] = {}
-
-
-def _node_path(node_id: Any) -> str:
-    """The node id as one path segment (checked, quoted; remembered once checked)."""
-    if type(node_id) is str:
-        path = _NODE_PATHS.get(node_id)
-        if path is not None:
-            return path
-    path = segment("node_id", node_id)
-    if len(_NODE_PATHS) >= 4096:
-        _NODE_PATHS.clear()
-    _NODE_PATHS[node_id] = path
-    return path
-
-
-_NO_PATH: Any = object()  # ``_call``'s path parameters when not given
-_OPS = {op.name: op for op in OPERATIONS}
 
 
 def _read_token() -> str | None:
@@ -117,7 +62,7 @@ def _unencodable_key(body: Any) -> str | None:
     return None
 
 
-class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
+class HttpClient(HttpOperations):
     """A cluster client over HTTP. ``token`` defaults to ``$CORRAL_TOKEN``, else
     ``.corral/token``. ``node_tokens`` holds the token each registration returned."""
 
@@ -289,71 +234,7 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         exc.status = status
         return exc
 
-    def _call(
-        self,
-        name: str,
-        args: dict[str, Any] | None = None,
-        *,
-        raw: bool = False,
-        timeout: float | None = None,
-        node: Any = _NO_PATH,
-        task: Any = _NO_PATH,
-        body_field: str | None = None,
-    ) -> Any:
-        """Call operation ``name`` at its route (``corral.operations``) with ``node``
-        and ``task`` as its path's node id and task id: ``args`` go in the query
-        string of a GET, else in the JSON body."""
-        op = _OPS[name]
-        path = op.path
-        if node is not _NO_PATH:
-            path = path.replace("{node_id}", _node_path(node))
-        if task is not _NO_PATH:
-            path = path.replace("{task_id}", str(check_task_id(task)))
-        if op.method == "GET":
-            return self.request(op.method, path, query=args, raw=raw, timeout=timeout)
-        return self.request(op.method, path, args, raw=raw, timeout=timeout, body_field=body_field)
-
-    # --- written by hand: what the generated methods (corral.remote_ops) cannot do ---
-    # (keep a token, validate before a query string loses a type, a hot path's cached
-    # node path, nested records, a longer timeout for a waiting claim)
-    # --- nodes --------------------------------------------------------------------
-    def register_node(
-        self,
-        node_id: NodeId,
-        role: str,
-        model: ModelName | None = None,
-        strength: StrengthName | None = None,
-        heartbeat_interval: Seconds | None = None,
-        *,
-        host: HostName | None = None,
-        pid: PositiveInt | None = None,
-    ) -> Registered:
-        body = {
-            "node_id": node_id,
-            "role": role,
-            "model": model,
-            "strength": strength,
-            "heartbeat_interval": heartbeat_interval,
-            "host": socket.gethostname() if host is None else host,
-            "pid": pid,  # only a node's own process names it (Cluster.register_node)
-        }
-        d = self._call("register_node", body)
-        self.node_tokens[d["id"]] = d["token"]
-        return build(Registered, d)
-
-    def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:
-        # The payload is one argument to the service (``check_payload(.., "heartbeat")``).
-        return build(Node, self._call("heartbeat", payload, node=node_id, body_field="heartbeat"))
-
-    def touch(self, node_id: NodeId) -> bool:
-        return bool(self._call("touch", node=node_id)["touched"])
-
-    # --- tasks --------------------------------------------------------------------
-    def add_tasks(self, tasks: list[dict[str, Any]]) -> list[Task]:
-        if not isinstance(tasks, list):
-            raise InvalidInputError("tasks must be a list of at most 100000 items", field="tasks")
-        return [_task(d) for d in self._call("add_tasks", {"tasks": tasks})]
-
+    # --- the protocol exceptions (``Operation.exception``) around the generic call ---
     @contextmanager
     def keyed(self, key: str) -> Iterator[None]:
         """This thread's claims (``claim_best_task``, ``complete_and_claim``) inside the
@@ -367,97 +248,28 @@ class HttpClient(WorkflowsHttp, SchedulerRemote, HttpOperations):
         finally:
             self._local.key = before
 
-    def _keyed(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _keyed(self, op: Operation, path: str, body: dict[str, Any]) -> Any:
         key = getattr(self._local, "key", None)
         if key is not None:
             body["idempotency_key"] = key
-        return body
-
-    def claim_best_task(self, node_id: NodeId, role: NodeId, *, wait: Wait = 0) -> Task | None:
-        if isinstance(wait, float) and not math.isfinite(wait):
-            raise InvalidInputError("wait must be a finite number of seconds", field="wait")
+        wait = body.get("wait")  # a waiting claim's answer comes up to ``wait`` later
         timeout = None
         if isinstance(wait, int | float) and not isinstance(wait, bool) and wait > 0:
             timeout = self.timeout + wait
-        d = self._call(
-            "claim_best_task",
-            self._keyed({"role": role, "wait": wait}),
-            timeout=timeout,
-            node=node_id,
-        )
-        return None if d["task"] is None else _task(d["task"])
+        return self.request(op.method, path, body, timeout=timeout)
 
-    def complete_task(
-        self,
-        task_id: TaskRef,
-        node_id: NodeId,
-        epoch: Epoch | None = None,
-        result: JsonValue = None,
-    ) -> Task:
-        body = {"node_id": node_id, "epoch": epoch, "result": result}
-        return _task(self._call("complete_task", body, task=task_id))
+    def _registered(self, op: Operation, path: str, body: dict[str, Any]) -> Any:
+        if body.get("host") is None:  # the node's process registers it
+            body["host"] = socket.gethostname()
+        d = self.request(op.method, path, body)
+        self.node_tokens[d["id"]] = d["token"]
+        return d
 
-    def complete_and_claim(
-        self,
-        task_id: TaskRef,
-        node_id: NodeId,
-        role: NodeId,
-        epoch: Epoch | None = None,
-        result: JsonValue = None,
-    ) -> tuple[Task, Task | None]:
-        body = {"node_id": node_id, "role": role, "epoch": epoch, "result": result}
-        d = self._call("complete_and_claim", self._keyed(body), task=task_id)
-        return _task(d["done"]), None if d["next"] is None else _task(d["next"])
-
-    def fail_task(
-        self,
-        task_id: TaskRef,
-        node_id: NodeId,
-        epoch: Epoch | None = None,
-        error: Text = "",
-        retry: bool = True,
-    ) -> Task:
-        body = {"node_id": node_id, "epoch": epoch, "error": error, "retry": bool(retry)}
-        return _task(self._call("fail_task", body, task=task_id))
-
-    # --- views --------------------------------------------------------------------
-    def read_state(self, node_id: NodeId | None = None, *, limit: Limit = 50) -> State:
-        d = self._invoke("read_state", {"node_id": node_id, "limit": limit})
-        d["tasks"] = [_task(t) for t in d["tasks"]]
-        d["nodes"] = [build(Node, n) for n in d["nodes"]]
-        d["processes"] = [build(Process, p) for p in d.get("processes", ())]
-        return build(State, d)
-
-    def catch_up(
-        self, node_id: NodeId, since: Seq | None = None, *, limit: Limit = 1000
-    ) -> CatchUp:
-        body = {"since": since, "limit": limit}
-        d = self._call("catch_up", body, node=node_id)
-        return CatchUp(events=[_event(e) for e in d["events"]], cursor=d["cursor"])
-
-    def alert(self, message: Message, node_id: NodeId | None = None, **data: Any) -> Event:
-        body = {"message": message, "node_id": node_id, "data": data}
-        return _event(self._call("alert", body))
-
-    # --- spawn requests -------------------------------------------------------------
-    def spawn_requests(
-        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
-    ) -> list[SpawnRequest]:
-        query = {"status": status, "pool": pool, "limit": check_limit(limit)}
-        return [build(SpawnRequest, r) for r in self._call("spawn_requests", query)]
-
-    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
-        return self._spawn_step(request_id, "accept", {"actor": actor})
-
-    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
-        return self._spawn_step(request_id, "decline", {"actor": actor})
-
-    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
-        return self._spawn_step(request_id, "fulfil", {"member": member})
-
-    def _spawn_step(self, request_id: Any, step: str, body: dict[str, Any]) -> SpawnRequest:
-        path = f"/v1/spawn-requests/{check_request_id(request_id)}/{step}"
-        return build(SpawnRequest, self.request("POST", path, body))
+    _around: ClassVar[dict[str, Callable[..., Any]]] = {
+        "waiting_claim": _keyed,
+        "keyed_claim": _keyed,
+        "node_token": _registered,
+    }
 
     def for_node(self, node_id: str) -> HttpClient:
         """A client that acts as ``node_id`` with the token its registration returned."""

@@ -1,30 +1,36 @@
 """What the remote client's operations share: calling an operation at its route, and
-building records from the answers.
+building the ``Cluster`` method's result from the answer.
 
-``RemoteCalls._invoke(name, args)`` is the whole convention of the HTTP API: the
-operation's path parameters (``corral.operations``) are taken from ``args`` into its
-path, and the rest go in the query string of a ``GET``, else in the JSON body, each
-under its parameter's name. The server's generic handler (``corral.server.routes``)
-reads them back the same way.
+``RemoteCalls._invoke(name, args)`` is the whole convention of the HTTP API
+(``corral.server.generic`` reads it back the same way): the operation's path
+parameters (``corral.operations``) are taken from ``args`` into its path, and the rest
+go in the query string of a ``GET``, else in the JSON body, each under its
+parameter's name; a ``**kwargs`` parameter's items go beside them, or in one object
+field of its name when the operation adds it (``adds["http"]``). The answer (the
+field the operation declares with ``answer``, or its protocol exception's) becomes
+the method's return type: records built field by field, nested ones too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import types
+import typing
+from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import quote
 
 from corral.errors import InvalidInputError
-from corral.model import Task
-from corral.operations import operation
-from corral.validation import Rule, check_id, check_task_id
+from corral.operations import Operation, operation
+from corral.validation import FLAG, Rule, check_id, check_task_id
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["RemoteCalls", "build", "many", "maybe", "one", "segment"]
+__all__ = ["RemoteCalls", "build", "segment"]
 
 _T = TypeVar("_T", bound="DataclassInstance")
 
@@ -42,70 +48,122 @@ def build(cls: type[_T], d: dict[str, Any]) -> _T:
     return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def one(cls: type[_T], d: dict[str, Any]) -> _T:
-    """The record ``cls`` from its JSON form: its ``from_dict`` when it has one (a
-    record with nested records), else field for field."""
-    if cls is Task:
-        t = dict(d)
-        t["roles"] = tuple(t.get("roles") or ())
-        return build(cls, t)
-    from_dict = getattr(cls, "from_dict", None)
+def _as_is(value: Any) -> Any:
+    return value
+
+
+@functools.cache
+def converter(t: Any) -> Callable[[Any], Any]:
+    """How an answer's JSON value becomes type ``t``: a record from its object (its
+    ``from_dict`` when it has one, else field by field, nested records and tuples
+    too), a list item by item, ``None`` as it is."""
+    origin = typing.get_origin(t)
+    if origin is typing.Annotated:
+        return converter(typing.get_args(t)[0])
+    if origin in (typing.Union, types.UnionType):
+        parts = [converter(a) for a in typing.get_args(t) if a is not type(None)]
+        if len(parts) == 1 and parts[0] is not _as_is:
+            one = parts[0]
+            return lambda v: None if v is None else one(v)
+        return _as_is
+    if origin is list:
+        item = converter(typing.get_args(t)[0])
+        return _as_is if item is _as_is else lambda v: [item(x) for x in v]
+    if origin is tuple:
+        args = typing.get_args(t)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return lambda v: tuple(v)
+        each = [converter(a) for a in args]
+        return lambda v: tuple(f(x) for f, x in zip(each, v, strict=True))
+    if not (isinstance(t, type) and dataclasses.is_dataclass(t)):
+        return _as_is
+    from_dict = getattr(t, "from_dict", None)
     if from_dict is not None:
-        made: _T = from_dict(d)
-        return made
-    return build(cls, d)
+        return from_dict  # type: ignore[no-any-return]
+    hints = typing.get_type_hints(t)
+    inner = {f.name: converter(hints[f.name]) for f in fields(t)}
+    inner = {n: f for n, f in inner.items() if f is not _as_is}
+    if not inner:
+        return lambda v: build(t, v)
+    return lambda v: build(t, {k: inner[k](x) if k in inner else x for k, x in v.items()})
 
 
-def many(cls: type[_T], rows: list[dict[str, Any]]) -> list[_T]:
-    return [one(cls, d) for d in rows]
-
-
-def maybe(cls: type[_T], d: dict[str, Any] | None) -> _T | None:
-    return None if d is None else one(cls, d)
+_SEGMENTS: dict[tuple[str, str], str] = {}
 
 
 def segment(name: str, value: Any, *, integer: bool = False) -> str:
-    """``value`` of path parameter ``name`` as one path segment (checked, quoted):
-    a task id, a positive integer when ``integer``, else an id."""
+    """``value`` of path parameter ``name`` as one path segment (checked, quoted;
+    remembered once checked): a task id, a positive integer when ``integer``, else
+    an id."""
+    if type(value) is str:
+        known = _SEGMENTS.get((name, value))
+        if known is not None:
+            return known
     if name == "task_id":
         return str(check_task_id(value))
     if integer:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 10**18:
             raise InvalidInputError(f"{name} must be a positive integer", field=name)
         return str(value)
-    return quote(check_id(value, name), safe="").replace(".", "%2E")
+    path = quote(check_id(value, name), safe="").replace(".", "%2E")
+    if len(_SEGMENTS) >= 4096:
+        _SEGMENTS.clear()
+    _SEGMENTS[(name, value)] = path
+    return path
 
 
-_RULES: dict[str, tuple[tuple[str, Rule, bool], ...]] = {}
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    """How the remote client calls one operation (built once per operation)."""
+
+    op: Operation
+    rules: tuple[tuple[str, Rule, bool], ...]  # checked here: a GET's, the path's
+    params: frozenset[str]  # the method's named parameters
+    kwargs: str | None  # its ``**kwargs`` parameter
+    nested: bool  # whose items are one object field of its name
+    ints: frozenset[str]  # path parameters that are integers
+    result: Callable[[Any], Any]  # the answer as the method's result
 
 
-def _rules(name: str) -> tuple[tuple[str, Rule, bool], ...]:
-    """The rules of operation ``name``'s parameters (``corral.validation.checked``)."""
-    found = _RULES.get(name)
-    if found is None:
-        from corral.cluster import Cluster
-
-        method = getattr(Cluster, name)
-        optional: frozenset[str] = getattr(method, "optional", frozenset())
-        rules = getattr(method, "rules", {}).items()
-        found = _RULES[name] = tuple((p, r, p in optional) for p, r in rules)
-    return found
+# The answer's fields that hold the result, by protocol exception.
+_RESULT_FIELDS = {"waiting_claim": ("task",), "keyed_claim": ("done", "next")}
 
 
-def _call_operation(client: RemoteCalls, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Operation ``name`` with the arguments of its ``Cluster`` method, bound as that
-    method binds them (``_invoke`` checks them by its rules)."""
+@functools.cache
+def _plan(name: str) -> _Plan:
     from corral.cluster import Cluster
+    from corral.signatures import method_types
 
-    bound = inspect.signature(getattr(Cluster, name)).bind(None, *args, **kwargs)
-    out: dict[str, Any] = {}
-    for pname, value in list(bound.arguments.items())[1:]:
-        kind = bound.signature.parameters[pname].kind
-        if kind is inspect.Parameter.VAR_KEYWORD:
-            out.update(value)
-        else:
-            out[pname] = value
-    return client._invoke(name, out)
+    op = operation(name)
+    method = getattr(Cluster, name)
+    optional: frozenset[str] = getattr(method, "optional", frozenset())
+    ruled: dict[str, Rule] = dict(getattr(method, "rules", {}))
+    sig = inspect.signature(method).parameters.values()
+    hints = method_types(op, extras=False)
+    for p in sig:  # a query string's "yes" would be true: a plain bool is a flag
+        flag = hints.get(p.name) in (bool, bool | None)
+        if op.method == "GET" and p.name not in ruled and flag:
+            ruled[p.name] = FLAG
+            optional |= {p.name}
+    rules = tuple((p, r, p in optional) for p, r in ruled.items())
+    kwargs = next((p.name for p in sig if p.kind is p.VAR_KEYWORD), None)
+    ints = frozenset(  # (a task id is its own rule's)
+        p
+        for p in op.path_params
+        if p != "task_id" and (hints.get(p) is int or int in typing.get_args(hints.get(p)))
+    )
+    build_it = converter(hints.get("return"))
+    picked = _RESULT_FIELDS.get(op.exception or "") or ((op.answer,) if op.answer else ())
+    if len(picked) == 1:
+        key = picked[0]
+        result = lambda d: build_it(d[key])  # noqa: E731
+    elif picked:
+        result = lambda d: build_it([d[k] for k in picked])  # noqa: E731
+    else:
+        result = build_it
+    named = frozenset(p.name for p in sig if p.name != "self" and p.kind is not p.VAR_KEYWORD)
+    adds = op.adds.get("http", {})
+    return _Plan(op, rules, named, kwargs, kwargs in adds, ints, result)
 
 
 class RemoteCalls:
@@ -125,36 +183,70 @@ class RemoteCalls:
             body_field: str | None = None,
         ) -> Any: ...
 
-    # Per operation, its path parameters that are integers (the others are ids).
-    _int_paths: ClassVar[dict[str, frozenset[str]]] = {}
+    # Per protocol exception, what the client does around the call (``HttpClient``).
+    _around: ClassVar[dict[str, Callable[..., Any]]] = {}
 
-    def _invoke(self, name: str, args: dict[str, Any]) -> Any:
-        """Operation ``name`` with the arguments of its ``Cluster`` method, checked
-        here by that method's rules first (the embedded client's messages; a query
-        string would turn ``"3"`` into 3)."""
-        op = operation(name)
-        for param, rule, optional in _rules(name):
+    def _invoke(self, name: str, args: dict[str, Any], *, records: bool = True) -> Any:
+        """Operation ``name`` with the arguments of its ``Cluster`` method (a GET's
+        and the path's checked here by that method's rules first: a query string
+        would turn ``"3"`` into 3, a path would name another route; the server checks
+        a body's with the same rules and messages); the answer as the method's
+        result (as JSON data without ``records``)."""
+        plan = _plan(name)
+        result = plan.result if records else _as_is
+        op = plan.op
+        if op.actor is not None:
+            args.pop(op.actor, None)  # the server's: the caller's token
+        get = op.method == "GET"
+        for param, rule, optional in plan.rules:  # a GET's, and the path's
             value = args.get(param)
-            if param in args and (value is not None or not optional):
+            here = (get or param in op.path_params) and param in args
+            if here and (value is not None or not optional):
                 args[param] = rule.check(value, param)
+        if get:
+            args = {k: str(v).lower() if isinstance(v, bool) else v for k, v in args.items()}
         path = op.path
-        ints = self._int_paths.get(name, frozenset())
         for param in op.path_params:
-            seg = segment(param, args.pop(param), integer=param in ints)
+            seg = segment(param, args.pop(param), integer=param in plan.ints)
             path = path.replace(f"{{{param}}}", seg)
+        if plan.nested:
+            more = {k: args.pop(k) for k in list(args) if k not in plan.params}
+            args[str(plan.kwargs)] = more
+        around = self._around.get(op.exception or "")
+        if around is not None:
+            return result(around(self, op, path, args))
         raw = op.exception == "text_answer"
-        if op.method == "GET":
-            return self.request(op.method, path, query=args, raw=raw)
-        return self.request(op.method, path, args, raw=raw)
+        if get:
+            return result(self.request(op.method, path, query=args, raw=raw))
+        # A body JSON cannot carry names the argument: the **kwargs parameter by the
+        # name HTTP gives it (``Operation.names``), else the offending key.
+        field = op.names.get("http", {}).get(plan.kwargs or "")
+        return result(self.request(op.method, path, args, raw=raw, body_field=field))
 
     if not TYPE_CHECKING:  # a checker sees only the generated methods
 
         def __getattr__(self, name: str) -> Any:
             """An operation of the registry that has no generated method yet (added at
-            run time, or before ``python -m corral.codegen`` was run): its ``Cluster``
-            method's signature, called at its route; the answer as JSON data."""
+            run time, or before ``tools/codegen.py`` was run): its ``Cluster`` method's
+            signature, called at its route; the answer as JSON data."""
             try:
                 operation(name)
             except KeyError:
                 raise AttributeError(name) from None
             return functools.partial(_call_operation, self, name)
+
+
+def _call_operation(client: RemoteCalls, name: str, *args: Any, **kwargs: Any) -> Any:
+    """Operation ``name`` with the arguments of its ``Cluster`` method, bound as that
+    method binds them."""
+    from corral.cluster import Cluster
+
+    bound = inspect.signature(getattr(Cluster, name)).bind(None, *args, **kwargs)
+    out: dict[str, Any] = {}
+    for pname, value in list(bound.arguments.items())[1:]:
+        kind = bound.signature.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        else:
+            out[pname] = value
+    return client._invoke(name, out, records=False)

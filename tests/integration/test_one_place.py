@@ -133,8 +133,8 @@ def test_mcp_tool_with_its_schema(added: None, tmp_path: Path) -> None:
 
         tool, answers = anyio.run(main)
     assert tool.description == "Greet a node: a broadcast every node sees, naming it."
-    props = tool.input_schema["properties"]
-    assert props["node_id"] == {**ID.json_schema(), "title": "Node Id"}
+    props = tool.input_schema["properties"]  # the rule's schema, described by the rule
+    assert props["node_id"] == {**ID.json_schema(), "title": "Node Id", "description": ID.doc}
     assert tool.input_schema["required"] == ["node_id"]
     assert answers[0][0] is False and "w3" in answers[0][1]
     assert answers[1][0] is True

@@ -531,14 +531,14 @@ def test_client_records_ignore_fields_a_newer_server_adds(local: Any) -> None:
 
 def test_client_checks_node_ids_it_has_seen_before() -> None:
     """A node id's checked path is remembered; a bad id is refused every time."""
-    from corral.remote import _node_path
+    from corral.remote_calls import segment
 
-    assert _node_path("w.1") == _node_path("w.1") == "w%2E1"
+    assert segment("node_id", "w.1") == segment("node_id", "w.1") == "w%2E1"
     for _ in range(2):
         with pytest.raises(InvalidInputError):
-            _node_path(" w1")
+            segment("node_id", " w1")
         with pytest.raises(InvalidInputError):
-            _node_path(7)
+            segment("node_id", 7)
 
 
 def test_client_reconnects_after_the_server_closes_an_idle_connection() -> None:

@@ -13,8 +13,7 @@ from pydantic import ValidationError
 
 from corral import config, defaults
 from corral.model import Settings
-from corral.server.models import SettingsOut
-from corral.server.routes import ConfigureIn
+from corral.server.models import ConfigureIn, SettingsOut
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "corral"
 DECLARED = {

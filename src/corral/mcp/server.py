@@ -5,15 +5,11 @@ Thin on purpose: each tool parses its arguments, makes one call on the client (a
 refusal is an answer that starts with ``ERROR:`` (never a protocol error), and
 nothing is changed by it.
 
-Most tools are made from their operation (``_generic_tool``): the ``Cluster``
-method's parameters under the operation's MCP names, each one's schema its rule's, its
-summary as the description, the answer rendered as the operation's ``text`` says.
-Written here are only the tools that are not one method call with its parameters:
-``register_node`` (an agent names its model), ``heartbeat`` (the payload's fields),
-``assess_workload`` (an unknown caller is refused), ``catch_up`` (the events, then the
-board), ``broadcast`` (sent as the caller), ``list_idle_workflows``, ``run_workflow``
-(``start`` as keyword arguments) and ``spawn_requests``; and the scheduler's
-``release_assignment`` (``corral.scheduler.mcp``).
+The tools are made from their operations (``_tool``): the ``Cluster`` method's
+parameters under the operation's MCP names (left out, fixed and required as it
+says), each one's schema its rule's and described by it, its summary as the
+description, the answer rendered as the operation's ``text`` says. Written here is
+only ``catch_up``, whose answer is the events and then the board.
 
 Arguments are strict (``corral.mcp.strict``): before a tool runs, its arguments must
 fit its published input schema with the JSON types taken literally (an integer is not
@@ -22,12 +18,12 @@ else is an ``ERROR:`` answer naming the argument. The rule lives in ``_CorralMCP
 and reads each tool's own schema, however the tool was registered.
 
 Every tool that names an agent counts as that agent's heartbeat: the operations that
-change a node already push its deadline out; the views (``read_state``,
-``assess_workload``, ``add_task``) take an optional ``agent_id`` and touch it.
+change a node already push its deadline out; the others take an optional
+``agent_id``, touched before the call (an unknown one is refused).
 
 A transport that authenticates its caller as one node (``corral serve``'s ``/mcp``
 with a node token) sets ``CALLER`` for the call: the tools then act only as that
-node (an ``agent_id`` naming another is refused; ``broadcast`` is sent as it).
+node (an ``agent_id`` naming another is refused; an operation's node left out is it).
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -50,9 +46,10 @@ from corral import operations
 from corral.errors import CorralError, NotFoundError
 from corral.mcp import roles, strict, text
 from corral.mcp.prompts import manager_protocol, worker_protocol
-from corral.operations import operation
+from corral.operations import Operation, operation
 from corral.server.auth import PRINCIPAL
 from corral.types import Client
+from corral.validation import rule_of
 
 __all__ = ["CALLER", "INSTRUCTIONS", "build_server"]
 
@@ -69,11 +66,6 @@ INSTRUCTIONS = (
 # The node the transport authenticated the caller as; None: no restriction (the
 # operator's token, or stdio, where the client already holds the store or a token).
 CALLER: ContextVar[str | None] = ContextVar("corral_mcp_caller", default=None)
-
-AgentId = Annotated[str, Field(description="Your node id, e.g. Node-X9J2.")]
-OptAgentId = Annotated[
-    str | None, Field(description="Your node id; the call then counts as your heartbeat.")
-]
 
 
 def _text(answer: str) -> CallToolResult:
@@ -145,24 +137,18 @@ class _CorralMCP(MCPServer[Any]):
             )
 
 
-def _render(name: str) -> Callable[..., str]:
-    """How operation ``name``'s tool renders its answer (``corral.operations``)."""
-    return _renderer(name, operation(name).text)
-
-
-def _renderer(name: str, how: str | None) -> Callable[..., str]:
-    if how is None:  # pragma: no cover - test_surfaces checks every tool has one
-        raise LookupError(f"operation {name} declares no text rendering")
-    if how == ".text":
+def _renderer(op: Operation) -> Callable[..., str]:
+    """How ``op``'s tool renders its answer (``Operation.text``)."""
+    if op.text is None:  # pragma: no cover - test_surfaces checks every tool has one
+        raise LookupError(f"operation {op.name} declares no text rendering")
+    if op.text == ".text":
         return lambda result: str(result.text)
-    render: Callable[..., str] = getattr(text, how)
+    render: Callable[..., str] = getattr(text, op.text)
     return render
 
 
-def register_scheduler_tools(tool: Any, client: Client, touch: Any) -> None:
-    from corral.scheduler.mcp import register_tools
-
-    register_tools(tool, client, touch)
+def _described(annotation: Any, what: str | None) -> Any:
+    return annotation if not what else Annotated[annotation, Field(description=what)]
 
 
 def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
@@ -208,147 +194,32 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
 
         return register
 
-    def touch(agent_id: str | None) -> None:
-        if agent_id is not None:
-            fn = getattr(client, "touch", None)
-            if fn is not None:
-                fn(agent_id)
-
-    def caller(agent_id: str | None) -> None:
-        """``touch``, and refuse a caller that is no live node (an unknown
-        ``agent_id`` was accepted silently)."""
+    def caller(agent_id: str | None, *, refuse: bool) -> None:
+        """Count the call as ``agent_id``'s heartbeat; with ``refuse``, refuse a
+        caller that is no live node."""
         if agent_id is None:
             return
         fn = getattr(client, "touch", None)
         if fn is None:
-            client.get_node(agent_id)  # NotFoundError for an unknown node
-        elif not fn(agent_id):
+            if refuse:
+                client.get_node(agent_id)  # NotFoundError for an unknown node
+        elif not fn(agent_id) and refuse:
             raise NotFoundError(f"no live node {agent_id} (unknown or terminated)", field="node_id")
 
-    # --- nodes ------------------------------------------------------------------------
-    @tool(
-        "Join the cluster as agent_id in a role. strength is derived from model_name when "
-        "omitted. Refused at capacity, except for a bootstrap_manager."
-    )
-    def register_node(
-        agent_id: AgentId,
-        role: Annotated[str, Field(description="bootstrap_manager, runner, architect, developer.")],
-        model_name: Annotated[str, Field(description="Your model, e.g. claude-sonnet-4-5.")],
-        strength: Annotated[str | None, Field(description="high, medium or low.")] = None,
-        heartbeat_interval: Annotated[
-            float | None, Field(description="Seconds between your heartbeats (optional).")
-        ] = None,
+    # --- catch_up: its answer is the events, then the board (a composite) -------------
+    @tool(operation("catch_up").summary)
+    def catch_up(
+        agent_id: Annotated[str, Field(description=_CALLER_ID)],
     ) -> str:
-        return _render("register_node")(
-            client.register_node(agent_id, role, model_name, strength, heartbeat_interval)
-        )
-
-    @tool("Proof of life; also renews the leases of the tasks you hold.")
-    def heartbeat(
-        agent_id: AgentId,
-        health_status: Annotated[
-            str | None, Field(description="healthy, degraded or unhealthy.")
-        ] = None,
-        current_tasks: Annotated[
-            list[int | str] | None, Field(description="Ids of the tasks you work on.")
-        ] = None,
-        capacity_available: Annotated[
-            int | None, Field(description="How many more tasks you could take.")
-        ] = None,
-        metrics: Annotated[
-            dict[str, Any] | None, Field(description="e.g. cpu_usage, memory_usage (0-100).")
-        ] = None,
-    ) -> str:
-        payload = {
-            k: v
-            for k, v in (
-                ("health_status", health_status),
-                ("current_tasks", current_tasks),
-                ("capacity_available", capacity_available),
-                ("metrics", metrics),
-            )
-            if v is not None
-        }
-        return _render("heartbeat")(client.heartbeat(agent_id, **payload))
-
-    # --- tasks ------------------------------------------------------------------------
-
-    # --- views ------------------------------------------------------------------------
-    @tool(
-        "Assess the workload: active/idle agents, pending and in-progress tasks, status and "
-        "spawn recommendation (recorded for read_state)."
-    )
-    def assess_workload(agent_id: OptAgentId = None) -> str:
-        caller(agent_id)
-        return _render("assess_workload")(client.assess_workload())
-
-    @tool("Events since your last catch_up (broadcasts, tasks, claims), then the state.")
-    def catch_up(agent_id: AgentId) -> str:
-        limit = 50
+        limit = _fixed(operation("catch_up"))["limit"]
         c = client.catch_up(agent_id, limit=limit)
-        state = _render("read_state")(client.read_state(agent_id))
-        return _render("catch_up")(agent_id, c, state, limit=limit)
+        state = _renderer(operation("read_state"))(client.read_state(agent_id))
+        return text.catch_up_text(agent_id, c, state, limit=limit)
 
-    @tool("Send a message every node sees on its next catch_up.", as_caller=True)
-    def broadcast(
-        message: Annotated[str, Field(description="The message.")],
-        agent_id: OptAgentId = None,
-    ) -> str:
-        return _render("broadcast")(client.broadcast(message, agent_id))
-
-    # --- workflow runs ----------------------------------------------------------------
-    @tool(
-        "Workflow runs idle on their hosts (waiting only on an outside event), longest "
-        "idle first, with what each waits for."
-    )
-    def list_idle_workflows(
-        idle_duration_gt: Annotated[
-            float | None, Field(description="Only runs idle for more than these seconds.")
-        ] = None,
-        workflow: Annotated[str | None, Field(description="Only this workflow's runs.")] = None,
-        host: Annotated[str | None, Field(description="Only this host's runs.")] = None,
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        found = client.list_handlers(
-            "running", True, idle_duration_gt, workflow, host, limit=_IDLE_SHOWN
-        )
-        return _render("list_handlers")(found)
-
-    @tool(
-        "Start a run of a workflow that a live host serves; answers its handler id "
-        "(follow it with get_workflow_run)."
-    )
-    def run_workflow(
-        workflow: Annotated[str, Field(description="The workflow's name, as its host serves it.")],
-        start: Annotated[
-            dict[str, Any] | None, Field(description="The start event's fields.")
-        ] = None,
-        agent_id: OptAgentId = None,
-    ) -> str:
-        touch(agent_id)
-        return _render("run_workflow")(client.run_workflow(workflow, **(start or {})))
-
-    register_scheduler_tools(tool, client, touch)  # get_assignment ... read_inbox
-
-    # --- spawn requests (corral up's pools in ask mode) ----------------------------
-    @tool(
-        "Spawn requests of the fleet's pools (pending ones wait for a yes or a no): "
-        "one line each with its id, pool, role, status and who decided."
-    )
-    def spawn_requests(
-        status: Annotated[str | None, Field(description="pending, accepted or declined.")] = None,
-        pool: Annotated[str | None, Field(description="Only this pool's.")] = None,
-        limit: Annotated[int, Field(description="At most this many.")] = 100,
-    ) -> str:
-        # The status is checked by the operation (an ERROR: answer naming it).
-        return _render("spawn_requests")(client.spawn_requests(cast(Any, status), pool, limit))
-
-    # --- the other tools: made from their operations (``_generic_tool``) ----------------
-    written = {t.name for t in mcp._tool_manager.list_tools()}
+    # --- every other tool: made from its operation --------------------------------------
     for op in operations.OPERATIONS:
-        if op.mcp is not None and op.mcp not in written:
-            _generic_tool(tool, client, touch, op)
+        if op.mcp is not None and op.mcp != "catch_up":
+            _tool(tool, client, caller, op)
 
     # --- prompts ----------------------------------------------------------------------
     @mcp.prompt(
@@ -371,70 +242,97 @@ def build_server(client: Client, *, name: str = "corral") -> MCPServer[Any]:
             client.settings(), agent_id or _new_id("BM-"), model_name or "<your model name>"
         )
 
-    _ = (worker, manager)
+    _ = (worker, manager, catch_up)
     return mcp
 
 
-def _generic_tool(tool: Any, client: Client, touch: Callable[[str | None], None], op: Any) -> None:
-    """The tool of an operation that declares one (``Operation.mcp``) and has none
-    written above: its ``Cluster`` method's parameters (renamed and left out as the
-    operation says for ``mcp``; each one's schema its rule's), its summary as its
-    description, its answer rendered as the operation declares (``Operation.text``).
-    The caller's ``agent_id`` (a parameter of its own when the method names no node
-    so) counts the call as that agent's heartbeat."""
+_CALLER_ID = "Your node id, e.g. Node-X9J2; the call counts as your heartbeat."
+
+
+def _fixed(op: Operation) -> dict[str, Any]:
+    return dict(op.fixed.get("mcp", {}))
+
+
+def _tool(tool: Any, client: Client, caller: Callable[..., None], op: Operation) -> None:
+    """The tool of ``op``: its ``Cluster`` method's parameters (renamed, left out and
+    fixed as the operation says for ``mcp``; each one's schema its rule's, described
+    by its rule), a ``**kwargs`` parameter's fields (its model's, ``KWARGS``, or one
+    object argument the operation adds), its summary as its description, its answer
+    rendered as the operation declares (``Operation.text``). The caller's
+    ``agent_id`` (an argument of its own when the method names no node so) counts the
+    call as that agent's heartbeat: an unknown one is refused."""
+    from corral.server.models import KWARGS
     from corral.signatures import method_types
 
-    types = method_types(op, extras=True)  # a parameter's rule is its schema
-    rename = dict(op.names.get("mcp", {}))
-    omit = op.omits.get("mcp", {})
+    hints = method_types(op, extras=True)  # a parameter's rule is its schema
+    rename, omit = op.names.get("mcp", {}), op.omits.get("mcp", {})
+    adds, fixed = op.adds.get("mcp", {}), _fixed(op)
     params: list[inspect.Parameter] = []
-    back: dict[str, str] = {}
+    back: dict[str, str] = {}  # the tool's argument: the method's parameter
+    positional: list[str] = []
+    spread: str | None = None  # the argument whose object is the **kwargs
+    fields: tuple[str, ...] = ()  # the **kwargs model's fields, as arguments
+    keyword = inspect.Parameter.KEYWORD_ONLY
     for p in inspect.signature(getattr(corral.Cluster, op.name)).parameters.values():
-        if p.name == "self" or p.name in omit or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+        if p.name in ("self", op.actor) or p.name in omit or p.kind is p.VAR_POSITIONAL:
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            model = KWARGS.get(p.name)
+            if model is not None:
+                fields = tuple(model.model_fields)
+                for n, f in model.model_fields.items():
+                    hint = Annotated[f.annotation, *f.metadata] if f.metadata else f.annotation
+                    hint = _described(hint, f.description)
+                    params.append(inspect.Parameter(n, keyword, default=None, annotation=hint))
+            for n, said in adds.items():
+                spread = n
+                hint = _described(dict[str, Any] | None, said)
+                params.append(inspect.Parameter(n, keyword, default=None, annotation=hint))
             continue
         name = rename.get(p.name, p.name)
         back[name] = p.name
-        default = inspect.Parameter.empty if p.default is p.empty else p.default
-        annotation = types.get(p.name, Any)
-        params.append(
-            inspect.Parameter(name, p.KEYWORD_ONLY, default=default, annotation=annotation)
-        )
-    heartbeat = "agent_id" not in back
-    if heartbeat:
-        params.append(
-            inspect.Parameter(
-                "agent_id", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=OptAgentId
-            )
-        )
-    render = _renderer(op.name, op.text)
-    call = getattr(client, op.name, None)
+        if p.kind is p.POSITIONAL_ONLY:
+            positional.append(name)
+        rule, _ = rule_of(hints.get(p.name))
+        what = _CALLER_ID if name == "agent_id" else rule.doc if rule else None
+        needed = p.default is p.empty or p.name in op.requires.get("mcp", ())
+        default = inspect.Parameter.empty if needed else p.default
+        hint = _described(hints.get(p.name, Any), what)
+        params.append(inspect.Parameter(name, keyword, default=default, annotation=hint))
+    added = "agent_id" not in back  # the caller, named by no parameter of the method
+    if added:
+        hint = _described(str | None, _CALLER_ID)
+        params.append(inspect.Parameter("agent_id", keyword, default=None, annotation=hint))
+    render = _renderer(op)
 
     view = op.method == "GET"
 
     def run(**kwargs: Any) -> str:
-        # The caller's heartbeat: before a view (which then shows it), after a change
-        # (a refused one changes nothing).
-        agent_id = kwargs.pop("agent_id", None) if heartbeat else kwargs.get("agent_id")
-        if view:
-            touch(agent_id)
-        assert call is not None, f"the client has no {op.name}"
-        args = {back[k]: v for k, v in kwargs.items()}
+        # The caller's heartbeat: before the call when the method names no agent (an
+        # unknown one is refused) or only reads; after a change, else (a refused
+        # change changes nothing).
+        agent_id = kwargs.pop("agent_id", None) if added else kwargs.get("agent_id")
+        if added or view:
+            caller(agent_id, refuse=added)
+        args = {back[k]: v for k, v in kwargs.items() if k in back}
+        first = [args.pop(back[n]) for n in positional]
+        args.update(fixed)
+        if spread is not None:
+            args.update(kwargs.get(spread) or {})
+        args.update({n: kwargs[n] for n in fields if kwargs.get(n) is not None})
         principal = PRINCIPAL.get()
         if op.actor is not None and principal is not None:  # who did it: the token
             args[op.actor] = principal.actor
-        answer = render(call(**args))
-        if not view:
-            touch(agent_id)
+        answer = render(getattr(client, op.name)(*first, **args))
+        if not (added or view):
+            caller(agent_id, refuse=False)
         return answer
 
-    run.__name__ = op.mcp
-    run.__qualname__ = op.mcp
+    assert op.mcp is not None
+    run.__name__ = run.__qualname__ = op.mcp
     run.__doc__ = op.summary
     run.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
-    tool(op.summary)(run)
-
-
-_IDLE_SHOWN = 50  # the idle runs list_idle_workflows shows at most
+    tool(op.summary, as_caller=op.node is not None and rename.get(op.node) == "agent_id")(run)
 
 
 def _new_id(prefix: str = "") -> str:

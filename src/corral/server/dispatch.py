@@ -52,7 +52,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corral.errors import CorralError
 from corral.server import events as sse
 from corral.server.errors import ApiError, envelope, from_exception, from_validation
-from corral.server.routes import Call, Op
+from corral.server.generic import Call, Endpoint
 from corral.server.shortcalls import _HOP, ShortCalls
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: Receive) -> Any:
+async def _claim_while_connected(
+    st: ServerState, op: Endpoint, call: Call, receive: Receive
+) -> Any:
     """A waiting claim (``wait`` > 0) that claims only while its caller is there:
     the same loop as ``Cluster.claim_best_task`` (take the wake-up token, try a
     claim, wait for a wake-up until the deadline), the wait on a thread, the
@@ -177,7 +179,7 @@ async def _claim_while_connected(st: ServerState, op: Op, call: Call, receive: R
         gone.cancel()
 
 
-def _try_claim(op: Op, call: Call) -> tuple[Any, Any]:
+def _try_claim(op: Endpoint, call: Call) -> tuple[Any, Any]:
     """One try of a waiting claim on a thread, with the node as it was just before
     it (what a hand-back restores)."""
     return call.cluster.get_node(call.path["node_id"]), op.handler(call)
@@ -199,7 +201,17 @@ def _wake(store: Any) -> None:
     store.wake_waiters()
 
 
-def _query(op: Op, raw: bytes) -> Any:
+def _refusal(exc: ValidationError, where: str) -> ApiError:
+    """The envelope of a request model's refusal: a parameter's rule's own (its
+    message, naming the parameter), else pydantic's first problem."""
+    for err in exc.errors(include_url=False, include_input=False):
+        rule = err.get("ctx", {}).get("error")
+        if isinstance(rule, CorralError):
+            return from_exception(rule)
+    return from_validation(exc, where)
+
+
+def _query(op: Endpoint, raw: bytes) -> Any:
     params = QueryParams(raw) if raw else None
     if op.query is None:
         if params:
@@ -214,11 +226,16 @@ def _query(op: Op, raw: bytes) -> Any:
     try:
         return op.query.model_validate(dict(params) if params else {})
     except ValidationError as exc:
-        raise from_validation(exc, "query") from None
+        raise _refusal(exc, "query") from None
 
 
 async def handle(
-    st: ServerState, op: Op, path_params: dict[str, Any], scope: Scope, receive: Receive, send: Send
+    st: ServerState,
+    op: Endpoint,
+    path_params: dict[str, Any],
+    scope: Scope,
+    receive: Receive,
+    send: Send,
 ) -> None:
     """Answer one request for ``op`` (its route already matched)."""
     t0 = time.perf_counter()
@@ -232,9 +249,13 @@ async def handle(
             accept = accept if accept is not None else value
     try:
         header = None if auth is None else auth.decode("latin-1")
-        principal = await st.authenticate(header, op.scope, writes=op.writes)
+        principal = await st.authenticate(header, op.op.caller, writes=op.writes)
         query = _query(op, scope.get("query_string", b""))
-        if op.exception == "event_stream" and accept is not None and b"text/event-stream" in accept:
+        if (
+            op.op.exception == "event_stream"
+            and accept is not None
+            and b"text/event-stream" in accept
+        ):
             response = sse.stream(Request(scope, receive), st, query)
             st.metrics.observe(op.method, op.path, 200, time.perf_counter() - t0)
             await response(scope, receive, send)
@@ -245,14 +266,14 @@ async def handle(
             try:
                 body = op.body.model_validate_json(b"{}" if not raw or raw.isspace() else raw)
             except ValidationError as exc:
-                raise from_validation(exc, "body") from None
+                raise _refusal(exc, "body") from None
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
-        waits = op.exception == "waiting_claim" and bool(getattr(body, "wait", 0))
+        waits = op.op.exception == "waiting_claim" and bool(getattr(body, "wait", 0))
         if waits:
             result = await _claim_while_connected(st, op, call, receive)
             if result is None:
                 return  # the caller went away: nothing was taken, nobody to answer
-        elif op.short and st.short_calls is not None:
+        elif op.op.short and st.short_calls is not None:
             result = await st.short_calls.submit(op.handler, call)
             if result is _HOP:
                 result = await st.run(op.handler, call)
@@ -260,8 +281,8 @@ async def handle(
             result = await st.run(op.handler, call, waits=waits)
         if op.writes:
             st.notify()
-        status = op.status
-        if op.exception == "text_answer":
+        status = op.op.status
+        if op.op.exception == "text_answer":
             await _send(send, status, result.encode(), _TEXT)
         else:
             await _send(send, status, dumps(result), _JSON)
@@ -275,7 +296,7 @@ async def handle(
         status = err.status
         await send_error(send, err)
     except Exception:
-        log.exception("unexpected error in %s", op.name, extra={"action": "server_error"})
+        log.exception("unexpected error in %s", op.op.name, extra={"action": "server_error"})
         status = 500
         await send_error(send, ApiError(500, "internal", "internal error; see the log"))
     st.metrics.observe(op.method, op.path, status, time.perf_counter() - t0)
@@ -284,7 +305,7 @@ async def handle(
 class OpEndpoint:
     """The ASGI endpoint Starlette routes ``op`` to (path params in the scope)."""
 
-    def __init__(self, op: Op, st: ServerState) -> None:
+    def __init__(self, op: Endpoint, st: ServerState) -> None:
         self.op = op
         self.st = st
 
@@ -349,7 +370,7 @@ class ApiRouter:
         # segment), or _NOT_HERE (405) or None (not an operation: mounts, fallback).
         self._shapes: dict[tuple[str, tuple[str, ...]], Any] = {}
         # Paths whose match cannot be keyed by shape (a parameter of several segments).
-        self._cache: dict[tuple[str, str], tuple[Op, dict[str, Any]] | None] = {}
+        self._cache: dict[tuple[str, str], tuple[Endpoint, dict[str, Any]] | None] = {}
         # The literal segments of every route: a path segment among them is kept in
         # its shape, any other is an id. A route matches the same way every path of
         # one shape: its literals meet the same kept segments, and a parameter's
@@ -370,7 +391,7 @@ class ApiRouter:
             seg if seg in lit or not seg else (_NUM if _digits(seg) else _ID) for seg in segments
         )
 
-    def _match(self, scope: Scope) -> tuple[Op, dict[str, Any]] | None:
+    def _match(self, scope: Scope) -> tuple[Endpoint, dict[str, Any]] | None:
         """The op of the route that serves the request, among those of the most
         specific template matching its path; ``_NOT_HERE`` when none takes its
         method (405); None for what Starlette answers (non-API routes)."""
@@ -385,8 +406,8 @@ class ApiRouter:
         return _NOT_HERE if specific else None
 
     def _learn(
-        self, segs: list[str], shape: tuple[str, ...], hit: tuple[Op, dict[str, Any]]
-    ) -> tuple[Op, dict[str, int], dict[str, Any]] | None:
+        self, segs: list[str], shape: tuple[str, ...], hit: tuple[Endpoint, dict[str, Any]]
+    ) -> tuple[Endpoint, dict[str, int], dict[str, Any]] | None:
         """``hit`` as a shape's entry when every blanked segment of the path is the
         whole value of one of its params (so another id routes the same way)."""
         blanked = [i for i, seg in enumerate(shape) if seg is _ID or seg is _NUM]
@@ -405,7 +426,9 @@ class ApiRouter:
             return None
         return op, where, fixed
 
-    def _route(self, scope: Scope, method: str, path: str) -> tuple[Op, dict[str, Any]] | None:
+    def _route(
+        self, scope: Scope, method: str, path: str
+    ) -> tuple[Endpoint, dict[str, Any]] | None:
         """The op and params for the request (or ``_NOT_HERE``, or None), cached."""
         segs = path.split("/")
         shape = self._shape(segs)

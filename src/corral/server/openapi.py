@@ -1,4 +1,5 @@
-"""The OpenAPI 3.1 document, generated from the route table and its pydantic models."""
+"""The OpenAPI 3.1 document, generated from the routes (``corral.server.routes``):
+each operation's request model, its answer's type and its path parameters."""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
-from pydantic.json_schema import models_json_schema
 
 from corral.config import OFF_AT_ZERO
 from corral.server import models as m
-from corral.server.routes import LIST_RESPONSES, Op
-from corral.validation import MAX_FLOAT, TOKEN_NAME
+from corral.server.generic import Endpoint
+from corral.validation import MAX_FLOAT, TASK_REF, TOKEN_NAME
 
 __all__ = ["build_openapi"]
 
@@ -46,7 +46,7 @@ _PATH_ID = {
 }
 _PATH_SCHEMAS = {
     "node_id": _PATH_ID,
-    "task_id": m.TASK_ID_SCHEMA,
+    "task_id": TASK_REF.json_schema()["anyOf"][1],
     "agent_id": _PATH_ID,
     "runner_id": _PATH_ID,
     "assignment_id": {"type": "string", "pattern": r"^[1-9][0-9]{0,17}$"},
@@ -110,47 +110,41 @@ def _roles(node: Any, roles: tuple[str, ...]) -> Any:
     return node
 
 
+def _collect(schemas: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$defs`` moved into ``schemas`` (a name used twice for two
+    different schemas is a programming error)."""
+    for name, part in schema.pop("$defs", {}).items():
+        if schemas.setdefault(name, part) != part:
+            raise RuntimeError(f"two request or answer models are named {name}")
+    return schema
+
+
+def _model(schemas: dict[str, Any], model: type[BaseModel], mode: Any) -> dict[str, Any]:
+    """A reference to ``model``'s schema, added to ``schemas``."""
+    schema = _collect(schemas, model.model_json_schema(mode=mode, ref_template=_REF))
+    if schemas.setdefault(model.__name__, schema) != schema:
+        raise RuntimeError(f"two request or answer models are named {model.__name__}")
+    return _ref(model)
+
+
 def build_openapi(
-    ops: tuple[Op, ...], *, version: str, roles: tuple[str, ...] | None = None
+    ops: tuple[Endpoint, ...], *, version: str, roles: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
     """The document; ``roles`` (the cluster's, which the server checks) become the
     enum of every role field, else any id."""
-    models: list[tuple[type[BaseModel], Any]] = [
-        (m.ErrorOut, "serialization"),
-        (m.HealthOut, "serialization"),
-    ]
-    for op in ops:
-        if op.body is not None:
-            models.append((op.body, "validation"))
-        if op.response is not None:
-            models.append((op.response, "serialization"))
-        if op.name in LIST_RESPONSES:
-            models.append((LIST_RESPONSES[op.name], "serialization"))
-    models = list(dict.fromkeys(models))
-    names: dict[str, type[BaseModel]] = {}
-    for model, _mode in models:
-        # A component is named by its class: two models of one name would share it.
-        if names.setdefault(model.__name__, model) is not model:
-            raise RuntimeError(f"two request or response models are named {model.__name__}")
-    _, top = models_json_schema(models, ref_template=_REF)
-    schemas = top.get("$defs", {})
-    if "ConfigureIn" in schemas:
-        _settings_change(schemas["ConfigureIn"], roles)
-    if "AddTasksIn" in schemas:
-        schemas["AddTasksIn"]["properties"]["tasks"]["items"] = _ref(m.AddTaskIn)
-        schemas.setdefault("AddTaskIn", m.AddTaskIn.model_json_schema(ref_template=_REF))
-    if "HeartbeatIn" in schemas:
-        schemas["HeartbeatIn"]["properties"]["node_id"] = False  # it goes in the path
-
+    schemas: dict[str, Any] = {}
+    error_ref = _model(schemas, m.ErrorOut, "serialization")
+    health_ref = _model(schemas, m.HealthOut, "serialization")
     paths: dict[str, Any] = {}
-    for op in ops:
-        path = _PARAM.sub(r"{\1}", op.path)
+    for ep in ops:
+        op = ep.op
+        path = _PARAM.sub(r"{\1}", ep.path)
         params: list[dict[str, Any]] = [
             {"name": name, "in": "path", "required": True, "schema": _PATH_SCHEMAS[name]}
-            for name in _PARAM.findall(op.path)
+            for name in _PARAM.findall(ep.path)
         ]
-        if op.query is not None:
-            qs = op.query.model_json_schema(ref_template=_REF)
+        if ep.query is not None:
+            qs = _collect(schemas, ep.query.model_json_schema(ref_template=_REF))
             required = set(qs.get("required", []))
             for name, schema in qs.get("properties", {}).items():
                 params.append(
@@ -158,25 +152,16 @@ def build_openapi(
                 )
         if op.exception == "text_answer":
             ok: dict[str, Any] = {"text/plain": {"schema": {"type": "string"}}}
-        elif op.response is not None:
-            ok = _json(_ref(op.response))
-        elif op.name in LIST_RESPONSES:
-            ok = _json({"type": "array", "items": _ref(LIST_RESPONSES[op.name])})
-        elif op.returns is not None:  # a generic handler: its method's return type
-            schema = TypeAdapter(op.returns).json_schema(mode="serialization", ref_template=_REF)
-            for name, part in schema.pop("$defs", {}).items():
-                schemas.setdefault(name, part)
-            ok = _json(schema)
         else:
-            ok = {"text/plain": {"schema": {"type": "string"}}}
+            answer = TypeAdapter(ep.answer).json_schema(mode="serialization", ref_template=_REF)
+            ok = _json(_collect(schemas, answer))
         if op.exception == "event_stream":
             ok["text/event-stream"] = {"schema": {"type": "string"}}
         responses: dict[str, Any] = {str(op.status): {"description": "OK", "content": ok}}
-        codes = ["400", "401", "403", "404", "409", "422", "503"]
-        for code in codes:
+        for code in ("400", "401", "403", "404", "409", "422", "503"):
             responses[code] = {
                 "description": _ERRORS.get(code, "Store unavailable; retry."),
-                "content": _json(_ref(m.ErrorOut)),
+                "content": _json(error_ref),
             }
         entry: dict[str, Any] = {
             "operationId": op.name,
@@ -185,21 +170,31 @@ def build_openapi(
             "parameters": params,
             "responses": responses,
         }
-        if op.scope != "public":
+        if op.caller != "public":
             entry["security"] = [{"bearer": []}]
-        if op.body is not None:
-            needed = bool(op.body.model_json_schema().get("required"))
-            entry["requestBody"] = {"required": needed, "content": _json(_ref(op.body))}
+        if ep.body is not None:
+            ref = _model(schemas, ep.body, "validation")
+            body = schemas[ep.body.__name__]
+            if ep.kwargs is not None and not ep.nested:  # the path's names are not fields
+                for name in op.path_params:
+                    body.setdefault("properties", {})[name] = False
+            entry["requestBody"] = {"required": bool(body.get("required")), "content": _json(ref)}
         paths.setdefault(path, {})[op.method.lower()] = entry
+    if "ConfigureIn" in schemas:
+        _settings_change(schemas["ConfigureIn"], roles)
+    if "AddTasksIn" in schemas and "AddTaskIn" in schemas:  # a batch's items are add_task's
+        schemas["AddTasksIn"]["properties"]["tasks"]["items"] = {
+            "$ref": _REF.format(model="AddTaskIn")
+        }
 
-    error = {"content": _json(_ref(m.ErrorOut))}
+    error = {"content": _json(error_ref)}
     paths["/healthz"] = {
         "get": {
             "operationId": "healthz",
             "summary": "Liveness and store check.",
             "tags": ["server"],
             "responses": {
-                "200": {"description": "OK", "content": _json(_ref(m.HealthOut))},
+                "200": {"description": "OK", "content": _json(health_ref)},
                 "503": {"description": "Store unavailable.", **error},
             },
         }

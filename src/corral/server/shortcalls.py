@@ -13,7 +13,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from corral.server.routes import Call
+    from corral.server.generic import Call
 
 __all__ = ["ShortCalls"]
 
