@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from corral import defaults
+from corral.alerts import check_webhooks
 from corral.errors import InvalidInputError
 from corral.model import Settings
 from corral.validation import check_choice, check_id, check_positive, check_text
@@ -75,6 +76,8 @@ def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _check_keywords(value)
         elif key == "model_strengths":
             out[key] = _check_strengths(value)
+        elif key == "alert_webhooks":
+            out[key] = check_webhooks(value, key)
         elif key == "project_summary":
             out[key] = check_text(value, key, max_len=defaults.MAX_DESCRIPTION)
         elif key in OFF_AT_ZERO and value == 0 and not isinstance(value, bool):

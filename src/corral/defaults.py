@@ -20,6 +20,7 @@ from corral.types import (
 )
 
 __all__ = [
+    "ALERT_STATE_INTERVAL",
     "BUSY_TIMEOUT_SECONDS",
     "DEFAULT_DIR",
     "DEFAULT_ROLE_KEYWORDS",
@@ -94,6 +95,7 @@ DEFAULT_DIR = ".corral"
 DEFAULT_SQLITE_FILE = "corral.db"
 BUSY_TIMEOUT_SECONDS = 30.0
 MONITOR_MAX_SLEEP = 0.5
+ALERT_STATE_INTERVAL = 5.0  # the leading alerter re-reads processes and idle runs this often
 MAX_CLAIM_WAIT = 3600.0  # longest ``claim_best_task(wait=…)``, seconds
 SQLITE_WAIT_RECHECK = 1.0  # a waiting claim on SQLite re-checks for other processes' tasks
 SQLITE_CHECKPOINT_EVERY = 200  # commits between background WAL checkpoints (per process)

@@ -142,6 +142,16 @@ class Settings:
     # of an agent (0: off; an agent's config may set its own)
     activation_ttl: float = 900.0
     min_activation_interval: float = 0.0
+    # Alerts (corral.alerts): the webhooks each alert is POSTed to (none: alerts are
+    # events only), their retries, one alert per subject per rate limit window, a
+    # crash loop's restarts and window, and how long a spawn request may stay pending
+    alert_webhooks: list[str] = field(default_factory=list)
+    alert_retry_attempts: int = 3
+    alert_retry_delay: float = 5.0
+    alert_rate_limit_seconds: float = 300.0
+    alert_crash_loop_restarts: int = 5
+    alert_crash_loop_window: float = 600.0
+    alert_spawn_pending_seconds: float = 900.0
 
     @property
     def roles(self) -> tuple[str, ...]:

@@ -4,6 +4,9 @@
 nodes, refresh the assessment, prune old events, and say when the next deadline is.
 ``Monitor.run()`` is that pass in a loop that sleeps until the next deadline (at most
 ``max_sleep``, so work that other processes add is seen promptly) or until woken.
+With ``alerts=True`` (``corral serve``, ``corral up``) each pass of the loop is
+followed by the alerter's (``corral.alerter.Alerter.step``), which alerts only while
+this monitor leads: one alerter sends per cluster.
 
 Each duty is a ``Duty``: a function giving its next deadline and a function doing the
 work due at a moment. The deadlines come from index heads (``Store.deadlines``, one
@@ -23,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from corral.backoff import Backoff
 from corral.cluster import Cluster
@@ -33,6 +37,9 @@ from corral.model import Assessment, Event
 from corral.store.base import Store
 from corral.types import Client
 from corral.validation import check_positive
+
+if TYPE_CHECKING:
+    from corral.alerter import Alerter
 
 __all__ = ["DUTIES", "Duty", "Monitor", "TickResult"]
 
@@ -133,6 +140,7 @@ class Monitor:
         max_sleep: float = MONITOR_MAX_SLEEP,
         name: str | None = None,
         duties: Sequence[Duty] = DUTIES,
+        alerts: bool = False,
     ) -> None:
         if not isinstance(cluster, Cluster):  # the duties are store transactions
             raise InvalidInputError(
@@ -154,6 +162,11 @@ class Monitor:
         # to the tick it wakes for one of them (the duties' own queries decide what is
         # due, so a deadline moved since costs a query that finds nothing).
         self._due: Deadlines | None = None
+        self.alerter: Alerter | None = None
+        if alerts:
+            from corral.alerter import Alerter
+
+            self.alerter = Alerter(self.cluster)
 
     def tick(
         self, now: float | None = None, due: Deadlines | None = None, at: float | None = None
@@ -223,6 +236,8 @@ class Monitor:
             for_deadline = False  # the timer is set for a deadline the tick read
             try:
                 result = self.tick(due=known, at=deadline if known is not None else None)
+                if self.alerter is not None:
+                    self._alert(result.leader)
                 backoff.reset()
                 if self._stall is not None:
                     self._report_stall()
@@ -244,7 +259,21 @@ class Monitor:
             # (one round trip fewer between the deadline and its work). Woken by
             # ``wake()``, by the periodic re-check or after an error: read again.
             known = self._due if for_deadline and not woken else None
+        if self.alerter is not None:
+            self.alerter.close()
         log.info("monitor stopped", extra={"action": "monitor_stopped", "monitor": self.name})
+
+    def _alert(self, leading: bool) -> None:
+        """The alerter's pass; its failures are logged, never the monitor's end (a
+        store outage goes to ``run``'s retry)."""
+        assert self.alerter is not None
+        try:
+            with self.cluster.store.acting_as(self.name):
+                self.alerter.step(self.cluster.clock.now(), leading=leading)
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            log.exception("the alerter's pass failed", extra={"action": "alerter_failed"})
 
     def _note_stall(self) -> None:
         """After a failed pass: a process holding the store's write lock (SQLite) is

@@ -7,6 +7,12 @@
     [board]
     seed = "tasks.jsonl"            # tasks loaded at start, when the board is empty
 
+    [alerts]                        # the cluster's alert_* settings, applied at start
+    webhooks = ["https://hooks.example/corral"]
+    rate_limit_seconds = 300        # and retry_attempts, retry_delay,
+                                    # crash_loop_restarts, crash_loop_window,
+                                    # spawn_pending_seconds (docs/alerts.md)
+
     [[agents]]                      # exactly as for corral supervise
     id = "relay"
     cmd = "./relay"
@@ -85,7 +91,7 @@ _AGENT_LIKE = frozenset(
         "log_keep",
     }
 )
-_TOP = ("agents", "supervisor", "pools", "cluster", "board")
+_TOP = ("agents", "supervisor", "pools", "cluster", "board", "alerts")
 _ROLE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _MEMBER = re.compile(r"(.+)-[0-9]+")
 
@@ -170,6 +176,12 @@ def parse_fleet(data: Any, *, path: str = "corral.toml") -> FleetManifest:
         sup = Manifest(path, (), _settings(path, data.get("supervisor", {})))
     pools = _pools(path, data.get("pools", []), sup)
     url, settings = _cluster(path, data.get("cluster", {}))
+    for name, value in _alerts(path, data.get("alerts", {})).items():
+        if name in settings:
+            raise ManifestError(
+                path, f"given twice (also as cluster.settings.{name})", field=_alert_key(name)
+            )
+        settings[name] = value
     return FleetManifest(
         path, sup, pools, url, MappingProxyType(settings), _board(path, data.get("board", {}))
     )
@@ -298,6 +310,32 @@ def _cluster(path: str, raw: Any) -> tuple[str | None, dict[str, Any]]:
         if key not in known:
             raise ManifestError(path, "unknown setting", field=f"cluster.settings.{key}")
     return url, dict(settings)
+
+
+def _alert_key(name: str) -> str:
+    return "alerts." + name.removeprefix("alert_")
+
+
+def _alerts(path: str, raw: Any) -> dict[str, Any]:
+    """The ``[alerts]`` table as the cluster's ``alert_*`` settings, each checked by
+    the settings' own rule (``corral.config.check_changes``)."""
+    from corral.alerts import MANIFEST_KEYS
+    from corral.config import check_changes
+
+    if not isinstance(raw, dict):
+        raise ManifestError(path, "must be a table", field="alerts")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = MANIFEST_KEYS.get(key)
+        if name is None:
+            known = ", ".join(sorted(MANIFEST_KEYS))
+            raise ManifestError(path, f"unknown key (expected {known})", field=f"alerts.{key}")
+        try:
+            out.update(check_changes({name: value}))
+        except InvalidInputError as e:
+            reason = str(e.message).removeprefix(name).lstrip(": ")
+            raise ManifestError(path, reason, field=_alert_key(name)) from None
+    return out
 
 
 def _board(path: str, raw: Any) -> str | None:

@@ -155,6 +155,8 @@ def describe(e: Event) -> Line | None:
         return Line(e.ts, "recovered", who, f"task {e.task_id} taken back from {who}")
     if e.kind == "alert" and d.get("reason") == "pool_scaled":
         return Line(e.ts, "scaled", d.get("pool"), str(d.get("message") or _scaled(d)))
+    if e.kind == "alert" and d.get("condition"):  # the alerter's (corral.alerter)
+        return Line(e.ts, "alert", d.get("subject"), f"alert: {d.get('message')}")
     if e.kind.startswith("spawn_request"):
         what = "requested" if e.kind == "spawn_requested" else e.kind.removeprefix("spawn_request_")
         by = f" by {d['actor']}" if d.get("actor") else ""

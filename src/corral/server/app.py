@@ -224,8 +224,9 @@ def create_app(
     inline: bool = True,
 ) -> ASGIApp:
     """The app over ``cluster`` (a ``corral.Cluster``). ``token`` is the operator
-    token; ``monitor`` runs ``corral.Monitor`` in a thread while the app lives; ``host``
-    is the address uvicorn binds (the MCP app checks Host headers on loopback);
+    token; ``monitor`` runs ``corral.Monitor`` in a thread while the app lives, with
+    its alerter (the ``alert_*`` settings); ``host`` is the address uvicorn binds
+    (the MCP app checks Host headers on loopback);
     ``inline=False`` hops to a thread for every operation (for comparison)."""
     st = ServerState(
         cluster,
@@ -291,7 +292,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         mon = thread = None
         if monitor:
-            mon = corral.Monitor(_own_connection(cluster))
+            # the monitor that leads also alerts (corral.alerter): one per cluster
+            mon = corral.Monitor(_own_connection(cluster), alerts=True)
             thread = mon.start_thread()
         try:
             async with AsyncExitStack() as stack:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from corral.alerts import WEBHOOKS_SCHEMA
 from corral.config import OFF_AT_ZERO
 from corral.server import models as m
 from corral.server.generic import Endpoint
@@ -97,6 +98,7 @@ def _settings_change(schema: dict[str, Any], roles: tuple[str, ...] | None) -> N
             "prefixItems": [_WORD, {"enum": ["high", "medium", "low"]}],
         },
     }
+    props["alert_webhooks"] = WEBHOOKS_SCHEMA
 
 
 def _roles(node: Any, roles: tuple[str, ...]) -> Any:
