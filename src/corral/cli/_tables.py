@@ -79,6 +79,11 @@ def to_text(renderable: RenderableType, width: int = _PIPE_WIDTH) -> str:
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
 
 
+def _mark(cell: str, chosen: bool) -> str:
+    """A selected row's first cell begins with ``›`` (seen without colours too)."""
+    return f"› {cell}" if chosen else cell
+
+
 def _table(title: str | None, *columns: str, **kwargs: Any) -> Table:
     t = Table(
         title=title,
@@ -95,7 +100,7 @@ def _table(title: str | None, *columns: str, **kwargs: Any) -> Table:
     return t
 
 
-def fleet_table(f: cockpit.Fleet) -> RenderableType:
+def fleet_table(f: cockpit.Fleet, *, title: str | None = "Fleet") -> RenderableType:
     """The Fleet figures as label/value rows, then the last assessment and the counts
     it was made from."""
     grid = Table.grid(padding=(0, 2))
@@ -129,7 +134,7 @@ def fleet_table(f: cockpit.Fleet) -> RenderableType:
         grid.add_row("  from", basis)
     if f.manager:
         grid.add_row("Manager", f.manager)
-    return Group(Text("Fleet", style="bold"), grid)
+    return grid if title is None else Group(Text(title, style="bold"), grid)
 
 
 def nodes_table(
@@ -151,7 +156,16 @@ def nodes_table(
         if n.strength:
             model += f" ({n.strength})"
         style = "reverse" if i == selected else None
-        t.add_row(n.id, n.role, n.status, model, beat, task, n.health or "—", style=style)
+        t.add_row(
+            _mark(n.id, i == selected),
+            n.role,
+            n.status,
+            model,
+            beat,
+            task,
+            n.health or "—",
+            style=style,
+        )
     if not nodes:
         t.add_row("(no live nodes)", *[""] * 6)
     return t
@@ -185,7 +199,15 @@ def tasks_table(
             since = task.finished_at or task.updated_at
         age = cockpit.age(None if since is None else now - since)
         style = "reverse" if i == selected else None
-        t.add_row(str(task.id), task.status, task.priority, task.title, detail, age, style=style)
+        t.add_row(
+            _mark(str(task.id), i == selected),
+            task.status,
+            task.priority,
+            task.title,
+            detail,
+            age,
+            style=style,
+        )
     if not tasks:
         t.add_row("", "(no open tasks)", *[""] * 4)
     return t
@@ -220,10 +242,19 @@ def processes_table(
     head = ("HOST",) if hosts else ()
     t = _table(title, *head, "AGENT", "STATE", "PID", "LAST BEAT", "UPTIME", "RESTARTS")
     for i, r in enumerate(rows):
-        first = (r.host,) if hosts else ()
+        first = (_mark(r.host, i == selected),) if hosts else ()
         state = Text(r.state, style=_STATE_STYLE.get(r.state, ""))
         style = "reverse" if i == selected else None
-        t.add_row(*first, r.agent, state, r.pid, r.last_beat, r.uptime, r.restarts, style=style)
+        t.add_row(
+            *first,
+            _mark(r.agent, i == selected and not hosts),
+            state,
+            r.pid,
+            r.last_beat,
+            r.uptime,
+            r.restarts,
+            style=style,
+        )
     if not rows:
         t.add_row(*[""] * len(head), "(no supervised processes)", *[""] * 5)
     notes = [f"{r.agent}: {r.note}" for r in rows if r.note]

@@ -1,0 +1,217 @@
+"""``corral top`` in a real terminal: tmux (a private server, a fixed 120x40 window)
+runs it against a real ``corral serve`` and against the embedded default, and
+``tmux capture-pane`` reads the screen. A node registered through the API shows
+within a second; the keys switch panels (each panel's title); an operator's key
+cancels a task; a viewer's token is read only; ``q`` gives the terminal back."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import corral
+from corral.cli.top import Top, parse_keys
+from tests.integration.test_mcp_transports import Server
+from tests.support.backends.http import TOKEN, free_port
+
+TMUX = shutil.which("tmux")
+CORRAL = shutil.which("corral", path=os.path.dirname(sys.executable))
+SEEN_WITHIN = 1.0  # seconds: the acceptance line's "reflects a change within a second"
+
+if TMUX is None and not os.environ.get("CI"):
+    pytest.skip("tmux is not installed (scripts/test installs it)", allow_module_level=True)
+
+
+class Pane:
+    """One tmux session on a private server (``tmux -L``), killed with it."""
+
+    def __init__(self, command: str, cwd: Path) -> None:
+        assert TMUX is not None
+        self.socket = f"corral-top-{uuid.uuid4().hex[:8]}"
+        self.tmux = [TMUX, "-L", self.socket]
+        session = ["-d", "-x", "120", "-y", "40", "-c", str(cwd), "-s", "top", command]
+        subprocess.run(
+            [*self.tmux, "-f", "/dev/null", "new-session", *session],
+            check=True,
+            env={k: v for k, v in os.environ.items() if k not in ("TMUX", "CORRAL_TOKEN")},
+        )
+
+    def screen(self) -> str:
+        done = subprocess.run(
+            [*self.tmux, "capture-pane", "-p", "-t", "top"], capture_output=True, text=True
+        )
+        return done.stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "-t", "top", *keys], check=True)
+
+    def wait(self, check: Callable[[str], bool], what: str, seconds: float = 15) -> float:
+        """Poll the screen until ``check`` holds; the seconds it took."""
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            if check(self.screen()):
+                return time.monotonic() - started
+            time.sleep(0.02)
+        raise AssertionError(f"{what}: not on the screen within {seconds}s:\n{self.screen()}")
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+
+def _top_command(*args: str, token: str | None = None, options: tuple[str, ...] = ()) -> str:
+    """``corral top`` in the pane, then a line saying how it exited and whether the
+    terminal's settings are the ones it found (``stty -g`` before and after)."""
+    assert CORRAL is not None
+    env = f"CORRAL_TOKEN={shlex.quote(token)} " if token else ""
+    top = " ".join(shlex.quote(a) for a in (CORRAL, *args, "top", *options))
+    return (
+        f'before=$(stty -g); {env}{top}; code=$?; [ "$(stty -g)" = "$before" ] && same=yes;'
+        ' echo "top exited $code, terminal restored: ${same:-no}"; sleep 60'
+    )
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """A ``corral serve`` process over a fresh SQLite file, operator token TOKEN."""
+    assert CORRAL is not None
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    port = free_port()
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    argv = [CORRAL, "--url", url, "serve", "--port", str(port), "--token-file", str(token_file)]
+    server = Server(argv, port, {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"})
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def panes() -> Iterator[list[Pane]]:
+    made: list[Pane] = []
+    try:
+        yield made
+    finally:
+        for p in made:
+            p.close()
+
+
+def test_top_shows_a_new_node_within_a_second_and_switches_panels(
+    tmp_path: Path, served: str, panes: list[Pane]
+) -> None:
+    """Against ``corral serve`` with the operator's token: the Nodes panel (key 2)
+    shows a node registered through the API within a second; 3, 4 and Tab show the
+    Tasks, Processes and Fleet panels; c then y cancels the selected task; q quits
+    with the terminal as it was."""
+    pane = Pane(_top_command("--url", served, token=TOKEN), tmp_path)
+    panes.append(pane)
+    pane.wait(lambda s: "Fleet — 0 / 4 live, 0 pending" in s, "the Fleet panel")
+    pane.keys("2")
+    pane.wait(lambda s: "Nodes — 0 live" in s, "the Nodes panel")
+    with corral.connect(served, token=TOKEN) as c:
+        c.register_node("Node-T1", "developer")
+        took = pane.wait(lambda s: "Node-T1" in s, "the new node")
+        assert took < SEEN_WITHIN, f"the node showed after {took:.2f}s"
+        assert "Nodes — 1 live" in pane.screen()
+        task = c.add_task("Implement the login page")
+        pane.keys("3")
+        pane.wait(lambda s: "Tasks — 0 in progress, 1 pending, 0 failed" in s, "the Tasks panel")
+        pane.wait(lambda s: f"› {task.id}" in s and "Implement the login page" in s, "the task")
+        pane.keys("c")
+        pane.wait(lambda s: f"cancel task {task.id} (Implement the login page)? y/n" in s, "ask")
+        pane.keys("y")
+        pane.wait(lambda s: f"task {task.id} cancelled" in s, "the cancellation")
+        assert c.get_task(task.id).status == "cancelled"
+        [event] = [e for e in c.events(limit=10_000) if e.kind == "task_cancelled"]
+        assert event.data["reason"] == "cancelled in corral top"
+    pane.keys("4")
+    pane.wait(lambda s: "Processes — 0 supervised" in s, "the Processes panel")
+    pane.keys("Tab")
+    pane.wait(lambda s: "Fleet — 1 / 4 live, 0 pending" in s, "Tab back to Fleet")
+    pane.keys("q")
+    pane.wait(lambda s: "top exited 0, terminal restored: yes" in s, "the exit")
+    assert "Fleet —" not in pane.screen()  # the alternate screen is gone
+
+
+def test_a_viewers_top_is_read_only(tmp_path: Path, served: str, panes: list[Pane]) -> None:
+    """A viewer's token sees the panels; the keys that act say "read only" (the
+    server refused the operation) and nothing changes."""
+    with corral.connect(served, token=TOKEN) as c:
+        viewer = c.create_token("wall-screen", "viewer").token
+        assert viewer is not None
+        task = c.add_task("Implement the login page")
+        pane = Pane(_top_command("--url", served, token=viewer), tmp_path)
+        panes.append(pane)
+        pane.wait(lambda s: "Fleet — 0 / 4 live, 1 pending" in s, "the Fleet panel")
+        pane.keys("3")
+        pane.wait(lambda s: f"› {task.id}" in s, "the task selected")
+        pane.keys("c", "y")
+        pane.wait(lambda s: "read only: " in s and "[read only]" in s, "the refusal")
+        pane.keys("e")
+        pane.wait(lambda s: "read only: this token may not act" in s, "read only at once")
+        assert c.get_task(task.id).status == "pending"
+        assert not [e for e in c.events(limit=10_000) if e.kind == "task_cancelled"]
+    pane.keys("q")
+    pane.wait(lambda s: "top exited 0" in s, "the exit")
+
+
+def test_top_on_the_embedded_default_sees_another_process_register(
+    tmp_path: Path, panes: list[Pane]
+) -> None:
+    """No --url: the SQLite file under .corral/ (corral init's); a node another
+    process registers shows within a second."""
+    assert CORRAL is not None
+    subprocess.run([CORRAL, "init"], cwd=tmp_path, check=True, capture_output=True)
+    pane = Pane(_top_command(options=("--panel", "nodes")), tmp_path)
+    panes.append(pane)
+    pane.wait(lambda s: "Nodes — 0 live" in s, "the Nodes panel")
+    with corral.connect(f"sqlite:///{tmp_path / '.corral' / 'corral.db'}") as c:
+        c.register_node("Node-E1", "architect")
+        took = pane.wait(lambda s: "Node-E1" in s, "the new node")
+    assert took < SEEN_WITHIN, f"the node showed after {took:.2f}s"
+    pane.keys("q")
+    pane.wait(lambda s: "top exited 0, terminal restored: yes" in s, "the exit")
+
+
+def test_top_without_a_terminal_exits_2_naming_it(tmp_path: Path) -> None:
+    assert CORRAL is not None
+    subprocess.run([CORRAL, "init"], cwd=tmp_path, check=True, capture_output=True)
+    done = subprocess.run(
+        [CORRAL, "top"], cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: top: corral top needs a terminal (corral status prints the same tables)\n"
+    )
+
+
+def test_keys_are_parsed_from_what_the_terminal_sends() -> None:
+    assert parse_keys("2\t\x1b[Z\x1b[A\x1b[Bq\x1b[5~x") == [
+        "2",
+        "tab",
+        "backtab",
+        "up",
+        "down",
+        "q",
+        "x",
+    ]
+
+
+def test_an_action_key_on_another_panel_says_where_it_acts(tmp_path: Path) -> None:
+    with corral.connect(f"sqlite:///{tmp_path / 'c.db'}") as c:
+        top = Top(c, "x", "nodes")
+        top.press("c")
+        assert top.message == "'c' acts on the Tasks panel (3)"
+        top.press("r")
+        assert top.message == "'r' acts on the Processes panel (4)"
