@@ -98,6 +98,12 @@ class AlertSender:
             self._queue.task_done()
         self._queue.task_done()
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every alert queued has been sent (or given up); False on timeout."""
+        done = self._queue.all_tasks_done
+        with done:
+            return done.wait_for(lambda: self._queue.unfinished_tasks == 0, timeout)
+
     def close(self, timeout: float = 1.0) -> None:
         """Stop after the alert in flight (the queued ones are dropped)."""
         if self._thread is None:
@@ -147,8 +153,8 @@ class Alerter:
         found: list[Alert] = []
         for e in events:
             self._follow(e, hosts)
-            if leading and (alert := alerts.from_event(e)) is not None:
-                found.append(alert)
+            if leading:
+                found += alerts.from_event(e)
         if not leading:
             return []
         due = self._state_at is None or now - self._state_at >= self.state_interval

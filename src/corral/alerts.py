@@ -170,29 +170,39 @@ class RateLimit:
 
 
 # --- the conditions -----------------------------------------------------------------
-def from_event(e: Event) -> Alert | None:
-    """The alert one event is, if any: a dead node's lease recovered, a task failed
-    for good. (A process's conditions come from its host's report: ``crash_loop``.)"""
+def from_event(e: Event) -> list[Alert]:
+    """The alerts one event is: a dead node's lease recovered, a task failed for good
+    (a recovered lease may be both). A process's conditions come from its host's
+    report (``crash_loop``)."""
     d = e.data
+    found: list[Alert] = []
+    if e.kind == "alert":
+        return found
     if e.kind == "lease_recovered" and e.node_id:
-        return Alert(
-            "node_dead_with_lease",
-            f"node:{e.node_id}",
-            f"node {e.node_id} died holding task {e.task_id}; its lease was recovered"
-            f" (task now {d.get('outcome')})",
-            e.node_id,
-            {"task_id": e.task_id, "outcome": d.get("outcome"), "event_seq": e.seq},
+        found.append(
+            Alert(
+                "node_dead_with_lease",
+                f"node:{e.node_id}",
+                f"node {e.node_id} died holding task {e.task_id}; its lease was recovered"
+                f" (task now {d.get('outcome')})",
+                e.node_id,
+                {"task_id": e.task_id, "outcome": d.get("outcome"), "event_seq": e.seq},
+            )
         )
-    if d.get("outcome") == "failed" and e.task_id is not None and e.kind != "alert":
-        error = d.get("error_text") or d.get("reason") or e.kind
-        return Alert(
-            "task_failed",
-            f"task:{e.task_id}",
-            f"task {e.task_id} failed for good ({error})",
-            e.node_id,
-            {"task_id": e.task_id, "event": e.kind, "error": error, "event_seq": e.seq},
+    if d.get("outcome") == "failed" and e.task_id is not None:
+        error = d.get("error_text") or (
+            f"{e.kind}: its holder {e.node_id} {d['reason']}" if d.get("reason") else e.kind
         )
-    return None
+        found.append(
+            Alert(
+                "task_failed",
+                f"task:{e.task_id}",
+                f"task {e.task_id} failed for good ({error})",
+                e.node_id,
+                {"task_id": e.task_id, "event": e.kind, "error": error, "event_seq": e.seq},
+            )
+        )
+    return found
 
 
 def restarts_within(samples: Sequence[tuple[float, int]], now: float, window: float) -> int:

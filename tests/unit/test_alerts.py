@@ -87,7 +87,7 @@ def test_a_spawn_request_is_overdue_past_the_threshold_oldest_first() -> None:
 
 
 def test_a_workflow_run_is_past_its_earliest_waiter_deadline() -> None:
-    waiters = [{"deadline": 300.0}, {"deadline": 200.0}, {"deadline": None}]
+    waiters: list[dict[str, Any]] = [{"deadline": 300.0}, {"deadline": 200.0}, {"deadline": None}]
     assert alerts.past_deadline(waiters, 199.0) is None
     assert alerts.past_deadline(waiters, 201.0) == 200.0
     assert alerts.past_deadline([{"deadline": None}], 1e9) is None
@@ -96,8 +96,7 @@ def test_a_workflow_run_is_past_its_earliest_waiter_deadline() -> None:
 
 # --- events ---------------------------------------------------------------------------
 def test_a_recovered_lease_is_an_alert_about_the_dead_node() -> None:
-    alert = alerts.from_event(_event("lease_recovered", "w1", 4, outcome="pending"))
-    assert alert is not None
+    (alert,) = alerts.from_event(_event("lease_recovered", "w1", 4, outcome="pending"))
     assert (alert.condition, alert.subject, alert.node_id) == (
         "node_dead_with_lease",
         "node:w1",
@@ -107,12 +106,22 @@ def test_a_recovered_lease_is_an_alert_about_the_dead_node() -> None:
 
 
 def test_a_task_failed_for_good_is_an_alert_about_the_task() -> None:
-    final = alerts.from_event(_event("task_failed", "w1", 9, outcome="failed", error_text="boom"))
-    assert final is not None
+    (final,) = alerts.from_event(
+        _event("task_failed", "w1", 9, outcome="failed", error_text="boom")
+    )
     assert (final.condition, final.subject) == ("task_failed", "task:9")
     assert "boom" in final.message
     # a failure that goes back to the queue is not one
-    assert alerts.from_event(_event("task_failed", "w1", 9, outcome="pending")) is None
+    assert alerts.from_event(_event("task_failed", "w1", 9, outcome="pending")) == []
+
+
+def test_a_lease_recovered_from_a_tasks_last_attempt_is_two_alerts() -> None:
+    """The node died holding it, and the task failed for good."""
+    found = alerts.from_event(_event("lease_recovered", "w1", 4, outcome="failed", reason="dead"))
+    assert [(a.condition, a.subject) for a in found] == [
+        ("node_dead_with_lease", "node:w1"),
+        ("task_failed", "task:4"),
+    ]
 
 
 def test_other_events_are_not_alerts() -> None:
@@ -121,7 +130,7 @@ def test_other_events_are_not_alerts() -> None:
         _event("alert", None, 3, outcome="failed", subject="task:3"),  # never itself
         _event("node_dead", "w1"),
     ):
-        assert alerts.from_event(e) is None
+        assert alerts.from_event(e) == []
 
 
 # --- the settings -----------------------------------------------------------------------
