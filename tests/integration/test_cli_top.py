@@ -20,8 +20,7 @@ import pytest
 
 import corral
 from corral.cli.top import Top, parse_keys
-from tests.integration.test_mcp_transports import Server
-from tests.support.backends.http import TOKEN, free_port
+from tests.support.served import TOKEN, corral_serve
 
 TMUX = shutil.which("tmux")
 CORRAL = shutil.which("corral", path=os.path.dirname(sys.executable))
@@ -82,19 +81,8 @@ def _top_command(*args: str, token: str | None = None, options: tuple[str, ...] 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[str]:
     """A ``corral serve`` process over a fresh SQLite file, operator token TOKEN."""
-    assert CORRAL is not None
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
-    port = free_port()
-    url = f"sqlite:///{tmp_path / 'corral.db'}"
-    argv = [CORRAL, "--url", url, "serve", "--port", str(port), "--token-file", str(token_file)]
-    server = Server(argv, port, {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"})
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.kill()
+    with corral_serve(tmp_path) as base:
+        yield base
 
 
 @pytest.fixture
@@ -215,3 +203,22 @@ def test_an_action_key_on_another_panel_says_where_it_acts(tmp_path: Path) -> No
         assert top.message == "'c' acts on the Tasks panel (3)"
         top.press("r")
         assert top.message == "'r' acts on the Processes panel (4)"
+
+
+def test_task_import_on_a_terminal_draws_a_progress_bar(tmp_path: Path, panes: list[Pane]) -> None:
+    """On a terminal ``corral task import`` shows a bar counting the tasks sent (and
+    no line per batch), then the summary."""
+    assert CORRAL is not None
+    subprocess.run([CORRAL, "init"], cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "tasks.jsonl").write_text(
+        "".join(f'{{"title": "Task {i}"}}\n' for i in range(250)) + "not json\n"
+    )
+    command = shlex.join([CORRAL, "task", "import", "tasks.jsonl", "--batch-size", "100"])
+    pane = Pane(f"{command}; echo import exited $?; sleep 60", tmp_path)
+    panes.append(pane)
+    pane.wait(lambda s: "import exited 1" in s, "the import's end")
+    screen = pane.screen()
+    assert "importing" in screen and "250/250" in screen
+    assert "tasks added" not in screen
+    assert "imported 250 tasks from tasks.jsonl: lines 1-250, ids 1-250" in screen
+    assert "  line 251: not JSON: " in screen
