@@ -27,7 +27,8 @@ def run_quick(script: str, out: Path, *extra: str) -> dict[str, Any]:
         cwd=out.parent,
     )
     assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(out.read_text())
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 def test_latency_bench_quick_run_writes_its_json(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import corral
+from corral.types import Client
 from tests.support.backends import postgres as pg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ def stepped_monitor(url: str, shim: Path, tmp_path: Path, step: float) -> subpro
     return subprocess.Popen([sys.executable, "-c", MONITOR, url], env=env, cwd=ROOT)
 
 
-def recovered(c: corral.Cluster) -> list[corral.Event]:
+def recovered(c: Client) -> list[corral.Event]:
     return [e for e in c.events(limit=10_000) if e.kind == "lease_recovered"]
 
 

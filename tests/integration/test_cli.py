@@ -8,17 +8,25 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 import corral
 from corral.cli import cli
 from corral.cli._common import run_main
+from corral.types import Client
 from tests.support.worker_app import wait_for
+
+CliRun = Callable[..., tuple[int, str, str]]
+"""The ``corral_cli`` fixture: ``corral ARGS...`` in this process, as (code, out, err)."""
 
 
 @pytest.fixture
-def corral_cli(tmp_path, monkeypatch, capsys):
+def corral_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> CliRun:
     monkeypatch.setenv("CORRAL_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     monkeypatch.chdir(tmp_path)  # `corral init` writes .corral/token here, not in the checkout
 
@@ -30,7 +38,7 @@ def corral_cli(tmp_path, monkeypatch, capsys):
     return run
 
 
-def test_a_round_trip_through_the_cli(corral_cli):
+def test_a_round_trip_through_the_cli(corral_cli: CliRun) -> None:
     assert corral_cli("init")[0] == 0
     code, out, _ = corral_cli(
         "node", "register", "Node-X9J2", "developer", "--model", "claude-sonnet-4-5"
@@ -76,7 +84,9 @@ def test_a_round_trip_through_the_cli(corral_cli):
         (["config", "set", "colour", "blue"], "colour"),
     ],
 )
-def test_bad_input_exits_2_with_one_line_naming_the_field(corral_cli, args, field):
+def test_bad_input_exits_2_with_one_line_naming_the_field(
+    corral_cli: CliRun, args: list[str], field: str
+) -> None:
     corral_cli("init")
     code, out, err = corral_cli(*args)
     assert code == 2
@@ -84,12 +94,12 @@ def test_bad_input_exits_2_with_one_line_naming_the_field(corral_cli, args, fiel
     assert err.count("\n") == 1 and err.startswith(f"error: {field}:"), err
 
 
-def test_usage_errors_are_one_line_too(corral_cli):
+def test_usage_errors_are_one_line_too(corral_cli: CliRun) -> None:
     code, _, err = corral_cli("task", "complete", "1")
     assert code == 2 and err.count("\n") == 1 and "NODE_ID" in err
 
 
-def test_an_unreachable_store_exits_3_with_one_line(tmp_path):
+def test_an_unreachable_store_exits_3_with_one_line(tmp_path: Path) -> None:
     """Not a line of the connection pool's retries before it (a real process: the
     test runner's log capture would hide them)."""
     url = "postgresql://corral@127.0.0.1:1/nowhere?connect_timeout=1"
@@ -106,7 +116,7 @@ def test_an_unreachable_store_exits_3_with_one_line(tmp_path):
     assert done.stderr.startswith("error: cannot reach PostgreSQL at "), done.stderr
 
 
-def test_refusals_exit_1_with_the_error_prefix_and_the_documents_text(corral_cli):
+def test_refusals_exit_1_with_the_error_prefix_and_the_documents_text(corral_cli: CliRun) -> None:
     corral_cli("config", "set", "max_agents", "1")
     corral_cli("node", "register", "A", "developer")
     code, _, err = corral_cli("node", "register", "B", "developer")
@@ -117,7 +127,7 @@ def test_refusals_exit_1_with_the_error_prefix_and_the_documents_text(corral_cli
     assert (code, err) == (1, "error: task 1 has no epoch 2: its lease is at epoch 1\n")
 
 
-def test_config_show_and_set(corral_cli):
+def test_config_show_and_set(corral_cli: CliRun) -> None:
     corral_cli(
         "config",
         "set",
@@ -133,7 +143,7 @@ def test_config_show_and_set(corral_cli):
     assert corral_cli("node", "register", "T", "tester")[0] == 0
 
 
-def test_console_script_runs(tmp_path):
+def test_console_script_runs(tmp_path: Path) -> None:
     """The installed ``corral`` entry point works as a real process."""
     env_url = f"sqlite:///{tmp_path / 'p.db'}"
     proc = subprocess.run(
@@ -153,7 +163,9 @@ def test_console_script_runs(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error: priority:")
 
 
-def test_commands_that_do_not_add_refuse_a_database_that_is_not_there(tmp_path, capsys):
+def test_commands_that_do_not_add_refuse_a_database_that_is_not_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A mistyped path is an error, not an empty new cluster: reading or acting on a
     cluster where no SQLite file is exits 2 with one line naming the url and the path,
     and creates nothing; commands that add (init, node register, task add, config set)
@@ -181,7 +193,9 @@ def test_commands_that_do_not_add_refuse_a_database_that_is_not_there(tmp_path, 
     assert "Implement it" in capsys.readouterr().out
 
 
-def test_a_database_path_whose_directory_cannot_be_made_exits_2_naming_the_url(tmp_path, capsys):
+def test_a_database_path_whose_directory_cannot_be_made_exits_2_naming_the_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``corral init`` where the file's directory cannot be created (under a regular
     file here): one line naming the url, exit 2, no traceback; the library raises
     ``InvalidInputError`` (a ``CorralError``), not ``OSError``."""
@@ -200,7 +214,9 @@ def test_a_database_path_whose_directory_cannot_be_made_exits_2_naming_the_url(t
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
-def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value):
+def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(
+    corral_cli: CliRun, value: str
+) -> None:
     """``corral monitor --max-sleep`` below zero, zero, NaN or infinite: exit 2 with
     one line naming the field (it used to start a monitor that spun or never woke)."""
     assert corral_cli("init")[0] == 0
@@ -236,8 +252,13 @@ def test_monitor_refuses_a_sleep_that_is_not_a_positive_number(corral_cli, value
     ],
 )
 def test_a_malformed_url_exits_2_at_once_naming_it(
-    tmp_path, monkeypatch, capsys, url, why, command
-):
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    url: str,
+    why: str,
+    command: list[str],
+) -> None:
     """No traceback, no connection attempt (a PostgreSQL port out of range used to
     wait 5 s for the pool, then exit 3): one line naming the url, exit 2."""
     monkeypatch.chdir(tmp_path)
@@ -252,7 +273,7 @@ def test_a_malformed_url_exits_2_at_once_naming_it(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_malformed_url_as_a_real_process_and_its_password_hidden(tmp_path):
+def test_a_malformed_url_as_a_real_process_and_its_password_hidden(tmp_path: Path) -> None:
     url = "postgresql://corral:s3cret@127.0.0.1:99999/x"
     done = subprocess.run(
         [sys.executable, "-m", "corral", "--url", url, "status"],
@@ -268,7 +289,7 @@ def test_a_malformed_url_as_a_real_process_and_its_password_hidden(tmp_path):
     )
 
 
-def test_well_formed_urls_still_parse():
+def test_well_formed_urls_still_parse() -> None:
     """IPv6 hosts, several PostgreSQL hosts, a socket directory in the query."""
     from corral.store import check_url
 
@@ -286,8 +307,8 @@ def test_well_formed_urls_still_parse():
 
 
 def test_node_token_without_a_usable_operator_token_exits_2_naming_the_option(
-    tmp_path, monkeypatch, capsys
-):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """As for corral serve: no operator token at all, a --token-file that is missing,
     empty or a directory is a usage error (exit 2, one line naming --token-file)."""
     monkeypatch.chdir(tmp_path)
@@ -310,7 +331,9 @@ def test_node_token_without_a_usable_operator_token_exits_2_naming_the_option(
     assert capsys.readouterr().out.startswith("node.")
 
 
-def _monitor_process(tmp_path, *args: str) -> tuple[subprocess.Popen, object]:
+def _monitor_process(
+    tmp_path: Path, *args: str
+) -> tuple[subprocess.Popen[bytes], tuple[Client, Path]]:
     url = f"sqlite:///{tmp_path / 'm.db'}"
     c = corral.connect(url)
     c.register_node("A", "developer", heartbeat_interval=0.1)  # dead after 0.3 s of silence
@@ -327,12 +350,12 @@ def _monitor_process(tmp_path, *args: str) -> tuple[subprocess.Popen, object]:
     return proc, (c, log)
 
 
-def _messages(log) -> list[str]:
+def _messages(log: Path) -> list[str]:
     """The log lines without their timestamp and logger name."""
     return [line.split(" ", 3)[3] for line in log.read_text().splitlines()]
 
 
-def test_monitor_verbose_logs_each_pass_that_did_something(tmp_path):
+def test_monitor_verbose_logs_each_pass_that_did_something(tmp_path: Path) -> None:
     """``corral monitor -v``: a line for a pass saying what it recovered, terminated
     and retired, the assessment when one was made, and when the next duty is due
     (it used to log only "monitor started" and "monitor stopped"); a pass that finds
@@ -376,7 +399,7 @@ def test_monitor_verbose_logs_each_pass_that_did_something(tmp_path):
         assert m.startswith("pass: ") or any(m.startswith(e) for e in events) or m in elected, m
 
 
-def test_monitor_without_verbose_logs_events_only(tmp_path):
+def test_monitor_without_verbose_logs_events_only(tmp_path: Path) -> None:
     proc, (c, log) = _monitor_process(tmp_path)
     try:
         wait_for(
@@ -391,7 +414,7 @@ def test_monitor_without_verbose_logs_events_only(tmp_path):
     assert not [m for m in _messages(log) if m.startswith("pass: ")]
 
 
-def test_a_pass_that_does_not_lead_says_so():
+def test_a_pass_that_does_not_lead_says_so() -> None:
     from corral.cli.core import pass_line
     from corral.monitor import TickResult
 
@@ -399,7 +422,9 @@ def test_a_pass_that_does_not_lead_says_so():
     assert line == "pass: another monitor leads, nothing done; next due in 5.0s"
 
 
-def test_the_cli_help_and_the_user_docs_cite_no_file_the_repository_lacks(capsys):
+def test_the_cli_help_and_the_user_docs_cite_no_file_the_repository_lacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """README.md, ``corral status --help`` and docs/worker.md describe the behaviour
     instead of pointing at documents that are not in the repository."""
     from pathlib import Path

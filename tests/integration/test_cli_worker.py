@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,11 @@ import pytest
 import corral
 from corral.cli import cli
 from corral.cli._common import run_main
+from corral.types import Client
 
 
 @pytest.fixture
-def board(tmp_path, monkeypatch):
+def board(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
     """A cluster with one pending task; the CLI runs in ``tmp_path`` against it."""
     url = f"sqlite:///{tmp_path / 'w.db'}"
     monkeypatch.setenv("CORRAL_URL", url)
@@ -28,14 +30,14 @@ def board(tmp_path, monkeypatch):
     c.close()
 
 
-def _untouched(c) -> None:
+def _untouched(c: Client) -> None:
     """Nothing claimed, nothing registered."""
     [task] = c.list_tasks()
     assert (task.status, task.attempts, task.epoch, task.assigned_to) == ("pending", 0, 0, None)
     assert c.list_nodes() == []
 
 
-def _worker(capsys, *args: str) -> tuple[int, str]:
+def _worker(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     code = run_main(cli, ["worker", *args])
     return code, capsys.readouterr().err
 
@@ -71,7 +73,9 @@ def _worker(capsys, *args: str) -> tuple[int, str]:
         ("--id", " W1"),
     ],
 )
-def test_a_bad_option_exits_2_naming_it_and_claims_nothing(board, capsys, option, value):
+def test_a_bad_option_exits_2_naming_it_and_claims_nothing(
+    board: Client, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
     args = {"--id": "W1", "--role": "developer", option: value}
     flat = [x for pair in args.items() for x in pair]
     code, err = _worker(capsys, *flat, "--", "true")
@@ -81,7 +85,9 @@ def test_a_bad_option_exits_2_naming_it_and_claims_nothing(board, capsys, option
     _untouched(board)
 
 
-def test_the_github_options_are_checked_together_and_each(board, capsys):
+def test_the_github_options_are_checked_together_and_each(
+    board: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, err = _worker(
         capsys,
         "--id",
@@ -113,7 +119,9 @@ def test_the_github_options_are_checked_together_and_each(board, capsys):
     _untouched(board)
 
 
-def test_a_bad_role_exits_2_naming_it_and_registers_nothing(board, capsys):
+def test_a_bad_role_exits_2_naming_it_and_registers_nothing(
+    board: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, err = _worker(capsys, "--id", "W1", "--role", "wizard", "--", "true")
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: role: "), err
     _untouched(board)
@@ -131,7 +139,9 @@ def _commands(tmp_path: Path) -> list[tuple[str, str]]:
     ]
 
 
-def test_a_command_that_cannot_run_is_refused_before_the_first_claim(board, capsys, tmp_path):
+def test_a_command_that_cannot_run_is_refused_before_the_first_claim(
+    board: Client, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     for command, why in _commands(tmp_path):
         code, err = _worker(
             capsys, "--id", "W1", "--role", "developer", "--idle-timeout", "1", "--", command, "arg"
@@ -141,7 +151,7 @@ def test_a_command_that_cannot_run_is_refused_before_the_first_claim(board, caps
         _untouched(board)
 
 
-def test_the_reported_invocation_as_a_real_process(board, tmp_path):
+def test_the_reported_invocation_as_a_real_process(board: Client, tmp_path: Path) -> None:
     """The issue's reproduction: it used to exit 0 after failing every task for good."""
     board.add_task("Implement more")
     board.add_task("Implement the rest")
@@ -173,7 +183,9 @@ def test_the_reported_invocation_as_a_real_process(board, tmp_path):
     assert board.list_nodes() == []
 
 
-def test_a_command_found_on_path_or_by_path_runs(board, capsys, tmp_path):
+def test_a_command_found_on_path_or_by_path_runs(
+    board: Client, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """The check refuses only what cannot run: an executable by path works."""
     script = tmp_path / "ok.sh"
     script.write_text("#!/bin/sh\necho '{\"ok\": 1}'\n")
@@ -187,7 +199,7 @@ def test_a_command_found_on_path_or_by_path_runs(board, capsys, tmp_path):
     assert (task.status, task.result) == ("done", {"ok": 1})
 
 
-def test_help_lists_every_exit_code(capsys):
+def test_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_main(cli, ["worker", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     for code in (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ CTX = mp.get_context("spawn")
 
 
 @pytest.mark.slow
-def test_capacity_race_between_two_processes(tmp_path):
+def test_capacity_race_between_two_processes(tmp_path: Path) -> None:
     """With three live nodes, two processes register at the same instant: exactly one
     succeeds, in each of 50 trials, and the cluster never holds more than four."""
     barrier = CTX.Barrier(2)
@@ -48,7 +49,7 @@ def test_capacity_race_between_two_processes(tmp_path):
 
 
 @pytest.mark.slow
-def test_eight_processes_claim_each_task_exactly_once(tmp_path):
+def test_eight_processes_claim_each_task_exactly_once(tmp_path: Path) -> None:
     """8 processes claiming from 2,000 tasks: every task claimed and completed once."""
     url = f"sqlite:///{tmp_path / 'claims.db'}"
     with corral.connect(url) as c:

@@ -206,7 +206,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str
 
 
 @pytest.mark.slow
-def test_killed_writers_lose_nothing_they_were_told(store, tmp_path):
+def test_killed_writers_lose_nothing_they_were_told(
+    store: tuple[str, dict[str, Any]], tmp_path: Path
+) -> None:
     url, overrides = store
     run = _Run(url, overrides, tmp_path, url, overrides)
     run.drive(KILLS, run.kill_writer)
@@ -224,7 +226,7 @@ def _serve(db_url: str, port: int, token_file: Path, log: Any) -> subprocess.Pop
 
 
 @pytest.mark.slow
-def test_a_killed_server_answered_only_what_it_had_committed(tmp_path):
+def test_a_killed_server_answered_only_what_it_had_committed(tmp_path: Path) -> None:
     """The same over HTTP, killing ``corral serve`` instead (its short calls share one
     commit per event-loop turn and are answered after it): a writer that loses its
     server drops the task in hand, waits for the restarted server and claims again."""

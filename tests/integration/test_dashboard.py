@@ -13,9 +13,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
+import httpx2
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,11 +26,12 @@ from starlette.testclient import TestClient
 
 import corral
 from corral.clock import FakeClock
+from corral.cockpit import score_parts
 from corral.dashboard import Dashboard
 from corral.dashboard.feed import Feed, Snapshot, read_snapshot
 from corral.dashboard.pages import CSP
 from corral.dashboard.session import COOKIE, Session, Sessions
-from corral.dashboard.views import Filters, environment, heartbeat, render_panel, score_parts
+from corral.dashboard.views import Filters, environment, heartbeat, render_panel
 from corral.model import Node, Task
 from corral.scoring import score
 from corral.server import create_app
@@ -110,7 +112,7 @@ def app_client(tmp_path: Path) -> Iterator[TestClient]:
     cluster.close()
 
 
-def _log_in(client: TestClient, token: str = TOKEN, **form: str) -> httpx.Response:
+def _log_in(client: TestClient, token: str = TOKEN, **form: str) -> httpx2.Response:
     return client.post(
         "/login", data={"token": token, **form}, headers={"Origin": "http://testserver"}
     )
@@ -203,6 +205,7 @@ def test_a_viewer_is_refused_every_action_and_an_operator_is_not(tmp_path: Path)
     """The gate every dashboard action goes through: no session 401, no CSRF token
     403, a viewer's session 403 even with its token, the operator's passes."""
     cluster = corral.connect(f"sqlite:///{tmp_path / 'c.db'}")
+    assert isinstance(cluster, corral.Cluster)  # a database URL gives the embedded client
     sessions = Sessions(secret=b"k")
     dash = Dashboard(ServerState(cluster, Tokens(TOKEN)), sessions=sessions)
 
@@ -212,7 +215,11 @@ def test_a_viewer_is_refused_every_action_and_an_operator_is_not(tmp_path: Path)
     app = Starlette(routes=[Route("/act", dash.action(act), methods=["POST"])])
     with TestClient(app) as client:
         assert client.post("/act").status_code == 401
-        for role, status in (("viewer", 403), ("operator", 200)):
+        roles: tuple[tuple[Literal["viewer", "operator"], int], ...] = (
+            ("viewer", 403),
+            ("operator", 200),
+        )
+        for role, status in roles:
             session, cookie = sessions.issue(role)
             client.cookies.set(COOKIE, cookie)
             assert client.post("/act").status_code == 403
@@ -419,6 +426,7 @@ def test_a_resumed_stream_skips_what_it_has_and_pings_while_quiet(tmp_path: Path
     """With ``Last-Event-ID`` at the feed's newest event, the stream sends no panels
     until something changes; a quiet stream sends ping comments."""
     cluster = corral.connect(f"sqlite:///{tmp_path / 'r.db'}")
+    assert isinstance(cluster, corral.Cluster)  # a database URL gives the embedded client
     st = ServerState(cluster, Tokens(TOKEN), sse_poll=0.05)
     sessions = Sessions(secret=b"k")
     dash = Dashboard(st, sessions=sessions, ping=0.2)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Locator, Page, expect, sync_playwright
 
 import corral
 from tests.integration.test_mcp_transports import Server
@@ -247,14 +247,14 @@ def test_every_control_is_reached_by_tab_and_labelled(browser: Browser, served: 
     expect(focusable).to_have_count(len(controls))
 
 
-def _tab_reaches(page: Page, controls: list[object]) -> None:
+def _tab_reaches(page: Page, controls: list[Locator]) -> None:
     page.locator("body").focus()
     reached = []
     for _ in range(len(controls) + 3):
         page.keyboard.press("Tab")
         reached.append(page.evaluate("document.activeElement.outerHTML"))
     for control in controls:
-        html = control.evaluate("e => e.outerHTML")  # type: ignore[attr-defined]
+        html = control.evaluate("e => e.outerHTML")
         assert html in reached, f"Tab never reached {html}"
 
 

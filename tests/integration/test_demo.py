@@ -8,17 +8,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import corral
 from corral.demo import _describe
+from corral.model import Event
 
 _LINE = re.compile(r"^ *(-?\d+\.\d\d)s  (.*)$")
 
 
 @pytest.fixture(scope="module")
-def demo_run():
+def demo_run() -> tuple[str, dict[str, Any], list[Event]]:
     """One demo run, its database kept: (stdout, summary, events in seq order)."""
     proc = subprocess.run(
         [sys.executable, "-m", "corral", "demo", "--json", "--keep"],
@@ -38,7 +40,7 @@ def demo_run():
     return proc.stdout, summary, events
 
 
-def test_demo_runs_the_whole_lifecycle(demo_run):
+def test_demo_runs_the_whole_lifecycle(demo_run: tuple[str, dict[str, Any], list[Event]]) -> None:
     """Spawn to capacity, one refusal, a crash recovered by the monitor, idle retirement."""
     stdout, summary, _ = demo_run
     assert summary["tasks_done"] == summary["tasks_total"] == 10
@@ -52,7 +54,9 @@ def test_demo_runs_the_whole_lifecycle(demo_run):
     assert float(retired.group(1)) >= 3.0
 
 
-def test_demo_prints_the_events_in_cursor_order(demo_run):
+def test_demo_prints_the_events_in_cursor_order(
+    demo_run: tuple[str, dict[str, Any], list[Event]],
+) -> None:
     """Every line of the run is an event, in seq order (a batch of task_added is one
     line), but for the capacity refusal, which is no event."""
     stdout, _, events = demo_run
@@ -75,7 +79,9 @@ def test_demo_prints_the_events_in_cursor_order(demo_run):
     ]
 
 
-def test_every_assessment_describes_the_board_before_it(demo_run):
+def test_every_assessment_describes_the_board_before_it(
+    demo_run: tuple[str, dict[str, Any], list[Event]],
+) -> None:
     """Replaying the events up to each assessment gives the pending count it reports:
     the monitor never assesses a board that is about to be filled."""
     _, _, events = demo_run
@@ -95,7 +101,9 @@ def test_every_assessment_describes_the_board_before_it(demo_run):
     assert assessments >= 2
 
 
-def test_the_capacity_refusal_is_shown_as_the_point(demo_run):
+def test_the_capacity_refusal_is_shown_as_the_point(
+    demo_run: tuple[str, dict[str, Any], list[Event]],
+) -> None:
     """The refusal is introduced as the cap doing its job, not as a failure."""
     stdout, _, _ = demo_run
     line = next(x for x in stdout.splitlines() if "Registration rejected" in x)

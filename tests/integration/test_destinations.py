@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from corral.clock import FakeClock
+from corral.cluster import Cluster
 from corral.worker.destinations import (
     ClusterDestination,
     Delivery,
@@ -58,11 +60,11 @@ Available Capacity: 3
 - Completed: 42"""
 
 
-def test_github_comment_is_the_documents_markdown():
+def test_github_comment_is_the_documents_markdown() -> None:
     assert heartbeat_comment(EXAMPLE) == DOC_COMMENT
 
 
-def test_metrics_sample_is_the_documents_record():
+def test_metrics_sample_is_the_documents_record() -> None:
     assert metrics_sample(EXAMPLE) == {
         "timestamp": 1704067200000,
         "health_status": "healthy",
@@ -75,7 +77,7 @@ def test_metrics_sample_is_the_documents_record():
 @pytest.mark.parametrize(
     ("s", "text"), [(0, "0s"), (42, "42s"), (932, "15m 32s"), (7200, "2h 0m"), (7325.9, "2h 2m")]
 )
-def test_format_uptime(s, text):
+def test_format_uptime(s: float, text: str) -> None:
     assert format_uptime(s) == text
 
 
@@ -92,23 +94,24 @@ class Flaky:
             raise DestinationError(f"failure {self.calls}")
 
 
-def test_three_attempts_five_seconds_apart_by_default():
+def test_three_attempts_five_seconds_apart_by_default() -> None:
     sleeps: list[float] = []
     d = Delivery(Flaky(2), sleep=sleeps.append)
     assert d.deliver(EXAMPLE) is True
     assert sleeps == [5.0, 5.0] and d.consecutive_failures == 0 and d.sent == 1
 
 
-def test_retry_numbers_are_configurable():
+def test_retry_numbers_are_configurable() -> None:
     sleeps: list[float] = []
-    d = Delivery(
-        Flaky(10), policy=RetryPolicy(retry_attempts=5, retry_delay=0.5), sleep=sleeps.append
-    )
+    flaky = Flaky(10)
+    d = Delivery(flaky, policy=RetryPolicy(retry_attempts=5, retry_delay=0.5), sleep=sleeps.append)
     assert d.deliver(EXAMPLE) is False
-    assert sleeps == [0.5] * 4 and d.destination.calls == 5 and d.consecutive_failures == 1
+    assert sleeps == [0.5] * 4 and flaky.calls == 5 and d.consecutive_failures == 1
 
 
-def test_alert_once_after_three_failed_sends_in_a_row_then_recovery(caplog):
+def test_alert_once_after_three_failed_sends_in_a_row_then_recovery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     alerts: list[tuple[str, int, str]] = []
     flaky = Flaky(12)
     d = Delivery(flaky, on_alert=lambda *a: alerts.append(a), sleep=lambda s: None)
@@ -124,7 +127,7 @@ def test_alert_once_after_three_failed_sends_in_a_row_then_recovery(caplog):
     assert "recovered after 4 failures" in caplog.text
 
 
-def test_alert_is_an_event_in_the_cluster(sqlite_cluster):
+def test_alert_is_an_event_in_the_cluster(sqlite_cluster: Cluster) -> None:
     sqlite_cluster.register_node("W1", "developer")
     hb = HeartbeatMonitor(
         "W1",
@@ -154,7 +157,9 @@ class Stuck:
         raise DestinationError("timed out")
 
 
-def test_a_stuck_destination_holds_up_neither_the_beat_nor_the_cluster(sqlite_cluster, clock):
+def test_a_stuck_destination_holds_up_neither_the_beat_nor_the_cluster(
+    sqlite_cluster: Cluster, clock: FakeClock
+) -> None:
     sqlite_cluster.register_node("W1", "developer")
     stuck = Stuck()
     hb = HeartbeatMonitor(
@@ -208,7 +213,9 @@ def server() -> Iterator[tuple[str, type[Recorder]]]:
     srv.server_close()
 
 
-def test_github_destination_posts_the_comment_with_the_token(server, monkeypatch):
+def test_github_destination_posts_the_comment_with_the_token(
+    server: tuple[str, type[Recorder]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, rec = server
     monkeypatch.setenv("CORRAL_TEST_GH_TOKEN", "s3cret")
     gh = GitHubDestination(
@@ -223,7 +230,9 @@ def test_github_destination_posts_the_comment_with_the_token(server, monkeypatch
     assert req["body"] == {"body": DOC_COMMENT}
 
 
-def test_github_destination_through_the_monitor_per_task_issue(server, monkeypatch, clock):
+def test_github_destination_through_the_monitor_per_task_issue(
+    server: tuple[str, type[Recorder]], monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
     base, rec = server
     monkeypatch.setenv("GITHUB_TOKEN", "tok")
     monkeypatch.setenv("GITHUB_API_URL", base)
@@ -243,13 +252,13 @@ def test_github_destination_through_the_monitor_per_task_issue(server, monkeypat
     hb.stop()
 
 
-def test_github_destination_without_a_token_fails(monkeypatch):
+def test_github_destination_without_a_token_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     with pytest.raises(DestinationError, match="GITHUB_TOKEN"):
         GitHubDestination("org/repo", 1, base_url="http://127.0.0.1:9").send(EXAMPLE)
 
 
-def test_webhook_posts_the_json_and_a_500_is_a_failure(server):
+def test_webhook_posts_the_json_and_a_500_is_a_failure(server: tuple[str, type[Recorder]]) -> None:
     base, rec = server
     WebhookDestination(f"{base}/hook", headers={"X-Key": "k"}).send(EXAMPLE)
     assert rec.requests[0]["body"] == EXAMPLE and rec.requests[0]["headers"]["X-Key"] == "k"
@@ -258,12 +267,12 @@ def test_webhook_posts_the_json_and_a_500_is_a_failure(server):
         WebhookDestination(f"{base}/hook").send(EXAMPLE)
 
 
-def test_unreachable_webhook_is_a_failure_not_a_crash():
+def test_unreachable_webhook_is_a_failure_not_a_crash() -> None:
     d = Delivery(WebhookDestination("http://127.0.0.1:9/x", timeout=1), sleep=lambda s: None)
     assert d.deliver(EXAMPLE) is False and "cannot reach" in (d.last_error or "")
 
 
-def test_metrics_series_keeps_the_newest_points(sqlite_cluster):
+def test_metrics_series_keeps_the_newest_points(sqlite_cluster: Cluster) -> None:
     sqlite_cluster.register_node("worker-local-1", "developer")
     dest = MetricsDestination(sqlite_cluster, keep=5, prune_every=1)
     for i in range(12):
@@ -273,7 +282,7 @@ def test_metrics_series_keeps_the_newest_points(sqlite_cluster):
     assert series[-1].data == {**metrics_sample(EXAMPLE), "timestamp": 11}
 
 
-def test_metrics_pruning_is_amortized_but_bounded(sqlite_cluster):
+def test_metrics_pruning_is_amortized_but_bounded(sqlite_cluster: Cluster) -> None:
     dest = MetricsDestination(sqlite_cluster, keep=20)  # prunes every 2nd point
     assert dest.prune_every == 2
     for i in range(55):
@@ -282,7 +291,7 @@ def test_metrics_pruning_is_amortized_but_bounded(sqlite_cluster):
     assert 20 <= n < 20 + dest.prune_every
 
 
-def test_threaded_delivery_sends_from_its_own_thread(server):
+def test_threaded_delivery_sends_from_its_own_thread(server: tuple[str, type[Recorder]]) -> None:
     base, rec = server
     d = Delivery(WebhookDestination(f"{base}/h"), threaded=True)
     d.submit(EXAMPLE)

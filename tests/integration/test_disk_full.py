@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sqlite3
+from pathlib import Path
 
 from tests.support import procs
 
 CTX = mp.get_context("spawn")
 
 
-def test_a_full_disk_is_a_retryable_error_that_changes_nothing(tmp_path):
+def test_a_full_disk_is_a_retryable_error_that_changes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "full.db"
     out = CTX.Queue()
     child = CTX.Process(target=procs.write_until_the_disk_is_full, args=(str(path), out))

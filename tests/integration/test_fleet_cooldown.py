@@ -5,6 +5,8 @@ spawns nothing: no process is started."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from corral.fleet.manifest import parse_fleet
 from corral.fleet.pools import FleetSupervisor, Observation
 
@@ -27,7 +29,7 @@ def deep(pending: int) -> Observation:
     return Observation("spawn_developer", pending, max_agents=8, idle_timeout=30.0, nodes={})
 
 
-def test_a_members_own_exit_starts_the_cooldown(tmp_path):
+def test_a_members_own_exit_starts_the_cooldown(tmp_path: Path) -> None:
     """A pool of one member whose member stopped by itself (its idle retirement): at
     that look the board turns deep, and the spawn waits until 10 s after the exit."""
     sup = FleetSupervisor(parse_fleet(MANIFEST), state_dir=tmp_path, client=None)
@@ -39,7 +41,7 @@ def test_a_members_own_exit_starts_the_cooldown(tmp_path):
     assert (d.action, d.change) == ("spawn", 2)
 
 
-def test_a_first_spawn_is_not_held_back(tmp_path):
+def test_a_first_spawn_is_not_held_back(tmp_path: Path) -> None:
     sup = FleetSupervisor(parse_fleet(MANIFEST), state_dir=tmp_path, client=None)
     d = sup.step(100.0, deep(2))["dev"]
     assert (d.action, d.change) == ("spawn", 2)

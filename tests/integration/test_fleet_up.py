@@ -79,7 +79,11 @@ def test_the_fleet_example_drains_its_board_and_retires_its_workers(tmp_path: Pa
         for a, b in itertools.pairwise(decided):
             assert b.data["at"] >= a.data["at"] + 1.0
         for what in ("spawned", "ready", "claimed", "finished", "retired"):
-            wait_for(lambda w=what: w in {x["event"] for x in up.lines}, 5, f"a {what} line")
+
+            def logged(w: str = what) -> bool:
+                return w in {x["event"] for x in up.lines}
+
+            wait_for(logged, 5, f"a {what} line")
         assert up.descendants()  # the relay and the log daemon still run
     finally:
         rc = up.stop(signal.SIGINT)
@@ -129,6 +133,7 @@ def test_a_member_killed_mid_task_is_replaced_and_the_task_finished_once(tmp_pat
         wait_for(lambda: up.done() == 1, 60, "the task done")
         recovered = up.events("lease_recovered")
         assert [e.task_id for e in recovered] == [claim.task_id]
+        assert node.heartbeat_interval is not None
         window = node.heartbeat_interval * 3  # missed_beats intervals: the threshold
         assert recovered[0].ts - killed_at >= window - 1.5
         assert len(up.events("task_completed")) == 1

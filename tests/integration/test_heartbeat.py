@@ -9,6 +9,7 @@ import time
 import pytest
 
 import corral
+from corral.clock import FakeClock
 from corral.health import HealthThresholds
 from corral.worker.heartbeat import HeartbeatMonitor, next_beat
 from tests.support.worker_app import wait_for
@@ -34,7 +35,9 @@ DOC_KEYS = {
         (100.0, 130.0, 130.0),
     ],
 )
-def test_next_beat_stays_on_the_grid_and_skips_missed_slots(previous, now, expected):
+def test_next_beat_stays_on_the_grid_and_skips_missed_slots(
+    previous: float, now: float, expected: float
+) -> None:
     assert next_beat(previous, 5.0, now) == expected
 
 
@@ -44,7 +47,7 @@ def node(sqlite_cluster: corral.Cluster) -> corral.Cluster:
     return sqlite_cluster
 
 
-def test_payload_is_the_documents_heartbeat_data(node, clock):
+def test_payload_is_the_documents_heartbeat_data(node: corral.Cluster, clock: FakeClock) -> None:
     hb = HeartbeatMonitor("W1", node, capacity=3, clock=clock)
     hb.add_task(12)
     hb.add_task("13")
@@ -66,14 +69,14 @@ def test_payload_is_the_documents_heartbeat_data(node, clock):
     assert hb.payload()["current_tasks"] == ["13"]
 
 
-def test_uptime_comes_from_the_injected_monotonic_clock(node):
+def test_uptime_comes_from_the_injected_monotonic_clock(node: corral.Cluster) -> None:
     t = [100.0]
     hb = HeartbeatMonitor("W1", node, monotonic=lambda: t[0])
     t[0] = 7300.0
     assert hb.get_metrics()["uptime"] == 7200.0
 
 
-def test_health_thresholds_are_configurable(node):
+def test_health_thresholds_are_configurable(node: corral.Cluster) -> None:
     rss = HeartbeatMonitor("W1", node).get_metrics()["memory_usage"]
     degraded = HeartbeatMonitor("W1", node, thresholds=HealthThresholds(mem_degraded=rss / 2))
     assert degraded.get_health_status() == "degraded"
@@ -84,7 +87,9 @@ def test_health_thresholds_are_configurable(node):
     assert sick.payload()["health_status"] == "unhealthy"
 
 
-def test_beat_stores_the_payload_and_renews_the_node(node, clock):
+def test_beat_stores_the_payload_and_renews_the_node(
+    node: corral.Cluster, clock: FakeClock
+) -> None:
     hb = HeartbeatMonitor("W1", node, clock=clock)
     clock.advance(3)
     sent = hb.beat()
@@ -93,7 +98,7 @@ def test_beat_stores_the_payload_and_renews_the_node(node, clock):
     assert n.health == "healthy" and n.dead_at == clock.now() + 15.0
 
 
-def test_stop_with_final_fields_sends_a_last_beat(node, clock):
+def test_stop_with_final_fields_sends_a_last_beat(node: corral.Cluster, clock: FakeClock) -> None:
     hb = HeartbeatMonitor("W1", node, clock=clock)
     hb.add_task(5)
     hb.stop(final={"status": "shutting-down"})
@@ -101,7 +106,7 @@ def test_stop_with_final_fields_sends_a_last_beat(node, clock):
     assert beat["status"] == "shutting-down" and beat["current_tasks"] == ["5"]
 
 
-def test_thread_beats_every_interval_until_stopped(node):
+def test_thread_beats_every_interval_until_stopped(node: corral.Cluster) -> None:
     hb = HeartbeatMonitor("W1", node, heartbeat_interval=0.05)
     hb.start()
     wait_for(lambda: hb.beats >= 4, timeout=5, what="4 beats")
@@ -112,7 +117,7 @@ def test_thread_beats_every_interval_until_stopped(node):
     assert hb._thread is None
 
 
-def test_asyncio_variant_beats_and_sends_the_final_beat(node):
+def test_asyncio_variant_beats_and_sends_the_final_beat(node: corral.Cluster) -> None:
     hb = HeartbeatMonitor("W1", node, heartbeat_interval=0.05)
 
     async def scenario() -> int:
@@ -127,7 +132,7 @@ def test_asyncio_variant_beats_and_sends_the_final_beat(node):
     assert node.get_node("W1").heartbeat["status"] == "shutting-down"
 
 
-def test_a_terminated_node_is_reported_once_not_retried(node):
+def test_a_terminated_node_is_reported_once_not_retried(node: corral.Cluster) -> None:
     lost: list[Exception] = []
     sleeps: list[float] = []
     hb = HeartbeatMonitor("W1", node, on_node_lost=lost.append, sleep=sleeps.append)

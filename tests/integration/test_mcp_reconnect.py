@@ -22,6 +22,7 @@ from mcp import MCPError
 import corral
 from corral.mcp.http import ReconnectingTransport, connect, mcp_http_client
 from tests.integration.test_mcp_transports import Server, _free_port, serve_argv
+from tests.support.mcp_text import text_of
 from tests.support.worker_app import wait_for
 
 pytestmark = pytest.mark.slow
@@ -43,8 +44,8 @@ def _serve(tmp_path: Path) -> tuple[Server, str, str]:
 
 
 def _text(result: Any) -> str:
-    assert not result.is_error, result.content[0].text
-    return result.content[0].text
+    assert not result.is_error, text_of(result.content[0])
+    return text_of(result.content[0])
 
 
 def _titles(url: str) -> list[str]:

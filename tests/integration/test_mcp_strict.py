@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 import corral
 from corral.mcp import build_server
 from tests.integration.test_mcp_transports import Server, _free_port, serve_argv
+from tests.support.mcp_text import text_of
 
 # (tool, arguments, the argument the answer must name)
 STRICT_CALLS: list[tuple[str, dict[str, Any], str]] = [
@@ -76,7 +77,8 @@ def _prepare(url: str) -> None:
     with corral.connect(url) as c:
         c.register_node("N1", "developer")
         c.add_task("Implement it", priority="high")
-        assert c.claim_best_task("N1", "developer").id == 1
+        claimed = c.claim_best_task("N1", "developer")
+        assert claimed is not None and claimed.id == 1
         c.add_task("Write the docs")
 
 
@@ -89,7 +91,7 @@ async def _refuse_all(client: Client, url: str) -> None:
     before = _snapshot(url)
     for name, args, field in STRICT_CALLS:
         result = await client.call_tool(name, args)
-        answer = result.content[0].text
+        answer = text_of(result.content[0])
         assert result.is_error, (name, args, answer)
         assert answer.startswith(f"ERROR: {name}: "), (name, args, answer)
         assert f"{field}: " in answer, (name, args, answer)
@@ -97,7 +99,7 @@ async def _refuse_all(client: Client, url: str) -> None:
     assert _snapshot(url) == before
     # The same calls with the right types still work: the rule is on types, not values.
     ok = await client.call_tool("complete_task", {"agent_id": "N1", "task_id": 1, "epoch": 1})
-    assert (ok.is_error, ok.content[0].text) == (False, "Completed task 1: Implement it")
+    assert (ok.is_error, text_of(ok.content[0])) == (False, "Completed task 1: Implement it")
 
 
 def test_the_published_schemas_are_closed(tmp_path: Path) -> None:
@@ -121,12 +123,13 @@ def test_answers_name_the_argument_and_the_types(tmp_path: Path) -> None:
         async def main() -> list[str]:
             async with Client(build_server(c)) as client:
                 answers = []
-                for name, args in [
+                calls: list[tuple[str, dict[str, Any]]] = [
                     ("complete_task", {"agent_id": "N1", "task_id": True, "epoch": 1.0}),
                     ("add_task", {"title": "Write tests", "prority": "high"}),
                     ("register_node", {"agent_id": "N2", "role": "developer"}),
-                ]:
-                    answers.append((await client.call_tool(name, args)).content[0].text)
+                ]
+                for name, args in calls:
+                    answers.append(text_of((await client.call_tool(name, args)).content[0]))
                 return answers
 
         answers = anyio.run(main)

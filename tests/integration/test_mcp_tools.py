@@ -7,15 +7,20 @@ here are the answers, the errors and the heartbeat rule, with time under control
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
+from mcp.types import TextContent
 
 import corral
 from corral.clock import FakeClock
 from corral.mcp import build_server
+
+Call = Callable[..., Awaitable[tuple[bool, str]]]
+"""``run``'s ``call(name, **args)``: a tool's answer as ``(is_error, text)``."""
 
 TOOLS = {
     "register_node",
@@ -63,7 +68,9 @@ def run(cluster: corral.Cluster, script: Any) -> Any:
             async def call(name: str, **args: Any) -> tuple[bool, str]:
                 result = await client.call_tool(name, args)
                 assert len(result.content) == 1
-                return bool(result.is_error), result.content[0].text
+                content = result.content[0]
+                assert isinstance(content, TextContent)
+                return bool(result.is_error), content.text
 
             return await script(call, client)
 
@@ -74,7 +81,7 @@ def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluste
     """The eleven tools of the issue, the workflow runs' four, the scheduler's four and
     the three for spawn requests, each described in one short sentence or two."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         tools = (await client.list_tools()).tools
         assert {t.name for t in tools} == TOOLS
         for t in tools:
@@ -87,6 +94,7 @@ def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluste
         assert {p.name for p in prompts} == {"worker_protocol", "manager_protocol"}
         for p in prompts:  # they say what the protocol does, citing no outside file
             assert ".md" not in (p.description or "") and "STEP" not in (p.description or "")
+        assert client.server_info is not None
         assert client.server_info.name == "corral"
         assert client.server_info.version == corral.__version__
 
@@ -96,7 +104,7 @@ def test_lists_every_tool_with_a_short_description(sqlite_cluster: corral.Cluste
 def test_register_derives_strength_from_the_model_table(sqlite_cluster: corral.Cluster) -> None:
     """Strength omitted: taken from ``model_strengths``; given: used as is."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         assert await call(
             "register_node", agent_id="Node-X9J2", role="developer", model_name="claude-sonnet-4-5"
         ) == (False, "Node Node-X9J2 registered as developer (high). Active nodes: 1/4")
@@ -126,7 +134,7 @@ def test_claim_answers_and_assessment_block(sqlite_cluster: corral.Cluster) -> N
     """``Claimed task N: title`` (the description follows when there is one), the
     empty-board answer, and anti-idle.md's assessment block."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         await call("register_node", agent_id="Node-X9J2", role="developer", model_name="m")
         await call("add_task", title="Implement user authentication", priority="high")
         await call("add_task", title="Write tests", description="cover login and logout")
@@ -179,7 +187,7 @@ def test_claim_answers_and_assessment_block(sqlite_cluster: corral.Cluster) -> N
 def test_read_state_is_the_anti_idle_block(sqlite_cluster: corral.Cluster) -> None:
     """read_state renders the same block as the core, for the calling node."""
 
-    async def script(call: Any, client: Client) -> str:
+    async def script(call: Call, client: Client) -> str:
         await call(
             "register_node",
             agent_id="Node-BM-A1B2",
@@ -216,9 +224,11 @@ def test_every_call_by_a_node_counts_as_its_heartbeat(
         ("set_agent_status", {"status": "idle"}),
     ]
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         await call("register_node", agent_id="Node-X9J2", role="developer", model_name="m")
-        window = sqlite_cluster.get_node("Node-X9J2").dead_at - clock.now()
+        dead_at = sqlite_cluster.get_node("Node-X9J2").dead_at
+        assert dead_at is not None
+        window = dead_at - clock.now()
         for name, args in calls:
             clock.advance(17.0)
             ok = await call(name, agent_id="Node-X9J2", **args)
@@ -235,7 +245,7 @@ def test_views_without_agent_id_touch_nobody(
 ) -> None:
     """An operator's read_state / assess_workload (no agent_id) is nobody's heartbeat."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         await call("register_node", agent_id="Node-X9J2", role="developer", model_name="m")
         before = sqlite_cluster.get_node("Node-X9J2")
         clock.advance(30.0)
@@ -303,7 +313,7 @@ def test_bad_input_is_an_error_answer_and_changes_nothing(sqlite_cluster: corral
     """Each bad call answers ``ERROR: …`` with a next step, as a tool result (never a
     protocol error), and leaves the nodes, the tasks and the event log as they were."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         await call("register_node", agent_id="N1", role="developer", model_name="m")
         await call("add_task", title="Implement it")
         nodes = sqlite_cluster.list_nodes()
@@ -326,7 +336,7 @@ def test_bad_input_is_an_error_answer_and_changes_nothing(sqlite_cluster: corral
 def test_a_lost_lease_says_to_claim_again(sqlite_cluster: corral.Cluster) -> None:
     """Completing a task another node now holds is refused, with the next step."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         for node in ("N1", "N2"):
             await call("register_node", agent_id=node, role="developer", model_name="m")
         await call("add_task", title="Implement it")
@@ -350,7 +360,7 @@ def test_a_lost_lease_says_to_claim_again(sqlite_cluster: corral.Cluster) -> Non
 def test_capacity_refusal_is_exactly_the_documents_line(sqlite_cluster: corral.Cluster) -> None:
     """The fifth node gets anti-idle.md's line, nothing more; a manager still fits."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         for i in range(4):
             await call("register_node", agent_id=f"D{i}", role="developer", model_name="m")
         assert await call("register_node", agent_id="D4", role="developer", model_name="m") == (
@@ -370,7 +380,7 @@ def test_catch_up_shows_new_events_then_the_state(sqlite_cluster: corral.Cluster
     """catch_up lists what happened since the node's cursor (a broadcast included),
     moves the cursor, and ends with the state block."""
 
-    async def script(call: Any, client: Client) -> None:
+    async def script(call: Call, client: Client) -> None:
         await call("register_node", agent_id="N1", role="developer", model_name="m")
         await call("register_node", agent_id="BM", role="bootstrap_manager", model_name="m")
         await call("broadcast", agent_id="BM", message="SPAWN REQUEST: Need developer node")
@@ -395,15 +405,18 @@ def test_prompts_carry_the_protocols_with_the_clusters_numbers(
     prompt has §4.1-4.5, the cap, and never terminates itself."""
     sqlite_cluster.configure(idle_timeout_seconds=45, max_agents=6)
 
-    async def script(call: Any, client: Client) -> tuple[str, str]:
+    async def script(call: Call, client: Client) -> tuple[str, str]:
         w = await client.get_prompt(
             "worker_protocol",
             {"agent_id": "Node-A7B3", "role": "developer", "model_name": "claude-sonnet-4-5"},
         )
         m = await client.get_prompt("manager_protocol", {"agent_id": "Node-BM-X1Y2"})
         anon = await client.get_prompt("worker_protocol", {})
-        assert "Node-" in anon.messages[0].content.text
-        return w.messages[0].content.text, m.messages[0].content.text
+        texts = [x.messages[0].content for x in (anon, w, m)]
+        assert all(isinstance(t, TextContent) for t in texts)
+        anon_text, w_text, m_text = (t.text for t in texts if isinstance(t, TextContent))
+        assert "Node-" in anon_text
+        return w_text, m_text
 
     worker, manager = run(sqlite_cluster, script)
     assert 'register_node("Node-A7B3", "developer", "claude-sonnet-4-5")' in worker
@@ -444,7 +457,7 @@ def test_an_operation_that_declares_a_tool_gets_one_without_code_of_its_own(
     )
     sqlite_cluster.register_node("w1", "developer")
 
-    async def script(call: Any, client: Client) -> tuple[Any, ...]:
+    async def script(call: Call, client: Client) -> tuple[Any, ...]:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         listed = tools["terminate_node"]
         done = await call("terminate_node", agent_id="w1")

@@ -31,6 +31,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 import corral
+from tests.support.mcp_text import text_of
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ Call = Any
 def _caller(client: Client) -> Call:
     async def call(name: str, **args: Any) -> str:
         result = await client.call_tool(name, args)
-        text = result.content[0].text
+        text = text_of(result.content[0])
         assert bool(result.is_error) == text.startswith("ERROR:"), text
         return text
 
@@ -93,7 +94,8 @@ def _caller(client: Client) -> Call:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[bytes], deadline: float = 30.0) -> None:
@@ -158,7 +160,7 @@ async def listing(client: Client) -> None:
     prompts = {p.name for p in (await client.list_prompts()).prompts}
     assert prompts == {"worker_protocol", "manager_protocol"}
     worker = await client.get_prompt("worker_protocol", {"agent_id": "Node-A7B3"})
-    assert "STEP 2: IDLE DETECTION & SELF-TERMINATION" in worker.messages[0].content.text
+    assert "STEP 2: IDLE DETECTION & SELF-TERMINATION" in text_of(worker.messages[0].content)
 
 
 async def capacity_scenario(call: Call) -> None:
@@ -209,7 +211,7 @@ async def bad_input(call: Call, url: str) -> None:
     """Errors are answers starting ERROR:, and the cluster is unchanged after them."""
     with corral.connect(url) as c:
         before = (c.list_nodes(), c.list_tasks(), c.events())
-    for name, args in [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("register_node", {"agent_id": "Node-X", "role": "chef", "model_name": "m"}),
         ("register_node", {"agent_id": 12, "role": "developer", "model_name": "m"}),
         ("claim_best_task", {"agent_id": "Node-ghost", "role": "developer"}),
@@ -217,7 +219,8 @@ async def bad_input(call: Call, url: str) -> None:
         ("set_agent_status", {"agent_id": "Node-D2", "status": "asleep"}),
         ("add_task", {"title": ""}),
         ("no_such_tool", {}),
-    ]:
+    ]
+    for name, args in calls:
         assert (await call(name, **args)).startswith("ERROR: "), name
     with corral.connect(url) as c:
         assert (c.list_nodes(), c.list_tasks(), c.events()) == before

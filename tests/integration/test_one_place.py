@@ -27,6 +27,7 @@ from corral.operations import Operation
 from corral.params import Message, NodeId
 from corral.validation import ID, checked
 from tests.support.backends.http import TOKEN, free_port, start_uvicorn, stop_uvicorn
+from tests.support.mcp_text import text_of
 
 TOO_LONG = "n" * 65  # one past the id rule's 64 characters
 RULE_MESSAGE = "node_id is longer than 64 characters"  # validation.ID's, naming the parameter
@@ -53,6 +54,7 @@ def served(added: None, tmp_path: Path) -> Iterator[tuple[corral.Cluster, str]]:
     from corral.server import create_app
 
     cluster = corral.connect(f"sqlite:///{tmp_path / 'c.db'}", clock=FakeClock())
+    assert isinstance(cluster, corral.Cluster)  # a database URL gives the embedded client
     port = free_port()
     server, thread = start_uvicorn(create_app(cluster, token=TOKEN, monitor=False, mcp=False), port)
     try:
@@ -128,7 +130,7 @@ def test_mcp_tool_with_its_schema(added: None, tmp_path: Path) -> None:
                 answers = []
                 for args in ({"node_id": "w3"}, {"node_id": TOO_LONG}):
                     result = await client.call_tool("greet", args)
-                    answers.append((bool(result.is_error), result.content[0].text))
+                    answers.append((bool(result.is_error), text_of(result.content[0])))
                 return tools["greet"], answers
 
         tool, answers = anyio.run(main)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import corral
+from corral.model import Node, Task
 from tests.support.outage_procs import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +62,9 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
 )
 def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, which: str) -> None:
     admin = corral.connect(hosts.admin_url)
-    live = lambda: [n for n in admin.list_nodes() if n.status != "terminated"]  # noqa: E731
+    live: Callable[[], list[Node]] = lambda: [  # noqa: E731
+        n for n in admin.list_nodes() if n.status != "terminated"
+    ]
     wait_for("six workers registered", lambda: len(live()) == 6, 60)
     lead = hosts.leader()
     assert lead is not None
@@ -70,7 +73,9 @@ def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, 
     admin.add_tasks(
         [{"title": f"long {i}", "role": "developer", "description": str(WORK)} for i in range(6)]
     )
-    held = lambda: {t.assigned_to: t for t in admin.list_tasks(status="in_progress")}  # noqa: E731
+    held: Callable[[], dict[str | None, Task]] = lambda: {  # noqa: E731
+        t.assigned_to: t for t in admin.list_tasks(status="in_progress")
+    }
     wait_for("every worker on a task", lambda: len(held()) == 6, 30)
     theirs = {held()[a].id: (a, held()[a].epoch) for a in cut.agents}
 

@@ -84,7 +84,9 @@ def test_concurrent_writers_tailing_reader_sees_each_event_once_in_order(pg_url:
         finished = [out.get(timeout=300) for _ in writers]
     finally:
         with psycopg.connect(pg_url) as conn:
-            last[0] = conn.execute("SELECT max(seq) FROM events").fetchone()[0]
+            row = conn.execute("SELECT max(seq) FROM events").fetchone()
+            assert row is not None
+            last[0] = row[0]
         stop.set()
         for t in tails:
             t.join(timeout=60)
@@ -138,14 +140,17 @@ def test_reads_see_their_own_writes_while_another_database_commits(pg_url: str) 
     pids = [k.info.backend_pid for k in others]
     with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
         deadline = time.monotonic() + 10
-        while (
-            admin.execute(
+
+        def active() -> int:
+            row = admin.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND state = 'active'",
                 [pids],
-            ).fetchone()[0]
-            < len(pids)
-            and time.monotonic() < deadline
-        ):
+            ).fetchone()
+            assert row is not None
+            n: int = row[0]
+            return n
+
+        while active() < len(pids) and time.monotonic() < deadline:
             pass
     misses: list[str] = []
     try:
@@ -192,16 +197,23 @@ def test_the_horizon_places_each_transaction_that_ended_after_the_snapshot(pg_ur
             list of transactions in flight)."""
             with conn.transaction():
                 conn.execute(sql)
-                xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+                row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                assert row is not None
+                xid: int = row[0]
                 bump.execute("SELECT pg_current_xact_id()")  # a newer one ends: xid < xmax
-                s, xmax = reader.execute(
+                snap = reader.execute(
                     "SELECT s::text, pg_snapshot_xmax(s)::text::bigint"
                     " FROM pg_current_snapshot() AS s"
                 ).fetchone()
+                assert snap is not None
+                s, xmax = snap
             return s, xmax, xid
 
         def horizon(s: str) -> int:
-            return reader.execute("SELECT corral_event_horizon(%s::pg_snapshot)", [s]).fetchone()[0]
+            row = reader.execute("SELECT corral_event_horizon(%s::pg_snapshot)", [s]).fetchone()
+            assert row is not None
+            seq: int = row[0]
+            return seq
 
         for conn, sql in ((other, "SELECT 1"), (ours, "SELECT 1")):
             s, xmax, xid = snapshot_while(conn, sql)

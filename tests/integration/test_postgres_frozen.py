@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 import corral
-from corral.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT
+from corral.cluster import Cluster
+from corral.store.postgres import IDLE_IN_TRANSACTION_TIMEOUT, PostgresStore
 from tests.support.backends import postgres as pg
 
 CTX = mp.get_context("spawn")
@@ -31,11 +32,13 @@ def frozen_holder(url: str, node_id: str, go: Any, pipe: Connection) -> None:
     """Register, claim a task, then on ``go`` start a heartbeat's write transaction
     (its node row locked) and stop this very process inside it."""
     client = corral.connect(url, pool_size=1)
+    assert isinstance(client, Cluster)  # a database URL gives the embedded client
     client.register_node(node_id, "developer", heartbeat_interval=HB)
     task = client.claim_best_task(node_id, "developer")
     pipe.send(("ready", task.id if task else None))
     go.wait()
     store = client.store
+    assert isinstance(store, PostgresStore)
     with store._write() as tx:
         tx.one("node_heartbeat_steady", id=node_id, payload="{}", health=None, now=time.time())
         pipe.send(("locked", time.time()))
@@ -78,6 +81,8 @@ def test_a_stopped_client_inside_a_transaction_stalls_no_recovery(
     ours, theirs = CTX.Pipe()
     child = CTX.Process(target=frozen_holder, args=(url, "F", go, theirs))
     child.start()
+    pid = child.pid
+    assert pid is not None  # started
     monitor = cluster = thread = None
     try:
         assert ours.poll(30), "the frozen holder never claimed"
@@ -103,7 +108,7 @@ def test_a_stopped_client_inside_a_transaction_stalls_no_recovery(
         assert ours.poll(10), "the holder never took its lock"
         kind, locked_at = ours.recv()
         assert kind == "locked"
-        _wait_for("the holder stopped", lambda: _state(child.pid) == "T", 5)
+        _wait_for("the holder stopped", lambda: _state(pid) == "T", 5)
         # A's deadline falls while the stopped session holds F's row.
         assert locked_at < dead_at["A"] < locked_at + BOUND
 
@@ -112,7 +117,7 @@ def test_a_stopped_client_inside_a_transaction_stalls_no_recovery(
             return {n: (ts, json.loads(data)) for n, ts, data in rows}
 
         _wait_for("all four nodes declared dead", lambda: len(dead_events()) == 4, 20)
-        assert _state(child.pid) == "T"  # still stopped: the server ended its session
+        assert _state(pid) == "T"  # still stopped: the server ended its session
         dead = dead_events()
         for name, hb in others.items():
             ts, data = dead[name]

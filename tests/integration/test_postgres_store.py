@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import corral
+from corral.cluster import Cluster
 from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
 from corral.store.postgres import PostgresStore
@@ -117,6 +118,9 @@ def test_waiting_claim_is_woken_by_add_task(pg_url: str) -> None:
     wait = 30.0
     adder = corral.connect(pg_url)
     waiter = corral.connect(pg_url)
+    assert isinstance(waiter, Cluster)  # a database URL gives the embedded client
+    waiting = waiter.store
+    assert isinstance(waiting, PostgresStore)
     waiter.register_node("W", "developer", heartbeat_interval=60)
     waiter.claim_best_task("W", "developer", wait=0.01)  # start LISTENing
     ready = threading.Event()
@@ -138,10 +142,14 @@ def test_waiting_claim_is_woken_by_add_task(pg_url: str) -> None:
             assert ready.wait(10)
             ready.clear()
             # the claim must be blocked in its wait (a claim before it is faster)
-            wait_for(lambda: waiter.store._ready.waiters > 0, timeout=10, what="waiting claim")
+            wait_for(lambda: waiting._ready.waiters > 0, timeout=10, what="waiting claim")
             start = time.perf_counter()
             task = adder.add_task(f"job {i}")
-            wait_for(lambda n=i: len(got) > n, timeout=wait + 10, what="the waiting claim's answer")
+
+            def answered(n: int = i) -> bool:
+                return len(got) > n
+
+            wait_for(answered, timeout=wait + 10, what="the waiting claim's answer")
             assert got[i][0] == task.id  # woken with the task, not timed out empty
             latencies.append(got[i][1] - start)
     finally:
@@ -298,11 +306,15 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
         clock.advance(advance)
         if name_current:
             for n in ("A", "B"):
-                c.set_agent_status(n, "working", held[n].id)
+                task = held[n]
+                assert task is not None
+                c.set_agent_status(n, "working", task.id)
         a = held["A"]
+        assert a is not None
         c.complete_task(a.id, "A", a.epoch, result={"n": 1})
         held["A"] = c.claim_best_task("A", "developer")
         b = held["B"]
+        assert b is not None
         _, held["B"] = c.complete_and_claim(b.id, "B", "developer", b.epoch, result={"n": 1})
 
     for advance, name_current in ((0.5, False), (4.0, False), (0.5, True), (0.1, False)):
@@ -311,12 +323,14 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
         fields = ("status", "current_task_id", "idle_since")
         got_a = [getattr(a, f) for f in fields]
         got_b = [getattr(b, f) for f in fields]
-        got_a[1] = got_a[1] == held["A"].id
-        got_b[1] = got_b[1] == held["B"].id
+        held_a, held_b = held["A"], held["B"]
+        assert held_a is not None and held_b is not None
+        got_a[1] = got_a[1] == held_a.id
+        got_b[1] = got_b[1] == held_b.id
         assert got_a == got_b
-        for node in (a, b):
-            assert clock.now() - node.last_activity < 0.1 * 30
-            assert node.dead_at == node.last_activity + 30
+        for seen in (a, b):
+            assert clock.now() - seen.last_activity < 0.1 * 30
+            assert seen.dead_at == seen.last_activity + 30
     events = c.events(0, 1000)
     for node in ("A", "B"):
         mine = [(e.kind, sorted(e.data)) for e in events if e.node_id == node]
@@ -349,6 +363,7 @@ def test_hot_statement_events_are_numbered_by_their_transaction(pg_url: str) -> 
     c.register_node("N", "developer")
     c.add_tasks([{"title": "one"}, {"title": "two"}])
     first = c.claim_best_task("N", "developer")
+    assert first is not None
     c.complete_and_claim(first.id, "N", "developer", first.epoch)
     second = c.list_tasks(status="in_progress")[0]
     c.complete_task(second.id, "N", second.epoch)
@@ -434,4 +449,5 @@ def test_first_tasks_give_the_claim_tables_statistics(request: pytest.FixtureReq
         c.add_tasks([{"title": f"Implement part {i}"} for i in range(20)])
         assert unanalyzed() == []
         c.register_node("W", "developer")
-        assert c.claim_best_task("W", "developer").title == "Implement part 0"
+        claimed = c.claim_best_task("W", "developer")
+        assert claimed is not None and claimed.title == "Implement part 0"

@@ -132,6 +132,7 @@ def _replay(
         elif path == directory and args[0]:  # fsync or fdatasync of the directory
             created.state = "durable"
 
+    args: tuple[Any, ...]
     for raw in trace.read_text().splitlines():
         m = _LINE.match(raw)
         if not m:
@@ -163,7 +164,7 @@ def _replay(
             args = (created.state == "created",)
         elif call == "pwrite64":
             data = _unhex(_HEX.search(argtext)[1])  # type: ignore[index]
-            args: tuple[Any, ...] = (data, int(argtext.rsplit(",", 1)[1]))
+            args = (data, int(argtext.rsplit(",", 1)[1]))
         elif call == "write":
             if path == acks_path:
                 acknowledge(_unhex(_HEX.search(argtext)[1]))  # type: ignore[index]
@@ -266,7 +267,7 @@ def _run(tmp_path: Path, synchronous: str) -> tuple[int, list[str], _Entry]:
 
 
 @pytest.mark.slow
-def test_at_full_an_answered_completion_survives_a_power_loss(tmp_path):
+def test_at_full_an_answered_completion_survives_a_power_loss(tmp_path: Path) -> None:
     count, problems, wal = _run(tmp_path, "FULL")
     assert count == WRITERS * STEPS
     assert problems == []
@@ -279,7 +280,7 @@ def test_at_full_an_answered_completion_survives_a_power_loss(tmp_path):
 
 
 @pytest.mark.slow
-def test_at_normal_the_same_check_finds_a_loss(tmp_path):
+def test_at_normal_the_same_check_finds_a_loss(tmp_path: Path) -> None:
     """The harness's control: NORMAL acknowledges commits it has not flushed."""
     count, problems, _ = _run(tmp_path, "NORMAL")
     assert count == WRITERS * STEPS

@@ -379,7 +379,7 @@ def test_error_answers_map_to_corral_errors() -> None:
                 c.request("GET", path)
             assert type(err.value) is cls, path
             assert message in str(err.value) and err.value.field == field
-            assert err.value.status == status  # type: ignore[attr-defined]
+            assert err.value.status == status
         assert server.connections == 1  # error answers keep the connection
 
 

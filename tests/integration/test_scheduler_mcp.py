@@ -51,13 +51,14 @@ def test_bad_scheduler_calls_are_error_answers(sqlite_cluster: corral.Cluster) -
     c.add_agent("persona")
 
     async def script(call: Any, client: Client) -> None:
-        for name, args in [
+        calls: list[tuple[str, dict[str, Any]]] = [
             ("get_assignment", {"agent_id": "r1", "mode": "weekly"}),
             ("get_assignment", {"agent_id": "ghost"}),
             ("release_assignment", {"agent_id": "r1", "assignment_id": 9, "epoch": 1}),
             ("notify", {"recipient": "ghost", "payload": 1}),
             ("read_inbox", {"recipient": "persona", "limit": 0}),
-        ]:
+        ]
+        for name, args in calls:
             err, text = await call(name, **args)
             assert err and text.startswith("ERROR: "), (name, text)
 

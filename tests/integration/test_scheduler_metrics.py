@@ -22,8 +22,8 @@ def test_scheduler_signals_in_metrics(tmp_path: Path) -> None:
     clock = FakeClock()
     with serving(tmp_path, clock=clock) as (url, _embedded):
         c = corral.connect(url, token=TOKEN)
-        for r in ("n1", "e1", "h1"):
-            c.register_node(r, "runner", heartbeat_interval=600)
+        for runner in ("n1", "e1", "h1"):
+            c.register_node(runner, "runner", heartbeat_interval=600)
         for a in ("a", "b", "c", "d"):
             c.add_agent(a)
         c.notify("a", 1)
@@ -31,10 +31,13 @@ def test_scheduler_signals_in_metrics(tmp_path: Path) -> None:
         c.notify("b", 2)
         c.notify("b", 3)
         done = c.get_assignment("h1", "hybrid")  # b: two unread
+        assert done is not None
         c.release_assignment(done.id, "h1", done.epoch)
         clock.advance(45)
-        assert c.get_assignment("e1", "exploration").kind == "discovery"
-        assert c.get_assignment("n1", "notification").agent_id == "a"
+        explored = c.get_assignment("e1", "exploration")
+        assert explored is not None and explored.kind == "discovery"
+        notified = c.get_assignment("n1", "notification")
+        assert notified is not None and notified.agent_id == "a"
         c.close()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}) as h:
             r = h.get("/metrics")

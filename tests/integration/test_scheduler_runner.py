@@ -191,7 +191,8 @@ def test_corral_notify_and_assignments(tmp_path: Path) -> None:
     )
     assert out.returncode == 0 and "notified a" in out.stdout
     with corral.connect(env["CORRAL_URL"]) as c:
-        assert c.get_assignment("r1").inbox[0].payload == {"mention": "@a"}
+        assignment = c.get_assignment("r1")
+        assert assignment is not None and assignment.inbox[0].payload == {"mention": "@a"}
     out = subprocess.run(
         [*CORRAL, "assignments"], env=env, capture_output=True, text=True, timeout=60
     )

@@ -136,10 +136,12 @@ def test_a_node_token_acts_as_its_own_node(served: Any) -> None:
 def test_node_tokens_are_bound_to_the_operator_secret() -> None:
     a, b = Tokens("secret-a"), Tokens("secret-b")
     tok = a.node_token("w/1 ünï")
-    assert a.check(tok) is not None and a.check(tok).node_id == "w/1 ünï"
+    node = a.check(tok)
+    assert node is not None and node.node_id == "w/1 ünï"
     assert b.check(tok) is None
     assert a.check(tok[:-1] + ("0" if tok[-1] != "0" else "1")) is None
-    assert a.check("secret-a") is not None and a.check("secret-a").is_operator
+    operator = a.check("secret-a")
+    assert operator is not None and operator.is_operator
 
 
 def test_metrics_auth_is_configurable(tmp_path: Path) -> None:
@@ -189,7 +191,9 @@ def test_mcp_is_mounted_behind_the_bearer_token(tmp_path: Path) -> None:
         assert r.status_code == 401
 
 
-def test_token_problems_are_invalid_input_naming_the_field(tmp_path, monkeypatch):
+def test_token_problems_are_invalid_input_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A missing, unreadable or empty token file and an empty operator token are
     ``InvalidInputError`` (a ``CorralError`` and still a ``ValueError``) naming what is
     wrong, not a bare ``OSError`` / ``ValueError``."""

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 import corral
+from corral.cluster import Cluster
 from corral.errors import StoreUnavailableError
 from corral.server.metrics import ClusterCollector
+from corral.store.sqlite import SQLiteStore
 
 CTX = mp.get_context("spawn")
 
@@ -28,6 +30,8 @@ def stopped_writer(url: str, pipe: Connection) -> None:
     """Open a write transaction and stop this very process inside it; once resumed,
     commit and say so."""
     client = corral.connect(url)
+    assert isinstance(client, Cluster)  # a database URL gives the embedded client
+    assert isinstance(client.store, SQLiteStore)
     with client.store._write() as tx:
         tx.one("meta_get", key="settings_version")
         pipe.send(("locked", os.getpid()))
@@ -56,6 +60,7 @@ def test_a_stopped_write_lock_holder_is_named_and_reported(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'corral.db'}"
     cluster = corral.connect(url, busy_timeout=0.3)
+    assert isinstance(cluster, Cluster)  # a database URL gives the embedded client
     cluster.configure(workload_assessment_interval=1.0)
     ours, theirs = CTX.Pipe()
     child = CTX.Process(target=stopped_writer, args=(url, theirs))

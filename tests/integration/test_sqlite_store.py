@@ -6,15 +6,19 @@ import multiprocessing as mp
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 import corral
 from corral import InvalidInputError
+from corral.clock import FakeClock
+from corral.cluster import Cluster
 from corral.store.queries import load_queries, migrations, schema
 from corral.store.sqlite import SQLiteStore
 
@@ -33,7 +37,7 @@ def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     return [(t, n, shape(s)) for t, n, s in rows]
 
 
-def test_migrations_produce_schema_sql(tmp_path):
+def test_migrations_produce_schema_sql(tmp_path: Path) -> None:
     """Applying every migration gives exactly the schema in schema.sql."""
     store = SQLiteStore(tmp_path / "migrated.db")
     migrated = _objects(store._conn)
@@ -46,7 +50,7 @@ def test_migrations_produce_schema_sql(tmp_path):
     ] == max(v for v, _ in migrations("sqlite"))
 
 
-def test_opening_is_idempotent_and_keeps_data(tmp_path):
+def test_opening_is_idempotent_and_keeps_data(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'c.db'}"
     with corral.connect(url) as c:
         c.add_task("Implement persistence")
@@ -55,7 +59,7 @@ def test_opening_is_idempotent_and_keeps_data(tmp_path):
             assert [t.title for t in c.list_tasks()] == ["Implement persistence"]
 
 
-def _open_and_add(url: str, barrier, out) -> None:
+def _open_and_add(url: str, barrier: Barrier, out: Queue[Any]) -> None:
     barrier.wait(timeout=30)
     try:
         with corral.connect(url) as c:
@@ -65,7 +69,7 @@ def _open_and_add(url: str, barrier, out) -> None:
         out.put(repr(exc))
 
 
-def test_two_processes_create_a_new_file_at_once(tmp_path):
+def test_two_processes_create_a_new_file_at_once(tmp_path: Path) -> None:
     """Both open (and migrate) the same new file concurrently; both succeed."""
     for trial in range(5):
         url = f"sqlite:///{tmp_path / f'new-{trial}.db'}"
@@ -81,7 +85,7 @@ def test_two_processes_create_a_new_file_at_once(tmp_path):
             assert len(c.list_tasks()) == 2
 
 
-def test_pragmas_wal_and_durability(tmp_path):
+def test_pragmas_wal_and_durability(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "a.db")
     assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
@@ -89,6 +93,8 @@ def test_pragmas_wal_and_durability(tmp_path):
     # FULL is corral's group commit: SQLite at NORMAL, each commit synced before the
     # call returns (test_full_* below).
     full = corral.connect(f"sqlite:///{tmp_path / 'b.db'}?synchronous=FULL")
+    assert isinstance(full, Cluster)  # a database URL gives the embedded client
+    assert isinstance(full.store, SQLiteStore)
     assert full.store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
     assert full.store._synced is not None and store._synced is None
     full.close()
@@ -96,7 +102,7 @@ def test_pragmas_wal_and_durability(tmp_path):
         SQLiteStore(tmp_path / "c.db", synchronous="SOMETIMES")
 
 
-def test_a_new_database_is_readable_by_its_owner_only(tmp_path):
+def test_a_new_database_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     """Whatever the umask, a database corral creates, its WAL and its shared memory are
     mode 0600 (tasks and events are the fleet's business); a file that already exists
     keeps the mode its owner gave it."""
@@ -124,7 +130,7 @@ def test_a_new_database_is_readable_by_its_owner_only(tmp_path):
         os.umask(old)
 
 
-def test_every_query_compiles_against_the_schema():
+def test_every_query_compiles_against_the_schema() -> None:
     """Every named query compiles; the TEMP triggers (trigger_*) as the store creates
     them, their rules' parameters written in."""
     import re
@@ -141,7 +147,7 @@ def test_every_query_compiles_against_the_schema():
     assert len(conn.execute("SELECT name FROM sqlite_temp_master").fetchall()) == 2
 
 
-def test_claim_plans_use_the_indexes(tmp_path):
+def test_claim_plans_use_the_indexes(tmp_path: Path) -> None:
     """The claim reads two index heads: no scan of the pending set, no sort of it."""
     store = SQLiteStore(tmp_path / "plan.db")
     sql = load_queries("sqlite")["claim_take"]
@@ -158,14 +164,14 @@ def test_claim_plans_use_the_indexes(tmp_path):
     assert "SEARCH nodes USING INDEX nodes_live_id (id=?)" in plan  # only a live node claims
 
 
-def test_bad_urls_are_refused():
+def test_bad_urls_are_refused() -> None:
     with pytest.raises(InvalidInputError, match="sqlite:///"):
         corral.connect("sqlite://relative.db")
     with pytest.raises(InvalidInputError, match="unsupported"):
         corral.connect("mysql://x")
 
 
-def test_task_rows_unpack_in_schema_order(tmp_path):
+def test_task_rows_unpack_in_schema_order(tmp_path: Path) -> None:
     """The SQLite store's hot statements read task rows as ``TaskRow``s, made from the
     column list: it is the table's, and a row read that way equals the one read by
     name (a completion's row is the claim's, ``_replace``d by name)."""
@@ -186,7 +192,7 @@ def test_task_rows_unpack_in_schema_order(tmp_path):
     store.close()
 
 
-def _hold_lock_file(path: str, held, suffix: str, in_transaction: bool = False) -> None:
+def _hold_lock_file(path: str, held: Event, suffix: str, in_transaction: bool = False) -> None:
     import fcntl
     import os
     import sqlite3
@@ -200,7 +206,7 @@ def _hold_lock_file(path: str, held, suffix: str, in_transaction: bool = False) 
 
 
 @contextmanager
-def _holder(path, *, suffix: str = "-lock", in_transaction: bool = False) -> Iterator[Any]:
+def _holder(path: Path, *, suffix: str = "-lock", in_transaction: bool = False) -> Iterator[Any]:
     """Another process holding the writer lock of ``path`` (or, with ``suffix="-sync"``,
     its sync lock): the Process, once it holds it; killed, if still alive, on the way
     out."""
@@ -216,7 +222,7 @@ def _holder(path, *, suffix: str = "-lock", in_transaction: bool = False) -> Ite
         holder.join(30)
 
 
-def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
+def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path: Path) -> None:
     """Another process holding the writer lock: a ``nowait`` write refuses at once and
     changes nothing, a plain write waits (it does not fail), and when the holder is
     killed the kernel frees the lock and the waiting write goes through."""
@@ -228,6 +234,7 @@ def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
 
     path = tmp_path / "queue.db"
     c = corral.connect(f"sqlite:///{path}")
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
     try:
         with _holder(path) as holder:
             assert oct(os.stat(f"{path}-lock").st_mode & 0o777) == "0o600"
@@ -235,7 +242,12 @@ def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
                 c.add_task("Implement while locked")
             assert c.list_tasks() == []
             done = threading.Event()
-            writer = threading.Thread(target=lambda: (c.add_task("Implement queued"), done.set()))
+
+            def write() -> None:
+                c.add_task("Implement queued")
+                done.set()
+
+            writer = threading.Thread(target=write)
             writer.start()
             assert not done.wait(0.3)  # queued behind the holder, not failed
             os.kill(holder.pid, signal.SIGKILL)
@@ -247,7 +259,7 @@ def test_writers_queue_on_the_lock_file_and_a_dead_holder_frees_it(tmp_path):
         c.close()
 
 
-def test_a_writer_stopped_inside_its_transaction_makes_others_fail_not_hang(tmp_path):
+def test_a_writer_stopped_inside_its_transaction_makes_others_fail_not_hang(tmp_path: Path) -> None:
     """A holder stopped with SIGSTOP inside its transaction: a write waits the busy
     timeout, then fails with a retryable StoreUnavailableError and writes nothing
     (reads go on); a second try fails the same way; when the holder dies, the next
@@ -286,31 +298,32 @@ def test_a_writer_stopped_inside_its_transaction_makes_others_fail_not_hang(tmp_
         c.close()
 
 
-def test_busy_timeout_is_validated(tmp_path):
+def test_busy_timeout_is_validated(tmp_path: Path) -> None:
     for bad in ("0", "-1", "soon", "nan", "inf"):
         with pytest.raises(corral.InvalidInputError, match="busy_timeout"):
             corral.connect(f"sqlite:///{tmp_path / 'b.db'}?busy_timeout={bad}")
 
 
-def _wait_and_claim(url: str, n: int, ready, out) -> None:
+def _wait_and_claim(url: str, n: int, ready: Event, out: Queue[Any]) -> None:
     c = corral.connect(url)
     c.register_node("W-far", "developer")
     for _ in range(n):
         ready.set()
         task = c.claim_best_task("W-far", "developer", wait=30)
+        assert task is not None
         out.put((task.id, time.time()))
         c.complete_task(task.id, "W-far", task.epoch)
     c.close()
 
 
-def _fifos(path) -> list[str]:
+def _fifos(path: Path) -> list[str]:
     import os
 
     d = f"{path}-wait"
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
-def test_a_claim_waiting_in_another_process_wakes_at_the_commit(tmp_path):
+def test_a_claim_waiting_in_another_process_wakes_at_the_commit(tmp_path: Path) -> None:
     """A claim waiting in another process takes a task this process adds at once (a
     doorbell FIFO, mode 0600 in a 0700 directory), not at the periodic re-check; a
     listener that exits removes its FIFO, and one that was killed has it removed by
@@ -353,6 +366,7 @@ def test_a_claim_waiting_in_another_process_wakes_at_the_commit(tmp_path):
         wait_for(lambda: len(_fifos(path)) == 1, timeout=30, what="the listener's FIFO")
         (fifo,) = _fifos(path)
         assert oct(os.stat(f"{path}-wait/{fifo}").st_mode & 0o777) == "0o600"
+        assert killed.pid is not None
         os.kill(killed.pid, signal.SIGKILL)
         killed.join(30)
         c.add_task("Implement after the kill")  # its ring finds nobody reading
@@ -365,7 +379,7 @@ def test_a_claim_waiting_in_another_process_wakes_at_the_commit(tmp_path):
         c.close()
 
 
-def test_a_forked_child_leaves_its_parents_doorbell_alone(tmp_path):
+def test_a_forked_child_leaves_its_parents_doorbell_alone(tmp_path: Path) -> None:
     """A child forked from a process that listens inherits its exit handlers: at its
     exit it must not remove the parent's FIFO (the parent would no longer be rung)."""
     import os
@@ -392,7 +406,7 @@ def test_a_forked_child_leaves_its_parents_doorbell_alone(tmp_path):
     c.close()
 
 
-def test_checkpoints_run_off_the_commit_path(tmp_path):
+def test_checkpoints_run_off_the_commit_path(tmp_path: Path) -> None:
     """No checkpoint thread for a store that has written little; after
     SQLITE_CHECKPOINT_EVERY commits one starts, copies the WAL into the database file
     and leaves nothing to checkpoint; closing the store stops it."""
@@ -400,10 +414,13 @@ def test_checkpoints_run_off_the_commit_path(tmp_path):
 
     store_url = f"sqlite:///{tmp_path / 'ckpt.db'}"
     c = corral.connect(store_url)
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
+    assert isinstance(c.store, SQLiteStore)
     conn = c.store._conn
     assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == SQLITE_WAL_LIMIT_PAGES
     c.register_node("W", "developer")
     checkpoints = c.store._checkpoints
+    assert checkpoints is not None
     assert checkpoints._thread is None
     for i in range(SQLITE_CHECKPOINT_EVERY):
         c.add_task(f"Implement part {i}")
@@ -414,18 +431,21 @@ def test_checkpoints_run_off_the_commit_path(tmp_path):
     busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     assert busy == 0 and log == done  # everything already copied back
     thread = checkpoints._thread
+    assert thread is not None
     c.close()
     assert not thread.is_alive()
 
 
-def _wait_for(cond, seconds: float = 30) -> None:
+def _wait_for(cond: Callable[[], object], seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while not cond():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.005)
 
 
-def test_full_restarts_the_wal_and_a_reader_on_it_only_delays_that(tmp_path, monkeypatch):
+def test_full_restarts_the_wal_and_a_reader_on_it_only_delays_that(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """At FULL the checkpoint thread restarts the WAL once it holds
     SQLITE_WAL_RESTART_PAGES frames, so commits write over the file's start instead of
     growing it; a reader holding a snapshot on the WAL makes it skip the restart
@@ -435,12 +455,18 @@ def test_full_restarts_the_wal_and_a_reader_on_it_only_delays_that(tmp_path, mon
     monkeypatch.setattr(sqlite_store, "SQLITE_CHECKPOINT_EVERY", 10)
     monkeypatch.setattr(sqlite_store, "SQLITE_WAL_RESTART_PAGES", 30)
     normal = corral.connect(f"sqlite:///{tmp_path / 'normal.db'}")
+    assert isinstance(normal, Cluster)  # a database URL gives the embedded client
+    assert isinstance(normal.store, SQLiteStore)
+    assert normal.store._checkpoints is not None
     assert normal.store._checkpoints._restart_after == 0
     normal.close()
 
     path = tmp_path / "restart.db"
     c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
+    assert isinstance(c.store, SQLiteStore)
     checkpoints = c.store._checkpoints
+    assert checkpoints is not None
     assert checkpoints._restart_after == 30
     written = 0
 
@@ -481,10 +507,12 @@ def test_full_restarts_the_wal_and_a_reader_on_it_only_delays_that(tmp_path, mon
     c.close()
 
 
-def test_a_claim_drops_every_role_head_of_its_task(tmp_path):
+def test_a_claim_drops_every_role_head_of_its_task(tmp_path: Path) -> None:
     """Role heads go with the claim: one by the trigger (one role), several by the
     store (several roles); none is left once every task is claimed."""
     c = corral.connect(f"sqlite:///{tmp_path / 'heads.db'}")
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
+    assert isinstance(c.store, SQLiteStore)
     c.configure(role_keywords={"developer": ["implement"], "architect": ["design", "implement"]})
     tasks = [c.add_task(t) for t in ("implement and design it", "design x", "implement y", "z")]
     assert [t.roles for t in tasks] == [
@@ -497,32 +525,36 @@ def test_a_claim_drops_every_role_head_of_its_task(tmp_path):
     assert heads == 5
     c.register_node("A", "developer")
     claimed = [c.claim_best_task("A", "developer") for _ in tasks]
-    assert sorted(t.id for t in claimed) == [t.id for t in tasks]
+    assert None not in claimed
+    assert sorted(t.id for t in claimed if t is not None) == [t.id for t in tasks]
     assert c.store._conn.execute("SELECT count(*) FROM ready").fetchone()[0] == 0
     roles = [e.data["role"] for e in c.events() if e.kind == "task_claimed"]
     assert roles == ["developer"] * 4
     c.close()
 
 
-def test_a_rolled_back_claim_is_not_remembered(tmp_path):
+def test_a_rolled_back_claim_is_not_remembered(tmp_path: Path) -> None:
     """complete_and_claim that fails after its claim rolls the claim back, and the
     store forgets the claim's row (a completion builds its record from it)."""
     c = corral.connect(f"sqlite:///{tmp_path / 'rb.db'}")
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
     c.register_node("A", "developer")
     for i in range(2):
         c.add_task(f"Implement part {i}")
     first = c.claim_best_task("A", "developer")
+    assert first is not None
     store = c.store
+    assert isinstance(store, SQLiteStore)
     real = store._claim_in
 
-    def claim_then_fail(*args):
+    def claim_then_fail(*args: Any) -> NoReturn:
         real(*args)
         raise RuntimeError("after the claim")
 
-    store._claim_in = claim_then_fail
+    store._claim_in = claim_then_fail  # type: ignore[method-assign,assignment]  # a step that fails after it
     with pytest.raises(RuntimeError):
         c.complete_and_claim(first.id, "A", "developer", first.epoch)
-    store._claim_in = real
+    store._claim_in = real  # type: ignore[method-assign]  # the store's own step back
     assert store._claimed == {}
     assert c.get_task(first.id).status == "in_progress"  # the completion rolled back too
     done = c.complete_task(first.id, "A", first.epoch)
@@ -530,7 +562,9 @@ def test_a_rolled_back_claim_is_not_remembered(tmp_path):
     c.close()
 
 
-def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(tmp_path):
+def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(
+    tmp_path: Path,
+) -> None:
     """In store.group() every write transaction is a savepoint of one transaction:
     nothing is visible to another connection until the block ends, a call that fails
     undoes only its own writes, reads see the block's writes, and then everything the
@@ -539,11 +573,13 @@ def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(tmp
 
     path = tmp_path / "group.db"
     c = corral.connect(f"sqlite:///{path}")
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
     c.register_node("A", "developer")
     other = sqlite3.connect(path)
     with c.store.group():
         c.add_task("Implement one")
         task = c.claim_best_task("A", "developer")
+        assert task is not None
         with pytest.raises(LeaseError):
             c.complete_task(task.id, "A", task.epoch + 1)  # refused: changes nothing
         c.heartbeat("A", health_status="healthy")
@@ -556,11 +592,12 @@ def test_a_group_commits_its_calls_once_and_a_failed_call_undoes_only_itself(tmp
     c.close()
 
 
-def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_path):
+def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_path: Path) -> None:
     from corral.store.base import WouldBlock
 
     path = tmp_path / "busy.db"
     c = corral.connect(f"sqlite:///{path}")
+    assert isinstance(c, Cluster)  # a database URL gives the embedded client
     with _holder(path):
         with pytest.raises(WouldBlock), c.store.nowait(), c.store.group():
             c.add_task("Implement never")
@@ -575,7 +612,7 @@ def test_a_group_under_nowait_refuses_at_once_when_another_process_writes(tmp_pa
 
 
 @contextmanager
-def _watching_syncs(monkeypatch) -> Iterator[list[int]]:
+def _watching_syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """The inode of every file corral's synced commits ``fdatasync`` (the real call
     still runs)."""
     import os
@@ -593,7 +630,9 @@ def _watching_syncs(monkeypatch) -> Iterator[list[int]]:
     yield synced
 
 
-def test_full_returns_each_write_only_after_a_sync_of_the_wal_that_covers_it(tmp_path, monkeypatch):
+def test_full_returns_each_write_only_after_a_sync_of_the_wal_that_covers_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """At FULL every write call syncs the WAL (the ``-wal`` file itself) after its
     commit and before it returns, and the shared counters say it is covered; reads
     sync nothing. The ``-sync`` file is 0600 and exists only at FULL."""
@@ -607,8 +646,11 @@ def test_full_returns_each_write_only_after_a_sync_of_the_wal_that_covers_it(tmp
         normal.close()
 
         c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+        assert isinstance(c, Cluster)  # a database URL gives the embedded client
+        assert isinstance(c.store, SQLiteStore)
         try:
             assert oct(os.stat(f"{path}-sync").st_mode & 0o777) == "0o600"
+            assert c.store._synced is not None
             words = c.store._synced._words
             c.register_node("W", "developer")
             for i in range(5):
@@ -623,6 +665,7 @@ def test_full_returns_each_write_only_after_a_sync_of_the_wal_that_covers_it(tmp
             c.get_task(task.id)
             assert len(synced) == before
             claimed = c.claim_best_task("W", "developer")
+            assert claimed is not None
             assert len(synced) == before + 1 and words[1] == words[0]
             c.complete_task(claimed.id, "W", claimed.epoch)
             assert len(synced) == before + 2 and words[1] == words[0]
@@ -630,7 +673,7 @@ def test_full_returns_each_write_only_after_a_sync_of_the_wal_that_covers_it(tmp
             c.close()
 
 
-def _full_writer(path: str, name: str, count: int, start) -> None:
+def _full_writer(path: str, name: str, count: int, start: Event) -> None:
     c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
     start.wait(30)
     for i in range(count):
@@ -638,12 +681,15 @@ def _full_writer(path: str, name: str, count: int, start) -> None:
     c.close()
 
 
-def test_full_counts_and_syncs_every_commit_of_several_processes(tmp_path):
+def test_full_counts_and_syncs_every_commit_of_several_processes(tmp_path: Path) -> None:
     """Four processes writing at FULL at once: every commit is counted in the shared
     counter and every one is covered by a sync, and none is lost."""
     path = tmp_path / "group.db"
     first = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+    assert isinstance(first, Cluster)  # a database URL gives the embedded client
+    assert isinstance(first.store, SQLiteStore)
     try:
+        assert first.store._synced is not None
         words = first.store._synced._words
         counted = words[0]
         start = CTX.Event()
@@ -664,8 +710,8 @@ def test_full_counts_and_syncs_every_commit_of_several_processes(tmp_path):
 
 
 def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
-    tmp_path, monkeypatch
-):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A process stopped while holding the sync lock does not hang the others: after
     a short wait each write syncs the WAL itself and returns; a write under
     ``nowait()`` (corral serve's event loop) syncs itself without waiting at all."""
@@ -675,6 +721,7 @@ def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
     path = tmp_path / "stopped-sync.db"
     with _watching_syncs(monkeypatch) as synced:
         c = corral.connect(f"sqlite:///{path}?synchronous=FULL")
+        assert isinstance(c, Cluster)  # a database URL gives the embedded client
         c.add_task("Implement before")
         try:
             with _holder(path, suffix="-sync") as holder:
@@ -698,11 +745,12 @@ def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
                         slept.append(seconds)
                     real_sleep(seconds)
 
-                monkeypatch.setattr(sqlite_store.time, "sleep", sleep)
+                # the store module's own import of time (not re-exported)
+                monkeypatch.setattr(sqlite_store.time, "sleep", sleep)  # type: ignore[attr-defined]
                 before = len(synced)
                 with c.store.nowait():
                     c.add_task("Implement from an event loop")
-                monkeypatch.setattr(sqlite_store.time, "sleep", real_sleep)
+                monkeypatch.setattr(sqlite_store.time, "sleep", real_sleep)  # type: ignore[attr-defined]
                 assert slept == []
                 assert synced[before:] == [os.stat(f"{path}-wal").st_ino]
                 assert len(c.list_tasks()) == 4
@@ -710,7 +758,7 @@ def test_full_commits_sync_by_themselves_when_the_sync_lock_holder_is_stopped(
             c.close()
 
 
-def test_covers_orders_commit_numbers_across_the_wrap():
+def test_covers_orders_commit_numbers_across_the_wrap() -> None:
     from corral.store.sqlite.synced import _covers
 
     assert _covers(7, 7) and _covers(8, 7) and not _covers(6, 7)
@@ -731,7 +779,9 @@ def _wal_btrees(db: Path, start: int) -> set[str]:
     return {names[p] for p in pages}
 
 
-def test_a_status_flip_rewrites_only_the_node_row_and_its_idle_entry(tmp_path, clock):
+def test_a_status_flip_rewrites_only_the_node_row_and_its_idle_entry(
+    tmp_path: Path, clock: FakeClock
+) -> None:
     """A lone claim makes its idle node working, a lone completion makes it idle
     again: each writes the node's row and its nodes_idle_since entry, and no page of
     the live-node indexes (they follow terminated_at, and a flip does not re-stamp the

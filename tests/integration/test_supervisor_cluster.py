@@ -23,6 +23,7 @@ import pytest
 
 import corral
 from corral.model import Event
+from corral.types import Client
 from tests.integration import test_supervisor_e2e as e2e
 from tests.integration.test_supervisor_e2e import Supervise, alive, env, wait_for
 from tests.support.backends.http import free_port
@@ -72,7 +73,7 @@ class ClusterSupervise(Supervise):
         )
 
 
-def running_pid(c: Any, agent: str, other_than: int | None = None) -> int | None:
+def running_pid(c: Client, agent: str, other_than: int | None = None) -> int | None:
     """The pid the cluster shows for ``agent`` once RUNNING (and not ``other_than``)."""
     for p in c.list_processes(HOST):
         if p.agent == agent and p.state == "RUNNING" and p.pid and p.pid != other_than:
@@ -80,14 +81,14 @@ def running_pid(c: Any, agent: str, other_than: int | None = None) -> int | None
     return None
 
 
-def acked(c: Any, request: Event) -> Event | None:
+def acked(c: Client, request: Event) -> Event | None:
     for e in c.events(since=request.seq, limit=10_000):
         if e.kind == "process_action_done" and e.data["request"] == request.seq:
             return e
     return None
 
 
-def restart_reaches_the_supervisor(c: Any, sup: Supervise, request: Any) -> int:
+def restart_reaches_the_supervisor(c: Client, sup: Supervise, request: Any) -> int:
     """``request()`` asks for a restart of web; returns web's new pid once the
     cluster and the supervisor agree on it and the request is acknowledged."""
     old = wait_for(lambda: running_pid(c, "web"), what="web RUNNING in the cluster")
@@ -99,7 +100,7 @@ def restart_reaches_the_supervisor(c: Any, sup: Supervise, request: Any) -> int:
     )
     done = wait_for(lambda: acked(c, req), what="the acknowledgement")
     assert done.data["ok"] is True and done.data["action"] == "restart"
-    new = wait_for(lambda: running_pid(c, "web", other_than=old), what="web's new pid")
+    new: int = wait_for(lambda: running_pid(c, "web", other_than=old), what="web's new pid")
     assert sup.status()["web"]["pid"] == new  # the supervisor's own child
     assert alive(new)
     wait_for(lambda: not alive(old), what="the old process gone")
@@ -193,8 +194,8 @@ def test_a_restart_through_corral_serve_reaches_the_supervisor(
         assert rows["web"]["restarts"] == sup.status()["web"]["restarts"]
         # Every surface's read_state shows the host's processes.
         text = cli(server, "status").stdout
-        rows = [line.split() for line in text.split("\nProcesses\n")[1].splitlines()]
-        assert [HOST, "web", "RUNNING"] in [r[:3] for r in rows]
+        lines = [line.split() for line in text.split("\nProcesses\n")[1].splitlines()]
+        assert [HOST, "web", "RUNNING"] in [r[:3] for r in lines]
         assert {p.agent for p in c.read_state().processes} == {"web", "db"}
         # An agent no host reports: exit 2, one line naming it; nothing requested.
         before = c.events(limit=10_000)

@@ -17,9 +17,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from corral.cli import cli
@@ -39,7 +41,7 @@ class TableSupervisor:
     """The Supervisor's control methods over a table of agents (no processes)."""
 
     def __init__(self, ids: list[str]) -> None:
-        self.rows = {
+        self.rows: dict[str, dict[str, Any]] = {
             agent: {
                 "agent": agent,
                 "state": "RUNNING",
@@ -128,7 +130,7 @@ class Served:
 
 
 @pytest.fixture
-def served(tmp_path):
+def served(tmp_path: Path) -> Iterator[Served]:
     sup = TableSupervisor(["relay", "mint", "user0"])
     s = Served(sup, tmp_path / "state")
     yield s
@@ -169,8 +171,9 @@ def raw(path: Path, data: bytes) -> dict[str, Any]:
 # ---- the registry and the CLI ----------------------------------------------------------
 
 
-def test_ctl_subcommands_are_the_registry():
+def test_ctl_subcommands_are_the_registry() -> None:
     ctl = cli.commands["ctl"]
+    assert isinstance(ctl, click.Group)
     assert set(ctl.commands) == {c.name for c in COMMANDS} | set(CLIENT_COMMANDS)
     assert {"status", "start", "stop", "restart", "reopen", "shutdown"} <= {
         c.name for c in COMMANDS
@@ -187,14 +190,14 @@ def test_ctl_subcommands_are_the_registry():
         assert callable(getattr(owner, cmd.method)), cmd.method
 
 
-def test_dispatch_refuses_unknown_commands_and_arguments_by_name():
+def test_dispatch_refuses_unknown_commands_and_arguments_by_name() -> None:
     sup = TableSupervisor(["a"])
     dispatch = dispatcher(sup)
 
     async def go(name: str, args: dict[str, Any]) -> Any:
         return await dispatch(name, args)
 
-    cases = [
+    cases: list[tuple[str, dict[str, Any], str]] = [
         ("reboot", {}, "command"),
         ("stop", {}, "id"),
         ("stop", {"id": "a", "force": True}, "force"),
@@ -216,7 +219,7 @@ def test_dispatch_refuses_unknown_commands_and_arguments_by_name():
 # ---- the socket ------------------------------------------------------------------------
 
 
-def test_socket_is_0600_in_a_0700_dir_and_answers_request(served):
+def test_socket_is_0600_in_a_0700_dir_and_answers_request(served: Served) -> None:
     assert stat.S_IMODE(os.stat(served.sock).st_mode) == 0o600
     assert stat.S_ISSOCK(os.stat(served.sock).st_mode)
     assert stat.S_IMODE(os.stat(served.state_dir).st_mode) == 0o700
@@ -235,7 +238,7 @@ def test_socket_is_0600_in_a_0700_dir_and_answers_request(served):
     assert bad.value.field == "now"
 
 
-def test_a_bad_request_gets_an_error_envelope_and_the_server_keeps_serving(served):
+def test_a_bad_request_gets_an_error_envelope_and_the_server_keeps_serving(served: Served) -> None:
     cases = [
         (b"not json\n", None, "request"),
         (b"[1, 2]\n", None, "request"),
@@ -260,7 +263,7 @@ def test_a_bad_request_gets_an_error_envelope_and_the_server_keeps_serving(serve
     assert served.sup.calls == []
 
 
-def test_no_supervisor_is_unavailable_naming_the_path(tmp_path):
+def test_no_supervisor_is_unavailable_naming_the_path(tmp_path: Path) -> None:
     path = tmp_path / "control.sock"
     with pytest.raises(StoreUnavailableError) as e:
         request(path, "status")
@@ -272,7 +275,7 @@ def test_no_supervisor_is_unavailable_naming_the_path(tmp_path):
         request(path, "status")
 
 
-def test_a_stale_socket_is_replaced_a_live_one_or_a_file_is_refused(tmp_path):
+def test_a_stale_socket_is_replaced_a_live_one_or_a_file_is_refused(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
     path = state / "control.sock"
@@ -300,7 +303,7 @@ def test_a_stale_socket_is_replaced_a_live_one_or_a_file_is_refused(tmp_path):
     assert path.read_text() == "not a socket"
 
 
-def test_shutdown_is_answered_after_the_cascade_then_the_socket_goes(tmp_path):
+def test_shutdown_is_answered_after_the_cascade_then_the_socket_goes(tmp_path: Path) -> None:
     sup = TableSupervisor(["a", "b"])
     s = Served(sup, tmp_path / "state")
     assert request(s.sock, "shutdown", timeout=10) == {"shutdown": True}
@@ -315,7 +318,7 @@ def test_shutdown_is_answered_after_the_cascade_then_the_socket_goes(tmp_path):
 # ---- corral ctl, a real process ----------------------------------------------------------
 
 
-def test_ctl_commands_in_real_processes(served):
+def test_ctl_commands_in_real_processes(served: Served) -> None:
     d = str(served.state_dir)
     r = corral("ctl", "--state-dir", d, "status")
     assert r.returncode == 0, r.stderr
@@ -356,7 +359,7 @@ def test_ctl_commands_in_real_processes(served):
     ]
 
 
-def test_ctl_without_a_supervisor_exits_3_and_names_the_socket(tmp_path):
+def test_ctl_without_a_supervisor_exits_3_and_names_the_socket(tmp_path: Path) -> None:
     r = corral("ctl", "--state-dir", str(tmp_path), "status")
     assert r.returncode == 3
     assert r.stderr.strip() == (
@@ -364,7 +367,7 @@ def test_ctl_without_a_supervisor_exits_3_and_names_the_socket(tmp_path):
     )
 
 
-def test_status_table_shows_flags_and_last_exit():
+def test_status_table_shows_flags_and_last_exit() -> None:
     now = 1_000_000.0
     rows = [
         {
@@ -398,7 +401,7 @@ def test_status_table_shows_flags_and_last_exit():
 # ---- logs ----------------------------------------------------------------------------
 
 
-def test_logs_prints_the_last_lines_and_stderr(tmp_path):
+def test_logs_prints_the_last_lines_and_stderr(tmp_path: Path) -> None:
     d = tmp_path / "state"
     out = RotatingLog(d / "logs" / "a" / "stdout.log")
     for i in range(30):
@@ -415,7 +418,7 @@ def test_logs_prints_the_last_lines_and_stderr(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == "error: id: not an agent id"
 
 
-def test_logs_follow_keeps_every_line_across_rotations(tmp_path):
+def test_logs_follow_keeps_every_line_across_rotations(tmp_path: Path) -> None:
     d = tmp_path / "state"
     log = RotatingLog(d / "logs" / "w" / "stdout.log", max_bytes=300, keep=100)
     log.write_line(b"line 0")
@@ -446,7 +449,7 @@ def test_logs_follow_keeps_every_line_across_rotations(tmp_path):
 # ---- corral supervise ----------------------------------------------------------------
 
 
-def test_supervise_refuses_a_bad_manifest_in_one_line(tmp_path):
+def test_supervise_refuses_a_bad_manifest_in_one_line(tmp_path: Path) -> None:
     m = tmp_path / "fleet.toml"
     m.write_text('[[agents]]\nid = "user3"\ncmd = "./user"\nrestart = "sometimes"\n')
     r = corral("supervise", str(m), "--state-dir", str(tmp_path / "s"))
@@ -457,7 +460,7 @@ def test_supervise_refuses_a_bad_manifest_in_one_line(tmp_path):
     assert r.returncode == 2 and "missing.toml: cannot read" in r.stderr
 
 
-def test_corral_help_lists_supervise_and_ctl():
+def test_corral_help_lists_supervise_and_ctl() -> None:
     r = corral("--help")
     assert r.returncode == 0
     assert "supervise" in r.stdout and "ctl" in r.stdout

@@ -285,7 +285,7 @@ def test_a_phase_starts_when_the_previous_one_is_running(tmp_path: Path) -> None
 
     supervise(sup, scenario)
     recs = transitions(tmp_path / "state")
-    first = {}
+    first: dict[tuple[str, str], float] = {}
     for r in recs:
         first.setdefault((r["agent"], r["to"]), r["ts"])
     assert first[("a", "RUNNING")] <= first[("b", "STARTING")] <= first[("c", "STARTING")]
@@ -467,7 +467,8 @@ class Daemon:
             return {}
         if data.get("supervisor_pid") != self.proc.pid:
             return {}
-        return data["agents"]
+        agents: dict[str, Any] = data["agents"]
+        return agents
 
     def running(self, *agents: str) -> dict[str, int] | None:
         recs = self.pids()

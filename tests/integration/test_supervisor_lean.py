@@ -154,8 +154,8 @@ def test_corral_supervise_continues_lean_under_its_own_pid(tmp_path: Path) -> No
             with contextlib.suppress(psutil.Error):
                 p.kill()
         try:
-            with open(state / "logd.pid") as f:
-                os.kill(int(f.read().split()[0]), signal.SIGTERM)
+            with open(state / "logd.pid") as pidfile:
+                os.kill(int(pidfile.read().split()[0]), signal.SIGTERM)
         except (OSError, ValueError, IndexError):
             pass
 
@@ -182,8 +182,8 @@ def test_a_second_supervisor_on_the_same_state_dir_says_why_in_one_line(tmp_path
         first.send_signal(signal.SIGTERM)
         first.wait(30)
         try:
-            with open(state / "logd.pid") as f:
-                os.kill(int(f.read().split()[0]), signal.SIGTERM)
+            with open(state / "logd.pid") as pidfile:
+                os.kill(int(pidfile.read().split()[0]), signal.SIGTERM)
         except (OSError, ValueError, IndexError):
             pass
 

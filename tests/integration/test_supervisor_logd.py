@@ -494,7 +494,11 @@ def test_two_hundred_streams_one_small_daemon(logd: LogdClient, state: Path) -> 
             os.write(w, b"hello from %d\n" % i)
         for i in range(200):
             log = state / "logs" / f"a{i:03d}" / "stdout.log"
-            wait_for(lambda log=log: log.exists() and log.stat().st_size, f"a{i:03d}'s line")
+
+            def written(log: Path = log) -> bool:
+                return log.exists() and log.stat().st_size > 0
+
+            wait_for(written, f"a{i:03d}'s line")
             assert log_lines(log) == [b"hello from %d" % i]
         rss = psutil.Process(daemon_pid(state)).memory_info().rss
         assert rss < 64 * 1024 * 1024, rss
@@ -527,7 +531,11 @@ def test_out_of_file_descriptors_refuses_the_attach_and_keeps_logging(
             os.write(w, b"still logged %d\n" % i)
         for i in range(attached):
             log = state / "logs" / f"a{i}" / "stdout.log"
-            wait_for(lambda log=log: log.exists() and log.stat().st_size, f"a{i}'s line")
+
+            def written(log: Path = log) -> bool:
+                return log.exists() and log.stat().st_size > 0
+
+            wait_for(written, f"a{i}'s line")
             assert log_lines(log) == [b"still logged %d" % i]
     finally:
         for w in writers:

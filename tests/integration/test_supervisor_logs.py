@@ -8,11 +8,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from corral.supervisor.logs import RotatingLog
+from corral.supervisor.logs import OnLine, RotatingLog
 from corral.supervisor.policy import Beat, parse_heartbeat
 
 N = 20_000
@@ -41,7 +42,7 @@ def writer(n: int = N) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", WRITER, str(n)], stdout=subprocess.PIPE)
 
 
-def pump_from_writer(log: RotatingLog, on_line=None, n: int = N) -> None:
+def pump_from_writer(log: RotatingLog, on_line: OnLine | None = None, n: int = N) -> None:
     proc = writer(n)
     assert proc.stdout is not None
     try:
@@ -189,7 +190,7 @@ def test_bad_arguments() -> None:
         RotatingLog("/nonexistent/x", max_bytes=0)
 
 
-def wait_for(cond, timeout: float = 30.0) -> None:
+def wait_for(cond: Callable[[], object], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"

@@ -77,7 +77,7 @@ def test_a_dependent_restarted_during_its_dependencys_outage_waits_for_it(
     while the relay is still STARTING, so the user is held WAITING on the relay, and
     spawned only once the relay is RUNNING (issue 26, defect 1)."""
     user_notes = tmp_path / "user"
-    agents = [
+    agents: list[dict[str, Any]] = [
         {
             "id": "relay",
             "restart": "always",
@@ -116,7 +116,7 @@ def test_an_operator_start_waits_for_a_stopped_dependency(tmp_path: Path) -> Non
     """``ctl start`` of a dependent whose dependency is STOPPED holds it WAITING
     (no process) until the dependency runs again."""
     user_notes = tmp_path / "user"
-    agents = [
+    agents: list[dict[str, Any]] = [
         {"id": "relay", **{"cmd": "sleep", "args": ["60"]}},
         {"id": "user", "depends_on": ["relay"], "cmd": PY, "args": ["-c", USER, str(user_notes)]},
     ]
@@ -175,10 +175,11 @@ def test_adopted_dependents_pause_when_their_dependency_died_meanwhile(tmp_path:
         )
         assert {u: now[u] for u in users} == {u: pids[u] for u in users}  # adopted
         for u in users:
-            wait_for(
-                lambda u=u: notes(tmp_path / f"{u}.notes")[1:] == ["SIGUSR1", "SIGUSR2"],
-                what=f"{u} paused and resumed",
-            )
+
+            def resumed(u: str = u) -> bool:
+                return notes(tmp_path / f"{u}.notes")[1:] == ["SIGUSR1", "SIGUSR2"]
+
+            wait_for(resumed, what=f"{u} paused and resumed")
     finally:
         assert second.stop() == 0
     recs = transitions(state)[lines_before:]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.integration.test_supervisor_daemon import make, manifest, st, supervise, until
@@ -28,7 +29,11 @@ def test_reopen_by_command_and_by_sighup_moves_on_to_new_files(tmp_path: Path) -
 
     async def scenario() -> None:
         await until(lambda: st(sup, "t")["state"] == "RUNNING" and out.exists() and out.read_text())
-        for n, reopen in enumerate([sup.reopen_logs, lambda: os.kill(os.getpid(), signal.SIGHUP)]):
+        reopens: list[Callable[[], None]] = [
+            sup.reopen_logs,
+            lambda: os.kill(os.getpid(), signal.SIGHUP),
+        ]
+        for n, reopen in enumerate(reopens):
             os.rename(out, moved[n])
             os.rename(own, tmp_path / f"own{n}.log")
             reopen()

@@ -12,13 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
-from corral.supervisor.manifest import parse_manifest
+from corral.supervisor.manifest import AgentSpec, parse_manifest
 from corral.supervisor.policy import Exit
 from corral.supervisor.process import (
+    Child,
     ExitWatcher,
     adopt,
     child_env,
@@ -32,12 +34,12 @@ from corral.supervisor.state import PidFile
 PY = sys.executable
 
 
-def agent(tmp_path: Path, code: str, **extra: object):
+def agent(tmp_path: Path, code: str, **extra: object) -> AgentSpec:
     m = parse_manifest({"agents": [{"id": "a1", "cmd": PY, "args": ["-c", code], **extra}]})
     return m.agents[0]
 
 
-def start(tmp_path: Path, spec, state_dir: Path | None = None):
+def start(tmp_path: Path, spec: AgentSpec, state_dir: Path | None = None) -> Child:
     state_dir = state_dir or tmp_path / "state"
     env, _ = child_env(spec, state_dir=state_dir, url="http://127.0.0.1:1", token="tok")
     out = os.open(tmp_path / "out.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -49,7 +51,7 @@ def start(tmp_path: Path, spec, state_dir: Path | None = None):
         os.close(err)
 
 
-def wait_exit(child) -> Exit:
+def wait_exit(child: Child) -> Exit:
     """Run a loop until the watcher reports the exit of ``child``."""
 
     async def main() -> Exit:
@@ -61,7 +63,7 @@ def wait_exit(child) -> Exit:
     return asyncio.run(main())
 
 
-def until(cond, timeout: float = 10.0, what: str = "condition") -> None:
+def until(cond: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
@@ -258,7 +259,7 @@ def test_bad_sdk_arguments_raise_invalid_input_naming_the_field(
     )
     from corral.worker.heartbeat import HeartbeatMonitor
 
-    cases = [
+    cases: list[tuple[Callable[[], object], str]] = [
         (
             lambda: HeartbeatMonitor("W1", sqlite_cluster, heartbeat_interval=0),
             "heartbeat_interval",

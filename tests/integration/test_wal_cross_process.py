@@ -174,7 +174,11 @@ def test_corral_monitor_keeps_its_writes_while_others_open_the_file(tmp_path: Pa
             c.close()
             open_and_close(TRIGGERS[i % 3], db)
             assert side_files(db) == {"-wal": True, "-shm": True}
-            logged = wait_for(lambda n=i: len(monitor.recovered) > n, 20, f"recovery {i}")
+
+            def recovered(n: int = i) -> bool:
+                return len(monitor.recovered) > n
+
+            logged = wait_for(recovered, 20, f"recovery {i}")
             assert logged
             q = (
                 f"SELECT n.status, (SELECT count(*) FROM events e WHERE e.kind ="

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 import corral
+from corral.cluster import Cluster
+from corral.model import Task
 from corral.worker import TaskFailed, Worker
 from tests.support.worker_app import wait_for
 
@@ -39,7 +41,9 @@ def worker(sqlite_cluster: corral.Cluster) -> Iterator[Worker]:
     w.close()
 
 
-def test_id_and_role_come_from_the_supervisors_environment(sqlite_cluster, monkeypatch):
+def test_id_and_role_come_from_the_supervisors_environment(
+    sqlite_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker started by corral supervise or corral up finds its node id and role in
     $CORRAL_AGENT_ID and $CORRAL_ROLE; without them, the missing one is named."""
     monkeypatch.setenv("CORRAL_AGENT_ID", "pool-1")
@@ -57,7 +61,9 @@ def test_id_and_role_come_from_the_supervisors_environment(sqlite_cluster, monke
     assert err.value.field == "role"
 
 
-def test_claim_completes_with_the_result_set_in_the_block(sqlite_cluster, worker):
+def test_claim_completes_with_the_result_set_in_the_block(
+    sqlite_cluster: Cluster, worker: Worker
+) -> None:
     task = sqlite_cluster.add_task("implement x")
     with worker.claim() as held:
         assert held is not None and held.id == task.id and held.epoch == 1
@@ -69,7 +75,9 @@ def test_claim_completes_with_the_result_set_in_the_block(sqlite_cluster, worker
     assert worker.monitor.get_metrics()["tasks_completed"] == 1
 
 
-def test_claim_fails_the_task_with_the_error_on_an_exception(sqlite_cluster, worker):
+def test_claim_fails_the_task_with_the_error_on_an_exception(
+    sqlite_cluster: Cluster, worker: Worker
+) -> None:
     task = sqlite_cluster.add_task("implement x")
     with worker.claim() as held:
         assert held is not None
@@ -79,14 +87,16 @@ def test_claim_fails_the_task_with_the_error_on_an_exception(sqlite_cluster, wor
     assert worker.failed == 1 and worker.monitor.get_metrics()["tasks_failed"] == 1
 
 
-def test_claim_yields_none_after_waiting_when_nothing_is_pending(worker):
+def test_claim_yields_none_after_waiting_when_nothing_is_pending(worker: Worker) -> None:
     start = time.monotonic()
     with worker.claim(wait=0.2) as held:
         assert held is None
     assert time.monotonic() - start >= 0.2
 
 
-def test_claim_with_wait_takes_a_task_added_meanwhile(sqlite_cluster, worker):
+def test_claim_with_wait_takes_a_task_added_meanwhile(
+    sqlite_cluster: Cluster, worker: Worker
+) -> None:
     worker.register()
     other = corral.connect(sqlite_cluster.url)
     try:
@@ -99,29 +109,39 @@ def test_claim_with_wait_takes_a_task_added_meanwhile(sqlite_cluster, worker):
         other.close()
 
 
-def test_a_stale_epoch_completion_is_refused_and_counted(sqlite_cluster, worker):
+def test_a_stale_epoch_completion_is_refused_and_counted(
+    sqlite_cluster: Cluster, worker: Worker
+) -> None:
     task = sqlite_cluster.add_task("implement x")
     with worker.claim() as held:
         assert held is not None
         # Another claim of the same task happens behind this worker's back.
         sqlite_cluster.set_agent_status("W1", "terminated")
         sqlite_cluster.register_node("W2", "developer")
-        assert sqlite_cluster.claim_best_task("W2", "developer").epoch == 2
+        again = sqlite_cluster.claim_best_task("W2", "developer")
+        assert again is not None and again.epoch == 2
         held.result = "late"
     assert worker.refused == 1 and worker.completed == 0
     assert sqlite_cluster.get_task(task.id).assigned_to == "W2"
 
 
-def test_run_with_handler_then_idle_retirement(sqlite_cluster, worker):
+def test_run_with_handler_then_idle_retirement(sqlite_cluster: Cluster, worker: Worker) -> None:
     sqlite_cluster.add_tasks([{"title": "implement a"}, {"title": "implement b"}])
-    seen = []
-    assert worker.run(lambda t: seen.append(t.id) or {"n": t.id}) == 0
+    seen: list[int] = []
+
+    def handle(t: Task) -> dict[str, int]:
+        seen.append(t.id)
+        return {"n": t.id}
+
+    assert worker.run(handle) == 0
     assert seen == [1, 2] and worker.exit_reason == "idle"
     assert [sqlite_cluster.get_task(i).result for i in (1, 2)] == [{"n": 1}, {"n": 2}]
     assert sqlite_cluster.get_node("W1").status == "terminated"
 
 
-def test_run_finishes_and_takes_the_next_task_in_one_call(sqlite_cluster, worker):
+def test_run_finishes_and_takes_the_next_task_in_one_call(
+    sqlite_cluster: Cluster, worker: Worker
+) -> None:
     """The loop chains: each completion and the next claim are one transaction (their
     events are adjacent, with one timestamp); the last allowed task is not chained."""
     sqlite_cluster.add_tasks([{"title": f"implement {i}"} for i in range(4)])
@@ -185,7 +205,7 @@ def _kinds(c: corral.Cluster, node_id: str) -> list[str]:
     ]
 
 
-def test_idle_worker_terminates_after_the_grace_period(cli):
+def test_idle_worker_terminates_after_the_grace_period(cli: dict[str, Any]) -> None:
     c = cli["c"]
     start = time.monotonic()
     proc = cli["start"](
@@ -221,7 +241,7 @@ def test_idle_worker_terminates_after_the_grace_period(cli):
     assert 1.0 <= terminated - idle < 8.0
 
 
-def test_task_arriving_during_the_grace_period_cancels_termination(cli):
+def test_task_arriving_during_the_grace_period_cancels_termination(cli: dict[str, Any]) -> None:
     c = cli["c"]
     echo = "echo '{\"ok\": 1}'"
     proc = cli["start"](
@@ -252,7 +272,7 @@ def test_task_arriving_during_the_grace_period_cancels_termination(cli):
     assert kinds == ["task_claimed:", "task_completed:", "node_status:terminated", "broadcast:"]
 
 
-def test_a_bootstrap_manager_never_retires(cli):
+def test_a_bootstrap_manager_never_retires(cli: dict[str, Any]) -> None:
     c = cli["c"]
     proc = cli["start"](
         "--id",
@@ -277,7 +297,7 @@ def test_a_bootstrap_manager_never_retires(cli):
     assert not [e for e in c.events(0, 10_000) if e.kind == "broadcast"]
 
 
-def test_cli_worker_sigterm_stops_the_command_and_returns_the_task(cli):
+def test_cli_worker_sigterm_stops_the_command_and_returns_the_task(cli: dict[str, Any]) -> None:
     c, d = cli["c"], cli["dir"]
     task = c.add_task("implement it")
     script = f"echo $$ > {d}/child.pid; cat > {d}/stdin.json; sleep 60"
@@ -299,7 +319,7 @@ def test_cli_worker_sigterm_stops_the_command_and_returns_the_task(cli):
         os.kill(child, 0)
 
 
-def test_cli_worker_fails_the_task_with_the_stderr_tail(cli):
+def test_cli_worker_fails_the_task_with_the_stderr_tail(cli: dict[str, Any]) -> None:
     c = cli["c"]
     task = c.add_task("implement it", max_attempts=1)
     proc = cli["start"](
@@ -320,7 +340,7 @@ def test_cli_worker_fails_the_task_with_the_stderr_tail(cli):
     assert t.error.startswith("sh exited with 7") and t.error.endswith("last words")
 
 
-def test_cli_worker_bad_input_exits_2_with_one_line(tmp_path):
+def test_cli_worker_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "CORRAL_URL": f"sqlite:///{tmp_path / 'c.db'}", "PYTHONPATH": SRC}
     r = subprocess.run(
         [

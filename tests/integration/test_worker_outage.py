@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ def test_workers_ride_out_a_sigkill_and_restart_of_corral_serve(
         for i in range(3):
             fleet.cli(f"w{i}", serve.url)
         fleet.sdk_worker("sdk", serve.url)
-        done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+        done: Callable[[], int] = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
         wait_for("tasks in flight", lambda: done() >= 4)
         serve.kill()
         time.sleep(1.0)  # the scenario: the server is back 1 s later
@@ -320,10 +320,14 @@ def test_workers_ride_out_pg_terminate_backend_of_every_session(
         fleet.cli("w1", db_url)
         fleet.sdk_worker("sdk", db_url)
         fleet.cli("h0", serve.url)
-        done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+        done: Callable[[], int] = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
         killed = []
         for at in (3, 9, 15):
-            wait_for(f"{at} tasks done", lambda at=at: done() >= at)
+
+            def reached(at: int = at) -> bool:
+                return done() >= at
+
+            wait_for(f"{at} tasks done", reached)
             killed.append(terminate_sessions(db_url, pg.ADMIN_URL))
         wait_for("every task done", lambda: done() == n)
         assert fleet.exited() == {}
@@ -386,7 +390,7 @@ def test_corral_runner_rides_out_a_sigkill_and_restart_of_corral_serve(
         stderr=log,
     )
     log.close()
-    ran = lambda: Counter(runs.read_text().split())  # noqa: E731
+    ran: Callable[[], Counter[str]] = lambda: Counter(runs.read_text().split())  # noqa: E731
     try:
         wait_for("activations under way", lambda: sum(ran().values()) >= 3)
         serve.kill()
@@ -497,9 +501,13 @@ def test_corral_up_pools_ride_out_pg_terminate_backend(
     n = 30
     try:
         add_board(client, n)
-        done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+        done: Callable[[], int] = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
         for at in (5, 12, 20):
-            wait_for(f"{at} tasks done", lambda at=at: done() >= at)
+
+            def reached(at: int = at) -> bool:
+                return done() >= at
+
+            wait_for(f"{at} tasks done", reached)
             terminate_sessions(db_url, pg.ADMIN_URL)
         wait_for("every task done", lambda: done() == n)
         tasks = client.list_tasks(limit=n)
@@ -564,7 +572,7 @@ def test_corral_supervise_workers_ride_out_a_sigkill_and_restart_of_corral_serve
             str(manifest),
         ],
     )
-    done = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
+    done: Callable[[], int] = lambda: len(client.list_tasks(status="done", limit=n))  # noqa: E731
     try:
         wait_for("tasks in flight", lambda: done() >= 3)
         serve.kill()

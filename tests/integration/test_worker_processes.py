@@ -83,16 +83,17 @@ def _started(d: Path, node_id: str, task_id: int) -> bool:
     return (d / f"started-{node_id}-{task_id}").exists()
 
 
-def test_heartbeats_arrive_at_the_interval_with_the_documents_payload(env):
+def test_heartbeats_arrive_at_the_interval_with_the_documents_payload(env: dict[str, Any]) -> None:
     """Every gap between stored heartbeats is the interval within 10%, and the stored
     heartbeat is exactly heartbeat-protocol.md's HeartbeatData."""
     c, interval = env["c"], 0.5
     env["start"]("W1", "--interval", str(interval), "--metrics-keep", "100")
-    samples = wait_for(
-        lambda: len(s := c.metrics_series("W1")) >= 10 and s,
-        timeout=15,
-        what="10 heartbeat samples",
-    )
+
+    def ten_samples() -> list[Event]:
+        s = c.metrics_series("W1")
+        return s if len(s) >= 10 else []
+
+    samples = wait_for(ten_samples, timeout=15, what="10 heartbeat samples")
     gaps = [b.ts - a.ts for a, b in itertools.pairwise(samples)]
     assert all(abs(g - interval) <= 0.1 * interval for g in gaps), gaps
     assert abs(statistics.mean(gaps) - interval) <= 0.02 * interval
@@ -106,7 +107,9 @@ def test_heartbeats_arrive_at_the_interval_with_the_documents_payload(env):
     assert samples[-1].data["task_count"] == 0 and set(samples[-1].data["metrics"]) == METRIC_KEYS
 
 
-def test_kill_9_holder_lease_recovered_at_threshold_and_completed_elsewhere(env, monitor):
+def test_kill_9_holder_lease_recovered_at_threshold_and_completed_elsewhere(
+    env: dict[str, Any], monitor: corral.Monitor
+) -> None:
     c, d = env["c"], env["dir"]
     task = c.add_task("implement the thing")
     w1 = env["start"]("W1", "--interval", str(INTERVAL))
@@ -153,7 +156,9 @@ def _stop_outside_a_write(c: Any, pid: int) -> None:
         )
 
 
-def test_sigstop_past_threshold_loses_lease_and_late_completion_is_refused(env, monitor):
+def test_sigstop_past_threshold_loses_lease_and_late_completion_is_refused(
+    env: dict[str, Any], monitor: corral.Monitor
+) -> None:
     c, d = env["c"], env["dir"]
     task = c.add_task("implement the thing")
     w1 = env["start"]("W1", "--interval", str(INTERVAL))
@@ -201,7 +206,9 @@ def failing_hook() -> Iterator[tuple[str, type[_Hook]]]:
     server.server_close()
 
 
-def test_webhook_failing_three_times_alerts_and_nothing_else_stops(env, failing_hook):
+def test_webhook_failing_three_times_alerts_and_nothing_else_stops(
+    env: dict[str, Any], failing_hook: tuple[str, type[_Hook]]
+) -> None:
     c, d = env["c"], env["dir"]
     url, hook = failing_hook
     env["start"]("W1", "--interval", str(INTERVAL), "--webhook", url, "--retry-attempts", "1")
@@ -223,7 +230,7 @@ def test_webhook_failing_three_times_alerts_and_nothing_else_stops(env, failing_
     assert len(_events(c, "alert", node_id="W1")) == 1  # one alert per streak
 
 
-def test_sigterm_holding_a_task_final_beat_task_pending_at_once_exit_0(env):
+def test_sigterm_holding_a_task_final_beat_task_pending_at_once_exit_0(env: dict[str, Any]) -> None:
     """No monitor runs and the heartbeat interval is 5 s (dead only after 15 s): the
     task is pending at once because the worker gave it back, not by recovery."""
     c, d = env["c"], env["dir"]

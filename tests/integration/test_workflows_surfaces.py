@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ def _idle_run(c: Any, host: str = "h1", workflow: str = "hitl") -> str:
 
 
 @pytest.fixture
-def wf_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+def wf_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[Callable[..., tuple[int, str, str]], str]:
     url = f"sqlite:///{tmp_path / 'cli.db'}"
     monkeypatch.setenv("CORRAL_URL", url)
     monkeypatch.chdir(tmp_path)
@@ -312,10 +315,12 @@ def test_the_hosts_release_list_is_the_rule_over_all_its_idle_runs(
             c.serve_workflows("h", [{"name": "a", "idle_release_after": redeclared}, {"name": "b"}])
             clock.advance(later)
             delays = {"a": redeclared or cluster_delay, "b": cluster_delay}
+            handlers = c.list_handlers(status="running", idle=True, limit=10_000)
+            assert all(h.idle_since is not None for h in handlers)  # idle=True: idle ones only
             idle = [
                 IdleRun(h.handler_id, h.idle_since, delays[h.workflow])
-                for h in c.list_handlers(status="running", idle=True, limit=10_000)
-                if h.resident_reason is None
+                for h in handlers
+                if h.resident_reason is None and h.idle_since is not None
             ]
             expected = release_due(idle, clock.now(), cap)
             assert c.take_workflow_work("h").release == expected
