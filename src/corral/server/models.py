@@ -249,7 +249,9 @@ PARAM_TYPES: dict[str, Any] = {
         dict[str, Any] | None,
         _keys_whole("max_daily_posts", "max_daily_comments"),
     ),
-    "outcome": _schema(_nullable(_OUTCOME), dict[str, Any] | None),
+    "outcome": _schema(
+        _nullable(_OUTCOME), dict[str, Any] | None, _keys_whole("posts", "comments", "inbox_read")
+    ),
     "workflows": _LIST[_schema(_SERVED)],
     "event_type": _schema({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,199}$"}, str),
     "steps": _schema(_STEPS, dict[str, Any]),
