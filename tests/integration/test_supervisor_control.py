@@ -393,8 +393,8 @@ def test_status_table_shows_flags_and_last_exit() -> None:
     ]
     text = status_table(rows, now=now)
     lines = text.splitlines()
-    assert lines[2].split() == ["relay", "RUNNING", "1s", "ago", "1h", "23m", "0"]
-    assert lines[3].split() == ["user1", "STOPPED", "18s", "ago", "-", "10"]
+    assert lines[2].split() == ["relay", "RUNNING", "10", "1", "s", "ago", "1h", "23m", "0"]
+    assert lines[3].split() == ["user1", "STOPPED", "—", "18", "s", "ago", "—", "10"]
     assert lines[-1] == "user1: restart-exhausted; last exit: exit code 1"
 
 

@@ -1,7 +1,7 @@
 """``corral supervise`` runs a manifest's agents; ``corral ctl`` talks to it.
 
     corral supervise fleet.toml [--state-dir DIR]
-    corral ctl [--state-dir DIR] status [--json]
+    corral ctl [--state-dir DIR] status [--json | --watch [--interval S]]
     corral ctl start|stop|restart ID
     corral ctl logs ID [-f] [--stderr] [-n LINES]
     corral ctl reopen | shutdown
@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from corral.cli._common import CONTEXT_SETTINGS
+from corral.cli._common import CONTEXT_SETTINGS, Seconds
 from corral.errors import InvalidInputError, NotFoundError
 
 __all__ = ["DEFAULT_STATE_DIR", "register"]
@@ -60,12 +60,18 @@ def supervise(
     `corral ctl` on STATE_DIR/control.sock. SIGTERM or SIGINT stops every agent in
     reverse dependency order. A supervisor started again over the same state dir
     adopts the agents still running instead of restarting them. Prints a
-    timestamped line on stderr per state change (as state.log records it).
+    timestamped line on stderr per state change (as state.log records it); `corral
+    ctl status --watch` shows the processes table live.
     """
     output = "json" if as_json else "quiet" if quiet else "text"
     from corral.supervisor import entry
 
     spec = entry.load(manifest)  # a bad manifest: exit 2 before anything starts
+    if output == "text" and sys.stderr.isatty():
+        # The state lines follow; the table of them is another process's to draw (this
+        # one stays lean: tests/integration/test_supervisor_lean.py).
+        where = "" if state_dir == DEFAULT_STATE_DIR else f" --state-dir {state_dir}"
+        click.echo(f"the processes table: corral ctl{where} status --watch", err=True)
     url = (ctx.find_root().obj or {}).get("url")
     if url is None and _is_the_corral_program():
         # The supervisor stays up for as long as its agents: it continues in a
@@ -133,75 +139,68 @@ def _state_dir(ctx: click.Context) -> Path:
     return found
 
 
-def _ago(ts: Any, now: float) -> str:
-    if not isinstance(ts, int | float):
-        return "-"
-    s = max(0, int(now - ts))
-    if s < 120:
-        return f"{s}s ago"
-    if s < 7200:
-        return f"{s // 60}m ago"
-    return f"{s // 3600}h ago"
+def _rows(rows: list[dict[str, Any]], now: float) -> list[Any]:
+    from corral import cockpit
 
-
-def _uptime(seconds: Any) -> str:
-    if not isinstance(seconds, int | float):
-        return "-"
-    minutes = int(seconds) // 60
-    return f"{minutes // 60}h {minutes % 60:02d}m"
-
-
-def _describe_exit(last: Any) -> str:
-    if last is None or isinstance(last, str):
-        return last or ""
-    if isinstance(last, dict):
-        if isinstance(last.get("error"), str):  # it could not be started: say why
-            return str(last["error"])
-        if isinstance(last.get("describe"), str):
-            return str(last["describe"])
-        if last.get("signal") is not None:
-            return f"killed by signal {last['signal']}"
-        if last.get("code") is not None:
-            return f"exit code {last['code']}"
-        return "unknown"
-    return str(last)
+    return [cockpit.process_row(r, now) for r in rows]
 
 
 def status_table(rows: list[dict[str, Any]], now: float | None = None) -> str:
-    """The status table: Agent, State, Last Beat, Uptime, Restarts; then one line
-    per agent with flags or a last exit worth knowing."""
+    """The processes table as plain text (what ``corral ctl status`` prints when its
+    output is not a terminal): the same table ``corral top``'s Processes panel and
+    ``corral status`` draw (``corral.cli._tables.processes_table``), then one line
+    per agent with flags, what it waits on or a last exit worth knowing."""
+    from corral.cli import _tables
+
     now = time.time() if now is None else now
-    header = ("Agent", "State", "Last Beat", "Uptime", "Restarts")
-    body = [
-        (
-            str(r.get("agent", "?")),
-            str(r.get("state", "?")),
-            _ago(r.get("last_beat"), now),
-            _uptime(r.get("uptime")),
-            str(r.get("restarts", 0)),
-        )
-        for r in rows
-    ]
-    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=False)]
-    widths = [max(w, 8) for w in widths]
+    return _tables.to_text(_tables.processes_table(_rows(rows, now)))
 
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
-    out = [line(header), "  ".join("─" * w for w in widths)]
-    out += [line(b) for b in body]
-    notes = []
-    for r in rows:
-        parts = list(r.get("flags") or [])
-        if r.get("state") == "WAITING" and r.get("waiting_on"):
-            parts.append("waiting on " + ", ".join(r["waiting_on"]))
-        if r.get("state") != "RUNNING" and r.get("last_exit"):
-            parts.append("last exit: " + _describe_exit(r["last_exit"]))
-        if parts:
-            notes.append(f"{r.get('agent')}: {'; '.join(parts)}")
-    if notes:
-        out += ["", *notes]
-    return "\n".join(out)
+def _print_status(rows: list[dict[str, Any]]) -> None:
+    from corral.cli import _tables
+
+    _tables.show(_tables.processes_table(_rows(rows, time.time())))
+
+
+def _watch(sock: Path, interval: float) -> None:
+    """``ctl status --watch``: the table again every ``interval`` seconds until
+    interrupted, in place on a terminal (rich.live); otherwise printed again, with the
+    time, whenever an agent's state, pid, restarts or flags changed."""
+    from corral.cli import _tables
+    from corral.supervisor.control import request
+
+    def table() -> tuple[Any, list[tuple[Any, ...]]]:
+        rows = request(sock, "status")
+        key = [
+            (
+                r.get("agent"),
+                r.get("state"),
+                r.get("pid"),
+                r.get("restarts"),
+                tuple(r.get("flags") or ()),
+            )
+            for r in rows
+        ]
+        return _tables.processes_table(_rows(rows, time.time())), key
+
+    try:
+        if sys.stdout.isatty():
+            from rich.live import Live
+
+            with Live(table()[0], auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(table()[0], refresh=True)
+        last: list[tuple[Any, ...]] | None = None
+        while True:
+            shown, key = table()
+            if key != last:
+                click.echo(time.strftime("%H:%M:%S"))
+                _tables.show(shown)
+                last = key
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 def _agent_line(verb: str) -> Any:
@@ -213,7 +212,6 @@ def _agent_line(verb: str) -> Any:
 
 
 _TEXT: dict[str, Any] = {
-    "status": status_table,
     "start": _agent_line("started"),
     "stop": _agent_line("stopped"),
     "restart": _agent_line("restarted"),
@@ -246,15 +244,38 @@ def _make_command(cmd: Any) -> click.Command:
         else:
             params.append(click.Option([f"--{a.name.replace('_', '-')}", a.name], type=a.type))
     params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
+    if cmd.name == "status":
+        params += [
+            click.Option(
+                ["--watch", "watch"],
+                is_flag=True,
+                help="Show the table again every --interval seconds until interrupted.",
+            ),
+            click.Option(
+                ["--interval", "interval"],
+                type=Seconds(),
+                default=1.0,
+                show_default=True,
+                help="Seconds between two looks with --watch.",
+            ),
+        ]
 
-    def callback(as_json: bool, **args: Any) -> None:
+    def callback(as_json: bool, watch: bool = False, interval: float = 1.0, **args: Any) -> None:
         from corral.supervisor.control import request
 
         ctx = click.get_current_context()
+        sock = _state_dir(ctx) / "control.sock"
+        if watch:
+            if as_json:
+                raise click.UsageError("--watch draws the table: it takes no --json")
+            _watch(sock, interval)
+            return
         given = {k: v for k, v in args.items() if v is not None}
-        result = request(_state_dir(ctx) / "control.sock", cmd.name, **given)
+        result = request(sock, cmd.name, **given)
         if as_json:
             click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+        elif cmd.name == "status":
+            _print_status(result)
         else:
             click.echo(_TEXT.get(cmd.name, lambda r: json.dumps(r, default=str))(result))
 
