@@ -6,13 +6,14 @@ registry adds what the surfaces need to know about it: its HTTP route, who may c
 it, the parameter that names the node a node token must be, how the server runs it
 (``short``, a declared protocol ``exception``), and its MCP tool and CLI command when
 it has them. From the two come, when the app, the MCP server or the CLI is built:
-its HTTP route and OpenAPI entry (``corral.server.routes``: the generic handler
-unless the operation has a handler of its own), its MCP tool (``corral.mcp.server``:
-the generic tool unless one is written), and a CLI command for a one-word ``cli``
-that no module writes (``corral.cli._operations``). The typed client's Protocol and
-the remote client's methods are generated from them (``python -m corral.codegen``, a
-development tool; until it runs the remote client finds a new operation at run
-time). ``tests/integration/test_surfaces.py`` fails when an operation is missing from a surface,
+its HTTP route and OpenAPI entry (``corral.server.generic``; a declared protocol
+exception's few lines in ``corral.server.routes``), its MCP tool
+(``corral.mcp.server``), its remote client's call (``corral.remote_calls``) and a CLI
+command for a one-word ``cli`` that no module writes (``corral.cli._operations``).
+The typed client's Protocol and the remote client's typed methods are written from
+them by ``scripts/codegen.py`` (a development tool, for the type checker; until it
+runs the remote client finds a new operation at run time).
+``tests/integration/test_surfaces.py`` fails when an operation is missing from a surface,
 two surfaces disagree on its parameters, or the generated code is stale.
 
 Adding an operation is its ``Cluster`` method plus one ``Operation`` below

@@ -1,7 +1,7 @@
 """What an operation's ``Cluster`` method says: its resolved annotations.
 
 The surfaces built at run time (the generic HTTP handler, the MCP tools, the CLI's
-commands of operations) and the code generator (``python -m corral.codegen``, a
+commands of operations) and the code generator (``scripts/codegen.py``, a
 development tool that nothing imports at run time) read an operation's parameters
 and their types here: names its module imports only for the type checker resolve
 too, and with ``extras`` each parameter keeps its rule (``corral.params``).

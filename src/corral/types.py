@@ -53,7 +53,7 @@ TaskId: TypeAlias = int
 class Client(ClientOperations, Protocol):
     """What every corral client offers: the embedded ``Cluster`` and the remote
     ``HttpClient``. Its operations (``ClientOperations``) are generated from the
-    registry and the ``Cluster`` methods (``python -m corral.codegen``). Arguments are
+    registry and the ``Cluster`` methods (``python scripts/codegen.py``). Arguments are
     validated by the implementation; a bad one raises
     ``corral.errors.InvalidInputError`` and changes nothing."""
 
