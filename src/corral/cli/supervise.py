@@ -29,9 +29,11 @@ import click
 from corral.cli._common import CONTEXT_SETTINGS, Seconds
 from corral.errors import InvalidInputError, NotFoundError
 
-__all__ = ["DEFAULT_STATE_DIR", "register"]
+__all__ = ["DEFAULT_STATE_DIR", "DRAWING_OPTIONS", "register"]
 
 DEFAULT_STATE_DIR = ".corral/supervisor"
+# A ctl subcommand's options of the CLI's own drawing, not sent to the supervisor.
+DRAWING_OPTIONS = {"status": ("watch", "interval")}
 _FOLLOW_INTERVAL = 0.2  # seconds between looks at a followed log file
 _AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id rule
 
