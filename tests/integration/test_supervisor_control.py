@@ -25,7 +25,7 @@ import click
 import pytest
 
 from corral.cli import cli
-from corral.cli.supervise import status_table
+from corral.cli.supervise import DRAWING_OPTIONS, status_table
 from corral.errors import CorralError, InvalidInputError, NotFoundError, StoreUnavailableError
 from corral.fleet.pools import FleetSupervisor
 from corral.supervisor.commands import CLIENT_COMMANDS, COMMANDS, dispatcher
