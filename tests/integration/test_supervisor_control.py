@@ -324,8 +324,8 @@ def test_ctl_commands_in_real_processes(served: Served) -> None:
     r = corral("ctl", "--state-dir", d, "status")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["Agent", "State", "Last", "Beat", "Uptime", "Restarts"]
-    assert lines[2].split() == ["relay", "RUNNING", "2s", "ago", "1h", "23m", "0"]
+    assert lines[0].split() == ["AGENT", "STATE", "PID", "LAST", "BEAT", "UPTIME", "RESTARTS"]
+    assert lines[2].split() == ["relay", "RUNNING", "4000", "2", "s", "ago", "1h", "23m", "0"]
 
     r = corral("ctl", "--state-dir", d, "stop", "user0")
     assert (r.returncode, r.stdout.strip()) == (0, "stopped user0: STOPPED")
