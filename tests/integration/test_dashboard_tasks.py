@@ -2,23 +2,32 @@
 a real ``corral serve``: a bulk Requeue on a filter shows the dry run's count first and
 then requeues exactly the matching tasks; Cancel on a selection (kept through the
 stream's redraws) cancels exactly those; a bad filter is refused with its message and
-changes nothing; the action needs the session's CSRF token."""
+changes nothing; the action needs the session's CSRF token; a task a real ``corral
+worker`` runs, cancelled on the page, has its process stopped and its completion
+refused."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect
 
 import corral
+from corral.server.auth import Tokens
 from corral.types import Client
 from tests.integration.test_dashboard_browser import LIVE, _console, _log_in
 
 # The fixtures: the browser and a corral serve process (imported to be used here).
 from tests.integration.test_dashboard_browser import browser as browser
 from tests.integration.test_dashboard_browser import served as served
+from tests.integration.test_worker_cancel import _child_stopped as child_stopped
+from tests.integration.test_worker_cancel import _env as worker_env
+from tests.integration.test_worker_cancel import _log as worker_log
+from tests.integration.test_worker_cancel import _worker as start_worker
 from tests.support.backends.http import TOKEN
+from tests.support.worker_app import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -144,3 +153,33 @@ def test_a_bad_filter_is_refused_with_its_message_and_changes_nothing(
     refused = page.request.post(served + "/dashboard/tasks/act", form={**form, "task_status": ""})
     assert refused.status == 403
     assert _statuses(c) == before
+
+
+def test_cancel_on_the_page_stops_a_real_workers_task_and_refuses_its_completion(
+    browser: Browser, served: str, client: Client, tmp_path: Path
+) -> None:
+    """The issue's acceptance end to end: a real ``corral worker`` (its node token)
+    runs a task's child; **Cancel selected** on the page cancels it, the worker's next
+    heartbeat stops the child (SIGTERM), and its late completion is refused."""
+    c = client
+    task = c.add_task("Implement the long migration")
+    env = worker_env(CORRAL_TOKEN=Tokens(TOKEN).node_token("W1"))
+    worker = start_worker(served, tmp_path, env)
+    try:
+        wait_for(lambda: (tmp_path / "child.pid").exists(), timeout=20, what="the child")
+        page = browser.new_page()
+        _log_in(page, served)
+        row = page.locator(f'[data-list="in_progress"] tr[data-task="{task.id}"]')
+        expect(row).to_be_visible(timeout=LIVE)
+        page.get_by_label(f"Select task-{task.id}").check()
+        page.get_by_role("button", name="Cancel selected").click()
+        expect(page.locator("#task-action")).to_contain_text(f"Cancelled 1 task: task-{task.id}.")
+        child_stopped(tmp_path)
+        refused = f"completion of task {task.id} refused"
+        wait_for(lambda: refused in worker_log(tmp_path), what="the refused completion")
+        assert "was cancelled by operator" in worker_log(tmp_path)
+        assert c.get_task(task.id).status == "cancelled"
+        expect(row).to_have_count(0, timeout=LIVE)
+    finally:
+        worker.kill()
+        worker.wait()
