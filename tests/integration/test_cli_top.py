@@ -132,6 +132,33 @@ def test_top_shows_a_new_node_within_a_second_and_switches_panels(
     assert "Fleet —" not in pane.screen()  # the alternate screen is gone
 
 
+def test_top_keys_accept_a_spawn_request_and_restart_a_process(
+    tmp_path: Path, served: str, panes: list[Pane]
+) -> None:
+    """On the Fleet panel ``a`` accepts the selected pending spawn request; on the
+    Processes panel ``r`` asks the selected process's host to restart it (a
+    ``process_action_requested`` event its supervisor answers); each through the API
+    with the operator's token."""
+    with corral.connect(served, token=TOKEN) as c:
+        c.request_spawn("dev", "developer", "5 pending tasks")
+        second = c.request_spawn("dev", "developer", "7 pending tasks")
+        c.report_processes("host-a", [{"agent": "web", "state": "RUNNING", "pid": 4242}])
+        pane = Pane(_top_command("--url", served, token=TOKEN), tmp_path)
+        panes.append(pane)
+        pane.wait(lambda s: "7 pending tasks" in s, "the pending spawn requests")
+        pane.keys("Down", "a")
+        pane.wait(lambda s: f"spawn request {second.id} (pool dev, developer): accepted" in s, "a")
+        [accepted] = c.spawn_requests(status="accepted")
+        assert (accepted.id, accepted.decided_by) == (second.id, "operator")
+        pane.wait(lambda s: "7 pending tasks" not in s, "the accepted request gone")
+        pane.keys("4")
+        pane.wait(lambda s: "Processes — 1 supervised" in s and "› host-a" in s, "the process")
+        pane.keys("r")
+        pane.wait(lambda s: "restart of web on host-a requested (request " in s, "the restart")
+        [asked] = c.process_actions("host-a")
+        assert asked.data == {"host": "host-a", "agent": "web", "action": "restart"}
+
+
 def test_a_viewers_top_is_read_only(tmp_path: Path, served: str, panes: list[Pane]) -> None:
     """A viewer's token sees the panels; the keys that act say "read only" (the
     server refused the operation) and nothing changes."""
