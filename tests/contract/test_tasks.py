@@ -183,7 +183,11 @@ def test_a_claim_leases_the_task_and_sets_the_node_working(cluster: Any, clock: 
     assert (node.status, node.current_task_id, node.idle_since) == ("working", t.id, None)
     claimed = cluster.events()[-1]
     assert (claimed.kind, claimed.node_id, claimed.task_id) == ("task_claimed", "A", t.id)
-    assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1}
+    # created_at: the task's wait (the claim's ts minus it) is in the event itself
+    assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1, "created_at": T0}
+    cluster.complete_task(t.id, "A", got.epoch)
+    done = cluster.events()[-1]
+    assert (done.kind, done.data) == ("task_completed", {"epoch": 1, "claimed_at": T0 + 4})
     assert cluster.claim_best_task("A", "developer") is None
 
 

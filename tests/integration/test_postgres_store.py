@@ -336,8 +336,8 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
         mine = [(e.kind, sorted(e.data)) for e in events if e.node_id == node]
         assert [k for k, _ in mine].count("task_completed") == 4
         assert mine[-2:] == [
-            ("task_completed", ["epoch"]),
-            ("task_claimed", ["attempt", "epoch", "role"]),
+            ("task_completed", ["claimed_at", "epoch"]),
+            ("task_claimed", ["attempt", "created_at", "epoch", "role"]),
         ]
     kinds = {n: [e.kind for e in events if e.node_id == n] for n in ("A", "B")}
     assert kinds["A"] == kinds["B"]

@@ -193,7 +193,12 @@ def test_claims_and_completions_stamp_only_when_due(embedded: Cluster, clock: Fa
     kinds = [e.kind for e in embedded.events() if e.kind.startswith("task_")]
     assert kinds.count("task_claimed") == 3 and kinds.count("task_completed") == 3
     claimed = [e for e in embedded.events() if e.kind == "task_claimed"][-1]
-    assert claimed.data == {"epoch": 1, "role": "developer", "attempt": 1}
+    assert claimed.data == {
+        "epoch": 1,
+        "role": "developer",
+        "attempt": 1,
+        "created_at": third.created_at,
+    }
 
 
 def test_the_short_paths_give_way_when_the_node_row_must_change(

@@ -1,5 +1,7 @@
 """Prometheus metrics: a collector that reads the store at scrape time, plus the
 server's own request latency histogram. One registry per app (never the global one).
+The queue's histograms and counters come from the event log, and the alert rules'
+gauges from the store, at scrape time too (``corral.server.queue_metrics``).
 
 The latency histogram is kept by hand (a list of bucket counts per label set, one
 ``bisect`` per request, no lock: only the event loop observes) and exposed by a
@@ -26,6 +28,7 @@ from corral.cluster import Cluster
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
 from corral.fleet.metrics import desired_workers_family
 from corral.scheduler.metrics import SchedulerCollector
+from corral.server.queue_metrics import AlertStateCollector, QueueCollector
 from corral.types import WorkloadStatus
 
 __all__ = ["LATENCY_BUCKETS", "ClusterCollector", "LatencyCollector", "Metrics"]
@@ -163,6 +166,9 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(cluster))
         self.registry.register(SchedulerCollector(cluster))
+        self.queue = QueueCollector(cluster)
+        self.registry.register(self.queue)
+        self.registry.register(AlertStateCollector(cluster))
         self.latency = LatencyCollector()
         self.registry.register(self.latency)
         self.content_type = CONTENT_TYPE_LATEST

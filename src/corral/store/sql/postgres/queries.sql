@@ -484,7 +484,8 @@ take AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
            '{"epoch": ' || epoch::text || ', "role": ' || :role_json::text
-               || ', "attempt": ' || attempts::text || '}'
+               || ', "attempt": ' || attempts::text
+               || ', "created_at": ' || created_at::text || '}'
     FROM take
 )
 SELECT (SELECT fresh FROM n) AS fresh, take.* FROM (SELECT 1) AS one LEFT JOIN take ON true;
@@ -532,7 +533,8 @@ WITH t AS (
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
-           '{"epoch": ' || t.epoch::text || '}'
+           '{"epoch": ' || t.epoch::text
+               || ', "claimed_at": ' || coalesce(t.claimed_at::text, 'null') || '}'
     FROM t
 )
 SELECT * FROM t;
@@ -650,13 +652,15 @@ take AS (
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
-           fin.id, '{"epoch": ' || fin.epoch::text || '}'
+           fin.id, '{"epoch": ' || fin.epoch::text
+               || ', "claimed_at": ' || coalesce(fin.claimed_at::text, 'null') || '}'
     FROM fin
     UNION ALL
     SELECT (pg_current_xact_id()::text::bigint << 20) + 1, :now, 'task_claimed', :node_id,
            take.id,
            '{"epoch": ' || take.epoch::text || ', "role": ' || :role_json::text
-               || ', "attempt": ' || take.attempts::text || '}'
+               || ', "attempt": ' || take.attempts::text
+               || ', "created_at": ' || take.created_at::text || '}'
     FROM take
 )
 SELECT (SELECT fresh FROM n) AS fresh, 'done' AS part, fin.* FROM fin
@@ -707,7 +711,8 @@ take AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_claimed', :node_id, id,
            '{"epoch": ' || epoch::text || ', "role": ' || :role_json::text
-               || ', "attempt": ' || attempts::text || '}'
+               || ', "attempt": ' || attempts::text
+               || ', "created_at": ' || created_at::text || '}'
     FROM take
 )
 SELECT n.fresh, n.lean, take.* FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN take ON true;
@@ -721,13 +726,14 @@ WITH t AS (
     UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                      updated_at = :now
     WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
-    RETURNING id, epoch
+    RETURNING id, epoch, claimed_at
 ), nd AS (
     -- include: node_finished
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id, t.id,
-           '{"epoch": ' || t.epoch::text || '}'
+           '{"epoch": ' || t.epoch::text
+               || ', "claimed_at": ' || coalesce(t.claimed_at::text, 'null') || '}'
     FROM t
 )
 SELECT true AS lean, t.id FROM (SELECT 1) AS one LEFT JOIN t ON true;
@@ -752,7 +758,7 @@ WITH n AS MATERIALIZED (
                      updated_at = :now
     WHERE (SELECT lean FROM n)
       AND id = :id AND status = 'in_progress' AND assigned_to = :node_id AND epoch = :epoch
-    RETURNING id, epoch
+    RETURNING id, epoch, claimed_at
 ),
 -- include: claim_heads
 take AS (
@@ -775,13 +781,15 @@ take AS (
 ), ev AS (
     INSERT INTO events (seq, ts, kind, node_id, task_id, data)
     SELECT pg_current_xact_id()::text::bigint << 20, :now, 'task_completed', :node_id,
-           fin.id, '{"epoch": ' || fin.epoch::text || '}'
+           fin.id, '{"epoch": ' || fin.epoch::text
+               || ', "claimed_at": ' || coalesce(fin.claimed_at::text, 'null') || '}'
     FROM fin
     UNION ALL
     SELECT (pg_current_xact_id()::text::bigint << 20) + 1, :now, 'task_claimed', :node_id,
            take.id,
            '{"epoch": ' || take.epoch::text || ', "role": ' || :role_json::text
-               || ', "attempt": ' || take.attempts::text || '}'
+               || ', "attempt": ' || take.attempts::text
+               || ', "created_at": ' || take.created_at::text || '}'
     FROM take
 )
 SELECT n.fresh, n.lean, fin.id IS NOT NULL AS done, take.*

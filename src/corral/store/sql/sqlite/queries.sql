@@ -291,7 +291,8 @@ BEGIN
       ;
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.claimed_at, 'task_claimed', new.assigned_to, new.id,
-            json_object('epoch', new.epoch, 'role', new.claimed_role, 'attempt', new.attempts));
+            json_object('epoch', new.epoch, 'role', new.claimed_role, 'attempt', new.attempts,
+                        'created_at', new.created_at));
     -- A task matching one role has one role head (a task matching several: the store
     -- drops them; role names hold no spaces).
     DELETE FROM ready
@@ -312,7 +313,7 @@ BEGIN
       ;
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
-            json_object('epoch', new.epoch));
+            json_object('epoch', new.epoch, 'claimed_at', new.claimed_at));
 END;
 
 -- name: task_fail_final
