@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,8 @@ def supervisor(tmp_path: Path) -> Iterator[Served]:
 
 
 def _row(text: str, agent: str) -> list[str]:
-    return next(line.split() for line in text.splitlines() if line.split()[:1] == [agent])
+    """The cells of ``agent``'s row in a table's text ([] while it is not there)."""
+    return next((line.split() for line in text.splitlines() if line.split()[:1] == [agent]), [])
 
 
 def test_watch_prints_the_table_again_when_an_agent_changes(supervisor: Served) -> None:
@@ -58,19 +59,25 @@ def test_watch_prints_the_table_again_when_an_agent_changes(supervisor: Served) 
         starts = [i for i, c in enumerate(chunks) if len(c) == 8 and c[2] == c[5] == ":"]
         return ["\n".join(chunks[a:b]) for a, b in zip(starts, [*starts[1:], None], strict=False)]
 
-    try:
+    def until(check: Callable[[list[str]], bool], what: str) -> list[str]:
+        """The tables once ``check`` holds of them (each read in whole lines as written:
+        a table may show up before its last rows)."""
         deadline = time.monotonic() + 20
-        while not tables() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if check(shown := tables()):
+                return shown
             time.sleep(0.02)
-        [first] = tables()
+        raise AssertionError(f"{what}: {tables()}")
+
+    try:
+        [first] = until(lambda t: len(t) == 1 and _row(t[0], "user0") != [], "the first table")
         assert _row(first, "user0")[:2] == ["user0", "RUNNING"]
         time.sleep(0.5)  # five more looks, nothing changed: nothing printed
         assert len(tables()) == 1
         request(supervisor.sock, "stop", id="user0")
-        while len(tables()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert _row(tables()[1], "user0")[:3] == ["user0", "STOPPED", "—"]
-        assert "user0: last exit: killed by signal 15" in tables()[1]
+        second = until(lambda t: len(t) == 2 and "user0: last exit" in t[1], "the second")[1]
+        assert _row(second, "user0")[:3] == ["user0", "STOPPED", "—"]
+        assert "user0: last exit: killed by signal 15" in second
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(10)
