@@ -66,7 +66,7 @@ class AlertSender:
         policy = RetryPolicy(
             retry_attempts=config.retry_attempts,
             retry_delay=config.retry_delay,
-            alert_after=config.retry_attempts,
+            alert_after=1,  # log the first send that fails all its tries
         )
         self.deliveries = tuple(
             Delivery(

@@ -92,7 +92,8 @@ def check_webhooks(value: Any, field: str = "alert_webhooks") -> list[str]:
         if not isinstance(url, str) or len(url) > MAX_URL or not _URL_RE.fullmatch(url):
             shown = repr(url)[:60]
             raise InvalidInputError(
-                f"{field}: {shown} is not an http:// or https:// URL with a host", field=field
+                f"{field} must hold http:// or https:// URLs with a host; got {shown}",
+                field=field,
             )
     return list(value)
 

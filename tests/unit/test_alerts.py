@@ -189,7 +189,11 @@ def test_a_manifest_alerts_table_becomes_the_alert_settings() -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"webhooks": ["not a url"]}, "fleet.toml: alerts.webhooks: 'not a url' is not an http"),
+        (
+            {"webhooks": ["not a url"]},
+            "fleet.toml: alerts.webhooks: must hold http:// or https:// URLs with a host;"
+            " got 'not a url'",
+        ),
         ({"crash_loop_window": -5}, "fleet.toml: alerts.crash_loop_window: must be a positive"),
         ({"colour": 1}, "fleet.toml: alerts.colour: unknown key (expected crash_loop_restarts"),
     ],
