@@ -62,6 +62,12 @@ class Pane:
             time.sleep(0.02)
         raise AssertionError(f"{what}: not on the screen within {seconds}s:\n{self.screen()}")
 
+    def resize(self, columns: int, lines: int) -> None:
+        subprocess.run(
+            [*self.tmux, "resize-window", "-t", "top", "-x", str(columns), "-y", str(lines)],
+            check=True,
+        )
+
     def close(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
 
@@ -185,7 +191,8 @@ def test_top_on_the_embedded_default_sees_another_process_register(
     tmp_path: Path, panes: list[Pane]
 ) -> None:
     """No --url: the SQLite file under .corral/ (corral init's); a node another
-    process registers shows within a second."""
+    process registers shows within a second; a resized window is drawn again to its
+    new width."""
     assert CORRAL is not None
     subprocess.run([CORRAL, "init"], cwd=tmp_path, check=True, capture_output=True)
     pane = Pane(_top_command(options=("--panel", "nodes")), tmp_path)
@@ -195,6 +202,14 @@ def test_top_on_the_embedded_default_sees_another_process_register(
         c.register_node("Node-E1", "architect")
         took = pane.wait(lambda s: "Node-E1" in s, "the new node")
     assert took < SEEN_WITHIN, f"the node showed after {took:.2f}s"
+
+    def box_width(screen: str) -> int:
+        return max((len(line) for line in screen.splitlines() if line.startswith("╭")), default=0)
+
+    assert box_width(pane.screen()) == 120
+    pane.resize(90, 30)  # drawn again for the new size (SIGWINCH), events or not
+    took = pane.wait(lambda s: box_width(s) == 90, "the panel at 90 columns")
+    assert took < SEEN_WITHIN, f"redrawn after {took:.2f}s"
     pane.keys("q")
     pane.wait(lambda s: "top exited 0, terminal restored: yes" in s, "the exit")
 

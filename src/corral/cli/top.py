@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import signal
 import sys
 import termios
 import time
@@ -329,6 +330,16 @@ def _cbreak(fd: int) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+@contextlib.contextmanager
+def _on_resize(call: Callable[[], None]) -> Iterator[None]:
+    """``call()`` on SIGWINCH (the terminal resized), the old handler back after."""
+    old = signal.signal(signal.SIGWINCH, lambda *_: call())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGWINCH, old)
+
+
 def _run(top: Top, c: Client) -> None:
     from rich.console import Console
     from rich.live import Live
@@ -342,7 +353,9 @@ def _run(top: Top, c: Client) -> None:
     sel = selectors.DefaultSelector()
     sel.register(fd, selectors.EVENT_READ)
     next_poll = time.monotonic() + POLL
+    resized: list[bool] = []  # the window changed size: draw again at the next look
     with (
+        _on_resize(lambda: resized.append(True)),
         _cbreak(fd),
         Live(
             top.render(console.size.height),
@@ -354,7 +367,8 @@ def _run(top: Top, c: Client) -> None:
         ) as live,
     ):
         while not top.quit:
-            dirty = False
+            dirty = bool(resized)
+            resized.clear()
             wait = max(0.0, next_poll - time.monotonic())
             if sel.select(wait):
                 data = os.read(fd, 64).decode("utf-8", "replace")
