@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -123,12 +125,13 @@ def _die_holding(c: Cluster, clock: FakeClock, monitor: Monitor) -> None:
 
 
 def test_one_post_per_subject_within_the_rate_limit(
-    faked: tuple[Cluster, FakeClock], receiver: Receiver
+    embedded: Cluster, clock: FakeClock, receiver: Receiver
 ) -> None:
     """A node that dies holding a task three times: the first recovery is POSTed, the
     second (within ``alert_rate_limit_seconds``) is held back, the third (after the
-    window) is POSTed again, saying one was held back. Every alert is an event."""
-    c, clock = faked
+    window) is POSTed again, saying one was held back. Every alert is an event. On
+    SQLite and PostgreSQL."""
+    c = embedded
     c.configure(alert_webhooks=[receiver.url], alert_rate_limit_seconds=100)
     monitor = Monitor(c, alerts=True)
     alerter = monitor.alerter
@@ -322,3 +325,40 @@ def test_corral_serve_posts_a_task_failed_for_good(tmp_path: Path, receiver: Rec
         assert {p["condition"] for p in posts} == {"task_failed"}
     finally:
         server.kill()
+
+
+def test_bad_alert_settings_exit_2_naming_the_field(tmp_path: Path) -> None:
+    """``corral config set`` and ``corral up``'s ``[alerts]``: one line naming the
+    field, exit 2, nothing started."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    corral_cmd = [sys.executable, "-m", "corral"]
+    db = f"sqlite:///{tmp_path / 'corral.db'}"
+    for key, value in (("alert_webhooks", '["ftp://x"]'), ("alert_crash_loop_window", "-5")):
+        out = subprocess.run(
+            [*corral_cmd, "--url", db, "config", "set", key, value],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.strip().startswith(f"error: {key}: {key} must"), out.stderr
+    manifest = tmp_path / "fleet.toml"
+    for table, where in (
+        ('webhooks = ["not a url"]', "fleet.toml: alerts.webhooks: must hold http://"),
+        ("crash_loop_window = -5", "fleet.toml: alerts.crash_loop_window: must be a positive"),
+        ("colour = 1", "fleet.toml: alerts.colour: unknown key"),
+    ):
+        manifest.write_text(f'[[agents]]\nid = "a"\ncmd = "true"\n\n[alerts]\n{table}\n')
+        out = subprocess.run(
+            [*corral_cmd, "up", "fleet.toml", "--port", "0"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 2, out.stderr
+        err = out.stderr.strip().splitlines()
+        assert len(err) == 1 and where in err[0], out.stderr
+        assert not (tmp_path / ".corral").exists()  # nothing started
