@@ -228,7 +228,9 @@ class Top:
         try:
             return act()
         except AuthError as exc:
-            self.read_only = True
+            if exc.status != 403:  # 401: the token itself refused (revoked, wrong)
+                return f"refused: {exc.message}"
+            self.read_only = True  # the token may read, not act (a viewer's)
             return f"read only: {exc.message}"
         except CorralError as exc:
             return f"refused: {exc.message}"
