@@ -23,9 +23,13 @@ if TYPE_CHECKING:
     )
     from corral.params import (
         ActorName,
+        Checkpoint,
         Epoch,
+        EventType,
         Flag,
+        HandlerStatusName,
         HostName,
+        HostState,
         JsonObject,
         JsonValue,
         Limit,
@@ -33,13 +37,19 @@ if TYPE_CHECKING:
         ModelName,
         NodeId,
         NodeStatusName,
+        PoolName,
         PositiveInt,
         PriorityName,
         ProcessActionName,
         Reason,
+        RecordId,
         RoleName,
+        RunError,
+        RunReason,
         Seconds,
+        SecondsFromZero,
         Seq,
+        SpawnStatusName,
         StrengthName,
         TaskAge,
         TaskCancelStatus,
@@ -57,7 +67,6 @@ if TYPE_CHECKING:
     from corral.spawning import SpawnRequest
     from corral.store.stats import ClusterStats
     from corral.tokens import NamedToken
-    from corral.types import SpawnStatus
     from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
 __all__ = ["ClientOperations"]
@@ -304,44 +313,44 @@ class ClientOperations(Protocol):
         host, agent, action, the request's ``seq``, ``ok`` and a message."""
         ...
 
-    def run_workflow(self, workflow: str, /, **kwargs: Any) -> str:
+    def run_workflow(self, workflow: NodeId, /, **kwargs: Any) -> str:
         """Start a run of ``workflow`` with ``kwargs`` as its start event's fields; a
         live host serving it takes it."""
         ...
 
     def list_handlers(
         self,
-        status: str | None = None,
-        idle: bool | None = None,
-        idle_duration_gt: float | None = None,
-        workflow: str | None = None,
-        host: str | None = None,
-        limit: int = 100,
+        status: HandlerStatusName | None = None,
+        idle: Flag | None = None,
+        idle_duration_gt: SecondsFromZero | None = None,
+        workflow: NodeId | None = None,
+        host: NodeId | None = None,
+        limit: Limit = 100,
     ) -> list[Handler]:
         """Runs, filtered by status, idleness, idle duration (seconds, strictly more),
         workflow and host; idle ones longest idle first, the others oldest first (at
         most ``limit``)."""
         ...
 
-    def get_handler(self, handler_id: str) -> Handler:
+    def get_handler(self, handler_id: NodeId) -> Handler:
         """One run: its status, ``idle_since``, ``active_waiters``, and its result or
         error once finished; ``NotFoundError`` when unknown."""
         ...
 
     def send_event(
-        self, handler_id: str, event_type: str, data: dict[str, Any] | None = None
+        self, handler_id: NodeId, event_type: EventType, data: JsonObject | None = None
     ) -> Handler:
         """Send a run an event: ``event_type`` is the event class's name (``Answer``),
         ``data`` its fields."""
         ...
 
-    def serve_workflows(self, host: str, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
+    def serve_workflows(self, host: NodeId, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
         """Declare the workflows a host serves (replacing its previous list): each item
         has ``name`` and optionally ``idle_release_after``, the host's own release delay
         for that workflow (else the cluster's setting)."""
         ...
 
-    def take_workflow_work(self, host: str, limit: int = 100) -> WorkflowWork:
+    def take_workflow_work(self, host: NodeId, limit: Limit = 100) -> WorkflowWork:
         """A host's work now: runs of its workflows to start or restore (each taken by
         one host only), events to deliver to its runs, and idle runs to release (idle
         longer than their release delay, or beyond ``max_resident_idle``)."""
@@ -349,27 +358,27 @@ class ClientOperations(Protocol):
 
     def report_handler(
         self,
-        host: str,
-        handler_id: str,
-        state: str,
+        host: NodeId,
+        handler_id: NodeId,
+        state: HostState,
         waiters: list[dict[str, Any]] | None = None,
-        result: Any = None,
-        error: str | None = None,
-        reason: str | None = None,
+        result: JsonValue = None,
+        error: RunError | None = None,
+        reason: RunReason | None = None,
     ) -> Handler:
         """Report a run's transition from the host running it: ``idle`` (with its
         ``waiters``), ``busy``, ``resident`` (idle but not releasable: ``reason``),
         ``completed`` (``result``), ``failed`` (``error``) or ``cancelled``."""
         ...
 
-    def report_steps(self, host: str, handler_id: str, steps: dict[str, Any]) -> Handler:
+    def report_steps(self, host: NodeId, handler_id: NodeId, steps: dict[str, Any]) -> Handler:
         """Report a run's raw step state from the host running it (each step's
         ``queue``, ``in_progress``, ``backoff`` counts and ``waiters``): corral judges
         it idle or busy by the idle rule (``corral.workflows.idle.is_idle``) and records
         the transition as ``report_handler`` does."""
         ...
 
-    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any]) -> Handler:
+    def release_handler(self, host: NodeId, handler_id: NodeId, checkpoint: Checkpoint) -> Handler:
         """Release an idle run: its ``checkpoint`` (the run's serialized state) is
         stored and the handler marked ``released`` in one transaction; only then may the
         host stop the run in memory."""
@@ -420,7 +429,7 @@ class ClientOperations(Protocol):
         ...
 
     def request_spawn(
-        self, pool: str, role: str, reason: Reason = "", requested_by: str = "pool"
+        self, pool: PoolName, role: str, reason: Reason = "", requested_by: NodeId = "pool"
     ) -> SpawnRequest:
         """Ask for one new member of ``pool`` (a worker of ``role``): a pending request
         and a ``spawn_requested`` event; an operator or a manager agent accepts or
@@ -428,29 +437,36 @@ class ClientOperations(Protocol):
         ...
 
     def spawn_requests(
-        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
+        self,
+        status: SpawnStatusName | None = None,
+        pool: PoolName | None = None,
+        limit: Limit = 100,
     ) -> list[SpawnRequest]:
         """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
         declined, withdrawn) and ``pool`` (at most ``limit``)."""
         ...
 
-    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+    def accept_spawn_request(
+        self, request_id: RecordId, actor: NodeId | None = None
+    ) -> SpawnRequest:
         """Accept a pending spawn request: its pool spawns one member for it."""
         ...
 
-    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+    def decline_spawn_request(
+        self, request_id: RecordId, actor: NodeId | None = None
+    ) -> SpawnRequest:
         """Decline a pending spawn request: nothing is spawned for it."""
         ...
 
     def withdraw_spawn_request(
-        self, request_id: int, reason: Reason, actor: str = "pool"
+        self, request_id: RecordId, reason: Reason, actor: NodeId = "pool"
     ) -> SpawnRequest:
         """Withdraw a pending spawn request its pool no longer wants (the board drained,
         the recommendation changed): status ``withdrawn``, nothing spawned, and a
         ``spawn_request_withdrawn`` event with the ``reason``."""
         ...
 
-    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
+    def fulfil_spawn_request(self, request_id: RecordId, member: NodeId) -> SpawnRequest:
         """Record the member an accepted request was spawned as (its pool calls this
         once): a ``spawn_request_fulfilled`` event."""
         ...

@@ -14,16 +14,20 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias, get_args
 
 from corral import defaults
-from corral.types import NodeStatus, Priority, ProcessAction, Strength, TaskStatus
+from corral.types import NodeStatus, Priority, ProcessAction, SpawnStatus, Strength, TaskStatus
 from corral.validation import (
+    CHECKPOINT,
     EPOCH,
+    EVENT_TYPE,
     FLAG,
     ID,
     LIMIT,
     OBJECT,
     PAYLOAD,
+    POOL,
     POSITIVE,
     POSITIVE_INT,
+    RECORD_ID,
     SEQ,
     TASK_REF,
     TOKEN_NAME,
@@ -32,16 +36,22 @@ from corral.validation import (
     seconds,
     text,
 )
+from corral.workflows.model import FINISHED, HANDLER_STATUSES
 
 __all__ = [
     "DESCRIPTION",
+    "HOST_STATES",
     "PRIORITY",
     "ROLE",
     "TITLE",
     "ActorName",
+    "Checkpoint",
     "Epoch",
+    "EventType",
     "Flag",
+    "HandlerStatusName",
     "HostName",
+    "HostState",
     "JsonObject",
     "JsonValue",
     "Limit",
@@ -49,13 +59,19 @@ __all__ = [
     "ModelName",
     "NodeId",
     "NodeStatusName",
+    "PoolName",
     "PositiveInt",
     "PriorityName",
     "ProcessActionName",
     "Reason",
+    "RecordId",
     "RoleName",
+    "RunError",
+    "RunReason",
     "Seconds",
+    "SecondsFromZero",
     "Seq",
+    "SpawnStatusName",
     "StrengthName",
     "TaskAge",
     "TaskCancelStatus",
@@ -123,3 +139,29 @@ TokenRoleName: TypeAlias = Annotated[str, one_of("operator", "viewer")]
 """A named token's role: ``operator`` (may do everything) or ``viewer`` (reads only)."""
 ActorName: TypeAlias = Annotated[str, text(200, empty=False)]
 """Who did something, as events record it: ``operator``, ``token:NAME``, ``node:ID``."""
+PoolName: TypeAlias = Annotated[str, POOL]
+"""A pool's name, as the fleet manifest names it: 1-64 letters, digits, '.', '_' or
+'-', starting with a letter or digit (``validation.POOL``)."""
+RecordId: TypeAlias = Annotated[int, RECORD_ID]
+"""A stored record's number (a spawn request's): a positive integer (its digits too, as a
+URL's path segment gives it)."""
+SpawnStatusName: TypeAlias = Annotated[SpawnStatus, one_of(*get_args(SpawnStatus))]
+"""A spawn request's status: pending, accepted, declined or withdrawn."""
+SecondsFromZero: TypeAlias = Annotated[float, seconds(defaults.MAX_TASK_AGE)]
+"""A duration in seconds: 0 to ``MAX_TASK_AGE`` (1e9 s, about 31 years; a bound a JSON
+number holds exactly, so a larger one is refused rather than rounded into range)."""
+HOST_STATES = ("idle", "busy", "resident", *FINISHED)
+"""What a host reports of a workflow run: idle (with its waits), busy, resident (idle
+but not releasable, with the reason), or finished (completed, failed, cancelled)."""
+HandlerStatusName: TypeAlias = Annotated[str, one_of(*HANDLER_STATUSES)]
+"""A workflow run's status: running, released, completed, failed or cancelled."""
+HostState: TypeAlias = Annotated[str, one_of(*HOST_STATES)]
+"""What a host reports of a workflow run (``HOST_STATES``)."""
+EventType: TypeAlias = Annotated[str, EVENT_TYPE]
+"""An event class's name (``Answer``): letters, digits and ``_``, at most 200."""
+Checkpoint: TypeAlias = Annotated[dict[str, Any], CHECKPOINT]
+"""A workflow run's serialized state: a JSON object of at most 16 MiB encoded."""
+RunError: TypeAlias = Annotated[str, text(20_000)]
+"""A failed workflow run's error: text of at most 20,000 characters."""
+RunReason: TypeAlias = Annotated[str, text(2000, empty=False)]
+"""Why a resident workflow run cannot be released: text of at most 2,000 characters."""

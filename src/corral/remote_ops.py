@@ -25,9 +25,13 @@ if TYPE_CHECKING:
     )
     from corral.params import (
         ActorName,
+        Checkpoint,
         Epoch,
+        EventType,
         Flag,
+        HandlerStatusName,
         HostName,
+        HostState,
         JsonObject,
         JsonValue,
         Limit,
@@ -35,13 +39,19 @@ if TYPE_CHECKING:
         ModelName,
         NodeId,
         NodeStatusName,
+        PoolName,
         PositiveInt,
         PriorityName,
         ProcessActionName,
         Reason,
+        RecordId,
         RoleName,
+        RunError,
+        RunReason,
         Seconds,
+        SecondsFromZero,
         Seq,
+        SpawnStatusName,
         StrengthName,
         TaskAge,
         TaskCancelStatus,
@@ -59,7 +69,6 @@ if TYPE_CHECKING:
     from corral.spawning import SpawnRequest
     from corral.store.stats import ClusterStats
     from corral.tokens import NamedToken
-    from corral.types import SpawnStatus
     from corral.workflows.model import Handler, WorkflowHost, WorkflowWork
 
 __all__ = ["HttpOperations"]
@@ -382,17 +391,17 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def run_workflow(self, workflow: str, /, **kwargs: Any) -> str:
+    def run_workflow(self, workflow: NodeId, /, **kwargs: Any) -> str:
         return cast("str", self._invoke("run_workflow", {"workflow": workflow, **kwargs}))
 
     def list_handlers(
         self,
-        status: str | None = None,
-        idle: bool | None = None,
-        idle_duration_gt: float | None = None,
-        workflow: str | None = None,
-        host: str | None = None,
-        limit: int = 100,
+        status: HandlerStatusName | None = None,
+        idle: Flag | None = None,
+        idle_duration_gt: SecondsFromZero | None = None,
+        workflow: NodeId | None = None,
+        host: NodeId | None = None,
+        limit: Limit = 100,
     ) -> list[Handler]:
         return cast(
             "list[Handler]",
@@ -409,11 +418,11 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def get_handler(self, handler_id: str) -> Handler:
+    def get_handler(self, handler_id: NodeId) -> Handler:
         return cast("Handler", self._invoke("get_handler", {"handler_id": handler_id}))
 
     def send_event(
-        self, handler_id: str, event_type: str, data: dict[str, Any] | None = None
+        self, handler_id: NodeId, event_type: EventType, data: JsonObject | None = None
     ) -> Handler:
         return cast(
             "Handler",
@@ -422,26 +431,26 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def serve_workflows(self, host: str, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
+    def serve_workflows(self, host: NodeId, workflows: list[dict[str, Any]]) -> list[WorkflowHost]:
         return cast(
             "list[WorkflowHost]",
             self._invoke("serve_workflows", {"host": host, "workflows": workflows}),
         )
 
-    def take_workflow_work(self, host: str, limit: int = 100) -> WorkflowWork:
+    def take_workflow_work(self, host: NodeId, limit: Limit = 100) -> WorkflowWork:
         return cast(
             "WorkflowWork", self._invoke("take_workflow_work", {"host": host, "limit": limit})
         )
 
     def report_handler(
         self,
-        host: str,
-        handler_id: str,
-        state: str,
+        host: NodeId,
+        handler_id: NodeId,
+        state: HostState,
         waiters: list[dict[str, Any]] | None = None,
-        result: Any = None,
-        error: str | None = None,
-        reason: str | None = None,
+        result: JsonValue = None,
+        error: RunError | None = None,
+        reason: RunReason | None = None,
     ) -> Handler:
         return cast(
             "Handler",
@@ -459,13 +468,13 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def report_steps(self, host: str, handler_id: str, steps: dict[str, Any]) -> Handler:
+    def report_steps(self, host: NodeId, handler_id: NodeId, steps: dict[str, Any]) -> Handler:
         return cast(
             "Handler",
             self._invoke("report_steps", {"host": host, "handler_id": handler_id, "steps": steps}),
         )
 
-    def release_handler(self, host: str, handler_id: str, checkpoint: dict[str, Any]) -> Handler:
+    def release_handler(self, host: NodeId, handler_id: NodeId, checkpoint: Checkpoint) -> Handler:
         return cast(
             "Handler",
             self._invoke(
@@ -523,7 +532,7 @@ class HttpOperations(RemoteCalls):
         return cast("list[Assignment]", self._invoke("list_assignments", {"limit": limit}))
 
     def request_spawn(
-        self, pool: str, role: str, reason: Reason = "", requested_by: str = "pool"
+        self, pool: PoolName, role: str, reason: Reason = "", requested_by: NodeId = "pool"
     ) -> SpawnRequest:
         return cast(
             "SpawnRequest",
@@ -534,27 +543,34 @@ class HttpOperations(RemoteCalls):
         )
 
     def spawn_requests(
-        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
+        self,
+        status: SpawnStatusName | None = None,
+        pool: PoolName | None = None,
+        limit: Limit = 100,
     ) -> list[SpawnRequest]:
         return cast(
             "list[SpawnRequest]",
             self._invoke("spawn_requests", {"status": status, "pool": pool, "limit": limit}),
         )
 
-    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+    def accept_spawn_request(
+        self, request_id: RecordId, actor: NodeId | None = None
+    ) -> SpawnRequest:
         return cast(
             "SpawnRequest",
             self._invoke("accept_spawn_request", {"request_id": request_id, "actor": actor}),
         )
 
-    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+    def decline_spawn_request(
+        self, request_id: RecordId, actor: NodeId | None = None
+    ) -> SpawnRequest:
         return cast(
             "SpawnRequest",
             self._invoke("decline_spawn_request", {"request_id": request_id, "actor": actor}),
         )
 
     def withdraw_spawn_request(
-        self, request_id: int, reason: Reason, actor: str = "pool"
+        self, request_id: RecordId, reason: Reason, actor: NodeId = "pool"
     ) -> SpawnRequest:
         return cast(
             "SpawnRequest",
@@ -564,7 +580,7 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
+    def fulfil_spawn_request(self, request_id: RecordId, member: NodeId) -> SpawnRequest:
         return cast(
             "SpawnRequest",
             self._invoke("fulfil_spawn_request", {"request_id": request_id, "member": member}),

@@ -3,29 +3,30 @@ each member it wants waits as a request that an operator or a manager agent acce
 or declines. One request is one spawn. Each step is an event naming its actor.
 
 :class:`SpawnRequestsMixin` is the part of ``corral.Cluster`` that holds these
-operations (validation, then one store transaction each).
+operations: their parameters carry their rules (``corral.params``, run by
+``@checked``), the body checks the role against the cluster's roles, then one store
+transaction each.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, get_args
 
-from corral.errors import InvalidInputError
-from corral.params import Reason
+from corral.params import Limit, NodeId, PoolName, Reason, RecordId, SpawnStatusName
 from corral.types import SpawnStatus
-from corral.validation import MAX_INT, check_choice, check_id, check_limit, check_text
+from corral.validation import (
+    checked,
+)
 
 if TYPE_CHECKING:
     from corral.clock import Clock
     from corral.store import Store
 
-__all__ = ["SPAWN_STATUSES", "SpawnRequest", "SpawnRequestsMixin", "check_request_id"]
+__all__ = ["SPAWN_STATUSES", "SpawnRequest", "SpawnRequestsMixin"]
 
 SPAWN_STATUSES: tuple[str, ...] = get_args(SpawnStatus)
 OPERATOR = "operator"  # the actor of a decision made with the operator's token
-_POOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the manifest's id rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +73,6 @@ class _SpawnStore(Protocol):
     def fulfil_spawn_request(self, request_id: int, member: str, now: float) -> SpawnRequest: ...
 
 
-def _pool(value: Any) -> str:
-    if not isinstance(value, str) or not _POOL.fullmatch(value):
-        raise InvalidInputError("pool must be 1-64 letters, digits, '.', '_' or '-'", field="pool")
-    return value
-
-
-def check_request_id(value: Any) -> int:
-    """A spawn request's id: a positive integer (or its digits)."""
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
-        raise InvalidInputError("request_id must be a positive integer", field="request_id")
-    return value
-
-
 class SpawnRequestsMixin:
     """The spawn request operations of ``corral.Cluster``."""
 
@@ -100,68 +86,67 @@ class SpawnRequestsMixin:
     def _spawns(self) -> _SpawnStore:
         return cast("_SpawnStore", self.store)  # SQLStore's SpawnMixin
 
+    @checked
     def request_spawn(
-        self, pool: str, role: str, reason: Reason = "", requested_by: str = "pool"
+        self, pool: PoolName, role: str, reason: Reason = "", requested_by: NodeId = "pool"
     ) -> SpawnRequest:
         """Ask for one new member of ``pool`` (a worker of ``role``): a pending
         request and a ``spawn_requested`` event; an operator or a manager agent
         accepts or declines it (``accept_spawn_request``, ``decline_spawn_request``)."""
         return self._spawns.request_spawn(
-            _pool(pool),
-            self._role(role),
-            check_text(reason, "reason", max_len=500),
-            check_id(requested_by, "requested_by"),
-            self.clock.now(),
+            pool, self._role(role), reason, requested_by, self.clock.now()
         )
 
+    @checked
     def spawn_requests(
-        self, status: SpawnStatus | None = None, pool: str | None = None, limit: int = 100
+        self,
+        status: SpawnStatusName | None = None,
+        pool: PoolName | None = None,
+        limit: Limit = 100,
     ) -> list[SpawnRequest]:
         """Spawn requests, oldest first, filtered by ``status`` (pending, accepted,
         declined, withdrawn) and ``pool`` (at most ``limit``)."""
-        return self._spawns.spawn_requests(
-            None if status is None else check_choice(status, SPAWN_STATUSES, "status"),
-            None if pool is None else _pool(pool),
-            check_limit(limit),
-        )
+        return self._spawns.spawn_requests(status, pool, limit)
 
-    def accept_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+    @checked
+    def accept_spawn_request(
+        self, request_id: RecordId, actor: NodeId | None = None
+    ) -> SpawnRequest:
         """Accept a pending spawn request: its pool spawns one member for it. A
         ``spawn_request_accepted`` event names the actor (``operator`` when none is
         given). A request already decided is refused."""
         return self._decide(request_id, "accepted", actor)
 
-    def decline_spawn_request(self, request_id: int, actor: str | None = None) -> SpawnRequest:
+    @checked
+    def decline_spawn_request(
+        self, request_id: RecordId, actor: NodeId | None = None
+    ) -> SpawnRequest:
         """Decline a pending spawn request: nothing is spawned for it. A
         ``spawn_request_declined`` event names the actor (``operator`` when none is
         given). A request already decided is refused."""
         return self._decide(request_id, "declined", actor)
 
+    @checked
     def withdraw_spawn_request(
-        self, request_id: int, reason: Reason, actor: str = "pool"
+        self, request_id: RecordId, reason: Reason, actor: NodeId = "pool"
     ) -> SpawnRequest:
         """Withdraw a pending spawn request its pool no longer wants (the board
         drained, the recommendation changed): status ``withdrawn``, nothing spawned,
         and a ``spawn_request_withdrawn`` event with the ``reason``. A request already
         decided is refused."""
         return self._spawns.decide_spawn_request(
-            check_request_id(request_id),
-            "withdrawn",
-            check_id(actor, "actor"),
-            self.clock.now(),
-            check_text(reason, "reason", max_len=500),
+            request_id, "withdrawn", actor, self.clock.now(), reason
         )
 
-    def fulfil_spawn_request(self, request_id: int, member: str) -> SpawnRequest:
+    @checked
+    def fulfil_spawn_request(self, request_id: RecordId, member: NodeId) -> SpawnRequest:
         """Record the member an accepted request was spawned as (its pool calls this
         once): a ``spawn_request_fulfilled`` event. Refused for a request that is not
         accepted or already spawned."""
-        return self._spawns.fulfil_spawn_request(
-            check_request_id(request_id), check_id(member, "member"), self.clock.now()
-        )
+        return self._spawns.fulfil_spawn_request(request_id, member, self.clock.now())
 
-    def _decide(self, request_id: Any, status: str, actor: str | None) -> SpawnRequest:
-        who = OPERATOR if actor is None else check_id(actor, "actor")
+    def _decide(self, request_id: int, status: str, actor: str | None) -> SpawnRequest:
+        # ``request_id`` and ``actor`` have passed their rules (``@checked``).
         return self._spawns.decide_spawn_request(
-            check_request_id(request_id), status, who, self.clock.now()
+            request_id, status, OPERATOR if actor is None else actor, self.clock.now()
         )

@@ -1,8 +1,12 @@
-"""corral's shared types: the status Literals, the id aliases and the ``Client``
+"""corral's shared types: the status Literals, the task id alias and the ``Client``
 Protocol.
 
 Each Literal is the one set of its values: ``corral.defaults`` derives its tuples
-from them (``typing.get_args``), and validation and the API models use those.
+from them (``typing.get_args``), and the rule of each status parameter is ``one_of``
+them (``corral.params``: ``NodeStatusName``, ``TaskStatusName``, ``PriorityName``,
+``StrengthName``, ``ProcessActionName``, ``SpawnStatusName``), which every surface's
+check, message and schema follow. No rule lives here: the parameters' types and
+their rules are ``corral.params``'.
 
 ``Client`` is every public operation of ``corral.Cluster`` (the embedded client); the
 remote ``corral.remote.HttpClient`` has the same methods with the same signatures
@@ -40,7 +44,7 @@ Strength: TypeAlias = Literal["high", "medium", "low"]
 # may ask of it through the cluster.
 ProcessState: TypeAlias = Literal["STOPPED", "STARTING", "RUNNING", "UNHEALTHY", "WAITING"]
 ProcessAction: TypeAlias = Literal["start", "stop", "restart"]
-# A spawn request's status (corral.spawning).
+# A spawn request's status (corral.spawning; its rule: corral.params.SpawnStatusName).
 SpawnStatus: TypeAlias = Literal["pending", "accepted", "declined", "withdrawn"]
 # What assess_workload finds (corral.assessment.decide).
 WorkloadStatus: TypeAlias = Literal["idle", "overloaded", "balanced", "underutilized"]

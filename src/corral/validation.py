@@ -28,22 +28,32 @@ from corral import defaults
 from corral.errors import InvalidInputError
 
 __all__ = [
+    "CHECKPOINT",
     "EPOCH",
+    "EVENT_TYPE",
     "ID",
     "LIMIT",
+    "MAX_CHECKPOINT_BYTES",
     "OBJECT",
     "PAYLOAD",
+    "POOL",
     "POSITIVE",
     "POSITIVE_INT",
+    "RECORD_ID",
     "SEQ",
     "TASK_REF",
     "TOKEN_NAME",
     "Rule",
+    "check_checkpoint",
     "check_choice",
+    "check_event_type",
     "check_id",
     "check_limit",
     "check_payload",
+    "check_pool",
     "check_positive",
+    "check_record_id",
+    "check_seconds",
     "check_seq",
     "check_task_id",
     "check_text",
@@ -407,4 +417,100 @@ TOKEN_NAME = Rule(
         "not": {"const": _RESERVED_TOKEN_NAME},
     },
     "1-64 letters, digits, '.', '_' or '-' (not operator)",
+)
+
+
+# --- spawn requests and workflow runs (corral.spawning, corral.workflows.service) -------
+_POOL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # the fleet manifest's id rule
+
+
+def check_pool(value: Any, field: str = "pool") -> str:
+    """A pool's name, as the fleet manifest names it: 1-64 letters, digits, '.', '_'
+    or '-', starting with a letter or digit."""
+    if not isinstance(value, str) or not _POOL.fullmatch(value):
+        raise InvalidInputError(
+            f"{field} must be 1-64 letters, digits, '.', '_' or '-'", field=field
+        )
+    return value
+
+
+def check_record_id(value: Any, field: str) -> int:
+    """A stored record's number as a caller may pass it: a positive integer, or its
+    ASCII digits (a URL's path segment)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise InvalidInputError(f"{field} must be a positive integer", field=field)
+    return value
+
+
+def check_seconds(value: Any, field: str, *, zero: bool = False) -> float:
+    """A finite number of seconds, positive (or 0 too when ``zero``), as a float."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+        or value > MAX_FLOAT
+    ):
+        what = "a non-negative" if zero else "a positive"
+        raise InvalidInputError(f"{field} must be {what} number of seconds", field=field)
+    return float(value)
+
+
+_EVENT_TYPE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
+
+
+def check_event_type(value: Any, field: str = "event_type") -> str:
+    """An event class's name (``Answer``): a Python identifier of at most 200 ASCII
+    characters."""
+    if not isinstance(value, str) or not _EVENT_TYPE.match(value):
+        raise InvalidInputError(
+            f"{field} must be an event class's name (letters, digits, _)", field=field
+        )
+    return value
+
+
+MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024  # a released workflow run's serialized state
+
+
+def check_checkpoint(value: Any, field: str = "checkpoint") -> dict[str, Any]:
+    """A workflow run's serialized state: a JSON object of at most
+    ``MAX_CHECKPOINT_BYTES`` once encoded."""
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"{field} must be an object", field=field)
+    try:
+        size = len(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{field} must be JSON: {exc}", field=field) from None
+    if size > MAX_CHECKPOINT_BYTES:
+        raise InvalidInputError(f"{field} is larger than {MAX_CHECKPOINT_BYTES} bytes", field=field)
+    return cast("dict[str, Any]", value)
+
+
+POOL = Rule(
+    check_pool,
+    {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+    "1-64 letters, digits, '.', '_' or '-' (a pool's name in the fleet manifest)",
+)
+RECORD_ID = Rule(
+    check_record_id,
+    {
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+            {"type": "string", "pattern": r"^[0-9]{1,19}$"},
+        ]
+    },
+    "a positive integer (a number the cluster gave), or its digits",
+)
+EVENT_TYPE = Rule(
+    check_event_type,
+    {"type": "string", "pattern": _EVENT_TYPE.pattern},
+    "an event class's name (letters, digits, _)",
+)
+CHECKPOINT = Rule(
+    check_checkpoint,
+    {"type": "object"},
+    f"a JSON object, at most {MAX_CHECKPOINT_BYTES} bytes",
 )

@@ -152,6 +152,7 @@ def test_a_decided_request_cannot_be_decided_again_nor_spawned_twice(cluster: Cl
         (lambda c: c.spawn_requests(limit=0), "limit"),
         (lambda c: c.accept_spawn_request(0), "request_id"),
         (lambda c: c.accept_spawn_request("one"), "request_id"),
+        (lambda c: c.accept_spawn_request("\u00b2"), "request_id"),  # a digit, not ASCII
         (lambda c: c.accept_spawn_request(1, ""), "actor"),
         (lambda c: c.decline_spawn_request(-1), "request_id"),
         (lambda c: c.decline_spawn_request(True), "request_id"),
