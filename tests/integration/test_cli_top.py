@@ -264,3 +264,16 @@ def test_task_import_on_a_terminal_draws_a_progress_bar(tmp_path: Path, panes: l
     assert "tasks added" not in screen
     assert "imported 250 tasks from tasks.jsonl: lines 1-250, ids 1-250" in screen
     assert "  line 251: not JSON: " in screen
+
+
+def test_the_rows_shown_follow_the_selection_without_jumping(tmp_path: Path) -> None:
+    """Moving down past the last row shown scrolls one row; moving back up keeps the
+    rows shown until the selection leaves them at the top."""
+    with corral.connect(f"sqlite:///{tmp_path / 'c.db'}") as c:
+        top = Top(c, "x", "tasks")
+        top.selected["tasks"] = 12
+        assert top.window("tasks", 10) == (3, 13)
+        top.selected["tasks"] = 8  # still among the rows shown: they stay
+        assert top.window("tasks", 10) == (3, 13)
+        top.selected["tasks"] = 1
+        assert top.window("tasks", 10) == (1, 11)

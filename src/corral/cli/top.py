@@ -138,6 +138,7 @@ class Top:
         self.url = url
         self.panel = PANELS.index(panel)
         self.selected = dict.fromkeys(PANELS, 0)
+        self.offset = dict.fromkeys(PANELS, 0)  # each panel's first row shown
         self.frame: Frame | None = None
         self.message = ""
         self.read_only = False
@@ -270,11 +271,13 @@ class Top:
             Text(help_line, style="dim"),
         )
 
-    def _window(self, name: str, room: int) -> tuple[int, int]:
+    def window(self, name: str, room: int) -> tuple[int, int]:
         """The slice of panel ``name``'s rows that fits ``room`` lines and shows the
         selected row."""
-        sel = self.selected[name]
-        start = max(0, sel - room + 1)
+        sel, room = self.selected[name], max(1, room)
+        start = min(self.offset[name], sel)  # moved above it: scroll up to it
+        start = max(start, sel - room + 1)  # moved below it: scroll down to it
+        self.offset[name] = start
         return start, start + room
 
     def _panel(self, name: str, f: Frame, room: int) -> tuple[str, RenderableType]:
@@ -287,7 +290,7 @@ class Top:
         if name == "fleet":
             fleet = cockpit.fleet(f.stats, f.state, f.pending, f.now)
             requests = f.requests or []
-            a, b = self._window(name, max(1, room - 14))
+            a, b = self.window(name, max(1, room - 14))
             sel = self.selected[name] - a
             if f.requests is None:
                 table: RenderableType = Text(f"spawn requests: {f.refused.get('requests', '')}")
@@ -296,13 +299,13 @@ class Top:
             title = f"Fleet — {fleet.live} / {fleet.max_agents} live, {fleet.pending} pending"
             return title, Group(_tables.fleet_table(fleet, title=None), Text(""), table)
         if name == "nodes":
-            a, b = self._window(name, room - 2)
+            a, b = self.window(name, room - 2)
             t = _tables.nodes_table(
                 f.nodes[a:b], f.settings, f.now, selected=self.selected[name] - a, title=None
             )
             return f"Nodes — {len(f.nodes)} live", t
         if name == "tasks":
-            a, b = self._window(name, room - 2)
+            a, b = self.window(name, room - 2)
             t = _tables.tasks_table(
                 f.tasks[a:b], f.now, selected=self.selected[name] - a, title=None
             )
@@ -314,7 +317,7 @@ class Top:
             return f"Tasks — {summary}", t
         if f.processes is None:
             return "Processes", Text(f"not shown: {f.refused.get('processes', '')}")
-        a, b = self._window(name, room - 2)
+        a, b = self.window(name, room - 2)
         rows = [cockpit.process_row(p.to_dict(), f.now) for p in f.processes[a:b]]
         procs = _tables.processes_table(rows, hosts=True, selected=self.selected[name] - a)
         return f"Processes — {len(f.processes)} supervised", procs
