@@ -478,7 +478,8 @@ class PassFilter:
 )
 @click.pass_context
 def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
-    """Run the monitor: recover stale leases, retire idle nodes, assess (Ctrl-C stops)."""
+    """Run the monitor: recover stale leases, retire idle nodes, assess, and alert
+    while it leads (docs/alerts.md). Ctrl-C stops."""
     from corral.monitor import Monitor
 
     passes = PassFilter()
@@ -494,7 +495,9 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
             return result
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    kwargs: dict[str, Any] = {} if max_sleep is None else {"max_sleep": max_sleep}
+    kwargs: dict[str, Any] = {"alerts": True}
+    if max_sleep is not None:
+        kwargs["max_sleep"] = max_sleep
     m = (VerboseMonitor if verbose else Monitor)(client(ctx, create=True), **kwargs)
     signal.signal(signal.SIGTERM, lambda *_: m.stop())
     try:
