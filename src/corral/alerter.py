@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from corral import alerts
 from corral.alerts import Alert, AlertConfig, RateLimit
 from corral.defaults import ALERT_STATE_INTERVAL
+from corral.errors import StoreUnavailableError
 from corral.model import Event, Process
 from corral.worker.destinations import Delivery, RetryPolicy, WebhookDestination
 
@@ -133,10 +134,13 @@ class Alerter:
         self.sender = sender or AlertSender()
         self.state_interval = state_interval
         self.limit = RateLimit()
-        self.config = AlertConfig.from_settings(cluster.settings())
-        self.sender.configure(self.config)
-        self.cursor = self.store.stats().last_event  # alerts start with what follows
-        self.spawns = {r.id: r.created_at for r in cluster.spawn_requests("pending", None, 10_000)}
+        self.config = AlertConfig()
+        self.cursor: int | None = None  # None: not started (the store could not be read)
+        self.spawns: dict[int, float] = {}  # pending spawn request -> when asked
+        try:
+            self._start()
+        except StoreUnavailableError as exc:
+            log.warning("the alerter starts once the store answers: %s", exc)
         self._spawns_told: set[int] = set()
         self.restarts: dict[str, list[tuple[float, int]]] = {}  # subject -> (at, restarts)
         self._looping: set[str] = set()  # subjects in a crash loop, alerted
@@ -144,10 +148,22 @@ class Alerter:
         self._runs_told: dict[str, float] = {}  # run -> the deadline it was alerted for
         self._state_at: float | None = None
 
+    def _start(self) -> None:
+        """Read the settings, the pending spawn requests and where the events end:
+        alerts start with the events that follow."""
+        self.config = AlertConfig.from_settings(self.cluster.settings())
+        self.sender.configure(self.config)
+        pending = self.cluster.spawn_requests("pending", None, 10_000)
+        self.spawns = {r.id: r.created_at for r in pending}
+        self.cursor = self.store.stats().last_event
+
     # --- one pass --------------------------------------------------------------------
     def step(self, now: float, *, leading: bool) -> list[Event]:
         """Read the new events; when ``leading``, alert on what holds at ``now``.
         Returns the alert events recorded."""
+        if self.cursor is None:
+            self._start()
+            return []
         events = self._read()
         hosts: set[str] = set()
         found: list[Alert] = []
@@ -171,6 +187,7 @@ class Alerter:
         return fired
 
     def _read(self) -> list[Event]:
+        assert self.cursor is not None
         out: list[Event] = []
         for _ in range(_MAX_BATCHES):
             batch = self.store.events(self.cursor, _BATCH)
