@@ -58,7 +58,8 @@ class Fleet:
             return conn.execute(query, params).fetchall()
 
     def done(self) -> int:
-        return self.sql("SELECT count(*) FROM tasks WHERE status = 'done'")[0][0]
+        count: int = self.sql("SELECT count(*) FROM tasks WHERE status = 'done'")[0][0]
+        return count
 
     def leader(self) -> str | None:
         rows = self.sql(
@@ -141,7 +142,9 @@ def test_fleet_survives_the_monitor_leader_being_killed(fleet_url: str) -> None:
     try:
         first = fleet.wait_for("a leader", fleet.leader, 60)
         fleet.wait_for("a quarter done", lambda: fleet.done() >= TASKS // 4, 120)
-        os.kill(fleet.coordinators[first].pid, signal.SIGKILL)
+        leader_pid = fleet.coordinators[first].pid
+        assert leader_pid is not None  # started
+        os.kill(leader_pid, signal.SIGKILL)
         killed_at = time.time()
         second = fleet.wait_for(
             "a new leader", lambda: (name := fleet.leader()) != first and name, 2 * window
@@ -149,7 +152,9 @@ def test_fleet_survives_the_monitor_leader_being_killed(fleet_url: str) -> None:
         takeover = time.time() - killed_at
         victims = ["W00", "W01"]
         for name in victims:
-            os.kill(fleet.workers[name].pid, signal.SIGKILL)
+            victim_pid = fleet.workers[name].pid
+            assert victim_pid is not None  # started
+            os.kill(victim_pid, signal.SIGKILL)
             fleet.workers[name].join(timeout=10)
         held = fleet.sql(
             "SELECT id FROM tasks WHERE status = 'in_progress' AND assigned_to = ANY(%s)",
