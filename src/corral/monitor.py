@@ -4,9 +4,9 @@
 nodes, refresh the assessment, prune old events, and say when the next deadline is.
 ``Monitor.run()`` is that pass in a loop that sleeps until the next deadline (at most
 ``max_sleep``, so work that other processes add is seen promptly) or until woken.
-With ``alerts=True`` (``corral serve``, ``corral up``) each pass of the loop is
-followed by the alerter's (``corral.alerter.Alerter.step``), which alerts only while
-this monitor leads: one alerter sends per cluster.
+With ``alerts=True`` (``corral serve``, ``corral up``, ``corral monitor``) each pass
+of the loop is followed by the alerter's (``alert_pass(tick)``), which alerts only
+after a tick that led: one alerter sends per cluster.
 
 Each duty is a ``Duty``: a function giving its next deadline and a function doing the
 work due at a moment. The deadlines come from index heads (``Store.deadlines``, one
@@ -237,7 +237,7 @@ class Monitor:
             try:
                 result = self.tick(due=known, at=deadline if known is not None else None)
                 if self.alerter is not None:
-                    self._alert(result.leader)
+                    self.alert_pass(result)
                 backoff.reset()
                 if self._stall is not None:
                     self._report_stall()
@@ -263,17 +263,22 @@ class Monitor:
             self.alerter.close()
         log.info("monitor stopped", extra={"action": "monitor_stopped", "monitor": self.name})
 
-    def _alert(self, leading: bool) -> None:
-        """The alerter's pass; its failures are logged, never the monitor's end (a
-        store outage goes to ``run``'s retry)."""
-        assert self.alerter is not None
+    def alert_pass(self, tick: TickResult, now: float | None = None) -> list[Event]:
+        """The alerter's pass after ``tick``: it alerts only when that tick led (one
+        alerter sends per cluster), else it follows the events. Its failures are
+        logged, never the monitor's end (a store outage goes to ``run``'s retry).
+        Returns the alerts recorded."""
+        if self.alerter is None:
+            return []
+        now = self.cluster.clock.now() if now is None else now
         try:
             with self.cluster.store.acting_as(self.name):
-                self.alerter.step(self.cluster.clock.now(), leading=leading)
+                return self.alerter.step(now, leading=tick.leader)
         except StoreUnavailableError:
             raise
         except Exception:
             log.exception("the alerter's pass failed", extra={"action": "alerter_failed"})
+            return []
 
     def _note_stall(self) -> None:
         """After a failed pass: a process holding the store's write lock (SQLite) is

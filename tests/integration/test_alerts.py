@@ -8,6 +8,7 @@ loop's window) run on the fake clock: the alerter's ``step(now)`` and the monito
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -109,6 +110,10 @@ def _wait_for(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
     return value
+
+
+def _read_past(alerter: Alerter, seq: int) -> bool:
+    return alerter.cursor is not None and alerter.cursor >= seq
 
 
 def _alerts(c: Cluster) -> list[Event]:
@@ -362,3 +367,87 @@ def test_bad_alert_settings_exit_2_naming_the_field(tmp_path: Path) -> None:
         err = out.stderr.strip().splitlines()
         assert len(err) == 1 and where in err[0], out.stderr
         assert not (tmp_path / ".corral").exists()  # nothing started
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_two_monitors_send_one_alert(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, receiver: Receiver
+) -> None:
+    """Two monitors over one store (two ``corral serve`` processes, or ``--workers``),
+    each with its alerter, in their own loops: only the one that leads sends, so a
+    dead node's recovered lease is one POST and one ``alert`` event; the other
+    follows the events past it without sending."""
+    if backend == "postgres":
+        from tests.support.backends.postgres import fresh_database
+
+        url = fresh_database(request)
+    else:
+        url = f"sqlite:///{tmp_path / 'corral.db'}"
+    with corral.connect(url) as c:
+        assert isinstance(c, Cluster)
+        c.configure(alert_webhooks=[receiver.url])
+        monitors = [
+            Monitor(corral.connect(url), alerts=True, max_sleep=0.05, name=f"m{i}") for i in (1, 2)
+        ]
+        threads = [m.start_thread() for m in monitors]
+        try:
+            c.register_node("w1", "developer", heartbeat_interval=0.2)
+            c.add_task("implement a")
+            assert c.claim_best_task("w1", "developer") is not None
+            (post,) = receiver.wait(1)
+            assert post["subject"] == "node:w1"
+            seq = post["seq"]
+            for m in monitors:  # both have read past the alert: neither sends it again
+                alerter = m.alerter
+                assert alerter is not None
+                _wait_for(functools.partial(_read_past, alerter, seq), f"{m.name}'s cursor")
+                assert alerter.sender.flush(20)
+        finally:
+            for m in monitors:
+                m.stop()
+            for t in threads:
+                t.join(10)
+            for m in monitors:
+                m.cluster.close()
+        assert receiver.subjects() == ["node:w1"]
+        assert [e.data["subject"] for e in _alerts(c)] == ["node:w1"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_only_the_leading_monitor_alerts(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest, receiver: Receiver
+) -> None:
+    """Step by step on the fake clock: of two monitors over one store, the one whose
+    tick led alerts; the other's pass, even when it reads the recovered lease before
+    any alert of it exists, sends nothing."""
+    if backend == "postgres":
+        from tests.support.backends.postgres import fresh_database
+
+        url = fresh_database(request)
+    else:
+        url = f"sqlite:///{tmp_path / 'corral.db'}"
+    clock = FakeClock(T0)
+    clusters = [corral.connect(url, clock=clock) for _ in range(2)]
+    try:
+        c = clusters[0]
+        assert isinstance(c, Cluster)
+        c.configure(alert_webhooks=[receiver.url])
+        m1, m2 = (Monitor(k, alerts=True, name=f"m{i}") for i, k in enumerate(clusters))
+        c.register_node("w1", "developer", heartbeat_interval=10)
+        c.add_task("implement a")
+        assert c.claim_best_task("w1", "developer") is not None
+        clock.advance(30)
+        first = m1.tick(clock.now())
+        second = m2.tick(clock.now())
+        assert (first.leader, second.leader) == (True, False)
+        assert [e.kind for e in first.events][:1] == ["lease_recovered"]
+        assert m2.alert_pass(second) == []  # the standby reads the recovery first
+        (alert,) = m1.alert_pass(first)
+        assert m2.alert_pass(m2.tick(clock.now())) == []
+        for m in (m1, m2):
+            assert m.alerter is not None and m.alerter.sender.flush(20)
+        assert receiver.subjects() == ["node:w1"]
+        assert [e.seq for e in _alerts(c)] == [alert.seq]
+    finally:
+        for k in clusters:
+            k.close()
