@@ -249,7 +249,7 @@ class Alerter:
             if "restart-exhausted" in p.flags:
                 if subject not in self._exhausted:
                     self._exhausted.add(subject)
-                    why = (p.last_exit or {}).get("describe") or "unknown"
+                    why = alerts.one_line((p.last_exit or {}).get("describe") or "unknown")
                     found.append(
                         Alert(
                             "restart_exhausted",

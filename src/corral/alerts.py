@@ -46,6 +46,7 @@ __all__ = [
     "check_webhooks",
     "crash_loop",
     "from_event",
+    "one_line",
     "past_deadline",
     "restarts_within",
     "spawn_overdue",
@@ -171,6 +172,17 @@ class RateLimit:
 
 
 # --- the conditions -----------------------------------------------------------------
+MAX_TEXT = 200
+
+
+def one_line(value: Any, limit: int = MAX_TEXT) -> str:
+    """``value`` as one printable line of at most ``limit`` characters (a task's error
+    text is the worker's: no newline or terminal escape reaches a reader)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def from_event(e: Event) -> list[Alert]:
     """The alerts one event is: a dead node's lease recovered, a task failed for good
     (a recovered lease may be both). A process's conditions come from its host's
@@ -191,8 +203,9 @@ def from_event(e: Event) -> list[Alert]:
             )
         )
     if d.get("outcome") == "failed" and e.task_id is not None:
-        error = d.get("error_text") or (
-            f"{e.kind}: its holder {e.node_id} {d['reason']}" if d.get("reason") else e.kind
+        error = one_line(
+            d.get("error_text")
+            or (f"{e.kind}: its holder {e.node_id} {d['reason']}" if d.get("reason") else e.kind)
         )
         found.append(
             Alert(

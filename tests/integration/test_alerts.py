@@ -27,6 +27,7 @@ from corral import Monitor
 from corral.alerter import Alerter
 from corral.clock import FakeClock
 from corral.cluster import Cluster
+from corral.fleet.up import EventPrinter
 from corral.model import Event
 from tests.integration.test_mcp_transports import Server, serve_argv
 from tests.support.backends.http import TOKEN, free_port
@@ -451,3 +452,20 @@ def test_only_the_leading_monitor_alerts(
     finally:
         for k in clusters:
             k.close()
+
+
+def test_corral_up_prints_an_alert_line(faked: tuple[Cluster, FakeClock]) -> None:
+    """``corral up``'s event lines (``EventPrinter``) show each alert."""
+    c, clock = faked
+    lines: list[str] = []
+    printer = EventPrinter(c, lines.append, as_json=False)
+    alerter = Alerter(c)
+    c.register_node("w1", "developer")
+    c.add_task("implement a", max_attempts=1)
+    t = c.claim_best_task("w1", "developer")
+    assert t is not None
+    c.fail_task(t.id, "w1", t.epoch, "boom", retry=False)
+    alerter.step(clock.now(), leading=True)
+    printer.drain()
+    texts = [line.split(" ", 1)[1] for line in lines]
+    assert texts[-1] == f"alert: task {t.id} failed for good (boom)"

@@ -124,6 +124,16 @@ def test_a_lease_recovered_from_a_tasks_last_attempt_is_two_alerts() -> None:
     ]
 
 
+def test_an_alerts_error_text_is_one_bounded_printable_line() -> None:
+    """A worker's error text reaches webhooks and ``corral up``'s terminal: no newline
+    or escape sequence, at most 200 characters."""
+    (alert,) = alerts.from_event(
+        _event("task_failed", "w1", 9, outcome="failed", error_text="\x1b[31mboom\n" + "x" * 500)
+    )
+    assert alert.data["error"].startswith("[31mboom xxx") and len(alert.data["error"]) == 200
+    assert "\n" not in alert.message and "\x1b" not in alert.message
+
+
 def test_other_events_are_not_alerts() -> None:
     for e in (
         _event("task_claimed", "w1", 1),
