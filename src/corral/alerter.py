@@ -164,7 +164,7 @@ class Alerter:
         if self.cursor is None:
             self._start()
             return []
-        events = self._read()
+        events, cursor = self._read(self.cursor)
         hosts: set[str] = set()
         found: list[Alert] = []
         for e in events:
@@ -172,6 +172,7 @@ class Alerter:
             if leading:
                 found += alerts.from_event(e)
         if not leading:
+            self.cursor = cursor
             return []
         due = self._state_at is None or now - self._state_at >= self.state_interval
         if due:
@@ -183,21 +184,25 @@ class Alerter:
                 found += self._processes(self.cluster.list_processes(host), now, every=False)
         found += self._spawn_alerts(now)
         fired = [ev for alert in found if (ev := self._fire(alert, now)) is not None]
+        # Past these events only now: a pass that failed half way reads them again
+        # (the alerts it recorded hold their subjects back: nothing is sent twice).
+        self.cursor = cursor
         self.limit.forget_before(now - self.config.rate_limit_seconds)
         return fired
 
-    def _read(self) -> list[Event]:
-        assert self.cursor is not None
+    def _read(self, cursor: int) -> tuple[list[Event], int]:
+        """The events after ``cursor`` (at most ``_MAX_BATCHES`` batches), and the
+        cursor after them."""
         out: list[Event] = []
         for _ in range(_MAX_BATCHES):
-            batch = self.store.events(self.cursor, _BATCH)
+            batch = self.store.events(cursor, _BATCH)
             if not batch:
                 break
-            self.cursor = batch[-1].seq
+            cursor = batch[-1].seq
             out += batch
             if len(batch) < _BATCH:
                 break
-        return out
+        return out, cursor
 
     def _follow(self, e: Event, hosts: set[str]) -> None:
         """What one event changes in what the alerter keeps."""
