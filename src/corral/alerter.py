@@ -350,6 +350,7 @@ class Alerter:
                 "condition": alert.condition,
                 "subject": alert.subject,
                 "message": alert.message,
+                "text": f"corral alert: {alert.message}",  # what chat webhooks show
                 "node_id": alert.node_id,
                 "data": dict(alert.data),
                 "held_back": held,

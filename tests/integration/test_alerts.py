@@ -215,6 +215,7 @@ def test_a_failing_webhook_is_retried(faked: tuple[Cluster, FakeClock]) -> None:
         assert r.refused == 1
         assert [p["seq"] for p in r.posts] == [event.seq]
         assert r.posts[0]["message"] == f"task {t.id} failed for good (boom)"
+        assert r.posts[0]["text"] == f"corral alert: task {t.id} failed for good (boom)"
     finally:
         r.close()
 
