@@ -207,7 +207,11 @@ class Alerter:
     def _follow(self, e: Event, hosts: set[str]) -> None:
         """What one event changes in what the alerter keeps."""
         d = e.data
-        if e.kind == "alert" and isinstance(d.get("subject"), str):
+        if (
+            e.kind == "alert"
+            and d.get("condition") in alerts.CONDITIONS
+            and isinstance(d.get("subject"), str)
+        ):
             self.limit.note(d["subject"], e.ts)  # alerted, by this alerter or another
         elif e.kind == "spawn_requested" and isinstance(d.get("id"), int):
             self.spawns[d["id"]] = e.ts
