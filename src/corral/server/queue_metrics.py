@@ -54,17 +54,8 @@ RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 300, 600, 1800, 3600, 4 * 3600)
 _BATCH = 10_000
 _MAX_BATCHES = 10  # events read per scrape at most (the rest at the next one)
 UNKNOWN = "unknown"
-# events after which a task is no longer held by its claim
-_ENDS_CLAIM = frozenset(
-    {
-        "task_completed",
-        "task_failed",
-        "lease_recovered",
-        "lease_released",
-        "task_cancelled",
-        "task_requeued",
-    }
-)
+# events after which a task is no longer held by its claim (beside those with an outcome)
+_ENDS_CLAIM = frozenset({"task_completed", "task_cancelled", "task_requeued"})
 
 
 class _Histogram:
@@ -113,7 +104,7 @@ class QueueCounts:
                 if isinstance(created, int | float):
                     self._hist(self.wait, role, WAIT_BUCKETS).observe(e.ts - created)
                 continue
-            if task is None or e.kind not in _ENDS_CLAIM:
+            if task is None or not _ends_claim(e):
                 continue
             role = self.in_flight.pop(task, "") or node_roles.get(e.node_id or "", UNKNOWN)
             if e.kind == "task_completed":
@@ -212,7 +203,14 @@ class QueueCollector(Collector):
 def _needs_roles(events: list[Event]) -> bool:
     """Whether an event's role may have to come from its node (a claim without one,
     or a claim's end the counts did not see begin)."""
-    return any(e.kind in _ENDS_CLAIM or e.kind == "task_claimed" for e in events)
+    return any(e.kind == "task_claimed" or _ends_claim(e) for e in events)
+
+
+def _ends_claim(e: Event) -> bool:
+    """Whether ``e`` ends a task's claim: its completion, the operator's cancel or
+    requeue, or any event that says where the task went (``outcome``: pending again
+    or failed; a failure, a recovered or released lease, a timeout)."""
+    return e.kind in _ENDS_CLAIM or "outcome" in e.data
 
 
 class AlertStateCollector(Collector):
