@@ -233,7 +233,8 @@ class Alerter:
             subject = f"process:{p.host}/{p.agent}"
             seen.add(subject)
             samples = self.restarts.setdefault(subject, [])
-            samples.append((now, p.restarts))
+            if not samples or samples[-1][1] != p.restarts:  # a change is all that counts
+                samples.append((now, p.restarts))
             # keep the window's samples and the last one before it
             old = [i for i, (at, _) in enumerate(samples) if at <= now - c.crash_loop_window]
             if len(old) > 1:
