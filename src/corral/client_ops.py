@@ -154,6 +154,7 @@ class ClientOperations(Protocol):
         role: str | None = None,
         *,
         max_attempts: PositiveInt | None = None,
+        progress_timeout: Seconds | None = None,
     ) -> Task:
         """Put a task on the board."""
         ...
@@ -486,4 +487,14 @@ class ClientOperations(Protocol):
     def revoke_token(self, name: TokenName, actor: ActorName = "operator") -> NamedToken:
         """Revoke a named token: refused from its next request on, by every server
         process."""
+        ...
+
+    def report_progress(
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        note: Reason | None = None,
+    ) -> Task:
+        """Report progress on a held task: its stuck deadline moves on."""
         ...

@@ -68,6 +68,7 @@ from corral.store import NodeSpec, Store, TaskMatch, TaskSpec
 from corral.tokens import TokenOperations
 from corral.validation import (
     MAX_INT,
+    POSITIVE,
     POSITIVE_INT,
     check_choice,
     check_id,
@@ -319,6 +320,7 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         role: Any = None,
         max_attempts: Any = None,
         *,
+        progress_timeout: Any = None,
         roles: tuple[str, ...] | None = None,
     ) -> TaskSpec:
         """A validated task; ``roles`` are the known roles when the caller already
@@ -333,6 +335,9 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
             max_attempts=None
             if max_attempts is None
             else POSITIVE_INT.check(max_attempts, "max_attempts"),
+            progress_timeout=None
+            if progress_timeout is None
+            else float(POSITIVE.check(progress_timeout, "progress_timeout")),
         )
 
     @checked
@@ -344,12 +349,16 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         role: str | None = None,
         *,
         max_attempts: PositiveInt | None = None,
+        progress_timeout: Seconds | None = None,
     ) -> Task:
         """Put a task on the board.
 
         Its role matches are fixed now: keywords in the title and description, plus
-        ``role``."""
-        spec = self._task_spec(title, description, priority, role, max_attempts)
+        ``role``. ``progress_timeout``: seconds without a progress report after which
+        the task in progress is stuck (else the cluster's ``progress_timeout``)."""
+        spec = self._task_spec(
+            title, description, priority, role, max_attempts, progress_timeout=progress_timeout
+        )
         return self.store.add_task(spec, self.clock.now())
 
     def add_tasks(self, tasks: list[dict[str, Any]]) -> list[Task]:
@@ -366,7 +375,14 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         for i, item in enumerate(tasks):
             if not isinstance(item, dict):
                 raise InvalidInputError(f"tasks[{i}] must be an object", field="tasks")
-            unknown = set(item) - {"title", "description", "priority", "role", "max_attempts"}
+            unknown = set(item) - {
+                "title",
+                "description",
+                "priority",
+                "role",
+                "max_attempts",
+                "progress_timeout",
+            }
             if unknown:
                 raise InvalidInputError(
                     f"tasks[{i}] has unknown keys {sorted(unknown)}", field="tasks"
@@ -450,6 +466,25 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
     ) -> Task:
         """Give a held task up: back to pending while attempts remain (and ``retry``)."""
         return self.store.fail(int(task_id), node_id, epoch, error, bool(retry), self.clock.now())
+
+    @checked
+    def report_progress(
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        note: Reason | None = None,
+    ) -> Task:
+        """Report progress on a held task: its stuck deadline moves on.
+
+        A task in progress with no progress report for its ``progress_timeout`` (its
+        own, else the cluster's) is stuck, and the cluster's ``stuck_action`` applies
+        (docs/guardrails.md). A report on a task flagged stuck clears the flag (a
+        ``task_unstuck`` event). ``note`` (optional) is kept as the task's
+        ``progress_note``. Refused as a completion is: ``LeaseError`` if the lease
+        was lost or ``epoch`` is stale (the refusal names the epochs),
+        ``TaskCancelledError`` if the operator cancelled it."""
+        return self.store.report_progress(int(task_id), node_id, epoch, note, self.clock.now())
 
     # --- the operator's hands on the work: cancel and requeue -------------------------
     @checked

@@ -78,6 +78,8 @@ def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _check_strengths(value)
         elif key == "alert_webhooks":
             out[key] = check_webhooks(value, key)
+        elif key == "stuck_action":
+            out[key] = check_choice(value, defaults.STUCK_ACTIONS, key)
         elif key == "project_summary":
             out[key] = check_text(value, key, max_len=defaults.MAX_DESCRIPTION)
         elif key in OFF_AT_ZERO and value == 0 and not isinstance(value, bool):

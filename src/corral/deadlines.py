@@ -13,9 +13,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.lifecycle import idle_expired, idle_retire_at, liveness_window
-from corral.model import Node, Settings
+from corral.model import Node, Settings, Task
 
-__all__ = ["Deadlines", "dead_due", "death_at", "idle_due", "monitor_deadlines"]
+__all__ = [
+    "Deadlines",
+    "dead_due",
+    "death_at",
+    "idle_due",
+    "monitor_deadlines",
+    "progress_deadline",
+    "stuck_due",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +71,34 @@ def dead_due(nodes: Iterable[Node], settings: Settings, now: float) -> set[str]:
 def idle_due(nodes: Iterable[Node], settings: Settings, now: float) -> set[str]:
     """The ids of the nodes the monitor retires for idleness at ``now``."""
     return {n.id for n in nodes if idle_expired(n, settings, now)}
+
+
+def progress_deadline(
+    last_progress: float, task_timeout: float | None, settings: Settings
+) -> float | None:
+    """When an attempt without progress since ``last_progress`` (its claim, else its
+    last progress report) is stuck: plus the task's own ``progress_timeout``, else the
+    cluster's (0: off); None when no limit applies. The stores keep it in an indexed
+    column (``stuck_at``, the rule ``progress_deadline`` of queries.sql)."""
+    limit = task_timeout if task_timeout is not None else settings.progress_timeout
+    return last_progress + limit if limit else None
+
+
+def stuck_due(tasks: Iterable[Task], settings: Settings, now: float) -> set[int]:
+    """The ids of the tasks in progress, not flagged stuck yet, that are stuck at
+    ``now`` (their progress deadline at or before it)."""
+    return {
+        t.id
+        for t in tasks
+        if t.status == "in_progress"
+        and t.stuck_since is None
+        and (
+            at := progress_deadline(
+                t.progress_at if t.progress_at is not None else t.claimed_at or 0.0,
+                t.progress_timeout,
+                settings,
+            )
+        )
+        is not None
+        and at <= now
+    }

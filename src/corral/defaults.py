@@ -7,7 +7,7 @@ role keywords and model strengths they start from are here.
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Literal, get_args
 
 from corral.types import (
     HealthStatus,
@@ -41,13 +41,16 @@ __all__ = [
     "PRIORITIES",
     "PROCESS_ACTIONS",
     "PROCESS_STATES",
+    "PROGRESS_REPORT_EVERY",
     "RUNNER_ROLE",
     "SQLITE_CHECKPOINT_EVERY",
     "SQLITE_WAIT_RECHECK",
     "SQLITE_WAL_LIMIT_PAGES",
     "SQLITE_WAL_RESTART_PAGES",
     "STRENGTHS",
+    "STUCK_ACTIONS",
     "TASK_STATUSES",
+    "StuckAction",
 ]
 
 MANAGER_ROLE = "bootstrap_manager"
@@ -60,6 +63,13 @@ PRIORITIES: tuple[str, ...] = get_args(Priority)
 STRENGTHS: tuple[str, ...] = get_args(Strength)
 HEALTH_STATUSES: tuple[str, ...] = get_args(HealthStatus)
 PROCESS_STATES: tuple[str, ...] = get_args(ProcessState)
+# What happens to a stuck task (the ``stuck_action`` setting): flagged only, taken back
+# and put back to pending with a new epoch, or failed.
+StuckAction = Literal["flag", "requeue", "fail"]
+STUCK_ACTIONS: tuple[str, ...] = get_args(StuckAction)
+# ``corral worker`` reports its child's output lines as progress at most this often
+# (seconds): a line sooner after the last report is not sent.
+PROGRESS_REPORT_EVERY = 1.0
 PROCESS_ACTIONS: tuple[str, ...] = get_args(ProcessAction)
 MAX_PROCESSES = 10_000  # the most processes one host reports
 

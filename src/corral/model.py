@@ -152,6 +152,11 @@ class Settings:
     alert_crash_loop_restarts: int = 5
     alert_crash_loop_window: float = 600.0
     alert_spawn_pending_seconds: float = 900.0
+    # Stuck tasks (docs/guardrails.md): a task in progress without a progress report
+    # for this many seconds is stuck (0: off; a task may set its own on add_task), and
+    # what then happens to it (defaults.STUCK_ACTIONS: flag, requeue or fail)
+    progress_timeout: float = 0.0
+    stuck_action: defaults.StuckAction = "flag"
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -189,6 +194,16 @@ class Task:
     finished_at: float | None = None
     result: Any = None
     error: str | None = None
+    # The agent session a worker runs the task in: fixed by the first claim, the same
+    # for every attempt (docs/guardrails.md, "Sessions").
+    session_id: str | None = None
+    # The task's own limit without progress (None: the cluster's progress_timeout).
+    progress_timeout: float | None = None
+    # The attempt in progress: its last progress report (time and note), and since
+    # when it is stuck (None for a task not in progress).
+    progress_at: float | None = None
+    progress_note: str | None = None
+    stuck_since: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = _as_dict(self)
@@ -283,6 +298,8 @@ class State:
     last_heartbeat: float | None
     liveness_window: float = 0.0
     processes: list[Process] = field(default_factory=list)  # every host's, by host
+    # Live nodes whose every task in progress is stuck (heartbeating, no progress).
+    stuck_nodes: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:

@@ -84,6 +84,13 @@ DUTIES: tuple[Duty, ...] = (
     Duty(
         "reap_dead", lambda store, due, last: due.dead_at, lambda store, now: store.reap_dead(now)
     ),
+    # Stuck tasks (corral.store.sqlprogress): in progress without progress past their
+    # deadline, flagged, requeued or failed by the stuck_action setting.
+    Duty(
+        "stuck_tasks",
+        lambda store, due, last: store.stuck_deadline(),
+        lambda store, now: store.act_on_stuck(now),
+    ),
     Duty(
         "retire_idle",
         lambda store, due, last: due.idle_retire_at,
@@ -124,6 +131,11 @@ def _log_event(event: Event) -> None:
             f"Stale lock recovered: task {event.task_id} from {event.node_id}"
             f" (stale {d.get('stale_seconds', 0):.1f}s, attempt {d.get('attempt')},"
             f" now {d.get('outcome')})"
+        )
+    elif event.kind == "task_stuck":
+        msg = (
+            f"Stuck task {event.task_id} of {event.node_id}: no progress for"
+            f" {d.get('silent_seconds', 0):.1f}s ({d.get('action')}, now {d.get('outcome')})"
         )
     elif event.kind == "manager_lost":
         msg = f"Bootstrap manager {event.node_id} lost; recovery task {event.task_id} created"

@@ -513,6 +513,13 @@ OPERATIONS: tuple[Operation, ...] = (
         actor="actor",
         omits=_ACTOR,
     ),
+    # --- progress (stuck tasks; docs/guardrails.md) ----------------------------------------
+    Operation(
+        "report_progress",
+        "POST /v1/tasks/{task_id}/progress",
+        short=True,
+        node="node_id",
+    ),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}

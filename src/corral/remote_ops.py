@@ -167,6 +167,7 @@ class HttpOperations(RemoteCalls):
         role: str | None = None,
         *,
         max_attempts: PositiveInt | None = None,
+        progress_timeout: Seconds | None = None,
     ) -> Task:
         return cast(
             "Task",
@@ -178,6 +179,7 @@ class HttpOperations(RemoteCalls):
                     "priority": priority,
                     "role": role,
                     "max_attempts": max_attempts,
+                    "progress_timeout": progress_timeout,
                 },
             ),
         )
@@ -596,3 +598,18 @@ class HttpOperations(RemoteCalls):
 
     def revoke_token(self, name: TokenName, actor: ActorName = "operator") -> NamedToken:
         return cast("NamedToken", self._invoke("revoke_token", {"name": name}))
+
+    def report_progress(
+        self,
+        task_id: TaskRef,
+        node_id: NodeId,
+        epoch: Epoch | None = None,
+        note: Reason | None = None,
+    ) -> Task:
+        return cast(
+            "Task",
+            self._invoke(
+                "report_progress",
+                {"task_id": task_id, "node_id": node_id, "epoch": epoch, "note": note},
+            ),
+        )

@@ -33,6 +33,8 @@ class _TaskView(Protocol):
     def priority(self) -> str: ...
     @property
     def assigned_to(self) -> str | None: ...
+    @property
+    def stuck_since(self) -> float | None: ...
 
 
 class _NodeView(Protocol):
@@ -120,6 +122,8 @@ class _StateView(Protocol):
     def liveness_window(self) -> float: ...
     @property
     def processes(self) -> Sequence[_ProcessView]: ...
+    @property
+    def stuck_nodes(self) -> Sequence[str]: ...
 
 
 RULE = "=" * 50
@@ -163,25 +167,32 @@ def _ago(now: float, then: float | None) -> str:
     return f"{max(0.0, now - then):.1f}s ago"
 
 
-def _task_line(n: int, t: _TaskView) -> str:
+def _task_line(n: int, t: _TaskView, now: float) -> str:
     line = f"{n}. {t.title} [{t.status}]"
     if t.status == "in_progress" and t.assigned_to:
+        if t.stuck_since is not None:
+            stuck = max(0.0, now - t.stuck_since)
+            return f"{line} (assigned to {t.assigned_to}, stuck for {stuck:.1f}s)"
         return f"{line} (assigned to {t.assigned_to})"
     return f"{line} (priority: {t.priority})"
 
 
-def _node_line(node: _NodeView, now: float, window: float) -> str:
+def _node_line(node: _NodeView, now: float, window: float, stuck: bool = False) -> str:
     """🔴 past its death deadline; ⚪ alive but never heartbeated (registration or
-    calls only), said in words too; 🟢 heartbeating within its window."""
+    calls only), said in words too; 🟡 alive but every task it holds stuck (no
+    progress past its progress_timeout), said in words too; 🟢 heartbeating within its
+    window."""
     dead = window > 0 and node.dead_at is not None and now >= node.dead_at
     silent = node.last_heartbeat is None
-    dot = "🔴" if dead else "⚪" if silent else "🟢"
+    dot = "🔴" if dead else "⚪" if silent else "🟡" if stuck else "🟢"
     model = node.model or "unknown model"
     line = f"{dot} {node.id}: {node.role} [{node.status}] ({model} - {node.strength or 'unknown'})"
     if node.current_task_id is not None:
         line += f" | Task: task-{node.current_task_id}"
     if silent:
         line += " | no heartbeat yet"
+    if stuck and not dead:
+        line += " | stuck: no progress on any of its tasks"
     return line
 
 
@@ -204,14 +215,15 @@ def render_state(s: _StateView) -> str:
     lines = ["📊 Context Bus State", RULE, "**Summary:**", s.summary or "(no summary set)"]
     lines.append("**Next Steps:**")
     if s.tasks:
-        lines += [_task_line(i, t) for i, t in enumerate(s.tasks, 1)]
+        lines += [_task_line(i, t, s.now) for i, t in enumerate(s.tasks, 1)]
         if s.tasks_omitted:
             lines.append(f"... and {s.tasks_omitted} more")
     else:
         lines.append("(no open tasks)")
     lines.append("**Active Cluster Swarm:**")
     if s.nodes:
-        lines += [_node_line(n, s.now, s.liveness_window) for n in s.nodes]
+        stuck = set(s.stuck_nodes)
+        lines += [_node_line(n, s.now, s.liveness_window, n.id in stuck) for n in s.nodes]
     else:
         lines.append("(no active nodes)")
     md, wd = s.metadata, s.work_distribution

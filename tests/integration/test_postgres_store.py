@@ -21,7 +21,7 @@ from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
 from corral.store.postgres import PostgresStore
 from corral.store.queries import migrations, schema
-from corral.store.rows import TASK_COLUMNS
+from corral.store.rows import TASK_COLUMNS, TASK_TAIL
 from tests.support import pg_procs, procs
 from tests.support.backends import postgres as pg
 from tests.support.worker_app import wait_for
@@ -345,14 +345,16 @@ def test_complete_and_claim_statement_equals_complete_then_claim(
 
 def test_task_columns_are_the_tasks_table_in_order(pg_url: str) -> None:
     """The hot statements' rows are read as ``TaskRow``s made from the column list:
-    TASK_COLUMNS must be the tasks table's columns in table order (what RETURNING *
-    gives)."""
+    TASK_COLUMNS must be the tasks table's leading columns in table order (what
+    RETURNING * gives), and the ``TASK_TAIL`` columns added since are among the rest."""
     with psycopg.connect(pg_url) as conn:
         cols = conn.execute(
             "SELECT column_name FROM information_schema.columns"
             " WHERE table_schema = 'public' AND table_name = 'tasks' ORDER BY ordinal_position"
         ).fetchall()
-    assert tuple(c for (c,) in cols) == TASK_COLUMNS
+    names = tuple(c for (c,) in cols)
+    assert names[: len(TASK_COLUMNS)] == TASK_COLUMNS
+    assert set(TASK_TAIL) <= set(names[len(TASK_COLUMNS) :])
 
 
 def test_hot_statement_events_are_numbered_by_their_transaction(pg_url: str) -> None:

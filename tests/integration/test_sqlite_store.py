@@ -155,7 +155,7 @@ def test_claim_plans_use_the_indexes(tmp_path: Path) -> None:
         r[3]
         for r in store._conn.execute(
             "EXPLAIN QUERY PLAN " + sql,
-            {"role": "developer", "node_id": "A", "now": 0.0, "bonus": 900},
+            {"role": "developer", "node_id": "A", "now": 0.0, "bonus": 900, "session_id": "s"},
         )
     )
     assert "SEARCH ready USING PRIMARY KEY (role=?)" in plan
@@ -173,22 +173,27 @@ def test_bad_urls_are_refused() -> None:
 
 def test_task_rows_unpack_in_schema_order(tmp_path: Path) -> None:
     """The SQLite store's hot statements read task rows as ``TaskRow``s, made from the
-    column list: it is the table's, and a row read that way equals the one read by
+    column list: it is the table's leading columns (the columns added since, the
+    ``TASK_TAIL``, are found by name), and a row read that way equals the one read by
     name (a completion's row is the claim's, ``_replace``d by name)."""
-    from corral.store.rows import task_from_row
+    from corral.store.rows import task_from_row, task_tail
     from corral.store.sqlite.store import TASK_COLUMNS, _task
 
     store = SQLiteStore(tmp_path / "cols.db")
     columns = tuple(r[1] for r in store._conn.execute("PRAGMA table_info(tasks)"))
-    assert columns == TASK_COLUMNS
+    assert columns[: len(TASK_COLUMNS)] == TASK_COLUMNS
+    tail = task_tail(columns)  # the columns added since, found by name
     store._conn.execute(
         "INSERT INTO tasks (title, priority, roles, status, max_attempts, sort_key, created_at,"
         " updated_at, result) VALUES ('t', 'high', 'developer tester', 'done', 3, 1.5, 2.0,"
         " 3.0, '{\"ok\": [1, 2]}')"
     )
+    store._conn.execute("UPDATE tasks SET session_id = 's-1', progress_timeout = 30")
     row = store._conn.execute("SELECT * FROM tasks").fetchone()
-    assert _task(row) == task_from_row(row)
-    assert _task(row).roles == ("developer", "tester") and _task(row).result == {"ok": [1, 2]}
+    assert _task(row, tail) == task_from_row(row)
+    task = _task(row, tail)
+    assert task.roles == ("developer", "tester") and task.result == {"ok": [1, 2]}
+    assert (task.session_id, task.progress_timeout) == ("s-1", 30.0)
     store.close()
 
 

@@ -156,6 +156,7 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "create_token",
         "list_tokens",
         "revoke_token",
+        "report_progress",
     }
     assert _protocol_methods() == ops
 

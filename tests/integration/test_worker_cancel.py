@@ -99,7 +99,8 @@ def test_a_cancelled_task_is_stopped_and_its_late_completion_refused(
     wait_for(lambda: refused in _log(tmp_path), what="the refusal")
     log = _log(tmp_path)
     assert "was cancelled by operator: the spec changed" in log, log
-    assert f"task {task.id} was cancelled by the operator: stopping its process" in log, log
+    stopping = f"task {task.id} was cancelled by the operator or taken back: stopping its process"
+    assert stopping in log, log
 
     after = c.get_task(task.id)
     assert (after.status, after.result) == ("cancelled", None)

@@ -243,6 +243,22 @@ def test_a_call_that_counts_as_a_heartbeat_is_one(cluster: Client, clock: FakeCl
     assert _line(cluster, "W").startswith("🟢 W: ")
 
 
+def _undo_sqlite_migrations_after(raw: sqlite3.Connection, version: int) -> None:
+    """Undo what the SQLite migrations after ``version`` add that cannot be added twice
+    (their triggers, indexes, tables and columns), so that marking the file at
+    ``version`` again re-runs them as on a file that never had them."""
+    import re
+
+    from corral.store.queries import migrations
+
+    later = "\n".join(sql for v, sql in migrations("sqlite") if v > version)
+    for kind in ("TRIGGER", "INDEX", "TABLE"):
+        for name in re.findall(rf"CREATE {kind} (?:IF NOT EXISTS )?(\w+)", later):
+            raw.execute(f"DROP {kind} IF EXISTS {name}")
+    for table, column in re.findall(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", later):
+        raw.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+
+
 def _rewind_to_an_idle_holder(url: str, node_id: str) -> None:
     """Make ``node_id`` idle while it holds its task, as set_agent_status could before
     migration 11 (SQLite) / 12 (PostgreSQL), and mark that migration not yet applied."""
@@ -250,6 +266,7 @@ def _rewind_to_an_idle_holder(url: str, node_id: str) -> None:
         raw = sqlite3.connect(url.removeprefix("sqlite:///"))
         with raw:
             raw.execute("UPDATE nodes SET status = 'idle', idle_since = 1 WHERE id = ?", [node_id])
+            _undo_sqlite_migrations_after(raw, 11)
             raw.execute("PRAGMA user_version = 10")
         raw.close()
     else:

@@ -22,6 +22,8 @@ SHARED = (
     "sqlsched.py",
     "sqlspawn.py",
     "claimkeys.py",
+    "sqlprogress.py",
+    "sqltokens.py",
 )
 
 

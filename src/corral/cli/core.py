@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from corral.cli._common import client, emit, json_option
+from corral.cli._common import Seconds, client, emit, json_option
 from corral.model import Node, Task
 
 __all__ = ["register"]
@@ -252,6 +252,13 @@ def task() -> None:
 @click.option("--priority", "-p", default="medium", help="high, medium or low.")
 @click.option("--role", default=None, help="Give this role the match bonus.")
 @click.option("--max-attempts", type=int, default=None, help="Claims before it fails for good.")
+@click.option(
+    "--progress-timeout",
+    type=Seconds(),
+    default=None,
+    help="Seconds without a progress report after which it is stuck (default: the "
+    "cluster's progress_timeout).",
+)
 @json_option
 @click.pass_context
 def task_add(
@@ -261,11 +268,17 @@ def task_add(
     priority: str,
     role: str | None,
     max_attempts: int | None,
+    progress_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Add a task titled TITLE."""
     t = client(ctx, create=True).add_task(
-        title, description, priority, role, max_attempts=max_attempts
+        title,
+        description,
+        priority,
+        role,
+        max_attempts=max_attempts,
+        progress_timeout=progress_timeout,
     )
     emit(t, as_json, lambda t: f"Added task {t.id}: {t.title}")
 

@@ -3,24 +3,32 @@
     corral worker --id W1 --role developer -- ./handle-task.sh
 
 runs the command once per claimed task, with the task as JSON on stdin and in
-``$CORRAL_TASK`` (plus ``$CORRAL_TASK_ID``, ``$CORRAL_TASK_EPOCH``,
-``$CORRAL_NODE_ID``). Exit 0 completes the task (stdout is the result: JSON if it
-parses, else ``{"stdout": …}``); any other exit fails it with the stderr tail. The
-worker heartbeats, goes idle and retires like any ``corral.Worker``; SIGTERM stops
-the command (SIGTERM to its process group, SIGKILL after 5 s) and returns the task.
-A task the operator cancels is stopped the same way as soon as a heartbeat says so;
-its completion is then refused.
+``$CORRAL_TASK`` (plus ``$CORRAL_TASK_ID``, ``$CORRAL_TASK_EPOCH`` (also
+``$CORRAL_EPOCH``), ``$CORRAL_ATTEMPT``, ``$CORRAL_SESSION_ID`` (the task's session,
+the same on every attempt) and ``$CORRAL_NODE_ID``). Exit 0 completes the task
+(stdout is the result: JSON if it parses, else ``{"stdout": …}``); any other exit
+fails it with the stderr tail. Each line the command prints (stdout or stderr) is
+progress on the task, reported at most once a second (a task with no progress for its
+``progress_timeout`` is stuck). The worker heartbeats, goes idle and retires like any
+``corral.Worker``; SIGTERM stops the command (SIGTERM to its process group, SIGKILL
+after 5 s) and returns the task. A task the operator cancels, or the cluster takes
+back (a stuck task requeued or failed), is stopped the same way as soon as a
+heartbeat (or a refused progress report) says so; its completion is then refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -44,6 +52,28 @@ def _result(stdout: bytes) -> Any:
         return {"stdout": text[-_TAIL:]}
 
 
+def _pump(stream: IO[bytes], into: list[bytes], on_line: Callable[[str], object] | None) -> None:
+    """Read ``stream`` to its end a line at a time, keeping every byte in ``into`` and
+    calling ``on_line`` with each line (a reader thread per stream: a child's output is
+    never held back by the worker)."""
+    for line in iter(stream.readline, b""):
+        into.append(line)
+        if on_line is not None:
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                on_line(text)
+    stream.close()
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    """Write the task to the child's stdin and close it (a child that exits without
+    reading it is fine)."""
+    with contextlib.suppress(BrokenPipeError, OSError):
+        stream.write(data)
+    with contextlib.suppress(BrokenPipeError, OSError):
+        stream.close()
+
+
 def command_handler(
     command: tuple[str, ...],
     node_id: str,
@@ -52,7 +82,9 @@ def command_handler(
     worker: Worker | None = None,
 ) -> Any:
     """A ``Worker.run`` handler that runs ``command`` once per task; with ``worker``,
-    a task the operator cancels has its command stopped (``Worker.on_cancel``)."""
+    a task the operator cancels (or the cluster takes back) has its command stopped
+    (``Worker.on_cancel``), and each line the command prints (stdout or stderr) is
+    progress on the task (``Worker.progress``, at most one report a second)."""
     from contextlib import nullcontext
 
     from corral.worker import TaskFailed, stop_child
@@ -64,6 +96,9 @@ def command_handler(
             "CORRAL_TASK": task_json,
             "CORRAL_TASK_ID": str(task.id),
             "CORRAL_TASK_EPOCH": str(task.epoch),
+            "CORRAL_EPOCH": str(task.epoch),
+            "CORRAL_ATTEMPT": str(task.attempts),
+            "CORRAL_SESSION_ID": task.session_id or "",
             "CORRAL_NODE_ID": node_id,
         }
         try:
@@ -77,21 +112,34 @@ def command_handler(
             )
         except OSError as exc:
             raise TaskFailed(f"cannot run {command[0]}: {exc}") from None
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        progress = None if worker is None else partial(worker.progress, task_id=task.id)
+        out: list[bytes] = []
+        err: list[bytes] = []
+        threads = [
+            threading.Thread(target=_feed, args=(proc.stdin, task_json.encode()), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stdout, out, progress), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, err, progress), daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
         watch = (
             nullcontext() if worker is None else worker.on_cancel(task.id, lambda: stop_child(proc))
         )
         try:
             with watch:
-                out, err = proc.communicate(task_json.encode(), timeout=timeout)
+                proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             stop_child(proc)
             raise TaskFailed(f"{command[0]} timed out after {timeout}s") from None
         except BaseException:  # a shutdown signal: stop the command, then unwind
             stop_child(proc)
             raise
+        for thread in threads:
+            thread.join()
         if proc.returncode == 0:
-            return _result(out)
-        tail = err.decode("utf-8", "replace").strip()[-_TAIL:]
+            return _result(b"".join(out))
+        tail = b"".join(err).decode("utf-8", "replace").strip()[-_TAIL:]
         raise TaskFailed(f"{command[0]} exited with {proc.returncode}: {tail}".strip())
 
     return handle

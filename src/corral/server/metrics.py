@@ -59,6 +59,11 @@ class ClusterCollector(Collector):
         for status in TASK_STATUSES:
             tasks.add_metric([status], s.tasks.get(status, 0))
         yield tasks
+        yield GaugeMetricFamily(
+            "corral_tasks_stuck",
+            "Tasks in progress flagged stuck (no progress for their progress_timeout).",
+            value=self.cluster.store.stuck_count(),
+        )
         yield CounterMetricFamily(
             "corral_task_claims", "Claims made (all tasks' attempts).", value=s.claims
         )

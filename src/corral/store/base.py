@@ -75,6 +75,7 @@ class TaskSpec:
     priority: str = "medium"
     role: str | None = None
     max_attempts: int | None = None
+    progress_timeout: float | None = None  # its own limit without progress (stuck)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,30 @@ class Store(ABC):
         self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
     ) -> Task:
         """Fail a held task: back to pending while attempts remain and ``retry``."""
+
+    @abstractmethod
+    def report_progress(
+        self, task_id: int, node_id: str, epoch: int | None, note: str | None, now: float
+    ) -> Task:
+        """Record progress on a held task (one transaction): its progress time and
+        note, its stuck deadline moved on, a stuck flag cleared (``task_unstuck``
+        event). ``LeaseError`` (or ``TaskCancelledError``) when ``node_id`` does not
+        hold it at ``epoch``, as a completion."""
+
+    @abstractmethod
+    def stuck_deadline(self) -> float | None:
+        """The earliest stuck deadline of a task in progress (an index head; None:
+        no task in progress has one)."""
+
+    @abstractmethod
+    def act_on_stuck(self, now: float) -> list[Event]:
+        """Handle the tasks in progress stuck at ``now`` by the ``stuck_action``
+        setting (flag, requeue or fail), in short transactions; a ``task_stuck``
+        event each, returned."""
+
+    @abstractmethod
+    def stuck_count(self) -> int:
+        """How many tasks in progress are flagged stuck."""
 
     def release_claim(
         self, task_id: int, node_id: str, epoch: int, now: float, *, before: Node | None = None

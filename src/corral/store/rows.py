@@ -11,6 +11,7 @@ from corral.model import Event, Node, Task
 
 __all__ = [
     "TASK_COLUMNS",
+    "TASK_TAIL",
     "TaskRow",
     "Tx",
     "dumps",
@@ -21,6 +22,7 @@ __all__ = [
     "task_from_row",
     "task_from_task_row",
     "task_row",
+    "task_tail",
 ]
 
 
@@ -94,15 +96,31 @@ def task_from_row(row: Any) -> Task:
         finished_at=row["finished_at"],
         result=_loads(row["result"]),
         error=row["error"],
+        session_id=row["session_id"],
+        progress_timeout=row["progress_timeout"],
+        **_attempt(row),
     )
+
+
+def _attempt(row: Any) -> dict[str, Any]:
+    """The attempt in progress's progress and stuck fields; None for a task not in
+    progress (what the hot statements' records say: a claim clears them, and a
+    finished task has no attempt in progress)."""
+    if row["status"] != "in_progress":
+        return {}
+    return {
+        "progress_at": row["progress_at"],
+        "progress_note": row["progress_note"],
+        "stuck_since": row["stuck_since"],
+    }
 
 
 class TaskRow(NamedTuple):
     """A tasks row as the hot statements return it, read by name (``held.epoch``,
-    ``held._replace(status="done")``). Its fields are the table's leading columns in
-    table order in both schemas (``TASK_COLUMNS``; tests check it), so a row that
-    starts with them is one ``TaskRow._make`` (SQLite's own columns after them are
-    left out)."""
+    ``held._replace(status="done")``). Its first fields are the table's leading
+    columns in table order in both schemas (``TASK_COLUMNS``; tests check it), so a
+    row that starts with them is sliced at once; the last two (``TASK_TAIL``) are
+    columns added later, read at their place in the table (``task_row``'s ``tail``)."""
 
     id: int
     title: str
@@ -122,15 +140,28 @@ class TaskRow(NamedTuple):
     finished_at: float | None
     result: str | None
     error: str | None
+    session_id: str | None
+    progress_timeout: float | None
 
 
-TASK_COLUMNS: tuple[str, ...] = TaskRow._fields
+TASK_TAIL: tuple[str, ...] = (
+    "session_id",
+    "progress_timeout",
+)
+TASK_COLUMNS: tuple[str, ...] = TaskRow._fields[: -len(TASK_TAIL)]
 _TASK_WIDTH = len(TASK_COLUMNS)
 
 
-def task_row(values: Sequence[Any], start: int = 0) -> TaskRow:
-    """The ``TaskRow`` whose columns start at ``values[start]``."""
-    return TaskRow._make(values[start : start + _TASK_WIDTH])
+def task_tail(columns: Sequence[str]) -> tuple[int, ...]:
+    """Where ``TASK_TAIL``'s columns are among the tasks table's ``columns`` (in table
+    order): ``task_row``'s ``tail``."""
+    return tuple(list(columns).index(c) for c in TASK_TAIL)
+
+
+def task_row(values: Sequence[Any], start: int, tail: tuple[int, ...]) -> TaskRow:
+    """The ``TaskRow`` whose columns start at ``values[start]`` (a whole tasks row
+    from there), its ``TASK_TAIL`` at ``start + tail``'s places."""
+    return TaskRow._make((*values[start : start + _TASK_WIDTH], *[values[start + i] for i in tail]))
 
 
 # Task's slot setters, one per field: a task is built without the frozen dataclass's
@@ -154,6 +185,11 @@ _TASK_FIELDS = (
     "finished_at",
     "result",
     "error",
+    "session_id",
+    "progress_timeout",
+    "progress_at",
+    "progress_note",
+    "stuck_since",
 )
 if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: no cover
     raise RuntimeError("task_from_task_row must set every field of Task")
@@ -175,6 +211,11 @@ if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: n
     _set_finished_at,
     _set_result,
     _set_error,
+    _set_session_id,
+    _set_progress_timeout,
+    _set_progress_at,
+    _set_progress_note,
+    _set_stuck_since,
 ) = (Task.__dict__[name].__set__ for name in _TASK_FIELDS)
 _new = object.__new__
 
@@ -201,6 +242,12 @@ def task_from_task_row(r: TaskRow) -> Task:
     result = r.result
     _set_result(task, None if result is None else _loads(result))
     _set_error(task, r.error)
+    _set_session_id(task, r.session_id)
+    _set_progress_timeout(task, r.progress_timeout)
+    # A claim clears the attempt's progress, and a finished task shows none.
+    _set_progress_at(task, None)
+    _set_progress_note(task, None)
+    _set_stuck_since(task, None)
     return task
 
 

@@ -36,6 +36,7 @@ from corral.store import (
     sqlduties,
     sqlnodes,
     sqlprocs,
+    sqlprogress,
     sqlsched,
     sqlspawn,
     sqltasks,
@@ -149,6 +150,21 @@ class SQLStore(Store):
         self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
     ) -> Task:
         return sqltasks.fail(self._db, task_id, node_id, epoch, error, retry, now)
+
+    # --- sqlprogress ---------------------------------------------------------
+    def report_progress(
+        self, task_id: int, node_id: str, epoch: int | None, note: str | None, now: float
+    ) -> Task:
+        return sqlprogress.report_progress(self._db, task_id, node_id, epoch, note, now)
+
+    def stuck_deadline(self) -> float | None:
+        return sqlprogress.stuck_deadline(self._db)
+
+    def act_on_stuck(self, now: float) -> list[Event]:
+        return sqlprogress.act_on_stuck(self._db, now)
+
+    def stuck_count(self) -> int:
+        return sqlprogress.stuck_count(self._db)
 
     def release_claim(
         self, task_id: int, node_id: str, epoch: int, now: float, *, before: Node | None = None

@@ -205,14 +205,19 @@ def refuse(tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
             f"task {task_id} was {row['error']}; stop working on it and claim another task",
             field="task_id",
         )
+    # A caller that names its epoch hears the task's: a lease taken back and claimed
+    # again (a stuck task requeued, a dead holder's lease recovered) is a newer epoch.
+    epochs = "" if epoch is None else f" (epoch {epoch}; the task is at epoch {row['epoch']})"
     if row["status"] != "in_progress":
         raise LeaseError(
-            f"task {task_id} is {row['status']}, not held by {node_id}; claim a task first",
+            f"task {task_id} is {row['status']}, not held by {node_id}{epochs};"
+            " claim a task first",
             field="task_id",
         )
     if row["assigned_to"] != node_id:
         raise LeaseError(
-            f"task {task_id} is held by {row['assigned_to']}, not {node_id}", field="node_id"
+            f"task {task_id} is held by {row['assigned_to']}, not {node_id}{epochs}",
+            field="node_id",
         )
     if epoch is not None and epoch > row["epoch"]:
         raise LeaseError(

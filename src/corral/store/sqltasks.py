@@ -27,6 +27,7 @@ __all__ = [
     "release_all",
     "release_claim",
     "requeue",
+    "with_progress_timeouts",
 ]
 
 
@@ -83,7 +84,20 @@ def insert_task(db: Db, tx: Tx, spec: TaskSpec, s: Settings, now: float) -> Any:
     )
     enqueue(tx, row["id"], key, now, roles)
     db.event(tx, now, "task_added", None, row["id"], priority=spec.priority, roles=roles.split())
+    if spec.progress_timeout is not None:
+        row = tx.one("task_set_progress_timeout", id=row["id"], seconds=spec.progress_timeout)
     return row
+
+
+def with_progress_timeouts(tx: Tx, specs: list[TaskSpec], rows: list[Any]) -> list[Any]:
+    """``rows`` (the tasks of ``specs``, inserted in order) with the progress limits
+    their specs give set: the rows as they are now."""
+    return [
+        row
+        if spec.progress_timeout is None
+        else tx.one("task_set_progress_timeout", id=row["id"], seconds=spec.progress_timeout)
+        for spec, row in zip(specs, rows, strict=True)
+    ]
 
 
 def reindex_roles(db: Db, tx: Tx, settings: Settings) -> None:

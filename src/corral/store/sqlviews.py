@@ -94,6 +94,7 @@ def snapshot(db: Db, now: float, node_id: str | None = None, limit: int = 50) ->
         else:
             last_hb = tx.one("last_heartbeat_any")["t"]
         processes = [process_from_row(r) for r in tx.all("processes_all")]
+        stuck = {r["id"] for r in tx.all("nodes_all_stuck")}
     tasks = [task_from_row(r) for r in (*working, *pending)][:limit]
     total = counts["pending"] + counts["in_progress"]
     return State(
@@ -111,6 +112,7 @@ def snapshot(db: Db, now: float, node_id: str | None = None, limit: int = 50) ->
         last_heartbeat=last_hb,
         liveness_window=lifecycle.liveness_window(None, s),
         processes=processes,
+        stuck_nodes=[n.id for n in nodes if n.id in stuck],
     )
 
 

@@ -18,10 +18,16 @@ broadcast a farewell and exit. A ``bootstrap_manager`` never retires itself.
 SIGTERM (and SIGINT): one last heartbeat with ``status: "shutting-down"``, the held
 tasks straight back to pending (no attempt is burned beyond the claim's), exit 0.
 
-A task the operator cancels (``cancel_task``) is named in a heartbeat's answer: the
-worker stops naming it, runs what the handler registered with ``on_cancel`` (``corral
-worker`` stops the task's process: SIGTERM, SIGKILL after its grace), and
+A task the operator cancels (``cancel_task``), or that the cluster takes back (a
+stuck task requeued or failed), is named in a heartbeat's answer: the worker stops
+naming it, runs what the handler registered with ``on_cancel`` (``corral worker``
+stops the task's process: SIGTERM, SIGKILL after its grace), and
 ``cancelled(task_id)`` is true; the task's completion or failure is refused.
+
+A handler reports progress with ``worker.progress(note)``: a task in progress with no
+progress for its ``progress_timeout`` is stuck (docs/guardrails.md). Reports are
+throttled to one per ``PROGRESS_REPORT_EVERY`` second per task; a refused report (the
+task was taken back) stops the task's work as a cancellation does.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from types import FrameType
 from typing import Any, ParamSpec, TypeVar
 
 from corral.backoff import Backoff
-from corral.defaults import MANAGER_ROLE
+from corral.defaults import MANAGER_ROLE, PROGRESS_REPORT_EVERY
 from corral.errors import (
     CorralError,
     InvalidInputError,
@@ -184,6 +190,10 @@ class Worker:
         self._cancel_lock = threading.Lock()
         self._cancelled: set[int] = set()
         self._stops: dict[int, Callable[[], None]] = {}
+        # The tasks held now (for progress reports: their epochs), and when each last
+        # reported progress (time.monotonic()).
+        self._held: dict[int, Task] = {}
+        self._reported: dict[int, float] = {}
         self.monitor = HeartbeatMonitor(
             agent_id,
             cluster,
@@ -335,7 +345,7 @@ class Worker:
                 stop = self._stops.get(task_id)
             self.monitor.remove_task(task_id)
             log.warning(
-                "task %s was cancelled by the operator%s",
+                "task %s was cancelled by the operator or taken back%s",
                 task_id,
                 ": stopping its process" if stop is not None else "",
                 extra={"action": "task_cancelled", "task_id": task_id},
@@ -346,6 +356,51 @@ class Worker:
     @staticmethod
     def _run_stop(task_id: int, stop: Callable[[], None]) -> None:
         threading.Thread(target=stop, name=f"corral-stop-{task_id}", daemon=True).start()
+
+    def progress(self, note: str | None = None, *, task_id: int | None = None) -> bool:
+        """Report progress on a held task (``task_id``; the one held when it is not
+        given) with an optional ``note`` (at most 500 characters: longer is cut):
+        its stuck deadline moves on (``report_progress``). At most one report per
+        ``PROGRESS_REPORT_EVERY`` second per task is sent; True when this one was.
+        A refused report (the lease was lost: the task was taken back or cancelled)
+        stops the task's work as a cancellation does, and returns False. Safe from
+        any thread."""
+        with self._cancel_lock:
+            if task_id is None:
+                if len(self._held) != 1:
+                    return False
+                task_id = next(iter(self._held))
+            task = self._held.get(task_id)
+            now = time.monotonic()
+            last = self._reported.get(task_id)
+            if task is None or task_id in self._cancelled:
+                return False
+            if last is not None and now - last < PROGRESS_REPORT_EVERY:
+                return False
+            self._reported[task_id] = now
+        if note is not None:
+            note = note[:500]
+        try:
+            # The plain client: a report is not worth retrying through an outage.
+            self.cluster.report_progress(task.id, self.agent_id, epoch=task.epoch, note=note)
+        except (LeaseError, NotFoundError) as exc:
+            log.warning(
+                "progress on task %s refused: %s",
+                task_id,
+                exc,
+                extra={"action": "progress_refused", "task_id": task_id},
+            )
+            self._on_cancelled([task_id])
+            return False
+        except StoreUnavailableError as exc:
+            log.warning(
+                "progress on task %s not reported: %s",
+                task_id,
+                exc,
+                extra={"action": "progress_unreported", "task_id": task_id},
+            )
+            return False
+        return True
 
     def cancelled(self, task_id: int) -> bool:
         """Whether the operator cancelled ``task_id`` while this worker held it (as
@@ -522,6 +577,10 @@ class Worker:
         ``chain``, claim the next task in the same call: ``held.next``), fail it with
         the error otherwise."""
         held = Claimed(task)
+        with self._cancel_lock:  # a new lease: a former cancellation was another's
+            self._cancelled.discard(task.id)
+            self._held[task.id] = task
+            self._reported.pop(task.id, None)
         self.monitor.add_task(task.id)
         log.info(
             "claimed task %s (epoch %s): %s",
@@ -536,6 +595,10 @@ class Worker:
             self._fail(task, exc)
         else:
             held.next = self._complete(task, held.result, chain=chain)
+        finally:
+            with self._cancel_lock:
+                self._held.pop(task.id, None)
+                self._reported.pop(task.id, None)
         self.monitor.remove_task(task.id)
 
     def _idle(self) -> Task | None:

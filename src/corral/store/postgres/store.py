@@ -14,6 +14,7 @@ the same names override them.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any
@@ -23,11 +24,11 @@ import psycopg.errors
 from corral import lifecycle, scoring
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
-from corral.store import claimkeys
+from corral.store import claimkeys, sqltasks
 from corral.store.base import TaskSpec
 from corral.store.postgres.dedicated import Leader, Listener
 from corral.store.postgres.session import _QUERIES, Sessions, _Tx
-from corral.store.rows import TaskRow, _dumps, finished, task_from_task_row, task_row
+from corral.store.rows import TaskRow, _dumps, finished, task_from_task_row, task_row, task_tail
 from corral.store.signal import ReadySignal
 from corral.store.sqlbase import SQLStore, task_from_row
 from corral.store.sqldb import live, refuse
@@ -39,10 +40,11 @@ _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
-def _task(values: Any, start: int = 0) -> Task:
+def _task(values: Any, start: int, tail: tuple[int, ...]) -> Task:
     """The task whose columns (``TASK_COLUMNS``: what RETURNING * and take.* give the
-    hot statements, in table order) start at ``values[start]``."""
-    return task_from_task_row(task_row(values, start))
+    hot statements, in table order; ``rows.TASK_TAIL`` at ``tail``) start at
+    ``values[start]``."""
+    return task_from_task_row(task_row(values, start, tail))
 
 
 def _completion(
@@ -89,6 +91,8 @@ class PostgresStore(SQLStore):
         # last claim left it working without a current task (the lean statements).
         self._claimed: dict[int, TaskRow] = {}
         self._lean: dict[str, bool] = {}
+        # Where the columns added after TASK_COLUMNS are (rows.task_row's tail).
+        self._tail = task_tail([r[0] for r in self._sessions.hot("task_columns", {})])
 
     # --- transactions -----------------------------------------------------------------
     def _write(self) -> AbstractContextManager[_Tx]:
@@ -139,7 +143,7 @@ class PostgresStore(SQLStore):
     def _remember(self, values: tuple[Any, ...], start: int) -> Task:
         """Keep a claimed task's row (its ``TASK_COLUMNS`` from ``values[start]``) for
         its completion (``_held``); its task."""
-        row = task_row(values, start)
+        row = task_row(values, start, self._tail)
         claimed = self._claimed
         if len(claimed) >= _CLAIMED_KEEP:
             with suppress(KeyError, RuntimeError, StopIteration):
@@ -188,6 +192,7 @@ class PostgresStore(SQLStore):
                 "role_json": _dumps(role),
                 "key": key,
                 "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
+                "session_id": str(uuid.uuid4()),
             }
             if lean:
                 row = self._hot("claim_lean", params)[0]
@@ -227,7 +232,7 @@ class PostgresStore(SQLStore):
         if not rows:
             with self._read() as tx:
                 refuse(tx, task_id, node_id, epoch)  # raises
-        return _task(rows[0])
+        return _task(rows[0], 0, self._tail)
 
     def complete_and_claim(
         self,
@@ -277,6 +282,7 @@ class PostgresStore(SQLStore):
             "role_json": _dumps(role),
             "key": key,
             "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
+            "session_id": str(uuid.uuid4()),
         }
         held = self._held(task_id, epoch)
         if held is not None and self._lean.get(node_id, False):
@@ -298,7 +304,7 @@ class PostgresStore(SQLStore):
             with self._read() as tx:
                 refuse(tx, task_id, node_id, epoch)  # raises
         parts = {r[1]: r for r in rows}  # (fresh, part, task columns...)
-        done = _task(parts["done"], 2)
+        done = _task(parts["done"], 2, self._tail)
         if "next" in parts:
             self._set_lean(node_id)  # working, without a current task
             return done, self._remember(parts["next"], 2)
@@ -353,9 +359,10 @@ class PostgresStore(SQLStore):
                 ],
             )
             tx.wake = True
+            rows = sqltasks.with_progress_timeouts(tx, specs, sorted(rows, key=lambda r: r["id"]))
         if not self._analyzed:
             self._analyze_if_never()
-        return [task_from_row(r) for r in sorted(rows, key=lambda r: r["id"])]
+        return [task_from_row(r) for r in rows]
 
     def _analyze_if_never(self) -> None:
         """``ANALYZE`` the claim's tables if they never were, once per store.

@@ -23,6 +23,7 @@ import re
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +44,14 @@ from corral.store import claimkeys
 from corral.store.base import LockHolder, WouldBlock
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
-from corral.store.rows import TaskRow, dumps, finished, task_from_task_row, task_row
+from corral.store.rows import (
+    TaskRow,
+    dumps,
+    finished,
+    task_from_task_row,
+    task_row,
+    task_tail,
+)
 from corral.store.signal import WAKE_QUERIES, doorbell_for, signal_for
 from corral.store.sqlbase import SQLStore
 from corral.store.sqldb import check_role, dequeue, live, refuse
@@ -119,9 +127,10 @@ class _Tx:
 TASK_COLUMNS = (*ROW_TASK_COLUMNS, "claimed_role")
 
 
-def _task(values: Any) -> Task:
-    """The task of a row in ``TASK_COLUMNS`` order."""
-    return task_from_task_row(task_row(values))
+def _task(values: Any, tail: tuple[int, ...]) -> Task:
+    """The task of a whole tasks row (``TASK_COLUMNS`` first, ``rows.TASK_TAIL`` at
+    ``tail``)."""
+    return task_from_task_row(task_row(values, 0, tail))
 
 
 # Held from a new database file's creation to the close of the descriptor that made it
@@ -244,6 +253,8 @@ class SQLiteStore(SQLStore):
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute(f"PRAGMA wal_autocheckpoint={SQLITE_WAL_LIMIT_PAGES}")
             self._migrate()
+            # Where the columns added after TASK_COLUMNS are (rows.task_row's tail).
+            self._tail = task_tail([r[1] for r in self._conn.execute("PRAGMA table_info(tasks)")])
             for sql in _BOOKKEEPING:
                 self._retrying(sql)
         except sqlite3.Error as exc:
@@ -496,14 +507,20 @@ class SQLiteStore(SQLStore):
         """The claim inside a write transaction; the task's row, or None."""
         rows = self._hot.execute(
             _CLAIM_TAKE,
-            {"role": role, "node_id": node_id, "now": now, "bonus": scoring.ROLE_BONUS_SECONDS},
+            {
+                "role": role,
+                "node_id": node_id,
+                "now": now,
+                "bonus": scoring.ROLE_BONUS_SECONDS,
+                "session_id": str(uuid.uuid4()),
+            },
         ).fetchall()
         if not rows:  # nothing pending, or the node is not live (which raises)
             node = tx.one("node_claim_state", id=node_id) or live(tx, node_id)
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
-        row = task_row(rows[0])
+        row = task_row(rows[0], 0, self._tail)
         if " " in row.roles:  # a task matching several roles: the claim drops only one head
             dequeue(tx, row.id, row.sort_key, row.created_at, row.roles)
         claimed = self._claimed
@@ -531,7 +548,7 @@ class SQLiteStore(SQLStore):
         rows = self._hot.execute(_TASK_COMPLETE, params).fetchall()
         if not rows:
             refuse(tx, task_id, node_id, epoch)
-        return _task(rows[0])
+        return _task(rows[0], self._tail)
 
     def _done_with(self, tx: _Tx, node_id: str, task_id: int, now: float) -> None:
         """After a completion that claimed nothing: a working node that holds no

@@ -19,6 +19,15 @@
  AND NOT EXISTS (SELECT 1 FROM tasks h WHERE h.assigned_to = :node_id
                    AND h.status = 'in_progress' AND h.id <> :id))
 
+-- rule: progress_deadline
+-- deadlines.progress_deadline: an attempt without progress since :now is stuck at
+-- :now plus the task's own progress_timeout, else the cluster's setting (0: off, so
+-- NULL: no deadline).
+(:now::double precision
+ + coalesce(progress_timeout,
+            (SELECT nullif(value::double precision, 0) FROM settings
+             WHERE key = 'progress_timeout')))
+
 -- name: settings_all
 SELECT key, value FROM settings;
 
@@ -274,10 +283,11 @@ ORDER BY id;
 
 -- name: tasks_cancelled_of
 -- Of the tasks :ids (a JSON array) a heartbeat names as current, those cancelled
--- while node :node_id held them.
+-- while node :node_id held them, or taken from it (a stuck task requeued or failed):
+-- every one it neither holds nor finished itself.
 SELECT id FROM tasks
-WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)::bigint) AND status = 'cancelled'
-  AND assigned_to = :node_id
+WHERE id IN (SELECT jsonb_array_elements_text(:ids::jsonb)::bigint)
+  AND NOT (assigned_to = :node_id AND status IN ('in_progress', 'done'))
 ORDER BY id;
 
 -- name: assess_counts
@@ -401,9 +411,15 @@ r AS (
 ),
 
 -- part: claim_set
--- The take's UPDATE: the task becomes the node's, at the next epoch.
+-- The take's UPDATE: the task becomes the node's, at the next epoch. The first claim
+-- fixes the task's session (:session_id, a new UUID); every claim starts the
+-- attempt's progress deadline afresh.
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
-                     attempts = attempts + 1, claimed_at = :now, updated_at = :now
+                     attempts = attempts + 1, claimed_at = :now, updated_at = :now,
+                     session_id = coalesce(session_id, :session_id::text),
+                     progress_at = NULL, progress_note = NULL, stuck_since = NULL,
+                     stuck_at =
+                     -- include: progress_deadline
 
 -- part: claim_pick
 -- The rest of the take (after its guard): the better of the two heads, returned; then
@@ -1244,3 +1260,61 @@ SELECT * FROM tokens ORDER BY name;
 
 -- name: token_delete
 DELETE FROM tokens WHERE name = :token_name RETURNING *;
+
+-- name: task_columns
+-- The tasks table's columns in table order (where rows.TASK_TAIL's columns are).
+SELECT column_name FROM information_schema.columns
+WHERE table_schema = current_schema() AND table_name = 'tasks'
+ORDER BY ordinal_position;
+
+-- Progress and stuck tasks (corral.store.sqlprogress; docs/guardrails.md).
+
+-- name: task_set_progress_timeout
+-- A task's own limit without progress (add_task's progress_timeout), set as it is added.
+UPDATE tasks SET progress_timeout = :seconds WHERE id = :id
+RETURNING *;
+
+-- name: task_progress
+-- A progress report on the attempt in progress: its time and note (a report without
+-- a note keeps the last one), no longer stuck, and its deadline moved on.
+UPDATE tasks SET progress_at = :now, progress_note = coalesce(:note::text, progress_note),
+                 stuck_since = NULL,
+                 stuck_at =
+                 -- include: progress_deadline
+WHERE id = :id
+RETURNING *;
+
+-- name: stuck_head
+-- The monitor's next stuck deadline: the head of tasks_stuck_at (one index entry).
+SELECT stuck_at FROM tasks WHERE stuck_at IS NOT NULL AND status = 'in_progress'
+ORDER BY stuck_at LIMIT 1;
+
+-- name: tasks_stuck
+-- Tasks in progress past their stuck deadline at :now (at most :limit, earliest
+-- first), with their holders: the monitor locks each holder, then the task.
+SELECT id, assigned_to FROM tasks
+WHERE stuck_at IS NOT NULL AND status = 'in_progress' AND stuck_at <= :now
+ORDER BY stuck_at LIMIT :limit;
+
+-- name: task_flag_stuck
+-- Flagged stuck at its deadline; out of tasks_stuck_at until its next progress.
+UPDATE tasks SET stuck_since = stuck_at, stuck_at = NULL, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_take_back
+-- A stuck task taken from its holder: pending again at a new epoch (the holder's late
+-- heartbeat, progress report or completion is refused by the fencing).
+UPDATE tasks SET status = 'pending', assigned_to = NULL, epoch = epoch + 1, error = :error,
+                 stuck_since = stuck_at, stuck_at = NULL, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: tasks_stuck_count
+-- How many tasks in progress are flagged stuck (/metrics).
+SELECT count(*) AS n FROM tasks WHERE status = 'in_progress' AND stuck_since IS NOT NULL;
+
+-- name: nodes_all_stuck
+-- The holders whose every task in progress is flagged stuck (read_state shows them).
+SELECT assigned_to AS id FROM tasks WHERE status = 'in_progress'
+GROUP BY assigned_to HAVING count(*) = count(stuck_since);

@@ -60,11 +60,24 @@ CREATE TABLE tasks (
     updated_at    double precision NOT NULL,
     finished_at   double precision,
     result        text,
-    error         text
+    error         text,
+    -- Progress and sessions (migration 0017, docs/guardrails.md): the UUID the first
+    -- claim fixes; the task's own progress limit; the attempt's last progress report;
+    -- when the attempt is stuck without progress (NULL: no limit, or flagged already)
+    -- and since when it is flagged stuck.
+    session_id       text,
+    progress_timeout double precision,
+    progress_at      double precision,
+    progress_note    text,
+    stuck_at         double precision,
+    stuck_since      double precision
 );
 -- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus.
 CREATE INDEX tasks_ready ON tasks (sort_key, created_at, id) WHERE status = 'pending';
 CREATE INDEX tasks_holder ON tasks (assigned_to, id) WHERE status = 'in_progress';
+-- The monitor's next stuck deadline: the head of the tasks in progress with one.
+CREATE INDEX tasks_stuck_at ON tasks (stuck_at)
+    WHERE stuck_at IS NOT NULL AND status = 'in_progress';
 -- Finished tasks by status (pending and in-progress ones have the two above).
 CREATE INDEX tasks_finished ON tasks (status, id)
     WHERE status <> 'pending' AND status <> 'in_progress';

@@ -64,13 +64,26 @@ CREATE TABLE tasks (
     finished_at   REAL,
     result        TEXT,
     error         TEXT,
-    claimed_role  TEXT  -- the role its last claim was for (the claim event names it)
+    claimed_role  TEXT, -- the role its last claim was for (the claim event names it)
+    -- Progress and sessions (migration 0017, docs/guardrails.md): the UUID the first
+    -- claim fixes; the task's own progress limit; the attempt's last progress report;
+    -- when the attempt is stuck without progress (NULL: no limit, or flagged already)
+    -- and since when it is flagged stuck.
+    session_id       TEXT,
+    progress_timeout REAL,
+    progress_at      REAL,
+    progress_note    TEXT,
+    stuck_at         REAL,
+    stuck_since      REAL
 );
 -- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus
 -- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
 -- sorts just before 'pending': with few tasks held, a claim changes one index page.
 CREATE INDEX tasks_open ON tasks (status, assigned_to, sort_key, created_at, id)
     WHERE status = 'pending' OR status = 'in_progress';
+-- The monitor's next stuck deadline: the head of the tasks in progress with one.
+CREATE INDEX tasks_stuck_at ON tasks (stuck_at)
+    WHERE stuck_at IS NOT NULL AND status = 'in_progress';
 
 -- The role heads: one row per pending task and role it matches, in the same order.
 -- The best task for a role is the better of this head (+ bonus) and tasks_ready's.
