@@ -519,6 +519,9 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/tasks/{task_id}/progress",
         short=True,
         node="node_id",
+        mcp="report_progress",
+        text="progress_text",
+        names={"mcp": _AGENT},
     ),
 )
 

@@ -55,6 +55,8 @@ TOOLS = {
     "create_token",
     "list_tokens",
     "revoke_token",
+    # progress (docs/guardrails.md, "Stuck tasks")
+    "report_progress",
 }
 
 
@@ -506,3 +508,25 @@ def test_the_operator_cancels_and_requeues_tasks(sqlite_cluster: corral.Cluster)
     assert [t.status for t in c.list_tasks()] == ["pending", "cancelled"]
     [event] = [e for e in c.events() if e.kind == "task_cancelled"]
     assert (event.data["actor"], event.data["reason"]) == ("operator", "obsolete")
+
+
+def test_an_agent_reports_progress_on_its_task(sqlite_cluster: corral.Cluster) -> None:
+    """report_progress answers one line with the note; the task's deadline moves on;
+    a report at a stale epoch is an ERROR: answer naming the epochs."""
+    c = sqlite_cluster
+    c.configure(progress_timeout=600)
+    c.add_task("Implement the parser")
+
+    async def script(call: Call, client: Client) -> None:
+        await call("register_node", agent_id="W1", role="developer", model_name="m")
+        await call("claim_best_task", agent_id="W1", role="developer")
+        assert await call(
+            "report_progress", agent_id="W1", task_id=1, epoch=1, note="the lexer is done"
+        ) == (False, "Progress recorded on task 1: the lexer is done")
+        error, text = await call("report_progress", agent_id="W1", task_id=1, epoch=2)
+        assert error and text.startswith("ERROR: ") and "epoch 2" in text, text
+
+    run(c, script)
+    task = c.get_task(1)
+    assert task.progress_note == "the lexer is done" and task.progress_at is not None
+    assert c.store.stuck_deadline() == task.progress_at + 600

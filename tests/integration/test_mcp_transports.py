@@ -67,6 +67,8 @@ TOOLS = {
     "create_token",
     "list_tokens",
     "revoke_token",
+    # progress (docs/guardrails.md, "Stuck tasks")
+    "report_progress",
 }
 
 UVICORN = """

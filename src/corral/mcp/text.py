@@ -30,6 +30,7 @@ __all__ = [
     "inbox_text",
     "invalid_arguments_text",
     "notified_text",
+    "progress_text",
     "released_text",
     "requeued_text",
     "spawn_requests_text",
@@ -94,6 +95,11 @@ def added_text(task: Task) -> str:
 def heartbeat_text(node: Node) -> str:
     health = f" ({node.health})" if node.health else ""
     return f"Heartbeat recorded for {node.id}{health}"
+
+
+def progress_text(task: Task) -> str:
+    note = f": {task.progress_note}" if task.progress_note else ""
+    return f"Progress recorded on task {task.id}{note}"
 
 
 def cancelled_text(task: Task) -> str:
