@@ -13,9 +13,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from corral.defaults import RETRY_BACKOFF_CAP
 from corral.errors import InvalidInputError
 
-__all__ = ["Backoff", "delay"]
+__all__ = ["Backoff", "delay", "retry_ready_at"]
 
 
 def delay(
@@ -71,3 +72,14 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+def retry_ready_at(
+    retry_backoff: float | None, attempt: int, now: float, *, cap: float = RETRY_BACKOFF_CAP
+) -> float | None:
+    """When a task whose attempt number ``attempt`` (1 for the first) failed at ``now``
+    may be claimed again: ``now + retry_backoff * 2**(attempt - 1)``, the wait capped at
+    ``cap`` seconds; None when it may be claimed at once (no ``retry_backoff``)."""
+    if not retry_backoff:
+        return None
+    return now + delay(max(attempt - 1, 0), base=retry_backoff, cap=max(cap, retry_backoff))

@@ -53,9 +53,11 @@ if TYPE_CHECKING:
         StrengthName,
         TaskAge,
         TaskCancelStatus,
+        TaskIds,
         TaskRef,
         TaskRequeueStatus,
         TaskStatusName,
+        TaskTime,
         Text,
         Title,
         TokenName,
@@ -155,6 +157,10 @@ class ClientOperations(Protocol):
         *,
         max_attempts: PositiveInt | None = None,
         progress_timeout: Seconds | None = None,
+        timeout: Seconds | None = None,
+        not_before: TaskTime | None = None,
+        depends_on: TaskIds | None = None,
+        retry_backoff: Seconds | None = None,
     ) -> Task:
         """Put a task on the board."""
         ...

@@ -33,6 +33,8 @@ from corral.model import (
 from corral.params import (
     DESCRIPTION,
     PRIORITY,
+    TASK_IDS,
+    TASK_TIME,
     TITLE,
     ActorName,
     Epoch,
@@ -55,9 +57,11 @@ from corral.params import (
     StrengthName,
     TaskAge,
     TaskCancelStatus,
+    TaskIds,
     TaskRef,
     TaskRequeueStatus,
     TaskStatusName,
+    TaskTime,
     Text,
     Title,
     Wait,
@@ -321,6 +325,10 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         max_attempts: Any = None,
         *,
         progress_timeout: Any = None,
+        timeout: Any = None,
+        not_before: Any = None,
+        depends_on: Any = None,
+        retry_backoff: Any = None,
         roles: tuple[str, ...] | None = None,
     ) -> TaskSpec:
         """A validated task; ``roles`` are the known roles when the caller already
@@ -338,6 +346,14 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
             progress_timeout=None
             if progress_timeout is None
             else float(POSITIVE.check(progress_timeout, "progress_timeout")),
+            timeout=None if timeout is None else float(POSITIVE.check(timeout, "timeout")),
+            not_before=None if not_before is None else TASK_TIME.check(not_before, "not_before"),
+            depends_on=()
+            if depends_on is None
+            else tuple(TASK_IDS.check(depends_on, "depends_on")),
+            retry_backoff=None
+            if retry_backoff is None
+            else float(POSITIVE.check(retry_backoff, "retry_backoff")),
         )
 
     @checked
@@ -350,14 +366,38 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         *,
         max_attempts: PositiveInt | None = None,
         progress_timeout: Seconds | None = None,
+        timeout: Seconds | None = None,
+        not_before: TaskTime | None = None,
+        depends_on: TaskIds | None = None,
+        retry_backoff: Seconds | None = None,
     ) -> Task:
         """Put a task on the board.
 
         Its role matches are fixed now: keywords in the title and description, plus
         ``role``. ``progress_timeout``: seconds without a progress report after which
-        the task in progress is stuck (else the cluster's ``progress_timeout``)."""
+        the task in progress is stuck (else the cluster's ``progress_timeout``).
+
+        Time and order (docs/core.md, "Tasks with time and order"): ``timeout``
+        (seconds): a run longer than that from its claim is taken back by the monitor
+        (pending again while attempts remain, else failed) and its worker stops it;
+        ``not_before`` (a time, seconds since the epoch): not claimable before it;
+        ``depends_on`` (task ids): claimable only once every one of them is done, and
+        failed (or cancelled) with them if one fails (or is cancelled) for good; an
+        unknown id is refused; ``retry_backoff`` (seconds): a failed attempt is
+        claimable again only after ``retry_backoff * 2**(attempt-1)`` seconds (at
+        most ``RETRY_BACKOFF_CAP``). A task not ready yet is ``scheduled`` or
+        ``blocked``, outside the claim's indexes."""
         spec = self._task_spec(
-            title, description, priority, role, max_attempts, progress_timeout=progress_timeout
+            title,
+            description,
+            priority,
+            role,
+            max_attempts,
+            progress_timeout=progress_timeout,
+            timeout=timeout,
+            not_before=not_before,
+            depends_on=depends_on,
+            retry_backoff=retry_backoff,
         )
         return self.store.add_task(spec, self.clock.now())
 
@@ -382,6 +422,10 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
                 "role",
                 "max_attempts",
                 "progress_timeout",
+                "timeout",
+                "not_before",
+                "depends_on",
+                "retry_backoff",
             }
             if unknown:
                 raise InvalidInputError(

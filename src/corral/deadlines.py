@@ -23,6 +23,8 @@ __all__ = [
     "monitor_deadlines",
     "progress_deadline",
     "stuck_due",
+    "task_due",
+    "task_timeout_at",
 ]
 
 
@@ -33,6 +35,11 @@ class Deadlines:
     dead_at: float | None
     idle_retire_at: float | None
     assess_at: float
+    # Tasks with time and order: the earliest moment a scheduled task becomes pending
+    # (its not_before, or the end of a failed attempt's backoff), and the earliest end
+    # of a run with a timeout (its claim plus its timeout).
+    task_ready_at: float | None = None
+    task_timeout_at: float | None = None
 
 
 def death_at(node: Node, settings: Settings) -> float | None:
@@ -102,3 +109,24 @@ def stuck_due(tasks: Iterable[Task], settings: Settings, now: float) -> set[int]
         is not None
         and at <= now
     }
+
+
+def task_timeout_at(task: Task) -> float | None:
+    """When the run of an in-progress ``task`` is taken back: its claim plus its
+    ``timeout`` (None: no timeout, or not in progress)."""
+    if task.status != "in_progress" or task.timeout is None or task.claimed_at is None:
+        return None
+    return task.claimed_at + task.timeout
+
+
+def task_due(tasks: Iterable[Task], now: float) -> tuple[set[int], set[int]]:
+    """The ids of the scheduled tasks pending at ``now`` (their ``ready_at`` is at or
+    before it) and of the runs taken back at ``now`` (past their timeout)."""
+    fleet = list(tasks)
+    ready = {
+        t.id
+        for t in fleet
+        if t.status == "scheduled" and t.ready_at is not None and t.ready_at <= now
+    }
+    timed_out = {t.id for t in fleet if (at := task_timeout_at(t)) is not None and at <= now}
+    return ready, timed_out

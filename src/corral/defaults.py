@@ -29,11 +29,13 @@ __all__ = [
     "MANAGER_ROLE",
     "MAX_BATCH_IDS",
     "MAX_CLAIM_WAIT",
+    "MAX_DEPENDENCIES",
     "MAX_DESCRIPTION",
     "MAX_ID_LENGTH",
     "MAX_PAYLOAD_BYTES",
     "MAX_PROCESSES",
     "MAX_TASK_AGE",
+    "MAX_TIMESTAMP",
     "MAX_TITLE",
     "MODEL_STRENGTHS",
     "MONITOR_MAX_SLEEP",
@@ -42,6 +44,7 @@ __all__ = [
     "PROCESS_ACTIONS",
     "PROCESS_STATES",
     "PROGRESS_REPORT_EVERY",
+    "RETRY_BACKOFF_CAP",
     "RUNNER_ROLE",
     "SQLITE_CHECKPOINT_EVERY",
     "SQLITE_WAIT_RECHECK",
@@ -107,6 +110,13 @@ BUSY_TIMEOUT_SECONDS = 30.0
 MONITOR_MAX_SLEEP = 0.5
 ALERT_STATE_INTERVAL = 5.0  # the leading alerter re-reads processes and idle runs this often
 MAX_CLAIM_WAIT = 3600.0  # longest ``claim_best_task(wait=…)``, seconds
+# The longest wait before a failed attempt is claimable again (``retry_backoff``'s
+# doubling stops here), seconds; a task's own retry_backoff above it is used as given.
+RETRY_BACKOFF_CAP = 3600.0
+# The most dependencies one task names (``add_task``'s ``depends_on``).
+MAX_DEPENDENCIES = 1000
+# The latest ``not_before`` a task takes: a time (seconds since the epoch) in year 5138.
+MAX_TIMESTAMP = 1e11
 SQLITE_WAIT_RECHECK = 1.0  # a waiting claim on SQLite re-checks for other processes' tasks
 SQLITE_CHECKPOINT_EVERY = 200  # commits between background WAL checkpoints (per process)
 SQLITE_WAL_LIMIT_PAGES = 10_000  # the commit that fills the WAL this far checkpoints itself

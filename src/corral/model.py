@@ -204,10 +204,20 @@ class Task:
     progress_at: float | None = None
     progress_note: str | None = None
     stuck_since: float | None = None
+    # Time and order (docs/core.md, "Tasks with time and order"): a run's limit in
+    # seconds from its claim, the backoff of a failed attempt's retry (doubling per
+    # attempt), the time before which it is not claimable, the tasks it waits on, and
+    # when a scheduled task becomes pending (its not_before or its backoff's end).
+    timeout: float | None = None
+    retry_backoff: float | None = None
+    not_before: float | None = None
+    depends_on: tuple[int, ...] = ()
+    ready_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = _as_dict(self)
         d["roles"] = list(self.roles)
+        d["depends_on"] = list(self.depends_on)
         return d
 
 

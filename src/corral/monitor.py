@@ -103,6 +103,18 @@ DUTIES: tuple[Duty, ...] = (
         lambda store, due, last: store.activation_deadline(),
         lambda store, now: store.expire_activations(now),
     ),
+    # Tasks with time and order: a scheduled task becomes pending at its ready_at, and
+    # a run past its timeout is taken back (docs/core.md, "Tasks with time and order").
+    Duty(
+        "make_tasks_ready",
+        lambda store, due, last: due.task_ready_at,
+        lambda store, now: store.make_tasks_ready(now),
+    ),
+    Duty(
+        "time_out_tasks",
+        lambda store, due, last: due.task_timeout_at,
+        lambda store, now: store.time_out_tasks(now),
+    ),
     Duty("assess", lambda store, due, last: due.assess_at, lambda store, now: store.assess(now)),
     Duty(
         "prune_events",

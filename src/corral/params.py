@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias, get_args
 
 from corral import defaults
+from corral.errors import InvalidInputError
 from corral.types import NodeStatus, Priority, ProcessAction, SpawnStatus, Strength, TaskStatus
 from corral.validation import (
     CHECKPOINT,
@@ -32,6 +33,7 @@ from corral.validation import (
     TASK_REF,
     TOKEN_NAME,
     Rule,
+    check_task_id,
     one_of,
     seconds,
     text,
@@ -43,6 +45,8 @@ __all__ = [
     "HOST_STATES",
     "PRIORITY",
     "ROLE",
+    "TASK_IDS",
+    "TASK_TIME",
     "TITLE",
     "ActorName",
     "Checkpoint",
@@ -75,9 +79,11 @@ __all__ = [
     "StrengthName",
     "TaskAge",
     "TaskCancelStatus",
+    "TaskIds",
     "TaskRef",
     "TaskRequeueStatus",
     "TaskStatusName",
+    "TaskTime",
     "Text",
     "Title",
     "TokenName",
@@ -165,3 +171,49 @@ RunError: TypeAlias = Annotated[str, text(20_000)]
 """A failed workflow run's error: text of at most 20,000 characters."""
 RunReason: TypeAlias = Annotated[str, text(2000, empty=False)]
 """Why a resident workflow run cannot be released: text of at most 2,000 characters."""
+
+
+def _check_time(value: Any, field: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= defaults.MAX_TIMESTAMP
+    ):
+        raise InvalidInputError(
+            f"{field} must be a time in seconds since the epoch (0 to {defaults.MAX_TIMESTAMP:g})",
+            field=field,
+        )
+    return float(value)
+
+
+TASK_TIME = Rule(
+    _check_time,
+    {"type": "number", "minimum": 0, "maximum": defaults.MAX_TIMESTAMP},
+    "a time in seconds since the epoch (a task's not_before)",
+)
+TaskTime: TypeAlias = Annotated[float, TASK_TIME]
+"""A moment, in seconds since the epoch (``not_before``): 0 to ``MAX_TIMESTAMP``."""
+
+
+def _check_task_ids(value: Any, field: str) -> list[int]:
+    if not isinstance(value, list) or len(value) > defaults.MAX_DEPENDENCIES:
+        raise InvalidInputError(
+            f"{field} must be a list of at most {defaults.MAX_DEPENDENCIES} task ids",
+            field=field,
+        )
+    ids: list[int] = []
+    for i, item in enumerate(value):
+        ref = check_task_id(item, f"{field}[{i}]")
+        if ref not in ids:
+            ids.append(ref)
+    return ids
+
+
+TASK_IDS = Rule(
+    _check_task_ids,
+    {"type": "array", "items": TASK_REF.schema, "maxItems": defaults.MAX_DEPENDENCIES},
+    f"a list of at most {defaults.MAX_DEPENDENCIES} task ids (3 or 'task-3')",
+)
+TaskIds: TypeAlias = Annotated[list[int | str], TASK_IDS]
+"""Task ids (``depends_on``): a list of at most ``MAX_DEPENDENCIES``, each as
+``TaskRef`` takes it; the same id twice counts once."""

@@ -55,9 +55,11 @@ if TYPE_CHECKING:
         StrengthName,
         TaskAge,
         TaskCancelStatus,
+        TaskIds,
         TaskRef,
         TaskRequeueStatus,
         TaskStatusName,
+        TaskTime,
         Text,
         Title,
         TokenName,
@@ -168,6 +170,10 @@ class HttpOperations(RemoteCalls):
         *,
         max_attempts: PositiveInt | None = None,
         progress_timeout: Seconds | None = None,
+        timeout: Seconds | None = None,
+        not_before: TaskTime | None = None,
+        depends_on: TaskIds | None = None,
+        retry_backoff: Seconds | None = None,
     ) -> Task:
         return cast(
             "Task",
@@ -180,6 +186,10 @@ class HttpOperations(RemoteCalls):
                     "role": role,
                     "max_attempts": max_attempts,
                     "progress_timeout": progress_timeout,
+                    "timeout": timeout,
+                    "not_before": not_before,
+                    "depends_on": depends_on,
+                    "retry_backoff": retry_backoff,
                 },
             ),
         )

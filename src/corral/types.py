@@ -36,7 +36,9 @@ __all__ = [
 ]
 
 NodeStatus: TypeAlias = Literal["working", "idle", "waiting", "terminated"]
-TaskStatus: TypeAlias = Literal["pending", "in_progress", "done", "failed", "cancelled"]
+TaskStatus: TypeAlias = Literal[
+    "pending", "in_progress", "done", "failed", "cancelled", "scheduled", "blocked"
+]
 HealthStatus: TypeAlias = Literal["healthy", "degraded", "unhealthy"]
 Priority: TypeAlias = Literal["high", "medium", "low"]
 Strength: TypeAlias = Literal["high", "medium", "low"]

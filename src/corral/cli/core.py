@@ -259,6 +259,26 @@ def task() -> None:
     help="Seconds without a progress report after which it is stuck (default: the "
     "cluster's progress_timeout).",
 )
+@click.option(
+    "--timeout", type=Seconds(), default=None, help="Seconds a run may take from its claim."
+)
+@click.option(
+    "--not-before",
+    type=float,
+    default=None,
+    help="Not claimable before this time (seconds since the epoch).",
+)
+@click.option(
+    "--depends-on",
+    multiple=True,
+    help="A task it waits on (repeat for several): claimable once each is done.",
+)
+@click.option(
+    "--retry-backoff",
+    type=Seconds(),
+    default=None,
+    help="Seconds before a failed attempt is claimable again (doubling per attempt).",
+)
 @json_option
 @click.pass_context
 def task_add(
@@ -269,6 +289,10 @@ def task_add(
     role: str | None,
     max_attempts: int | None,
     progress_timeout: float | None,
+    timeout: float | None,
+    not_before: float | None,
+    depends_on: tuple[str, ...],
+    retry_backoff: float | None,
     as_json: bool,
 ) -> None:
     """Add a task titled TITLE."""
@@ -279,12 +303,20 @@ def task_add(
         role,
         max_attempts=max_attempts,
         progress_timeout=progress_timeout,
+        timeout=timeout,
+        not_before=not_before,
+        depends_on=list(depends_on) or None,
+        retry_backoff=retry_backoff,
     )
     emit(t, as_json, lambda t: f"Added task {t.id}: {t.title}")
 
 
 @task.command("list")
-@click.option("--status", default=None, help="pending, in_progress, done, failed, cancelled.")
+@click.option(
+    "--status",
+    default=None,
+    help="pending, in_progress, done, failed, cancelled, scheduled or blocked.",
+)
 @click.option("--node", "assigned_to", default=None, help="Only tasks held by this node.")
 @click.option("--limit", type=int, default=100, show_default=True)
 @json_option

@@ -76,6 +76,12 @@ class TaskSpec:
     role: str | None = None
     max_attempts: int | None = None
     progress_timeout: float | None = None  # its own limit without progress (stuck)
+    # Time and order: a run's limit (seconds from its claim), a failed attempt's
+    # backoff, not claimable before this time, the tasks it waits on (their ids).
+    timeout: float | None = None
+    retry_backoff: float | None = None
+    not_before: float | None = None
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,6 +476,20 @@ class Store(ABC):
     # --- the monitor's duties -----------------------------------------------------
     @abstractmethod
     def deadlines(self) -> Deadlines: ...
+
+    @abstractmethod
+    def make_tasks_ready(self, now: float) -> list[Event]:
+        """Make the scheduled tasks whose ``ready_at`` is at or before ``now`` pending
+        (their role heads added, waiting claims woken at the commit): a ``task_ready``
+        event each, in batches."""
+
+    @abstractmethod
+    def time_out_tasks(self, now: float) -> list[Event]:
+        """Take back the runs past their ``timeout`` at ``now`` (re-checked under the
+        holder's and the task's locks): pending again, or scheduled after the task's
+        backoff, while attempts remain, else failed for good (and its dependents with
+        it); a ``task_timed_out`` event each, naming the holder, which its heartbeat's
+        ``cancelled_tasks`` answer tells to stop."""
 
     @abstractmethod
     def reap_dead(self, now: float) -> list[Event]:

@@ -99,7 +99,17 @@ def task_from_row(row: Any) -> Task:
         session_id=row["session_id"],
         progress_timeout=row["progress_timeout"],
         **_attempt(row),
+        timeout=row["timeout"],
+        retry_backoff=row["retry_backoff"],
+        not_before=row["not_before"],
+        depends_on=_ids(row["depends_on"]),
+        ready_at=row["ready_at"],
     )
+
+
+def _ids(text: str | None) -> tuple[int, ...]:
+    """A space-separated id list (a task's ``depends_on`` column) as numbers."""
+    return tuple(int(i) for i in text.split()) if text else ()
 
 
 def _attempt(row: Any) -> dict[str, Any]:
@@ -142,11 +152,21 @@ class TaskRow(NamedTuple):
     error: str | None
     session_id: str | None
     progress_timeout: float | None
+    timeout: float | None
+    retry_backoff: float | None
+    not_before: float | None
+    depends_on: str
+    ready_at: float | None
 
 
 TASK_TAIL: tuple[str, ...] = (
     "session_id",
     "progress_timeout",
+    "timeout",
+    "retry_backoff",
+    "not_before",
+    "depends_on",
+    "ready_at",
 )
 TASK_COLUMNS: tuple[str, ...] = TaskRow._fields[: -len(TASK_TAIL)]
 _TASK_WIDTH = len(TASK_COLUMNS)
@@ -190,6 +210,11 @@ _TASK_FIELDS = (
     "progress_at",
     "progress_note",
     "stuck_since",
+    "timeout",
+    "retry_backoff",
+    "not_before",
+    "depends_on",
+    "ready_at",
 )
 if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: no cover
     raise RuntimeError("task_from_task_row must set every field of Task")
@@ -216,6 +241,11 @@ if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: n
     _set_progress_at,
     _set_progress_note,
     _set_stuck_since,
+    _set_timeout,
+    _set_retry_backoff,
+    _set_not_before,
+    _set_depends_on,
+    _set_ready_at,
 ) = (Task.__dict__[name].__set__ for name in _TASK_FIELDS)
 _new = object.__new__
 
@@ -248,6 +278,11 @@ def task_from_task_row(r: TaskRow) -> Task:
     _set_progress_at(task, None)
     _set_progress_note(task, None)
     _set_stuck_since(task, None)
+    _set_timeout(task, r.timeout)
+    _set_retry_backoff(task, r.retry_backoff)
+    _set_not_before(task, r.not_before)
+    _set_depends_on(task, _ids(r.depends_on))
+    _set_ready_at(task, r.ready_at)
     return task
 
 

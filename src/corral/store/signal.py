@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 # Named queries after which a committed transaction may have made a task pending.
-WAKE_QUERIES = frozenset({"task_insert", "task_requeue", "task_requeue_fresh", "ready_insert"})
+WAKE_QUERIES = frozenset(
+    {"task_insert", "task_requeue", "task_requeue_fresh", "ready_insert", "task_make_pending"}
+)
 
 
 class ReadySignal:

@@ -222,6 +222,12 @@ class SQLStore(Store):
     def reap_dead(self, now: float) -> list[Event]:
         return sqlduties.reap_dead(self._db, now)
 
+    def make_tasks_ready(self, now: float) -> list[Event]:
+        return sqltasks.make_ready(self._db, now)
+
+    def time_out_tasks(self, now: float) -> list[Event]:
+        return sqltasks.time_out(self._db, now)
+
     def retire_idle(self, now: float) -> list[Event]:
         return sqlduties.retire_idle(self._db, now)
 

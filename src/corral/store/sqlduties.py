@@ -37,10 +37,13 @@ def deadlines(db: Db) -> Deadlines:
     s = db.settings_now(version)
     last = (_loads(wd) if wd else {}).get("last_assessment")
     retire = None if idle is None else idle + s.idle_limit
+    ready, timeout = sqltasks.deadline_heads(db)
     return Deadlines(
         dead_at=_after_locked(dead, db.locked.get("dead")),
         idle_retire_at=_after_locked(retire, db.locked.get("idle")),
         assess_at=(last or 0.0) + s.workload_assessment_interval,
+        task_ready_at=ready,
+        task_timeout_at=timeout,
     )
 
 

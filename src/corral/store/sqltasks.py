@@ -1,16 +1,22 @@
 """The board's tasks: adding, reading, failing and releasing them, the operator's
 cancel and requeue (one task or every task a filter matches), and the helpers the
 other capabilities share (a held task back to pending, a holder's leases handed
-back). Plain functions over a ``Db``; the claim and the completion are the adapters'
-own (their hot path)."""
+back), and tasks with time and order: a task not ready yet (``scheduled`` until its
+``ready_at``, ``blocked`` on its dependencies) is outside the claim's indexes; the
+monitor makes scheduled tasks pending at their time (``make_ready``) and takes runs
+past their timeout back (``time_out``), and a dependency's completion releases its
+dependents in the completion's transaction (the schema's trigger
+``tasks_release_dependents``). Plain functions over a ``Db``; the claim and the
+completion are the adapters' own (their hot path)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from corral import defaults, lifecycle, scoring
-from corral.errors import ConflictError, NotFoundError
-from corral.model import Node, Settings, Task, TaskBatch
+from corral.backoff import retry_ready_at
+from corral.errors import ConflictError, InvalidInputError, NotFoundError
+from corral.model import Event, Node, Settings, Task, TaskBatch
 from corral.store.base import TaskMatch, TaskSpec
 from corral.store.rows import Tx, task_from_row
 from corral.store.sqldb import Db, dequeue, enqueue, refuse
@@ -23,27 +29,138 @@ __all__ = [
     "get_task",
     "insert_task",
     "list_tasks",
+    "make_ready",
+    "ordered",
     "reindex_roles",
     "release_all",
     "release_claim",
     "requeue",
+    "time_out",
     "with_progress_timeouts",
 ]
 
+_BATCH = 100  # tasks a monitor duty handles per transaction
+
 
 def requeue(
-    db: Db, tx: Tx, row: Any, now: float, *, kind: str, error: str, counts: bool, **data: Any
+    db: Db,
+    tx: Tx,
+    row: Any,
+    now: float,
+    *,
+    kind: str,
+    error: str,
+    counts: bool,
+    backs_off: bool | None = None,
+    **data: Any,
 ) -> Task:
     """Return a held task to pending, or fail it when it has used its attempts
-    and ``counts`` (a lost lease counts; a voluntary release does not)."""
+    and ``counts`` (a lost lease counts; a voluntary release does not). A failed
+    attempt (``backs_off``, by default when it ``counts``) of a task with a
+    ``retry_backoff`` is scheduled instead: claimable again at
+    ``backoff.retry_ready_at``. A task failed for good fails its dependents."""
     if counts and row["attempts"] >= row["max_attempts"]:
         new = tx.one("task_fail_final", id=row["id"], error=error, now=now)
         db.event(tx, now, kind, row["assigned_to"], row["id"], outcome="failed", **data)
+        end_dependents(db, tx, row["id"], "failed", error, now)
+        return task_from_row(new)
+    backs_off = counts if backs_off is None else backs_off
+    at = retry_ready_at(row["retry_backoff"], row["attempts"], now) if backs_off else None
+    if at is not None and at > now:
+        new = tx.one("task_schedule", id=row["id"], ready_at=at, error=error or None, now=now)
+        db.event(
+            tx, now, kind, row["assigned_to"], row["id"], outcome="scheduled", ready_at=at, **data
+        )
     else:
         new = tx.one("task_requeue", id=row["id"], error=error or None, now=now)
         enqueue(tx, row["id"], row["sort_key"], row["created_at"], row["roles"])
         db.event(tx, now, kind, row["assigned_to"], row["id"], outcome="pending", **data)
     return task_from_row(new)
+
+
+def end_dependents(db: Db, tx: Tx, task_id: int, status: str, reason: str, now: float) -> None:
+    """Task ``task_id`` ended for good (``status`` failed or cancelled): every task
+    blocked on it, and on those in turn, ends the same way, its error naming the
+    dependency and ``reason``; an event each (``task_failed`` or ``task_cancelled``
+    with ``dependency``)."""
+    todo = [task_id]
+    while todo:
+        dep = todo.pop()
+        for row in tx.all("tasks_waiting_on", id=dep):
+            error = f"dependency task {dep} {status}" + (f": {reason}" if reason else "")
+            new = tx.one("task_end_blocked", id=row["id"], status=status, error=error, now=now)
+            if new is None:
+                continue
+            db.event(
+                tx,
+                now,
+                f"task_{status}",
+                None,
+                row["id"],
+                outcome=status,
+                dependency=dep,
+                was="blocked",
+                reason=error,
+            )
+            todo.append(row["id"])
+
+
+def ordered(spec: TaskSpec) -> bool:
+    """Whether ``spec`` has time or order (a timeout, a backoff, a not-before time or
+    dependencies): added by ``insert_task``, one by one."""
+    return (
+        spec.timeout is not None
+        or spec.retry_backoff is not None
+        or spec.not_before is not None
+        or bool(spec.depends_on)
+    )
+
+
+def _set_order(tx: Tx, row: Any, spec: TaskSpec, now: float) -> Any:
+    """Give the just-inserted task ``row`` its time and order: each dependency not
+    done yet counts it as a dependent (locked, so its completion sees the edge); its
+    status ``blocked`` while any is not done, else ``scheduled`` until a future
+    ``not_before``, else ``pending``. An unknown dependency is ``NotFoundError``, a
+    failed or cancelled one ``ConflictError``, the task itself ``InvalidInputError``
+    (a cycle: a task can name only tasks that exist before it, so no other cycle can
+    be made); the row as it is now."""
+    waiting = 0
+    for dep in spec.depends_on:
+        if dep == row["id"]:
+            raise InvalidInputError(
+                f"depends_on names task {dep}, the task itself: a dependency cycle",
+                field="depends_on",
+            )
+        if tx.one("task_dep_add", dep_id=dep) is None:
+            found = tx.one("task_get", id=dep)
+            if found is None:
+                raise NotFoundError(
+                    f"depends_on names unknown task {dep} (a task can depend only on tasks"
+                    " already on the board)",
+                    field="depends_on",
+                )
+            if found["status"] != "done":
+                raise ConflictError(
+                    f"depends_on names task {dep}, which is {found['status']}: it will never"
+                    " be done",
+                    field="depends_on",
+                )
+            continue  # done already: nothing to wait for
+        tx.run("task_dep_insert", dep_id=dep, task_id=row["id"])
+        waiting += 1
+    ready_at = spec.not_before if spec.not_before is not None and spec.not_before > now else None
+    status = "blocked" if waiting else "scheduled" if ready_at is not None else "pending"
+    return tx.one(
+        "task_set_order",
+        id=row["id"],
+        timeout=spec.timeout,
+        retry_backoff=spec.retry_backoff,
+        not_before=spec.not_before,
+        depends_on=" ".join(str(d) for d in spec.depends_on),
+        ready_at=ready_at,
+        waiting_on=waiting,
+        status=status,
+    )
 
 
 def release_all(
@@ -82,8 +199,26 @@ def insert_task(db: Db, tx: Tx, spec: TaskSpec, s: Settings, now: float) -> Any:
         sort_key=key,
         now=now,
     )
-    enqueue(tx, row["id"], key, now, roles)
-    db.event(tx, now, "task_added", None, row["id"], priority=spec.priority, roles=roles.split())
+    if ordered(spec):
+        row = _set_order(tx, row, spec, now)
+    if row["status"] == "pending":
+        enqueue(tx, row["id"], key, now, roles)
+        db.event(
+            tx, now, "task_added", None, row["id"], priority=spec.priority, roles=roles.split()
+        )
+    else:
+        db.event(
+            tx,
+            now,
+            "task_added",
+            None,
+            row["id"],
+            priority=spec.priority,
+            roles=roles.split(),
+            status=row["status"],
+            ready_at=row["ready_at"],
+            depends_on=list(spec.depends_on),
+        )
     if spec.progress_timeout is not None:
         row = tx.one("task_set_progress_timeout", id=row["id"], seconds=spec.progress_timeout)
     return row
@@ -165,6 +300,7 @@ def fail(
                 kind="task_failed",
                 error=error,
                 counts=False,
+                backs_off=True,
                 attempt=row["attempts"],
                 error_text=error,
             )
@@ -180,6 +316,7 @@ def fail(
                 attempt=row["attempts"],
                 error_text=error,
             )
+            end_dependents(db, tx, task_id, "failed", error, now)
         tx.run(
             "node_done_with",
             node_id=node_id,
@@ -234,6 +371,8 @@ def release_claim(
 
 # --- the operator's actions (cancel_task, requeue_task, and in bulk) ---------------------
 _FROM = {"cancel": ("pending", "in_progress"), "requeue": ("failed", "in_progress")}
+# What one task is cancelled from: a task not ready yet too (scheduled or blocked).
+_FROM_ONE = {**_FROM, "cancel": ("pending", "in_progress", "scheduled", "blocked")}
 _VERB = {"cancel": "cancelled", "requeue": "requeued"}
 
 
@@ -263,6 +402,7 @@ def _act(db: Db, tx: Tx, row: Any, action: str, actor: str, reason: str, now: fl
         new = tx.one("task_cancel", id=task_id, error=error, now=now)
         if was == "pending":
             dequeue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
+        end_dependents(db, tx, task_id, "cancelled", error, now)
     else:
         new = tx.one("task_requeue_fresh", id=task_id, now=now)
         enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
@@ -280,9 +420,9 @@ def act_on_task(db: Db, action: str, task_id: int, actor: str, reason: str, now:
     status is not one the action applies to (nothing changes)."""
     with db.write() as tx:
         row = _locked(tx, task_id)
-        if row["status"] not in _FROM[action]:
+        if row["status"] not in _FROM_ONE[action]:
             raise ConflictError(
-                f"task {task_id} is {row['status']}: only a {' or '.join(_FROM[action])}"
+                f"task {task_id} is {row['status']}: only a {' or '.join(_FROM_ONE[action])}"
                 f" task can be {_VERB[action]}",
                 field="task_id",
             )
@@ -323,3 +463,66 @@ def act_on_tasks(
             if row["status"] in (s1, s2):  # still one the action applies to
                 done.append(_act(db, tx, row, action, actor, reason, now).id)
     return TaskBatch(count=len(done), task_ids=done[: defaults.MAX_BATCH_IDS], dry_run=False)
+
+
+# --- the monitor's task duties (tasks with time and order) -------------------------------
+def deadline_heads(db: Db) -> tuple[float | None, float | None]:
+    """The earliest ``ready_at`` of a scheduled task and the earliest end of a run
+    with a timeout (None: none), two index heads in one statement."""
+    row = db.read_row("task_deadline_heads")
+    assert row is not None  # scalar subqueries: always one row
+    return row[0], row[1]
+
+
+def make_ready(db: Db, now: float) -> list[Event]:
+    """The scheduled tasks due at ``now`` made pending, with their role heads, in
+    their claim order (their sort keys are unchanged); the commit wakes waiting
+    claims (``task_make_pending`` is a wake query). A batch per call: the monitor
+    comes back at once while the deadline is still past."""
+    with db.capturing() as events, db.write_redone() as tx:
+        for due in tx.all("tasks_due", now=now, limit=_BATCH):
+            row = tx.one("task_make_pending", id=due["id"], now=now)
+            if row is None:
+                continue
+            enqueue(tx, row["id"], row["sort_key"], row["created_at"], row["roles"])
+            db.event(tx, now, "task_ready", None, row["id"], ready_at=due["ready_at"])
+    return events
+
+
+def time_out(db: Db, now: float) -> list[Event]:
+    """The runs past their timeout at ``now`` taken back from their holders (the
+    holder's row locked, then the task's, and the deadline re-checked: the
+    documents' double-check): ``requeue`` with ``kind`` ``task_timed_out`` (pending,
+    or scheduled after its backoff, while attempts remain, else failed for good), the
+    holder let go (``taken_from`` records it); its next heartbeat naming the task has it
+    in ``cancelled_tasks`` (one it neither holds nor finished), so its worker stops
+    the run."""
+    with db.capturing() as events, db.write_redone() as tx:
+        for due in tx.all("tasks_timed_out", now=now, limit=_BATCH):
+            holder = due["assigned_to"]
+            tx.one("node_live_for_update", id=holder)
+            row = tx.one("task_held_for_update", id=due["id"], node_id=holder)
+            if (
+                row is None
+                or row["epoch"] != due["epoch"]
+                or row["timeout"] is None
+                or row["claimed_at"] + row["timeout"] > now
+            ):
+                continue  # finished, or claimed again, meanwhile
+            tx.run("task_taken_from", id=row["id"], node_id=holder)
+            requeue(
+                db,
+                tx,
+                row,
+                now,
+                kind="task_timed_out",
+                error=f"timed out: ran longer than its timeout of {row['timeout']:g}s"
+                f" (holder {holder}, attempt {row['attempts']})",
+                counts=True,
+                attempt=row["attempts"],
+                epoch=row["epoch"],
+                timeout=row["timeout"],
+                ran_seconds=round(now - row["claimed_at"], 3),
+            )
+            tx.run("node_drop_task", node_id=holder, id=row["id"], now=now)
+    return events

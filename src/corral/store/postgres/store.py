@@ -315,6 +315,8 @@ class PostgresStore(SQLStore):
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         if not specs:
             return []
+        if any(sqltasks.ordered(sp) for sp in specs):  # dependencies, times: one by one
+            return sqltasks.add_tasks(self._db, specs, now)
         # The roles are matched before the transaction (no idle time inside it), with
         # the cached settings; again inside only if the settings changed meanwhile.
         known = self._cached_settings()[1]

@@ -89,7 +89,10 @@ def _bookkeeping(name: str) -> str:
 
 # The claim's and the completion's bookkeeping (queries.sql), created on every
 # connection: a claim and a completion stay one statement each.
-_BOOKKEEPING = tuple(_bookkeeping(n) for n in ("trigger_task_claimed", "trigger_task_completed"))
+_BOOKKEEPING = tuple(
+    _bookkeeping(n)
+    for n in ("trigger_task_claimed", "trigger_task_completed", "trigger_task_woken")
+)
 
 
 class _Flag(threading.local):
@@ -252,9 +255,13 @@ class SQLiteStore(SQLStore):
             self._conn.execute(f"PRAGMA synchronous={sync}")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute(f"PRAGMA wal_autocheckpoint={SQLITE_WAL_LIMIT_PAGES}")
+            # A task made pending by a trigger (a dependency's completion) wakes
+            # waiting claims at the commit (trigger_task_woken).
+            self._woke = False
             self._migrate()
             # Where the columns added after TASK_COLUMNS are (rows.task_row's tail).
             self._tail = task_tail([r[1] for r in self._conn.execute("PRAGMA table_info(tasks)")])
+            self._conn.create_function("corral_woken", 0, self._note_woken)
             for sql in _BOOKKEEPING:
                 self._retrying(sql)
         except sqlite3.Error as exc:
@@ -262,6 +269,11 @@ class SQLiteStore(SQLStore):
             if self._synced is not None:
                 self._synced.close()
             raise _unavailable(exc) from exc
+
+    def _note_woken(self) -> None:
+        """``corral_woken()``: a statement of the open transaction made a task pending
+        by a trigger; its commit wakes waiting claims."""
+        self._woke = True
 
     def _retrying(self, sql: str) -> None:
         """Run ``sql``, waiting out a busy database in short sleeps.
@@ -381,10 +393,12 @@ class SQLiteStore(SQLStore):
                         self._hot.execute("RELEASE corral_call")
                     except sqlite3.Error as exc:
                         raise _unavailable(exc) from exc
-                    if tx.wake and self._group is not None:
+                    if (tx.wake or self._woke) and self._group is not None:
                         self._group[1].wake = True
+                    self._woke = False
                 else:
                     self._claimed.clear()
+                    self._woke = False
                     self._rollback("ROLLBACK TO corral_call", "RELEASE corral_call")
             finally:
                 self._lock.release()
@@ -408,6 +422,7 @@ class SQLiteStore(SQLStore):
                 self._claimed.clear()
                 self._rollback("ROLLBACK")
         finally:
+            woke, self._woke = self._woke, False
             self._writer.release()
             if commit and self._checkpoints is not None:
                 self._checkpoints.committed()
@@ -422,7 +437,7 @@ class SQLiteStore(SQLStore):
                     f"SQLite store unavailable: the commit was made but syncing it to"
                     f" disk failed ({exc}); it may be lost on a power failure"
                 ) from exc
-        if commit and tx.wake:
+        if commit and (tx.wake or woke):
             self._ready.bump()
             if self._bell is not None:
                 self._bell.ring()

@@ -61,6 +61,18 @@ CREATE TABLE tasks (
     finished_at   double precision,
     result        text,
     error         text,
+    -- Tasks with time and order (migration 0016): its run's limit, its retries'
+    -- backoff, its not-before time and the tasks it depends on (as given); when a
+    -- scheduled task becomes pending; how many of its dependencies are not done, how
+    -- many tasks wait on it; the node the monitor last took it back from.
+    timeout       double precision,
+    retry_backoff double precision,
+    not_before    double precision,
+    depends_on    text NOT NULL DEFAULT '',
+    ready_at      double precision,
+    waiting_on    integer NOT NULL DEFAULT 0,
+    dependents    integer NOT NULL DEFAULT 0,
+    taken_from    text,
     -- Progress and sessions (migration 0017, docs/guardrails.md): the UUID the first
     -- claim fixes; the task's own progress limit; the attempt's last progress report;
     -- when the attempt is stuck without progress (NULL: no limit, or flagged already)
@@ -78,6 +90,18 @@ CREATE INDEX tasks_holder ON tasks (assigned_to, id) WHERE status = 'in_progress
 -- The monitor's next stuck deadline: the head of the tasks in progress with one.
 CREATE INDEX tasks_stuck_at ON tasks (stuck_at)
     WHERE stuck_at IS NOT NULL AND status = 'in_progress';
+-- A task not ready yet is outside the claim's indexes (its status 'scheduled' or
+-- 'blocked'): the monitor makes a scheduled one pending at the head of tasks_ready_at
+-- and takes a run back at the head of tasks_timeout_at (migration 0016).
+CREATE INDEX tasks_ready_at ON tasks (ready_at) WHERE status = 'scheduled';
+CREATE INDEX tasks_timeout_at ON tasks ((claimed_at + timeout))
+    WHERE status = 'in_progress' AND timeout IS NOT NULL;
+-- A task's dependencies, by dependency (task_id waits on dep_id).
+CREATE TABLE task_deps (
+    dep_id  bigint NOT NULL,
+    task_id bigint NOT NULL,
+    PRIMARY KEY (dep_id, task_id)
+);
 -- Finished tasks by status (pending and in-progress ones have the two above).
 CREATE INDEX tasks_finished ON tasks (status, id)
     WHERE status <> 'pending' AND status <> 'in_progress';
@@ -375,3 +399,47 @@ CREATE TABLE tokens (
     created_by   text NOT NULL,
     last_used_at double precision
 );
+
+-- A dependency's completion makes the tasks waiting only on it ready, in the same
+-- transaction, and wakes waiting claims (migration 0016).
+CREATE FUNCTION corral_release_dependents() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    woken integer;
+BEGIN
+    -- The completion's own statement numbered its events (xid << 20) + 0 and + 1
+    -- without counting them (the hot statements'): these come after them.
+    IF coalesce(nullif(current_setting('corral.event_n', true), ''), '0')::bigint < 2 THEN
+        PERFORM set_config('corral.event_n', '2', true);
+    END IF;
+    WITH freed AS (
+        UPDATE tasks t SET waiting_on = t.waiting_on - 1,
+            status = CASE WHEN t.waiting_on > 1 THEN 'blocked'
+                          WHEN t.ready_at IS NULL OR t.ready_at <= NEW.updated_at
+                              THEN 'pending'
+                          ELSE 'scheduled' END,
+            updated_at = CASE WHEN t.waiting_on > 1 THEN t.updated_at ELSE NEW.updated_at END
+        FROM task_deps d
+        WHERE d.dep_id = NEW.id AND t.id = d.task_id AND t.status = 'blocked'
+        RETURNING t.id, t.status, t.roles, t.sort_key, t.created_at
+    ), heads AS (
+        INSERT INTO ready (role, sort_key, created_at, task_id)
+        SELECT r, f.sort_key, f.created_at, f.id
+        FROM freed f, unnest(string_to_array(f.roles, ' ')) AS r
+        WHERE f.status = 'pending' AND r <> ''
+    ), ev AS (
+        INSERT INTO events (ts, kind, task_id, data)
+        SELECT NEW.updated_at, 'task_unblocked', f.id,
+               jsonb_build_object('after', NEW.id, 'status', f.status)::text
+        FROM freed f WHERE f.status <> 'blocked'
+    )
+    SELECT count(*) INTO woken FROM freed WHERE status = 'pending';
+    IF woken > 0 THEN
+        PERFORM pg_notify('corral_ready', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tasks_release_dependents AFTER UPDATE OF status ON tasks
+FOR EACH ROW WHEN (NEW.status = 'done' AND OLD.status <> 'done' AND NEW.dependents > 0)
+EXECUTE FUNCTION corral_release_dependents();

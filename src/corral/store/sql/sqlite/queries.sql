@@ -978,6 +978,90 @@ RETURNING *;
 -- How many tasks in progress are flagged stuck (/metrics).
 SELECT count(*) AS n FROM tasks WHERE status = 'in_progress' AND stuck_since IS NOT NULL;
 
+-- Tasks with time and order (corral.store.sqltasks; docs/core.md "Tasks with time and
+-- order"). A task not ready yet is 'scheduled' (pending from ready_at on) or
+-- 'blocked' (waiting_on of its dependencies not done): outside the claim's indexes.
+
+-- name: task_set_order
+-- A task's time and order, set as it is added (after task_insert, before its role
+-- heads): :status 'pending', 'scheduled' (from :ready_at on) or 'blocked'.
+UPDATE tasks SET timeout = :timeout, retry_backoff = :retry_backoff,
+                 not_before = :not_before, depends_on = :depends_on, ready_at = :ready_at,
+                 waiting_on = :waiting_on, status = :status
+WHERE id = :id
+RETURNING *;
+
+-- name: task_dep_add
+-- A new task waits on task :dep_id unless that one is finished: the dependency counts
+-- one more dependent (its row locked, so its completion sees the edge) and the edge
+-- is kept; no row when :dep_id is unknown or finished (task_get says which).
+UPDATE tasks SET dependents = dependents + 1
+WHERE id = :dep_id AND status NOT IN ('done', 'failed', 'cancelled')
+RETURNING id, status;
+
+-- name: task_dep_insert
+INSERT INTO task_deps (dep_id, task_id) VALUES (:dep_id, :task_id);
+
+-- name: tasks_waiting_on
+-- The tasks still blocked on task :id (its failure or cancellation ends them too).
+SELECT t.* FROM task_deps d JOIN tasks t ON t.id = d.task_id
+WHERE d.dep_id = :id AND t.status = 'blocked'
+ORDER BY t.id;
+
+-- name: task_schedule
+-- A failed attempt backing off: claimable again from :ready_at on.
+UPDATE tasks SET status = 'scheduled', assigned_to = NULL, ready_at = :ready_at,
+                 error = :error, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
+-- name: task_end_blocked
+-- A blocked task whose dependency failed or was cancelled for good: :status
+-- ('failed' or 'cancelled') with :error naming the dependency.
+UPDATE tasks SET status = :status, error = :error, finished_at = :now, updated_at = :now
+WHERE id = :id AND status = 'blocked'
+RETURNING *;
+
+-- name: task_taken_from
+-- The node the monitor takes task :id back from, for the record (its heartbeat names
+-- the task in cancelled_tasks as one it neither holds nor finished: tasks_cancelled_of).
+UPDATE tasks SET taken_from = :node_id WHERE id = :id;
+
+-- name: task_deadline_heads
+-- The monitor's two task deadlines, index heads: the earliest ready_at of a scheduled
+-- task (tasks_ready_at) and the earliest end of a run with a timeout (tasks_timeout_at).
+SELECT (SELECT ready_at FROM tasks WHERE status = 'scheduled'
+        ORDER BY ready_at LIMIT 1) AS ready,
+       (SELECT claimed_at + timeout FROM tasks
+        WHERE status = 'in_progress' AND timeout IS NOT NULL
+        ORDER BY claimed_at + timeout LIMIT 1) AS timeout;
+
+-- name: tasks_due
+SELECT * FROM tasks WHERE status = 'scheduled' AND ready_at <= :now
+ORDER BY ready_at LIMIT :limit;
+
+-- name: task_make_pending
+-- A scheduled task whose time has come: pending (its role heads follow), in the
+-- claim order it always had (its sort_key is its creation's).
+UPDATE tasks SET status = 'pending', ready_at = NULL, updated_at = :now
+WHERE id = :id AND status = 'scheduled'
+RETURNING *;
+
+-- name: tasks_timed_out
+SELECT * FROM tasks
+WHERE status = 'in_progress' AND timeout IS NOT NULL AND claimed_at + timeout <= :now
+ORDER BY claimed_at + timeout LIMIT :limit;
+
+-- name: trigger_task_woken
+-- A task a dependency's completion made pending (tasks_release_dependents, in the
+-- completion's statement) wakes waiting claims when the transaction commits: the
+-- store's corral_woken() notes it (SQLiteStore._end rings the ReadySignal).
+CREATE TEMP TRIGGER IF NOT EXISTS corral_task_woken AFTER UPDATE OF status ON main.tasks
+WHEN old.status = 'blocked' AND new.status = 'pending'
+BEGIN
+    SELECT corral_woken();
+END;
+
 -- name: nodes_all_stuck
 -- The holders whose every task in progress is flagged stuck (read_state shows them).
 SELECT assigned_to AS id FROM tasks WHERE status = 'in_progress'

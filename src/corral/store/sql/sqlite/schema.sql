@@ -65,6 +65,18 @@ CREATE TABLE tasks (
     result        TEXT,
     error         TEXT,
     claimed_role  TEXT, -- the role its last claim was for (the claim event names it)
+    -- Tasks with time and order (migration 0016): its run's limit, its retries'
+    -- backoff, its not-before time and the tasks it depends on (as given); when a
+    -- scheduled task becomes pending; how many of its dependencies are not done, how
+    -- many tasks wait on it; the node the monitor last took it back from.
+    timeout       REAL,
+    retry_backoff REAL,
+    not_before    REAL,
+    depends_on    TEXT NOT NULL DEFAULT '',
+    ready_at      REAL,
+    waiting_on    INTEGER NOT NULL DEFAULT 0,
+    dependents    INTEGER NOT NULL DEFAULT 0,
+    taken_from    TEXT,
     -- Progress and sessions (migration 0017, docs/guardrails.md): the UUID the first
     -- claim fixes; the task's own progress limit; the attempt's last progress report;
     -- when the attempt is stuck without progress (NULL: no limit, or flagged already)
@@ -84,6 +96,19 @@ CREATE INDEX tasks_open ON tasks (status, assigned_to, sort_key, created_at, id)
 -- The monitor's next stuck deadline: the head of the tasks in progress with one.
 CREATE INDEX tasks_stuck_at ON tasks (stuck_at)
     WHERE stuck_at IS NOT NULL AND status = 'in_progress';
+
+-- A task not ready yet is outside the claim's indexes (its status 'scheduled' or
+-- 'blocked'): the monitor makes a scheduled one pending at the head of tasks_ready_at
+-- and takes a run back at the head of tasks_timeout_at (migration 0016).
+CREATE INDEX tasks_ready_at ON tasks (ready_at) WHERE status = 'scheduled';
+CREATE INDEX tasks_timeout_at ON tasks (claimed_at + timeout)
+    WHERE status = 'in_progress' AND timeout IS NOT NULL;
+-- A task's dependencies, by dependency (task_id waits on dep_id).
+CREATE TABLE task_deps (
+    dep_id  INTEGER NOT NULL,
+    task_id INTEGER NOT NULL,
+    PRIMARY KEY (dep_id, task_id)
+) WITHOUT ROWID;
 
 -- The role heads: one row per pending task and role it matches, in the same order.
 -- The best task for a role is the better of this head (+ bonus) and tasks_ready's.
@@ -317,3 +342,31 @@ CREATE TABLE tokens (
     created_by   TEXT NOT NULL,
     last_used_at REAL
 );
+
+-- A dependency's completion makes the tasks waiting only on it ready, in the same
+-- transaction (migration 0016).
+CREATE TRIGGER tasks_release_dependents AFTER UPDATE OF status ON tasks
+WHEN new.status = 'done' AND old.status <> 'done' AND new.dependents > 0
+BEGIN
+    UPDATE tasks SET waiting_on = waiting_on - 1
+    WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id) AND status = 'blocked';
+    INSERT INTO ready (role, sort_key, created_at, task_id)
+    SELECT r.value, t.sort_key, t.created_at, t.id
+    FROM tasks t, json_each('["' || replace(t.roles, ' ', '","') || '"]') r
+    WHERE t.id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id)
+      AND t.status = 'blocked' AND t.waiting_on = 0 AND t.roles <> ''
+      AND (t.ready_at IS NULL OR t.ready_at <= new.updated_at);
+    INSERT INTO events (ts, kind, task_id, data)
+    SELECT new.updated_at, 'task_unblocked', t.id,
+           json_object('after', new.id,
+                       'status', CASE WHEN t.ready_at IS NULL OR t.ready_at <= new.updated_at
+                                      THEN 'pending' ELSE 'scheduled' END)
+    FROM tasks t
+    WHERE t.id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id)
+      AND t.status = 'blocked' AND t.waiting_on = 0;
+    UPDATE tasks SET status = CASE WHEN ready_at IS NULL OR ready_at <= new.updated_at
+                                   THEN 'pending' ELSE 'scheduled' END,
+                     updated_at = new.updated_at
+    WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id)
+      AND status = 'blocked' AND waiting_on = 0;
+END;
