@@ -223,8 +223,8 @@ class ClientOperations(Protocol):
     def cancel_task(
         self, task_id: TaskRef, reason: Reason = "", *, actor: ActorName | None = None
     ) -> Task:
-        """Cancel a pending or in-progress task: status ``cancelled`` and a
-        ``task_cancelled`` event naming the actor and the reason."""
+        """Cancel a pending, scheduled, blocked or in-progress task: status
+        ``cancelled`` and a ``task_cancelled`` event naming the actor and the reason."""
         ...
 
     def requeue_task(self, task_id: TaskRef, *, actor: ActorName | None = None) -> Task:

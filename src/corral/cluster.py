@@ -535,8 +535,10 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
     def cancel_task(
         self, task_id: TaskRef, reason: Reason = "", *, actor: ActorName | None = None
     ) -> Task:
-        """Cancel a pending or in-progress task: status ``cancelled`` and a
-        ``task_cancelled`` event naming the actor and the reason.
+        """Cancel a pending, scheduled, blocked or in-progress task: status
+        ``cancelled`` and a ``task_cancelled`` event naming the actor and the reason.
+
+        The tasks blocked on it (``depends_on``) are cancelled with it.
 
         An in-progress task's holder is let go at once: its next heartbeat answers the
         task in ``cancelled_tasks`` (its worker stops the task's process), and its
