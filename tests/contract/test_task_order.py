@@ -208,6 +208,23 @@ def test_a_task_waits_for_its_dependencies_to_be_done(cluster: Client) -> None:
     assert third is not None and third.id == c.id
 
 
+def test_a_waiting_task_is_rematched_when_the_role_keywords_change(cluster: Client) -> None:
+    """A blocked task's roles follow a role_keywords change like a pending one's, and
+    it is claimed with its new role's bonus once ready."""
+    cluster.register_node("W", "architect")
+    a = cluster.add_task("Sketch the plan")
+    b = cluster.add_task("Polish the prose", depends_on=[a.id])
+    cluster.configure(role_keywords={"developer": ["sketch"], "architect": ["polish"]})
+    assert cluster.get_task(b.id).roles == ("architect",)
+    held = cluster.claim_best_task("W", "architect")
+    assert held is not None and held.id == a.id
+    older = cluster.add_task("Sketch the API", priority="high")  # 30 points, no bonus
+    cluster.complete_task(a.id, "W", held.epoch)
+    nxt = cluster.claim_best_task("W", "architect")  # 20 + 15 beats 30
+    assert nxt is not None and (nxt.id, nxt.roles) == (b.id, ("architect",))
+    assert cluster.get_task(older.id).status == "pending"
+
+
 def test_a_done_dependency_does_not_block(cluster: Client) -> None:
     cluster.register_node("W", "developer")
     a = cluster.add_task("Implement the schema")

@@ -243,6 +243,11 @@ def reindex_roles(db: Db, tx: Tx, settings: Settings) -> None:
         )
         tx.run("task_set_roles", id=row["id"], roles=roles)
         enqueue(tx, row["id"], row["sort_key"], row["created_at"], roles)
+    for row in tx.all("tasks_not_ready_all"):  # their role heads come when they are ready
+        roles = scoring.task_roles(
+            row["title"], row["description"], settings.role_keywords, row["role"]
+        )
+        tx.run("task_set_roles", id=row["id"], roles=roles)
 
 
 def add_tasks(db: Db, specs: list[TaskSpec], now: float) -> list[Task]:

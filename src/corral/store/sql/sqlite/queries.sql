@@ -982,6 +982,11 @@ SELECT count(*) AS n FROM tasks WHERE status = 'in_progress' AND stuck_since IS 
 -- order"). A task not ready yet is 'scheduled' (pending from ready_at on) or
 -- 'blocked' (waiting_on of its dependencies not done): outside the claim's indexes.
 
+-- name: tasks_not_ready_all
+-- The tasks a role_keywords change re-matches besides the pending ones (their role
+-- heads are added when they become pending).
+SELECT * FROM tasks WHERE status IN ('scheduled', 'blocked');
+
 -- name: task_set_order
 -- A task's time and order, set as it is added (after task_insert, before its role
 -- heads): :status 'pending', 'scheduled' (from :ready_at on) or 'blocked'.
