@@ -125,7 +125,7 @@ def _set_order(tx: Tx, row: Any, spec: TaskSpec, now: float) -> Any:
     (a cycle: a task can name only tasks that exist before it, so no other cycle can
     be made); the row as it is now."""
     waiting = 0
-    for dep in spec.depends_on:
+    for dep in sorted(spec.depends_on):  # locked in id order: two adds never deadlock
         if dep == row["id"]:
             raise InvalidInputError(
                 f"depends_on names task {dep}, the task itself: a dependency cycle",
