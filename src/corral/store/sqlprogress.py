@@ -104,6 +104,8 @@ def _act(db: Db, tx: Tx, row: Any, action: str, now: float) -> None:
         new = tx.one("task_flag_stuck", id=task_id, now=now)
     if outcome != "in_progress":
         tx.run("node_drop_task", node_id=holder, id=task_id, now=now)
+        # The node it was taken from, as the monitor's other take-backs record it.
+        tx.run("task_taken_from", id=task_id, node_id=holder)
     data: dict[str, Any] = {
         "action": action,
         "outcome": outcome,
