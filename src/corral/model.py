@@ -56,8 +56,9 @@ class Node:
     dead_at: float | None = None
     incarnation: int = 0
     cursor: int = 0
-    # A heartbeat's answer only: of the tasks the beat named as current, those the
-    # operator has cancelled (``cancel_task``); the worker stops their processes.
+    # A heartbeat's answer only: of the tasks the beat named as current, those the node
+    # no longer holds and did not finish (the operator cancelled or requeued them, the
+    # monitor took them back: stuck, timed out); the worker stops their processes.
     cancelled_tasks: list[int] = field(default_factory=list)
 
     @property

@@ -253,3 +253,22 @@ def test_a_bad_progress_timeout_on_add_task_is_refused(cluster: Client, bad: obj
         cluster.add_task("Implement it", progress_timeout=bad)  # type: ignore[arg-type]
     assert caught.value.field == "progress_timeout"
     assert cluster.list_tasks() == []
+
+
+def test_a_holders_heartbeat_names_every_task_it_no_longer_holds(cluster: Client) -> None:
+    """The heartbeat's ``cancelled_tasks`` names the tasks the beat calls current that
+    the node neither holds nor finished: requeued by the operator (and held by another
+    since) or cancelled; not the one it holds, nor the one it completed."""
+    cluster.register_node("A", "developer")
+    cluster.register_node("B", "developer")
+    for title in ("Implement one", "Implement two", "Implement three", "Implement four"):
+        cluster.add_task(title)
+    held = [cluster.claim_best_task("A", "developer") for _ in range(4)]
+    one, two, three, four = (t.id for t in held if t is not None)
+    cluster.complete_task(one, "A")
+    cluster.requeue_task(two)
+    again = cluster.claim_best_task("B", "developer")
+    assert again is not None and again.id == two
+    cluster.cancel_task(three, reason="not needed")
+    beat = cluster.heartbeat("A", current_tasks=[one, two, three, four])
+    assert beat.cancelled_tasks == [two, three]
