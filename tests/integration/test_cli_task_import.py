@@ -86,7 +86,7 @@ def test_a_jsonl_files_good_lines_go_in_and_each_refused_line_is_named(
         "  line 6: role: role must be one of bootstrap_manager, runner, architect, developer;"
         " got 'wizard'",
         "  line 7: unknown keys ['colour'] (a task has title, description, priority, role,"
-        " max_attempts)",
+        " max_attempts, progress_timeout, timeout, not_before, depends_on, retry_backoff)",
         "  line 9: title: a task needs a title",
         f"  line 10: title: {_title_message(c)}",
     ]
@@ -157,13 +157,15 @@ def test_every_line_in_is_exit_0_and_json_says_each_line(
             "columns.csv",
             "name,priority\nx,high\n",
             "unknown columns ['name']: the header names the columns, of title, description,"
-            " priority, role, max_attempts",
+            " priority, role, max_attempts, progress_timeout, timeout, not_before, depends_on,"
+            " retry_backoff",
         ),
         (
             "notitle.csv",
             "priority\nhigh\n",
             "no title column: the header names the columns, of title, description, priority,"
-            " role, max_attempts",
+            " role, max_attempts, progress_timeout, timeout, not_before, depends_on,"
+            " retry_backoff",
         ),
     ],
 )
