@@ -42,7 +42,7 @@ def deadlines(db: Db) -> Deadlines:
         dead_at=_after_locked(dead, db.locked.get("dead")),
         idle_retire_at=_after_locked(retire, db.locked.get("idle")),
         assess_at=(last or 0.0) + s.workload_assessment_interval,
-        task_ready_at=ready,
+        task_ready_at=_after_locked(ready, db.locked.get("ready")),
         task_timeout_at=timeout,
     )
 

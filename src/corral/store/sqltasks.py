@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _BATCH = 100  # tasks a monitor duty handles per transaction
+_LOCKED_RETRY = 0.05  # as sqlduties.LOCKED_RETRY: a skipped locked row, seen again then
 
 
 def requeue(
@@ -485,12 +486,17 @@ def make_ready(db: Db, now: float) -> list[Event]:
     claims (``task_make_pending`` is a wake query). A batch per call: the monitor
     comes back at once while the deadline is still past."""
     with db.capturing() as events, db.write_redone() as tx:
-        for due in tx.all("tasks_due", now=now, limit=_BATCH):
+        found = tx.all("tasks_due", now=now, limit=_BATCH)
+        for due in found:
             row = tx.one("task_make_pending", id=due["id"], now=now)
             if row is None:
                 continue
             enqueue(tx, row["id"], row["sort_key"], row["created_at"], row["roles"])
             db.event(tx, now, "task_ready", None, row["id"], ready_at=due["ready_at"])
+        # Due rows the query skipped, held by another session (PostgreSQL): come back
+        # to them a little later rather than at once (sqlduties.LOCKED_RETRY).
+        locked = len(found) < _BATCH and tx.one("tasks_due_left", now=now) is not None
+        db.locked["ready"] = (now, now + _LOCKED_RETRY) if locked else None
     return events
 
 

@@ -1383,6 +1383,9 @@ SELECT * FROM tasks WHERE status = 'scheduled' AND ready_at <= :now
 ORDER BY ready_at LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
+-- name: tasks_due_left
+SELECT 1 AS n FROM tasks WHERE status = 'scheduled' AND ready_at <= :now LIMIT 1;
+
 -- name: task_make_pending
 -- A scheduled task whose time has come: pending (its role heads follow), in the
 -- claim order it always had (its sort_key is its creation's).

@@ -1045,6 +1045,9 @@ SELECT (SELECT ready_at FROM tasks WHERE status = 'scheduled'
 SELECT * FROM tasks WHERE status = 'scheduled' AND ready_at <= :now
 ORDER BY ready_at LIMIT :limit;
 
+-- name: tasks_due_left
+SELECT 1 AS n FROM tasks WHERE status = 'scheduled' AND ready_at <= :now LIMIT 1;
+
 -- name: task_make_pending
 -- A scheduled task whose time has come: pending (its role heads follow), in the
 -- claim order it always had (its sort_key is its creation's).
