@@ -7,7 +7,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +21,10 @@ import corral
 from corral.store.postgres.session import _LEADER_KEY
 from tests.support import pg_procs
 from tests.support.backends import postgres as pg
+from tests.support.backends.http import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from hosts.pg import Postgres  # bench/hosts: a PostgreSQL cluster of the test's own
 
 CTX = mp.get_context("spawn")
 TASKS = 10_000
@@ -104,14 +108,33 @@ class Fleet:
         return [(s, ts, k, n, t, json.loads(d)) for s, ts, k, n, t, d in rows]
 
 
-@pytest.fixture
-def fleet_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    url = pg.fresh_database(request)
+def board(url: str) -> str:
+    """The fleet's settings and its TASKS tasks, on the database at ``url``."""
     with corral.connect(url) as c:
         c.configure(max_agents=WORKERS + 4, workload_assessment_interval=1.0)
         for start in range(0, TASKS, 5000):
             c.add_tasks([{"title": f"job {i}"} for i in range(start, start + 5000)])
-    yield url
+    return url
+
+
+@pytest.fixture
+def fleet_url(request: pytest.FixtureRequest) -> str:
+    return board(pg.fresh_database(request))
+
+
+@pytest.fixture
+def own_server() -> Iterator[Postgres]:
+    """A PostgreSQL cluster of the test's own (initdb into a temporary folder, a free
+    port on 127.0.0.1), so that restarting it touches nothing else on the machine."""
+    server = Postgres("127.0.0.1", free_port())
+    try:
+        server.init()
+        server.start()
+        server.create_db()
+        yield server
+    finally:
+        server.stop()
+        server.remove()
 
 
 def assert_each_task_completed_once(fleet: Fleet, events: list[Any]) -> None:
@@ -196,23 +219,15 @@ def test_fleet_survives_the_monitor_leader_being_killed(fleet_url: str) -> None:
 
 
 @pytest.mark.slow
-def test_fleet_survives_a_postgresql_restart(fleet_url: str, tmp_path: Path) -> None:
+def test_fleet_survives_a_postgresql_restart(own_server: Postgres) -> None:
     """PostgreSQL restarted mid-run: clients get retryable errors and reconnect, and
     every task is claimed once and completed once."""
-    versions = sorted(os.listdir("/etc/postgresql"))
-    assert versions, "no PostgreSQL cluster in /etc/postgresql"
-    fleet = Fleet(fleet_url, heartbeat_interval=10.0)
+    fleet = Fleet(board(own_server.url()), heartbeat_interval=10.0)
     fleet.start()
     try:
         fleet.wait_for("a leader", fleet.leader, 60)
         fleet.wait_for("a quarter done", lambda: fleet.done() >= TASKS // 4, 120)
-        restart = subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", "restart"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert restart.returncode == 0, restart.stderr
+        own_server.restart()
         fleet.wait_for("the server back", lambda: fleet.done() >= 0, 60)
         fleet.wait_for("a leader again", fleet.leader, 30)
         reports = fleet.finish()
