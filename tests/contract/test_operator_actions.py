@@ -60,12 +60,20 @@ def test_cancel_task_lets_the_holder_go_and_refuses_its_late_completion(
     no current task), its next heartbeat answers the task as cancelled, and its
     completion and failure are refused with TaskCancelledError, changing nothing."""
     task = _held(cluster)
+    assert cluster.heartbeat("W1", current_tasks=[str(task.id)]).cancelled_tasks == []
     cluster.cancel_task(f"task-{task.id}")
     node = cluster.get_node("W1")
     assert (node.status, node.current_task_id) == ("idle", None)
     beat = cluster.heartbeat("W1", current_tasks=[str(task.id)])
     assert beat.cancelled_tasks == [task.id]
     assert cluster.heartbeat("W1", current_tasks=[]).cancelled_tasks == []
+    # A worker of two tasks names both: the one still held is not in the answer.
+    cluster.add_task("Implement the lexer")
+    other = cluster.claim_best_task("W1", "developer")
+    assert other is not None
+    both = cluster.heartbeat("W1", current_tasks=[str(task.id), f"task-{other.id}"])
+    assert both.cancelled_tasks == [task.id]
+    cluster.complete_task(other.id, "W1", other.epoch)
     before = world(cluster)
     with pytest.raises(TaskCancelledError) as exc:
         cluster.complete_task(task.id, "W1", task.epoch, result="late")

@@ -228,8 +228,8 @@ def heartbeat(
                 db.event(tx, now, "node_health", node_id, old=old["health"], new=new)
         node = node_record(tx, row)
         named = _task_ids(payload.get("current_tasks"))
-        if not named:
-            return node
+        if not named or named == [node.current_task_id]:
+            return node  # it names nothing, or the one task it holds: none cancelled
         # Tasks the worker still runs that the operator cancelled: the answer tells it.
         found = tx.all("tasks_cancelled_of", ids=dumps(named), node_id=node_id)
         return replace(node, cancelled_tasks=[r["id"] for r in found]) if found else node
