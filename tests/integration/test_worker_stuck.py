@@ -9,8 +9,10 @@ worker claims the task and finishes it, once, in the same session (the children 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,23 +49,28 @@ def term(*_):
     print('{"finished": "late"}', flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
+(d / "child.pid").write_text(str(os.getpid()))
 for i in range(3):
     print(f"step {i}", flush=True)
     time.sleep(0.6)
-(d / "child.pid").write_text(str(os.getpid()))
+(d / "child.quiet").write_text("")
 while True:
     time.sleep(0.05)
 """
 
 
 @pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+def procs(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The workers started; at the end each is killed if it still runs, and so is the
+    first attempt's child (in a session of its own: a killed worker leaves it)."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for proc in started:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+        os.killpg(int((tmp_path / "child.pid").read_text()), signal.SIGKILL)
 
 
 def _worker(url: str, tmp: Path, node: str, *extra: str) -> subprocess.Popen[bytes]:
@@ -93,7 +100,7 @@ def test_a_silent_child_is_stuck_at_its_deadline_and_requeued_to_another_worker(
     try:
         task = c.add_task("Implement the long migration")
         procs.append(w1 := _worker(url, tmp_path, "W1", "--max-tasks", "1"))
-        wait_for(lambda: (tmp_path / "child.pid").exists(), timeout=20, what="W1's child")
+        wait_for(lambda: (tmp_path / "child.quiet").exists(), timeout=20, what="W1's child")
         held = c.get_task(task.id)
         assert (held.status, held.assigned_to) == ("in_progress", "W1")
         # Its output lines were its progress, one report a second at most: step 0 and
