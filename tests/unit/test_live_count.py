@@ -125,6 +125,15 @@ def _rewind(store: Any) -> None:
                 raw.execute(f"DROP TABLE {table}")
             for table in ("handler_inbox", "handlers", "workflow_hosts", "claim_keys"):
                 raw.execute(f"DROP TABLE {table}")
+            # Tasks with time and order (0016) and progress and sessions (0017): their
+            # trigger, table and indexes, then the columns they added to tasks.
+            raw.execute("DROP TRIGGER tasks_release_dependents")
+            raw.execute("DROP TABLE task_deps")
+            for index in ("tasks_ready_at", "tasks_timeout_at", "tasks_stuck_at"):
+                raw.execute(f"DROP INDEX {index}")
+            columns = [r[1] for r in raw.execute("PRAGMA table_info(tasks)").fetchall()]
+            for column in columns[columns.index("claimed_role") + 1 :]:
+                raw.execute(f"ALTER TABLE tasks DROP COLUMN {column}")
             raw.execute("PRAGMA user_version = 3")
         else:
             raw.execute("DROP FUNCTION corral_live_nodes()")
