@@ -7,6 +7,8 @@ on the feed and renders its panels from the same snapshot, so 50 open pages cost
 store the same reads per event as one. Reads are at most one per ``min_interval``
 (a burst of events is one read) and at least one per ``refresh`` while any page is
 open (ages move on without events). The feed runs only while a page is open.
+Each snapshot read also samples the Fleet panel's last hour (``history``) from the
+counts it holds: the sparklines cost no read of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from corral.dashboard.history import History, Trend
 from corral.model import Event, Node, Settings, State, Task
 
 if TYPE_CHECKING:
@@ -55,6 +58,7 @@ class Snapshot:
     failed: list[Task]
     events: list[Event]  # oldest first, at most EVENTS_KEPT
     rendered: dict[tuple[str, str], str] = field(default_factory=dict)
+    trend: Trend | None = None  # the feed's last hour (Fleet's sparklines), if any
 
 
 def read_snapshot(cluster: Cluster, seq: int, events: list[Event]) -> Snapshot:
@@ -111,6 +115,7 @@ class Feed:
         self._events: deque[Event] = deque(maxlen=EVENTS_KEPT)
         self._read_at = 0.0
         self._lock = threading.Lock()  # a page's first read may run beside the feed's
+        self.history = History()  # sampled from each snapshot read: no read of its own
 
     @property
     def subscribers(self) -> int:
@@ -182,6 +187,10 @@ class Feed:
             if not (force or moved) and time.monotonic() - self._read_at < self.refresh:
                 return None
             snap = read_snapshot(self.st.cluster, self._cursor or 0, list(self._events))
+            stats = snap.stats
+            pending = stats.tasks.get("pending", 0)
+            self.history.record(snap.now, pending, len(stats.live_nodes), stats.completions)
+            snap.trend = self.history.trend(snap.now)
             self.reads += 1
             self._read_at = time.monotonic()
             return snap

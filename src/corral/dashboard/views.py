@@ -18,7 +18,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from corral import cockpit
 from corral.cockpit import age, score_parts
+from corral.dashboard import svg
 from corral.dashboard.feed import Snapshot
+from corral.dashboard.history import BUCKET, Trend
 from corral.model import Event, Node
 
 __all__ = [
@@ -122,6 +124,36 @@ def _events(snap: Snapshot, f: Filters, limit: int = 50) -> list[Event]:
     return list(reversed(chosen[-limit:]))
 
 
+def _newest(values: list[float | None], unit: str) -> str:
+    newest = next((v for v in reversed(values) if v is not None), None)
+    if newest is None:
+        return "—"
+    return f"{newest:.1f}{unit}" if unit else f"{newest:.0f}"
+
+
+def sparklines(trend: Trend | None) -> list[dict[str, Any]]:
+    """The Fleet panel's one-hour sparklines (name, label, newest value, SVG)."""
+    rows = []
+    series = (
+        ("pending", "Pending tasks", None if trend is None else trend.pending, ""),
+        ("live", "Live nodes", None if trend is None else trend.live, ""),
+        ("throughput", "Throughput", None if trend is None else trend.throughput, "/min"),
+    )
+    for name, label, values, unit in series:
+        values = values or []
+        shown = _newest(values, unit)
+        spoken = f"{label}, the last hour: now {shown}"
+        rows.append(
+            {
+                "name": name,
+                "label": label,
+                "newest": shown,
+                "svg": svg.sparkline(values, spoken, name),
+            }
+        )
+    return rows
+
+
 def environment() -> Environment:
     """The templates' environment (HTML autoescaped)."""
     env = Environment(
@@ -149,6 +181,8 @@ def render_panel(
             ages = [snap.now - t.created_at for t in snap.pending]
             context["oldest_pending"] = max(ages) if ages else None
             context["pending_total"] = snap.stats.tasks.get("pending", 0)
+            context["sparklines"] = sparklines(snap.trend)
+            context["history_bucket"] = BUCKET
         elif panel == "nodes":
             context["rows"] = [(n, heartbeat(n, snap)) for n in _nodes(snap, f)]
         elif panel == "tasks":

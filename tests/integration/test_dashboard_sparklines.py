@@ -1,0 +1,142 @@
+"""The Fleet panel's one-hour sparklines over a real SQLite cluster with an injected
+clock: the feed samples each snapshot it reads (one sample per 30 s bucket, from the
+counts the snapshot already holds) and the panel draws pending tasks, live nodes and
+throughput from them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import corral
+from corral.clock import FakeClock
+from corral.cluster import Cluster
+from corral.dashboard.feed import Feed, read_snapshot
+from corral.dashboard.history import BUCKET, BUCKETS
+from corral.dashboard.views import Filters, environment, render_panel
+from corral.server.app import ServerState
+from corral.server.auth import Tokens
+from tests.support.backends.http import TOKEN
+
+T0 = 1_800_000_000.0  # a bucket's start: T0 % BUCKET == 0
+
+
+class _Counting:
+    """The cluster, counting the operations the feed calls on it."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.unwrapped = cluster
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.unwrapped, name)
+        if not callable(value) or name.startswith("_"):
+            return value
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return value(*args, **kwargs)
+
+        return counted
+
+
+@pytest.fixture
+def fed(tmp_path: Path) -> Iterator[tuple[Cluster, FakeClock, Feed, _Counting]]:
+    clock = FakeClock(T0)
+    cluster = corral.connect(f"sqlite:///{tmp_path / 'c.db'}", clock=clock)
+    assert isinstance(cluster, Cluster)
+    counting = _Counting(cluster)
+    st = ServerState(counting, Tokens(TOKEN))  # type: ignore[arg-type]
+    try:
+        yield cluster, clock, Feed(st), counting
+    finally:
+        st.shutdown()
+        cluster.close()
+
+
+def _fleet(feed: Feed) -> str:
+    snap = asyncio.run(feed.current())  # no page's stream open: one read now
+    return render_panel(environment(), "fleet", snap, Filters())
+
+
+def _spark(html: str, name: str) -> tuple[str, str]:
+    """The sparkline's path (``d``, "" when none) and the value shown beside it."""
+    m = re.search(rf'<svg class="spark" data-spark="{name}".*?</svg>', html, re.S)
+    assert m, f"no {name} sparkline in {html}"
+    d = re.search(r' d="([^"]*)"', m.group(0))
+    now = re.search(rf'data-figure="{name}_now">([^<]*)<', html)
+    assert now
+    return (d.group(1) if d else ""), now.group(1)
+
+
+def _xs(d: str) -> list[float]:
+    return [float(x) for x in re.findall(r"[ML](-?[\d.]+) ", d)]
+
+
+def test_the_fleet_panel_draws_the_last_hour_from_the_feeds_samples(
+    fed: tuple[Cluster, FakeClock, Feed, _Counting],
+) -> None:
+    cluster, clock, feed, _ = fed
+    # The first read: one sample, a dot; no throughput yet (it needs a sample before).
+    first = _fleet(feed)
+    for name in ("pending", "live"):
+        assert _spark(first, name)[0].endswith("h0")  # one sample: a dot
+    assert _spark(first, "pending")[1] == "0" and _spark(first, "throughput") == ("", "—")
+    assert "too few yet to draw a line" in first
+    assert 'aria-label="Pending tasks, the last hour: now 0"' in first
+
+    for i in range(3):
+        cluster.register_node(f"w{i}", "developer")
+    cluster.add_tasks([{"title": f"t{i}"} for i in range(10)])
+    clock.advance(BUCKET)
+    _fleet(feed)
+    # Two done in the next 30 s: 4 per minute.
+    for node in ("w0", "w1"):
+        task = cluster.claim_best_task(node, "developer")
+        assert task is not None
+        cluster.complete_task(task.id, node, task.epoch, "ok")
+    clock.advance(BUCKET)
+    html = _fleet(feed)
+    pending, pending_now = _spark(html, "pending")
+    live, live_now = _spark(html, "live")
+    rate, rate_now = _spark(html, "throughput")
+    assert (pending_now, live_now, rate_now) == ("8", "3", "4.0/min")
+    # Three samples in the last three buckets: the line ends at the right edge.
+    step = 240 / (BUCKETS - 1)
+    assert _xs(pending) == [round((BUCKETS - 3) * step, 1), round((BUCKETS - 2) * step, 1), 240]
+    assert _xs(live) == _xs(pending)
+    # pending went 0 -> 10 -> 8: the highest at the top of the box
+    ys = [float(y) for y in re.findall(r"[ML][\d.]+ ([\d.]+)", pending)]
+    assert ys[1] == 2.0 and ys[0] > ys[2] > ys[1]
+    assert _xs(rate) == [round((BUCKETS - 2) * step, 1), 240]
+    assert "too few yet" not in html
+
+    # An hour without a read later, the hour shown is empty again.
+    clock.advance(BUCKET * BUCKETS)
+    later = _fleet(feed)
+    assert _xs(_spark(later, "pending")[0]) == [240.0]
+
+
+def test_the_sparklines_cost_no_read_of_their_own(
+    fed: tuple[Cluster, FakeClock, Feed, _Counting],
+) -> None:
+    """A feed's read that samples the history calls the operations a bare snapshot
+    read calls, plus only the event log's cursor (``stats``' last event, then
+    ``events``): the samples come from the snapshot's own stats."""
+    cluster, clock, feed, counting = fed
+    cluster.add_task("one")
+    read_snapshot(counting, 0, [])  # type: ignore[arg-type]
+    bare = Counter(counting.calls)
+    counting.calls.clear()
+    clock.advance(BUCKET)
+    _fleet(feed)
+    sampled = Counter(counting.calls)
+    assert sampled - bare == Counter({"stats": 1, "events": sampled["events"]})
+    assert bare - sampled == Counter()
+    assert feed.history.trend(clock.now()).samples == 1
