@@ -31,7 +31,7 @@ from corral.dashboard import Dashboard
 from corral.dashboard.feed import Feed, Snapshot, read_snapshot
 from corral.dashboard.pages import CSP
 from corral.dashboard.session import COOKIE, Session, Sessions
-from corral.dashboard.views import Filters, environment, heartbeat, render_panel
+from corral.dashboard.views import PANELS, Filters, environment, heartbeat, render_panel
 from corral.model import Node, Task
 from corral.scoring import score
 from corral.server import create_app
@@ -300,6 +300,16 @@ def test_the_nodes_panel_hides_terminated_nodes_unless_asked(tmp_path: Path) -> 
 
 
 # --- the stream: one feed, fanned out ----------------------------------------------------
+# The reads of the Processes, Pools, Workflows and Activations panels.
+_PANEL_READS = (
+    "list_processes",
+    "spawn_requests",
+    "list_handlers",
+    "list_agents",
+    "list_assignments",
+)
+
+
 class _Counting:
     """The cluster, counting every operation called on it (by name)."""
 
@@ -322,7 +332,7 @@ class _Counting:
 
     def snapshot_reads(self) -> Counter[str]:
         with self._lock:
-            names = ("settings", "stats", "read_state", "list_nodes", "list_tasks")
+            names = ("settings", "stats", "read_state", "list_nodes", "list_tasks", *_PANEL_READS)
             return Counter({n: self.calls[n] for n in names})
 
 
@@ -396,7 +406,7 @@ def _reads_for_one_change(base: str, counting: _Counting, cookie: str, pages: in
     reads = counting.snapshot_reads() - before
     for p in open_pages:
         p.stop = True
-    assert all(p.names[:4] == ["fleet", "nodes", "tasks", "events"] for p in open_pages)
+    assert all(p.names[: len(PANELS)] == list(PANELS) for p in open_pages)
     return reads
 
 
@@ -419,7 +429,10 @@ def test_fifty_open_pages_cost_the_cluster_the_reads_of_one(
         "list_nodes",
         "list_tasks",
         "events",
+        *_PANEL_READS,
     }
+    for name in _PANEL_READS:  # the other panels' reads: one each per change, too
+        assert one[name] == 1, name
 
 
 def test_a_resumed_stream_skips_what_it_has_and_pings_while_quiet(tmp_path: Path) -> None:

@@ -1,6 +1,9 @@
-"""The Tasks panel's actions: **Cancel** and **Requeue** on the tasks a page selected,
-or on every task its task filter matches (a dry run's count first, then the action
-once confirmed).
+"""The panels' actions. The Tasks panel's: **Cancel** and **Requeue** on the tasks a
+page selected, or on every task its task filter matches (a dry run's count first, then
+the action once confirmed). The other panels' (``PanelActions``): **Start**, **Stop**
+and **Restart** of a supervised process (``request_process_action``), **Accept** and
+**Decline** of a spawn request (``accept_spawn_request``, ``decline_spawn_request``),
+and **Send event** to a workflow run (``send_event``).
 
 Each button calls an operation, as the session's caller (its ``actor`` is what the
 events record): ``cancel_task`` and ``requeue_task`` for each selected task,
@@ -12,13 +15,21 @@ choose the tasks. The answer is a fragment for the panel's action area.
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from corral.dashboard.views import TASK_ARGUMENTS, TASK_FILTERS, Filters
+from corral.dashboard.views import (
+    PROCESS_ACTIONS,
+    SPAWN_ACTIONS,
+    TASK_ARGUMENTS,
+    TASK_FILTERS,
+    Filters,
+)
 from corral.errors import CorralError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -26,7 +37,7 @@ if TYPE_CHECKING:
     from corral.dashboard.session import Session
     from corral.server.app import ServerState
 
-__all__ = ["ACTIONS", "TaskActions", "matching"]
+__all__ = ["ACTIONS", "PanelActions", "TaskActions", "matching"]
 
 ACTIONS = {"cancel": ("cancelled", "Cancel"), "requeue": ("requeued", "Requeue")}
 _MAX_SELECTED = 300  # the tasks the panel lists: 100 each of pending, in progress, failed
@@ -123,3 +134,87 @@ class TaskActions:
             else:
                 done.append(task.id)
         return done, refused
+
+
+class PanelActions:
+    """The buttons of the Processes, Pools and Workflows panels, each one operation
+    called as the session's caller; the answer is a line for the panel's action area
+    (an operation's refusal shown as it words it, 422)."""
+
+    def __init__(self, st: ServerState, env: Environment) -> None:
+        self.st = st
+        self.env = env
+
+    def _answer(self, message: str, status: int = 200) -> Response:
+        html = self.env.get_template("panel_action.html").render(message=message, ok=status < 400)
+        return HTMLResponse(html, status)
+
+    async def _fields(self, request: Request) -> dict[str, str]:
+        form = await request.form(max_files=0, max_fields=20)
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+
+    async def _call(self, call: Callable[[], Any]) -> tuple[Any, str | None]:
+        try:
+            result = await self.st.run(call)
+        except CorralError as exc:
+            return None, exc.message
+        self.st.notify()
+        return result, None
+
+    async def process(self, request: Request, session: Session) -> Response:
+        """``POST /dashboard/processes/act``: ``host``, ``agent`` and ``action``
+        (start, stop or restart): ``request_process_action``; the host's supervisor
+        runs it at its next look (about a second)."""
+        fields = await self._fields(request)
+        action = fields.get("action", "")
+        if action not in PROCESS_ACTIONS:
+            return self._answer("Unknown action: use the panel's buttons.", 422)
+        host, agent = fields.get("host", ""), fields.get("agent", "")
+        cluster = self.st.cluster
+        event, error = await self._call(
+            functools.partial(cluster.request_process_action, host, agent, action)
+        )
+        if error is not None:
+            return self._answer(error, 422)
+        return self._answer(
+            f"Asked {host} to {action} {agent} (request {event.seq}); its supervisor runs it"
+            " within a second."
+        )
+
+    async def spawn(self, request: Request, session: Session) -> Response:
+        """``POST /dashboard/spawn/act``: ``request_id`` and ``action`` (accept or
+        decline): ``accept_spawn_request`` or ``decline_spawn_request`` as the
+        session's caller."""
+        fields = await self._fields(request)
+        action = fields.get("action", "")
+        if action not in SPAWN_ACTIONS:
+            return self._answer("Unknown action: use the panel's buttons.", 422)
+        call = getattr(self.st.cluster, f"{action}_spawn_request")
+        actor = session.principal.actor
+        found, error = await self._call(
+            functools.partial(call, fields.get("request_id", ""), actor=actor)
+        )
+        if error is not None:
+            return self._answer(error, 422)
+        return self._answer(f"{found.text[0].upper()}{found.text[1:]}.")
+
+    async def workflow(self, request: Request, session: Session) -> Response:
+        """``POST /dashboard/workflows/act``: ``handler_id``, ``event_type`` and
+        ``data`` (a JSON object, "" none): ``send_event`` (a released run is resumed
+        first, on a host serving its workflow)."""
+        fields = await self._fields(request)
+        raw = fields.get("data", "").strip()
+        data: Any = None
+        if raw:
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                return self._answer('data must be a JSON object, such as {"answer": 42}.', 422)
+        handler_id = fields.get("handler_id", "")
+        call = functools.partial(
+            self.st.cluster.send_event, handler_id, fields.get("event_type", ""), data
+        )
+        run, error = await self._call(call)
+        if error is not None:
+            return self._answer(error, 422)
+        return self._answer(f"Sent {fields.get('event_type')} to {handler_id}: now {run.status}.")

@@ -26,19 +26,33 @@ from typing import TYPE_CHECKING
 import anyio
 
 from corral.dashboard.history import History, Trend
-from corral.model import Event, Node, Settings, State, Task
+from corral.model import Event, Node, Process, Settings, State, Task
 
 if TYPE_CHECKING:
     from corral.cluster import Cluster
+    from corral.scheduler.records import Agent, Assignment
     from corral.server.app import ServerState
+    from corral.spawning import SpawnRequest
     from corral.store.stats import ClusterStats
+    from corral.workflows.model import Handler
 
-__all__ = ["EVENTS_KEPT", "TASKS_SHOWN", "Feed", "Snapshot", "read_snapshot"]
+__all__ = [
+    "EVENTS_KEPT",
+    "ROWS_SHOWN",
+    "SCALE_KEPT",
+    "TASKS_SHOWN",
+    "Feed",
+    "Snapshot",
+    "read_snapshot",
+    "scale_event",
+]
 
 log = logging.getLogger("corral.dashboard")
 
 EVENTS_KEPT = 200  # the newest events the Events panel can show
 TASKS_SHOWN = 100  # tasks per list (pending, in progress, failed)
+ROWS_SHOWN = 100  # rows per list of the other panels (requests, runs, agents, activations)
+SCALE_KEPT = 200  # the newest pool and spawn request events the Pools panel can show
 _BATCH = 1000
 
 
@@ -57,14 +71,31 @@ class Snapshot:
     in_progress: list[Task]
     failed: list[Task]
     events: list[Event]  # oldest first, at most EVENTS_KEPT
+    processes: list[Process] = field(default_factory=list)  # at most ROWS_SHOWN * 10
+    spawn_pending: list[SpawnRequest] = field(default_factory=list)
+    idle_runs: list[Handler] = field(default_factory=list)  # longest idle first
+    agents: list[Agent] = field(default_factory=list)  # by id, the first ROWS_SHOWN
+    assignments: list[Assignment] = field(default_factory=list)  # oldest first
+    scale_events: list[Event] = field(default_factory=list)  # oldest first, SCALE_KEPT
     rendered: dict[tuple[str, str], str] = field(default_factory=dict)
     trend: Trend | None = None  # the feed's last hour (Fleet's sparklines), if any
 
 
-def read_snapshot(cluster: Cluster, seq: int, events: list[Event]) -> Snapshot:
+def scale_event(e: Event) -> bool:
+    """An event the Pools panel shows: a pool's size changed, or a spawn request's
+    step (requested, accepted, declined, withdrawn, fulfilled)."""
+    return (e.kind == "alert" and e.data.get("reason") == "pool_scaled") or e.kind.startswith(
+        "spawn_request"
+    )
+
+
+def read_snapshot(
+    cluster: Cluster, seq: int, events: list[Event], scale_events: list[Event] | None = None
+) -> Snapshot:
     """Read a snapshot through the cluster's operations (one thread hop's worth).
-    Only reads: the assessment shown is the last one recorded (the monitor's, every
-    ``workload_assessment_interval``) with the counts recorded beside it."""
+    Only reads, each bounded: the assessment shown is the last one recorded (the
+    monitor's, every ``workload_assessment_interval``) with the counts recorded beside
+    it; the other panels' lists are read with ``ROWS_SHOWN`` as their limit."""
     return Snapshot(
         seq=seq,
         now=cluster.clock.now(),
@@ -76,6 +107,12 @@ def read_snapshot(cluster: Cluster, seq: int, events: list[Event]) -> Snapshot:
         in_progress=cluster.list_tasks("in_progress", limit=TASKS_SHOWN),
         failed=cluster.list_tasks("failed", limit=TASKS_SHOWN),
         events=events,
+        processes=cluster.list_processes()[: ROWS_SHOWN * 10],
+        spawn_pending=cluster.spawn_requests("pending", limit=ROWS_SHOWN),
+        idle_runs=cluster.list_handlers(idle=True, limit=ROWS_SHOWN),
+        agents=cluster.list_agents(limit=ROWS_SHOWN),
+        assignments=cluster.list_assignments(limit=ROWS_SHOWN),
+        scale_events=list(scale_events or []),
     )
 
 
@@ -113,6 +150,7 @@ class Feed:
         self._task: asyncio.Task[None] | None = None
         self._cursor: int | None = None
         self._events: deque[Event] = deque(maxlen=EVENTS_KEPT)
+        self._scale: deque[Event] = deque(maxlen=SCALE_KEPT)  # kept past EVENTS_KEPT
         self._read_at = 0.0
         self._lock = threading.Lock()  # a page's first read may run beside the feed's
         self.history = History()  # sampled from each snapshot read: no read of its own
@@ -165,6 +203,7 @@ class Feed:
             batch = cluster.events(self._cursor, _BATCH)
             if batch:
                 self._events.extend(batch)
+                self._scale.extend(e for e in batch if scale_event(e))
                 self._cursor = batch[-1].seq
                 moved = True
             if len(batch) < _BATCH:
@@ -176,6 +215,7 @@ class Feed:
         with self._lock:
             self._cursor = None
             self._events.clear()
+            self._scale.clear()
         snap = self._poll(force=True)
         assert snap is not None
         return snap
@@ -186,7 +226,9 @@ class Feed:
             moved = self._follow()
             if not (force or moved) and time.monotonic() - self._read_at < self.refresh:
                 return None
-            snap = read_snapshot(self.st.cluster, self._cursor or 0, list(self._events))
+            snap = read_snapshot(
+                self.st.cluster, self._cursor or 0, list(self._events), list(self._scale)
+            )
             stats = snap.stats
             pending = stats.tasks.get("pending", 0)
             self.history.record(snap.now, pending, len(stats.live_nodes), stats.completions)

@@ -31,7 +31,7 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from corral.dashboard.actions import TaskActions
+from corral.dashboard.actions import PanelActions, TaskActions
 from corral.dashboard.feed import Feed, Snapshot
 from corral.dashboard.session import (
     COOKIE,
@@ -114,6 +114,7 @@ class Dashboard:
         self.ping = ping  # seconds without news before a stream sends a ping comment
         self.env = environment()
         self.tasks = TaskActions(st, self.env)  # the Tasks panel's Cancel and Requeue
+        self.buttons = PanelActions(st, self.env)  # Processes', Pools' and Workflows'
 
     # --- sessions --------------------------------------------------------------
     async def session(self, request: Request) -> Session | None:
@@ -312,6 +313,9 @@ class Dashboard:
             Route("/login", self.login, methods=["POST"], name="dashboard_login"),
             Route("/logout", self.action(self.logout, any_role=True), methods=["POST"]),
             Route("/dashboard/tasks/act", self.action(self.tasks.act), methods=["POST"]),
+            Route("/dashboard/processes/act", self.action(self.buttons.process), methods=["POST"]),
+            Route("/dashboard/spawn/act", self.action(self.buttons.spawn), methods=["POST"]),
+            Route("/dashboard/workflows/act", self.action(self.buttons.workflow), methods=["POST"]),
             Route("/dashboard/panels/{panel}", self.fragment, methods=["GET"]),
             Route("/dashboard/stream", self.stream, methods=["GET"], name="dashboard_stream"),
             Mount(STATIC_PATH, app=static, name="dashboard_static"),

@@ -9,6 +9,7 @@ parts), and keeps the page's filters.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,13 @@ from corral.cockpit import age, score_parts
 from corral.dashboard import svg
 from corral.dashboard.feed import Snapshot
 from corral.dashboard.history import BUCKET, Trend
-from corral.model import Event, Node
+from corral.model import Event, Node, Process
 
 __all__ = [
     "NODE_STATUSES",
     "PANELS",
+    "PROCESS_ACTIONS",
+    "SPAWN_ACTIONS",
     "TASK_ARGUMENTS",
     "TASK_FILTERS",
     "Filters",
@@ -33,9 +36,13 @@ __all__ = [
     "render_panel",
 ]
 
-PANELS = ("fleet", "nodes", "tasks", "events")
+PANELS = ("fleet", "nodes", "tasks", "processes", "pools", "workflows", "activations", "events")
+PROCESS_ACTIONS = ("start", "stop", "restart")  # request_process_action's actions
+SPAWN_ACTIONS = ("accept", "decline")  # accept_spawn_request, decline_spawn_request
+RECENT = 3600.0  # the Pools panel's "last hour"
 NODE_STATUSES = ("working", "idle", "waiting", "terminated")
 _MAX_FILTER = 100
+_MEMBER = re.compile(r"^(.+)-[0-9]+$")  # a pool member's node id: <pool>-<n>
 # The task filter's fields (``task_<name>`` in the URL), as the bulk operations name
 # them: cancel_tasks and requeue_tasks take ``TASK_ARGUMENTS[name]``.
 TASK_FILTERS = ("status", "role", "priority", "holder", "title", "min_age")
@@ -54,10 +61,15 @@ class Filters:
     """The page's filters, kept in its URL: ``node_status`` ("" every live node,
     "all" every node, or one status), ``event_kind`` ("" every kind), and the task
     filter the Tasks panel's bulk actions apply (``TASK_FILTERS``: each as typed, ""
-    any; the operation checks them when an action runs)."""
+    any; the operation checks them when an action runs); ``idle_minutes`` the
+    Workflows panel's (runs idle for more than that many minutes, "" any idle run),
+    ``event_node`` and ``event_task`` the Events panel's besides its kind."""
 
     node_status: str = ""
     event_kind: str = ""
+    event_node: str = ""
+    event_task: str = ""
+    idle_minutes: str = ""
     task_status: str = ""
     task_role: str = ""
     task_priority: str = ""
@@ -74,17 +86,48 @@ class Filters:
         tasks = {
             f"task_{k}": query.get(f"task_{k}", "").strip()[:_MAX_FILTER] for k in TASK_FILTERS
         }
-        return cls(node_status=status, event_kind=kind, **tasks)
+        node = query.get("event_node", "").strip()[:_MAX_FILTER]
+        task = query.get("event_task", "").strip().removeprefix("task-")
+        minutes = query.get("idle_minutes", "").strip()
+        return cls(
+            node_status=status,
+            event_kind=kind,
+            event_node=node,
+            event_task=task if task.isdigit() and len(task) < 19 else "",
+            idle_minutes=minutes if _number(minutes) is not None else "",
+            **tasks,
+        )
 
     def pairs(self) -> dict[str, str]:
         """Every filter that is set, by its query name."""
-        names = ("node_status", "event_kind", *(f"task_{k}" for k in TASK_FILTERS))
+        names = (
+            "node_status",
+            "event_kind",
+            "event_node",
+            "event_task",
+            "idle_minutes",
+            *(f"task_{k}" for k in TASK_FILTERS),
+        )
         return {k: getattr(self, k) for k in names if getattr(self, k)}
 
+    def link(self, **changed: str) -> str:
+        """The page's URL with these filters changed (the Events panel's links)."""
+        from urllib.parse import urlencode
+
+        pairs = {**self.pairs(), **changed}
+        query = urlencode({k: v for k, v in pairs.items() if v})
+        return "/" + (f"?{query}" if query else "")
+
     def hidden(self, *own: str) -> list[tuple[str, str]]:
-        """The task filters a form other than the task filter's carries along (set
-        ones only), so submitting it keeps them in the URL; ``own`` its own fields."""
-        return [(k, v) for k, v in self.pairs().items() if k.startswith("task_") and k not in own]
+        """The filters a form carries along besides the ones it names itself (the task
+        filters, the idle minutes, the events' node and task; set ones only), so
+        submitting it keeps them in the URL; ``own`` its own fields."""
+        carried = ("idle_minutes", "event_node", "event_task")
+        return [
+            (k, v)
+            for k, v in self.pairs().items()
+            if (k.startswith("task_") or k in carried) and k not in own
+        ]
 
     def query(self) -> str:
         """The filters as a query string ("" when none is set)."""
@@ -96,8 +139,19 @@ class Filters:
         if panel == "nodes":
             return self.node_status
         if panel == "events":
-            return self.event_kind
+            return f"{self.event_kind}\0{self.event_node}\0{self.event_task}"
+        if panel == "workflows":
+            return self.idle_minutes
         return ""
+
+
+def _number(text: str) -> float | None:
+    """``text`` as a number of minutes from zero, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value < 1e9 else None
 
 
 def heartbeat(node: Node, snap: Snapshot) -> dict[str, Any]:
@@ -120,8 +174,73 @@ def _nodes(snap: Snapshot, f: Filters) -> list[Node]:
 
 
 def _events(snap: Snapshot, f: Filters, limit: int = 50) -> list[Event]:
-    chosen = [e for e in snap.events if not f.event_kind or e.kind == f.event_kind]
+    chosen = [
+        e
+        for e in snap.events
+        if (not f.event_kind or e.kind == f.event_kind)
+        and (not f.event_node or e.node_id == f.event_node or e.data.get("agent") == f.event_node)
+        and (not f.event_task or str(e.task_id) == f.event_task)
+    ]
     return list(reversed(chosen[-limit:]))
+
+
+def _processes(snap: Snapshot) -> list[tuple[str, list[Process]]]:
+    """Every host's processes, by host then agent."""
+    hosts: dict[str, list[Process]] = {}
+    for p in sorted(snap.processes, key=lambda p: (p.host, p.agent)):
+        hosts.setdefault(p.host, []).append(p)
+    return list(hosts.items())
+
+
+def _pools(snap: Snapshot) -> list[dict[str, Any]]:
+    """Each pool the events name: its members now (live nodes named ``<pool>-<n>``),
+    its limits as its last ``pool_scaled`` event gave them, its scale timeline
+    (newest first) and its reversals (a change against the one before) in the last
+    hour, and its pending spawn requests."""
+    pools: dict[str, dict[str, Any]] = {}
+
+    def pool(name: str) -> dict[str, Any]:
+        return pools.setdefault(
+            name,
+            {"name": name, "members": [], "scaled": [], "reversals": 0, "limits": {}, "asks": []},
+        )
+
+    for e in snap.scale_events:
+        if e.kind == "alert" and e.data.get("pool"):
+            p = pool(str(e.data["pool"]))
+            p["scaled"].append(e)
+            if "min" in e.data or "max" in e.data:
+                p["limits"] = {"min": e.data.get("min"), "max": e.data.get("max")}
+    for r in snap.spawn_pending:
+        pool(r.pool)["asks"].append(r)
+    for n in snap.nodes:
+        m = _MEMBER.match(n.id)
+        name = m.group(1) if m else None
+        if name in pools and n.status != "terminated":
+            pools[name]["members"].append(n.id)
+    for p in pools.values():
+        last = 0
+        for e in p["scaled"]:
+            try:
+                step = (int(e.data["to"]) > int(e.data["from"])) - (
+                    int(e.data["to"]) < int(e.data["from"])
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+            if step and last and step != last and snap.now - e.ts <= RECENT:
+                p["reversals"] += 1
+            last = step or last
+        p["scaled"] = list(reversed(p["scaled"]))[:20]
+    return sorted(pools.values(), key=lambda p: p["name"])
+
+
+def _idle_runs(snap: Snapshot, f: Filters) -> list[Any]:
+    minutes = _number(f.idle_minutes) or 0.0
+    return [
+        h
+        for h in snap.idle_runs
+        if h.idle_since is not None and snap.now - h.idle_since > minutes * 60
+    ]
 
 
 def _newest(values: list[float | None], unit: str) -> str:
@@ -187,6 +306,22 @@ def render_panel(
             context["rows"] = [(n, heartbeat(n, snap)) for n in _nodes(snap, f)]
         elif panel == "tasks":
             context["pending"] = [(t, score_parts(t, snap.now)) for t in snap.pending]
+        elif panel == "processes":
+            context["hosts"] = _processes(snap)
+        elif panel == "pools":
+            context["pools"] = _pools(snap)
+        elif panel == "workflows":
+            context["runs"] = _idle_runs(snap, f)
+        elif panel == "activations":
+            never = float("-inf")
+            context["agents"] = sorted(
+                snap.agents,
+                key=lambda a: (a.last_activated_at is not None, a.last_activated_at or never),
+            )
+            modes: dict[str, int] = {}
+            for a in snap.assignments:
+                modes[a.mode] = modes.get(a.mode, 0) + 1
+            context["modes"] = sorted(modes.items())
         elif panel == "events":
             context["rows"] = _events(snap, f)
         html = snap.rendered[key] = env.get_template(f"panels/{panel}.html").render(context)

@@ -28,7 +28,8 @@ but not before the cluster has declared the old node dead (its leases recovered 
 their threshold): the replacement registers as a new incarnation.
 Each change of a pool's size is one ``alert`` event with ``reason: pool_scaled``
 (pool, from, to, why, ``cause``: ``decision`` or ``exit`` for members that stopped by
-themselves, and ``at``), down to 0, so the fleet's history is in the cluster's events.
+themselves, ``at``, and the pool's ``min``, ``max`` and ``scale``), down to 0, so the
+fleet's history is in the cluster's events.
 """
 
 from __future__ import annotations
@@ -381,6 +382,9 @@ class FleetSupervisor(Supervisor):
             "why": why,
             "cause": cause,
             "at": now,
+            "min": rt.spec.limits.min,
+            "max": rt.spec.limits.max,
+            "scale": rt.spec.limits.scale,
         }
 
         async def record() -> None:
