@@ -9,6 +9,7 @@ from corral.clock import FakeClock, SystemClock
 from corral.cluster import Cluster
 from corral.errors import (
     AuthError,
+    BudgetError,
     CapacityError,
     ConflictError,
     CorralError,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # loaded lazily at run time (below), seen as the classes by a
 __all__ = [
     "Assessment",
     "AuthError",
+    "BudgetError",
     "CapacityError",
     "CatchUp",
     "Client",

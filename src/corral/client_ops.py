@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         State,
         Task,
         TaskBatch,
+        UsageTotals,
     )
     from corral.params import (
         ActorName,
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
         Title,
         TokenName,
         TokenRoleName,
+        Usage,
+        UsageScope,
+        UsageWindow,
         Wait,
     )
     from corral.scheduler.ops import ModeName
@@ -192,6 +196,7 @@ class ClientOperations(Protocol):
         node_id: NodeId,
         epoch: Epoch | None = None,
         result: JsonValue = None,
+        usage: Usage | None = None,
     ) -> Task:
         """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is
         stale."""
@@ -204,6 +209,7 @@ class ClientOperations(Protocol):
         role: NodeId,
         epoch: Epoch | None = None,
         result: JsonValue = None,
+        usage: Usage | None = None,
     ) -> tuple[Task, Task | None]:
         """Finish a held task and claim the next one for ``role``."""
         ...
@@ -215,6 +221,7 @@ class ClientOperations(Protocol):
         epoch: Epoch | None = None,
         error: Text = "",
         retry: bool = True,
+        usage: Usage | None = None,
     ) -> Task:
         """Give a held task up: back to pending while attempts remain (and
         ``retry``)."""
@@ -501,6 +508,12 @@ class ClientOperations(Protocol):
         node_id: NodeId,
         epoch: Epoch | None = None,
         note: Reason | None = None,
+        usage: Usage | None = None,
     ) -> Task:
-        """Report progress on a held task: its stuck deadline moves on."""
+        """Report progress on a held task: its stuck deadline moves on; ``usage``
+        (deltas) is added to the usage sums in the same transaction."""
+        ...
+
+    def usage(self, scope: UsageScope = "cluster", window: UsageWindow = "1d") -> UsageTotals:
+        """Usage sums (tokens in and out, cost) of a scope in the window holding now."""
         ...

@@ -14,7 +14,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from corral import defaults
+from corral import budgets, defaults
 from corral.clock import Clock, ServerClock, SystemClock
 from corral.errors import ConflictError, InvalidInputError
 from corral.health import health_status
@@ -29,6 +29,7 @@ from corral.model import (
     State,
     Task,
     TaskBatch,
+    UsageTotals,
 )
 from corral.params import (
     DESCRIPTION,
@@ -64,6 +65,9 @@ from corral.params import (
     TaskTime,
     Text,
     Title,
+    Usage,
+    UsageScope,
+    UsageWindow,
     Wait,
 )
 from corral.scheduler.ops import SchedulerOps
@@ -78,6 +82,7 @@ from corral.validation import (
     check_id,
     check_payload,
     check_task_id,
+    check_usage,
     checked,
 )
 from corral.workflows.service import WorkflowOperations
@@ -272,8 +277,12 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
     def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:
         """Record a node's proof of life (health, current tasks, capacity, metrics and
         free-form fields); renews its leases. Health is derived from ``metrics`` when
-        not given."""
+        not given. ``usage`` (``{input_tokens, output_tokens, cost_usd}``, deltas) is
+        added to the node's usage sums (docs/guardrails.md)."""
         check_payload(payload, "heartbeat")
+        usage = payload.pop("usage", None)
+        if usage is not None:
+            usage = check_usage(usage, "usage")
         health = payload.get("health_status")
         if health is not None:
             check_choice(health, defaults.HEALTH_STATUSES, "health_status")
@@ -304,7 +313,11 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
                     )
             if health is None:
                 health = health_status(metrics)
-        return self.store.heartbeat(node_id, payload, health, self.clock.now())
+        if usage is None:
+            return self.store.heartbeat(node_id, payload, health, self.clock.now())
+        node = self.store.heartbeat(node_id, payload, health, self.clock.now(), usage=usage)
+        self.store.stop_hard(node_id, self.clock.now())
+        return node
 
     @checked
     def touch(self, node_id: NodeId) -> bool:
@@ -477,9 +490,19 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         node_id: NodeId,
         epoch: Epoch | None = None,
         result: JsonValue = None,
+        usage: Usage | None = None,
     ) -> Task:
-        """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is stale."""
-        return self.store.complete(int(task_id), node_id, epoch, result, self.clock.now())
+        """Finish a held task; ``LeaseError`` if the lease was lost or ``epoch`` is stale.
+
+        ``usage`` (``{input_tokens, output_tokens, cost_usd}``, deltas) is added to the
+        usage sums in the completion's transaction (docs/guardrails.md)."""
+        if usage is None:
+            return self.store.complete(int(task_id), node_id, epoch, result, self.clock.now())
+        done = self.store.complete(
+            int(task_id), node_id, epoch, result, self.clock.now(), usage=usage
+        )
+        self.store.stop_hard(node_id, self.clock.now())
+        return done
 
     @checked
     def complete_and_claim(
@@ -489,15 +512,23 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         role: NodeId,
         epoch: Epoch | None = None,
         result: JsonValue = None,
+        usage: Usage | None = None,
     ) -> tuple[Task, Task | None]:
         """Finish a held task and claim the next one for ``role``.
 
         The same checks and events as ``complete_task`` then ``claim_best_task``, in
         one transaction where the backend allows (a worker's loop: one commit per task
-        instead of two)."""
-        return self.store.complete_and_claim(
-            int(task_id), node_id, epoch, result, role, self.clock.now()
+        instead of two). A node covered by a spent budget claims nothing (its next
+        ``claim_best_task`` is refused with ``BudgetError``)."""
+        if usage is None:
+            return self.store.complete_and_claim(
+                int(task_id), node_id, epoch, result, role, self.clock.now()
+            )
+        done = self.store.complete_and_claim(
+            int(task_id), node_id, epoch, result, role, self.clock.now(), usage=usage
         )
+        self.store.stop_hard(node_id, self.clock.now())
+        return done
 
     @checked
     def fail_task(
@@ -507,9 +538,16 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         epoch: Epoch | None = None,
         error: Text = "",
         retry: bool = True,
+        usage: Usage | None = None,
     ) -> Task:
-        """Give a held task up: back to pending while attempts remain (and ``retry``)."""
-        return self.store.fail(int(task_id), node_id, epoch, error, bool(retry), self.clock.now())
+        """Give a held task up: back to pending while attempts remain (and ``retry``).
+        ``usage`` (deltas) is added to the usage sums in the same transaction."""
+        now = self.clock.now()
+        if usage is None:
+            return self.store.fail(int(task_id), node_id, epoch, error, bool(retry), now)
+        task = self.store.fail(int(task_id), node_id, epoch, error, bool(retry), now, usage=usage)
+        self.store.stop_hard(node_id, self.clock.now())
+        return task
 
     @checked
     def report_progress(
@@ -518,8 +556,10 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         node_id: NodeId,
         epoch: Epoch | None = None,
         note: Reason | None = None,
+        usage: Usage | None = None,
     ) -> Task:
-        """Report progress on a held task: its stuck deadline moves on.
+        """Report progress on a held task: its stuck deadline moves on; ``usage``
+        (deltas) is added to the usage sums in the same transaction.
 
         A task in progress with no progress report for its ``progress_timeout`` (its
         own, else the cluster's) is stuck, and the cluster's ``stuck_action`` applies
@@ -528,7 +568,26 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         ``progress_note``. Refused as a completion is: ``LeaseError`` if the lease
         was lost or ``epoch`` is stale (the refusal names the epochs),
         ``TaskCancelledError`` if the operator cancelled it."""
-        return self.store.report_progress(int(task_id), node_id, epoch, note, self.clock.now())
+        if usage is None:
+            return self.store.report_progress(int(task_id), node_id, epoch, note, self.clock.now())
+        task = self.store.report_progress(
+            int(task_id), node_id, epoch, note, self.clock.now(), usage=usage
+        )
+        self.store.stop_hard(node_id, self.clock.now())
+        return task
+
+    # --- usage and spend (docs/guardrails.md) -------------------------------------------
+    @checked
+    def usage(self, scope: UsageScope = "cluster", window: UsageWindow = "1d") -> UsageTotals:
+        """Usage sums (tokens in and out, cost) of a scope in the window holding now.
+
+        ``scope``: ``cluster``, ``role:R``, ``model:M``, ``pool:P``, ``node:N`` or
+        ``task:T``; ``window``: ``1h``, ``5h``, ``1d`` or ``7d``, fixed windows aligned
+        to UTC that roll over at their ``end``. The sums are of the usage reported
+        with ``complete_task``, ``fail_task``, ``report_progress`` and ``heartbeat``."""
+        start, end = budgets.window_bounds(window, self.clock.now())
+        sums = self.store.usage(scope, start, end)
+        return UsageTotals(scope=scope, window=window, start=start, end=end, **sums)
 
     # --- the operator's hands on the work: cancel and requeue -------------------------
     @checked

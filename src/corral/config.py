@@ -10,6 +10,7 @@ from typing import Any
 
 from corral import defaults
 from corral.alerts import check_webhooks
+from corral.budgets import check_budgets, check_model_caps
 from corral.errors import InvalidInputError
 from corral.model import Settings
 from corral.validation import check_choice, check_id, check_positive, check_text
@@ -78,6 +79,10 @@ def check_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _check_strengths(value)
         elif key == "alert_webhooks":
             out[key] = check_webhooks(value, key)
+        elif key == "budgets":
+            out[key] = check_budgets(value, key)
+        elif key == "model_caps":
+            out[key] = check_model_caps(value, key)
         elif key == "stuck_action":
             out[key] = check_choice(value, defaults.STUCK_ACTIONS, key)
         elif key == "project_summary":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "AuthError",
+    "BudgetError",
     "CapacityError",
     "ConflictError",
     "CorralError",
@@ -93,6 +94,17 @@ class TaskCancelledError(LeaseError, ConflictError):
     hint = "The operator cancelled that task: stop working on it and claim another."
 
 
+class BudgetError(CorralError):
+    """A budget of the cluster's ``budgets`` is spent: a claim by a node in its scope
+    is refused until its window rolls over (the message names the budget and when it
+    frees)."""
+
+    code = "budget"
+    status = 429
+    exit_code = 1
+    hint = "Wait until the budget's window frees it, or raise the budget."
+
+
 class AuthError(CorralError):
     """The server refused the token (401) or what it may do (403)."""
 
@@ -128,6 +140,7 @@ def error_class(code: str, status: int = 400) -> type[CorralError]:
         InvalidInputError,
         NotFoundError,
         CapacityError,
+        BudgetError,
         LeaseError,
         ConflictError,
         AuthError,

@@ -19,6 +19,7 @@ __all__ = [
     "State",
     "Task",
     "TaskBatch",
+    "UsageTotals",
     "last_seen",
 ]
 
@@ -158,6 +159,10 @@ class Settings:
     # what then happens to it (defaults.STUCK_ACTIONS: flag, requeue or fail)
     progress_timeout: float = 0.0
     stuck_action: defaults.StuckAction = "flag"
+    # Budgets and per-model caps (docs/guardrails.md, corral.budgets): each budget
+    # {scope, window, tokens, cost_usd, hard}; a model's most live nodes
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    model_caps: dict[str, int] = field(default_factory=dict)
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -220,6 +225,33 @@ class Task:
         d["roles"] = list(self.roles)
         d["depends_on"] = list(self.depends_on)
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotals:
+    """A scope's usage sums over a window (``usage``): tokens in and out, cost in US
+    dollars and how many reports, from ``start`` to ``end`` (seconds since the epoch:
+    the window holding now, which rolls over at ``end``)."""
+
+    scope: str
+    window: str
+    start: float
+    end: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    reports: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return _as_dict(self)
+
+    @property
+    def text(self) -> str:
+        """One line: ``Usage of cluster (1d): 1200 in, 300 out tokens, $0.42, 5 reports``."""
+        return (
+            f"Usage of {self.scope} ({self.window}): {self.input_tokens} in,"
+            f" {self.output_tokens} out tokens, ${self.cost_usd:g}, {self.reports} reports"
+        )
 
 
 @dataclass(frozen=True, slots=True)

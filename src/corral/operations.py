@@ -523,6 +523,8 @@ OPERATIONS: tuple[Operation, ...] = (
         text="progress_text",
         names={"mcp": _AGENT},
     ),
+    # --- usage and spend (docs/guardrails.md) ----------------------------------------------
+    Operation("usage", "GET /v1/usage", short=True, mcp="usage", text=".text", cli="usage"),
 )
 
 _BY_NAME = {op.name: op for op in OPERATIONS}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias, get_args
 
 from corral import defaults
+from corral.budgets import WINDOWS, check_scope
 from corral.errors import InvalidInputError
 from corral.types import NodeStatus, Priority, ProcessAction, SpawnStatus, Strength, TaskStatus
 from corral.validation import (
@@ -32,6 +33,7 @@ from corral.validation import (
     SEQ,
     TASK_REF,
     TOKEN_NAME,
+    USAGE,
     Rule,
     check_task_id,
     one_of,
@@ -88,6 +90,9 @@ __all__ = [
     "Title",
     "TokenName",
     "TokenRoleName",
+    "Usage",
+    "UsageScope",
+    "UsageWindow",
     "Wait",
 ]
 
@@ -116,10 +121,17 @@ Text: TypeAlias = Annotated[str, DESCRIPTION]
 Message: TypeAlias = Annotated[str, text(defaults.MAX_DESCRIPTION, empty=False)]
 ModelName: TypeAlias = Annotated[str, text(200)]
 HostName: TypeAlias = Annotated[str, text(255)]
+SCOPE_DOC = "cluster, or role:R, model:M, pool:P, node:N or task:T"
 Reason: TypeAlias = Annotated[str, text(500)]
 JsonValue: TypeAlias = Annotated[Any, PAYLOAD]
 """Free-form JSON data (at most ``MAX_PAYLOAD_BYTES`` encoded)."""
 JsonObject: TypeAlias = Annotated[dict[str, Any], OBJECT]
+Usage: TypeAlias = Annotated[dict[str, Any], USAGE]
+"""A usage report's deltas: ``{input_tokens, output_tokens, cost_usd}``."""
+UsageScope: TypeAlias = Annotated[str, Rule(check_scope, {"type": "string"}, SCOPE_DOC)]
+"""What usage is summed for: ``cluster``, ``role:R``, ``model:M``, ``pool:P``,
+``node:N`` or ``task:T``."""
+UsageWindow: TypeAlias = Annotated[str, one_of(*WINDOWS)]
 NodeStatusName: TypeAlias = Annotated[str, one_of(*get_args(NodeStatus))]
 TaskStatusName: TypeAlias = Annotated[str, one_of(*get_args(TaskStatus))]
 TaskCancelStatus: TypeAlias = Annotated[str, one_of("pending", "in_progress")]

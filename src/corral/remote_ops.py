@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         State,
         Task,
         TaskBatch,
+        UsageTotals,
     )
     from corral.params import (
         ActorName,
@@ -64,6 +65,9 @@ if TYPE_CHECKING:
         Title,
         TokenName,
         TokenRoleName,
+        Usage,
+        UsageScope,
+        UsageWindow,
         Wait,
     )
     from corral.scheduler.ops import ModeName
@@ -225,12 +229,19 @@ class HttpOperations(RemoteCalls):
         node_id: NodeId,
         epoch: Epoch | None = None,
         result: JsonValue = None,
+        usage: Usage | None = None,
     ) -> Task:
         return cast(
             "Task",
             self._invoke(
                 "complete_task",
-                {"task_id": task_id, "node_id": node_id, "epoch": epoch, "result": result},
+                {
+                    "task_id": task_id,
+                    "node_id": node_id,
+                    "epoch": epoch,
+                    "result": result,
+                    "usage": usage,
+                },
             ),
         )
 
@@ -241,6 +252,7 @@ class HttpOperations(RemoteCalls):
         role: NodeId,
         epoch: Epoch | None = None,
         result: JsonValue = None,
+        usage: Usage | None = None,
     ) -> tuple[Task, Task | None]:
         return cast(
             "tuple[Task, Task | None]",
@@ -252,6 +264,7 @@ class HttpOperations(RemoteCalls):
                     "role": role,
                     "epoch": epoch,
                     "result": result,
+                    "usage": usage,
                 },
             ),
         )
@@ -263,6 +276,7 @@ class HttpOperations(RemoteCalls):
         epoch: Epoch | None = None,
         error: Text = "",
         retry: bool = True,
+        usage: Usage | None = None,
     ) -> Task:
         return cast(
             "Task",
@@ -274,6 +288,7 @@ class HttpOperations(RemoteCalls):
                     "epoch": epoch,
                     "error": error,
                     "retry": retry,
+                    "usage": usage,
                 },
             ),
         )
@@ -615,11 +630,21 @@ class HttpOperations(RemoteCalls):
         node_id: NodeId,
         epoch: Epoch | None = None,
         note: Reason | None = None,
+        usage: Usage | None = None,
     ) -> Task:
         return cast(
             "Task",
             self._invoke(
                 "report_progress",
-                {"task_id": task_id, "node_id": node_id, "epoch": epoch, "note": note},
+                {
+                    "task_id": task_id,
+                    "node_id": node_id,
+                    "epoch": epoch,
+                    "note": note,
+                    "usage": usage,
+                },
             ),
         )
+
+    def usage(self, scope: UsageScope = "cluster", window: UsageWindow = "1d") -> UsageTotals:
+        return cast("UsageTotals", self._invoke("usage", {"scope": scope, "window": window}))

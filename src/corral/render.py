@@ -16,6 +16,7 @@ from corral.defaults import MANAGER_ROLE
 __all__ = [
     "capacity_error_text",
     "claim_text",
+    "model_cap_error_text",
     "registered_text",
     "render_assessment",
     "render_state",
@@ -131,6 +132,13 @@ RULE = "=" * 50
 
 def capacity_error_text(max_agents: int) -> str:
     return f"ERROR: Cluster at capacity ({max_agents} nodes). Registration rejected."
+
+
+def model_cap_error_text(model: str, cap: int) -> str:
+    return (
+        f"ERROR: Model {model} at its cap ({cap} live nodes, model_caps)."
+        " Registration rejected."
+    )
 
 
 def registered_text(node: _RegisteredView) -> str:

@@ -43,6 +43,8 @@ __all__ = [
     "SEQ",
     "TASK_REF",
     "TOKEN_NAME",
+    "USAGE",
+    "USAGE_KEYS",
     "Rule",
     "check_checkpoint",
     "check_choice",
@@ -57,6 +59,7 @@ __all__ = [
     "check_seq",
     "check_task_id",
     "check_text",
+    "check_usage",
     "checked",
     "one_of",
     "rule_of",
@@ -283,6 +286,48 @@ OBJECT = Rule(
     f"a JSON object, at most {defaults.MAX_PAYLOAD_BYTES} bytes",
 )
 FLAG = Rule(check_flag, {"type": "boolean"}, "true or false")
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cost_usd")
+
+
+def check_usage(value: Any, field: str = "usage") -> dict[str, Any]:
+    """A usage report (deltas): ``input_tokens`` and ``output_tokens`` non-negative
+    integers, ``cost_usd`` a non-negative number, each optional (0), no other key."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"{field} must be an object of input_tokens, output_tokens and cost_usd",
+            field=field,
+        )
+    unknown = sorted(set(value) - set(USAGE_KEYS))
+    if unknown:
+        raise InvalidInputError(
+            f"{field} has unknown keys {unknown}; known: {', '.join(USAGE_KEYS)}", field=field
+        )
+    out: dict[str, Any] = {}
+    for key in USAGE_KEYS:
+        v = value.get(key, 0)
+        integer = key != "cost_usd"
+        ok = isinstance(v, int) if integer else isinstance(v, int | float)
+        if isinstance(v, bool) or not ok or not math.isfinite(v) or not 0 <= v <= MAX_FLOAT:
+            kind = "a non-negative integer" if integer else "a non-negative number"
+            raise InvalidInputError(f"{field}.{key} must be {kind}; got {v!r:.40}", field=field)
+        out[key] = int(v) if integer else float(v)
+    return out
+
+
+USAGE = Rule(
+    check_usage,
+    {
+        "type": "object",
+        "properties": {
+            "input_tokens": {"type": "integer", "minimum": 0},
+            "output_tokens": {"type": "integer", "minimum": 0},
+            "cost_usd": {"type": "number", "minimum": 0},
+        },
+        "additionalProperties": False,
+    },
+    "usage deltas: input_tokens, output_tokens (integers), cost_usd (a number), none negative",
+)
 
 
 @functools.cache

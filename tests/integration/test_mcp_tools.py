@@ -57,6 +57,7 @@ TOOLS = {
     "revoke_token",
     # progress (docs/guardrails.md, "Stuck tasks")
     "report_progress",
+    "usage",
 }
 
 

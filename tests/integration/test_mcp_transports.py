@@ -69,6 +69,7 @@ TOOLS = {
     "revoke_token",
     # progress (docs/guardrails.md, "Stuck tasks")
     "report_progress",
+    "usage",
 }
 
 UVICORN = """

@@ -157,6 +157,7 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "list_tokens",
         "revoke_token",
         "report_progress",
+        "usage",
     }
     assert _protocol_methods() == ops
 

@@ -24,6 +24,7 @@ SHARED = (
     "claimkeys.py",
     "sqlprogress.py",
     "sqltokens.py",
+    "sqlusage.py",
 )
 
 

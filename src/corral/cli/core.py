@@ -13,7 +13,9 @@ from typing import Any
 import click
 
 from corral.cli._common import Seconds, client, emit, json_option
+from corral.cli._operations import RuleType, operation_command
 from corral.model import Node, Task
+from corral.validation import USAGE
 
 __all__ = ["register"]
 
@@ -355,11 +357,32 @@ def task_claim(ctx: click.Context, node_id: str, role: str | None, as_json: bool
         click.echo(claim_text(t) + (f" (epoch {t.epoch})" if t else ""))
 
 
+class _Json(click.ParamType[Any]):
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError:
+            self.fail('must be JSON, e.g. {"input_tokens": 1200, "cost_usd": 0.02}', param, ctx)
+
+
+_USAGE_OPTION = click.option(
+    "--usage",
+    type=RuleType(USAGE, _Json(), "usage"),
+    default=None,
+    help='Usage deltas as JSON: {"input_tokens": N, "output_tokens": N, "cost_usd": X}.',
+)
+
+
 @task.command("complete")
 @click.argument("task_id")
 @click.argument("node_id")
 @click.option("--epoch", type=int, default=None, help="The lease epoch the claim returned.")
 @click.option("--result", default=None, help="JSON (or text) to record as the result.")
+@_USAGE_OPTION
 @json_option
 @click.pass_context
 def task_complete(
@@ -368,10 +391,11 @@ def task_complete(
     node_id: str,
     epoch: int | None,
     result: str | None,
+    usage: dict[str, Any] | None,
     as_json: bool,
 ) -> None:
     """Mark TASK_ID done by NODE_ID."""
-    t = client(ctx).complete_task(task_id, node_id, epoch, _parse_value(result))
+    t = client(ctx).complete_task(task_id, node_id, epoch, _parse_value(result), usage=usage)
     emit(t, as_json, lambda t: f"Completed task {t.id}: {t.title}")
 
 
@@ -381,6 +405,7 @@ def task_complete(
 @click.option("--epoch", type=int, default=None, help="The lease epoch the claim returned.")
 @click.option("--error", default="", help="What went wrong.")
 @click.option("--no-retry", is_flag=True, help="Fail for good instead of requeueing.")
+@_USAGE_OPTION
 @json_option
 @click.pass_context
 def task_fail(
@@ -390,10 +415,11 @@ def task_fail(
     epoch: int | None,
     error: str,
     no_retry: bool,
+    usage: dict[str, Any] | None,
     as_json: bool,
 ) -> None:
     """Give TASK_ID up (requeued while attempts remain)."""
-    t = client(ctx).fail_task(task_id, node_id, epoch, error, retry=not no_retry)
+    t = client(ctx).fail_task(task_id, node_id, epoch, error, retry=not no_retry, usage=usage)
     emit(t, as_json, lambda t: f"Task {t.id} is now {t.status}")
 
 
@@ -554,3 +580,7 @@ def monitor(ctx: click.Context, max_sleep: float | None, verbose: bool) -> None:
 def register(cli: click.Group) -> None:
     for command in (init, status, assess, node, task, config, monitor):
         cli.add_command(command)
+    # corral usage: made from the registry (an option per parameter, checked by its rule)
+    from corral import operations
+
+    cli.add_command(operation_command(next(o for o in operations.OPERATIONS if o.name == "usage")))

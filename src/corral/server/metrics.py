@@ -24,6 +24,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from corral.budgets import window_bounds
 from corral.cluster import Cluster
 from corral.defaults import NODE_STATUSES, TASK_STATUSES
 from corral.fleet.metrics import desired_workers_family
@@ -64,6 +65,7 @@ class ClusterCollector(Collector):
             "Tasks in progress flagged stuck (no progress for their progress_timeout).",
             value=self.cluster.store.stuck_count(),
         )
+        yield from usage_families(self.cluster, now)
         yield CounterMetricFamily(
             "corral_task_claims", "Claims made (all tasks' attempts).", value=s.claims
         )
@@ -129,6 +131,29 @@ class ClusterCollector(Collector):
             "1 while a stopped process (SIGSTOP, a debugger) holds the write lock (SQLite).",
             value=1.0 if held and held["stopped"] else 0.0,
         )
+
+
+def usage_families(cluster: Cluster, now: float) -> Iterator[GaugeMetricFamily]:
+    """The usage sums of every scope (but tasks') in the hour and the UTC day holding
+    ``now`` (docs/guardrails.md): tokens by kind, and cost."""
+    tokens = GaugeMetricFamily(
+        "corral_usage_tokens",
+        "Tokens reported with usage, by scope, kind (input, output) and window (1h, 1d).",
+        labels=["scope", "kind", "window"],
+    )
+    cost = GaugeMetricFamily(
+        "corral_usage_cost_usd",
+        "Cost in US dollars reported with usage, by scope and window (1h, 1d).",
+        labels=["scope", "window"],
+    )
+    for window in ("1h", "1d"):
+        start, end = window_bounds(window, now)
+        for row in cluster.store.usage_by_scope(start, end):
+            tokens.add_metric([row["scope"], "input", window], row["input_tokens"])
+            tokens.add_metric([row["scope"], "output", window], row["output_tokens"])
+            cost.add_metric([row["scope"], window], row["cost_usd"])
+    yield tokens
+    yield cost
 
 
 class _Series:

@@ -20,7 +20,7 @@ from corral.operations import Operation
 from corral.render import claim_text
 from corral.server import models as m
 from corral.server.generic import Call, Endpoint, camel, record_model
-from corral.validation import check_id, check_task_id
+from corral.validation import check_id, check_task_id, check_usage
 
 __all__ = ["OPS", "build_ops"]
 
@@ -37,8 +37,16 @@ def _keyed(ep: Endpoint, c: Call, args: dict[str, Any]) -> tuple[Any, ...] | Non
     if ep.op.exception == "waiting_claim":
         return (cluster.store.claim(args["node_id"], role, now, key=key),)
     task_id, node_id = check_task_id(args["task_id"]), args["node_id"]
+    usage = args.get("usage")
     done: tuple[Any, ...] = cluster.store.complete_and_claim(
-        task_id, node_id, args.get("epoch"), args.get("result"), role, now, key=key
+        task_id,
+        node_id,
+        args.get("epoch"),
+        args.get("result"),
+        role,
+        now,
+        key=key,
+        usage=None if usage is None else check_usage(usage),
     )
     return done
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from corral.deadlines import Deadlines
-from corral.errors import CorralError, InvalidInputError
+from corral.errors import BudgetError, CorralError, InvalidInputError
 from corral.model import (
     Assessment,
     CatchUp,
@@ -145,9 +145,16 @@ class Store(ABC):
 
     @abstractmethod
     def heartbeat(
-        self, node_id: str, payload: dict[str, Any], health: str | None, now: float
+        self,
+        node_id: str,
+        payload: dict[str, Any],
+        health: str | None,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Node:
-        """One guarded update of a live node's heartbeat; renews its leases."""
+        """One guarded update of a live node's heartbeat; renews its leases. ``usage``
+        (checked deltas) is added to the node's sums in the same transaction."""
 
     @abstractmethod
     def touch(self, node_id: str, now: float) -> bool:
@@ -187,9 +194,17 @@ class Store(ABC):
 
     @abstractmethod
     def complete(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
-        """Finish a task the node holds (at ``epoch`` if given); ``LeaseError`` otherwise."""
+        """Finish a task the node holds (at ``epoch`` if given); ``LeaseError`` otherwise.
+        ``usage`` (checked deltas) is added to the sums in the same transaction."""
 
     def complete_and_claim(
         self,
@@ -201,33 +216,82 @@ class Store(ABC):
         now: float,
         *,
         key: str | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[Task, Task | None]:
         """Complete a held task and claim the next best one for ``role``: exactly
         ``complete`` then ``claim`` (same checks, same events). A backend may do both in
         one transaction; this default does two. With ``key``, as ``claim``'s: sent
-        again, it answers the finished task and what its claim took."""
+        again, it answers the finished task and what its claim took. A node covered by
+        a spent budget completes and claims nothing (its next ``claim`` is refused)."""
         roles = self.settings().roles
         if role not in roles:  # refuse before the completion: bad input changes nothing
             raise InvalidInputError(
                 f"role must be one of {', '.join(roles)}; got {role!r:.40}", field="role"
             )
-        done = self.complete(task_id, node_id, epoch, result, now)
+        done = self.complete(task_id, node_id, epoch, result, now, usage=usage)
+        if self.budget_spent(node_id, now):
+            return done, None
         return done, self.claim(node_id, role, now, key=key)
 
     @abstractmethod
     def fail(
-        self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        error: str,
+        retry: bool,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
-        """Fail a held task: back to pending while attempts remain and ``retry``."""
+        """Fail a held task: back to pending while attempts remain and ``retry``;
+        ``usage`` added to the sums in the same transaction."""
 
     @abstractmethod
     def report_progress(
-        self, task_id: int, node_id: str, epoch: int | None, note: str | None, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        note: str | None,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
-        """Record progress on a held task (one transaction): its progress time and
+        """Record progress on a held task (one transaction, ``usage`` added to the sums
+        in it): its progress time and
         note, its stuck deadline moved on, a stuck flag cleared (``task_unstuck``
         event). ``LeaseError`` (or ``TaskCancelledError``) when ``node_id`` does not
         hold it at ``epoch``, as a completion."""
+
+    # --- usage and budgets (corral.budgets, docs/guardrails.md) -----------------------
+    @abstractmethod
+    def usage(self, scope: str, start: float, end: float) -> dict[str, Any]:
+        """``scope``'s usage sums over the hours in ``[start, end)``: input_tokens,
+        output_tokens, cost_usd and the number of reports."""
+
+    @abstractmethod
+    def usage_by_scope(self, start: float, end: float) -> list[dict[str, Any]]:
+        """Every scope's sums (but tasks') over ``[start, end)``, ordered by scope."""
+
+    @abstractmethod
+    def budget_refusal(self, node_id: str, now: float) -> None:
+        """Raise ``BudgetError`` (naming the budget and when it frees) when a budget
+        covering ``node_id`` is spent. No read when no budget is set."""
+
+    def budget_spent(self, node_id: str, now: float) -> bool:
+        """Whether a budget covering ``node_id`` is spent (``budget_refusal``)."""
+        try:
+            self.budget_refusal(node_id, now)
+        except BudgetError:
+            return True
+        return False
+
+    @abstractmethod
+    def stop_hard(self, node_id: str, now: float) -> list[int]:
+        """Cancel the tasks in progress in the scope of each spent ``hard`` budget
+        covering ``node_id`` (as ``cancel_task``, actor ``budget``); their ids."""
 
     @abstractmethod
     def stuck_deadline(self) -> float | None:

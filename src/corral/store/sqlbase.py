@@ -41,6 +41,7 @@ from corral.store import (
     sqlspawn,
     sqltasks,
     sqltokens,
+    sqlusage,
     sqlviews,
     sqlworkflows,
 )
@@ -127,9 +128,15 @@ class SQLStore(Store):
         return sqlnodes.set_status(self._db, node_id, status, current_task_id, now)
 
     def heartbeat(
-        self, node_id: str, payload: dict[str, Any], health: str | None, now: float
+        self,
+        node_id: str,
+        payload: dict[str, Any],
+        health: str | None,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Node:
-        return sqlnodes.heartbeat(self._db, node_id, payload, health, now)
+        return sqlnodes.heartbeat(self._db, node_id, payload, health, now, usage)
 
     def touch(self, node_id: str, now: float) -> bool:
         return sqlnodes.touch(self._db, node_id, now)
@@ -147,15 +154,44 @@ class SQLStore(Store):
         return sqltasks.list_tasks(self._db, status, assigned_to, limit)
 
     def fail(
-        self, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        error: str,
+        retry: bool,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
-        return sqltasks.fail(self._db, task_id, node_id, epoch, error, retry, now)
+        return sqltasks.fail(self._db, task_id, node_id, epoch, error, retry, now, usage)
 
     # --- sqlprogress ---------------------------------------------------------
     def report_progress(
-        self, task_id: int, node_id: str, epoch: int | None, note: str | None, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        note: str | None,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
-        return sqlprogress.report_progress(self._db, task_id, node_id, epoch, note, now)
+        return sqlprogress.report_progress(self._db, task_id, node_id, epoch, note, now, usage)
+
+    # --- sqlusage ------------------------------------------------------------
+    def usage(self, scope: str, start: float, end: float) -> dict[str, Any]:
+        return sqlusage.usage(self._db, scope, start, end)
+
+    def usage_by_scope(self, start: float, end: float) -> list[dict[str, Any]]:
+        return sqlusage.usage_by_scope(self._db, start, end)
+
+    def budget_refusal(self, node_id: str, now: float) -> None:
+        sqlusage.budget_refusal(self._db, node_id, now)
+
+    def stop_hard(self, node_id: str, now: float) -> list[int]:
+        spent = sqlusage.hard_budgets_spent(self._db, node_id, now)
+        return sqlusage.stop_hard(self._db, spent, now)
 
     def stuck_deadline(self) -> float | None:
         return sqlprogress.stuck_deadline(self._db)

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from corral import lifecycle
+from corral import budgets, lifecycle
 from corral.config import check_changes, settings_from_rows, timing_changed
 from corral.defaults import MANAGER_ROLE
 from corral.errors import CapacityError, ConflictError, NotFoundError
 from corral.health import health_after_beat
 from corral.model import Node, Registered, Settings, last_seen
-from corral.render import capacity_error_text
-from corral.store import sqltasks
+from corral.render import capacity_error_text, model_cap_error_text
+from corral.store import sqltasks, sqlusage
 from corral.store.base import NodeSpec
 from corral.store.rows import Tx, dumps, node_from_row
 from corral.store.sqldb import Db, live, meta, meta_int, node_record
@@ -83,6 +83,7 @@ def register_node(db: Db, spec: NodeSpec, now: float) -> Registered:
         )
         existing = tx.one("node_live_for_update", id=spec.id)
         live = tx.one("nodes_count_live")["n"]
+        _check_model_cap(tx, spec, existing, s)
         if existing is not None:
             row = _reregister(db, tx, existing, spec, params, live, s, now)
         else:
@@ -120,6 +121,21 @@ def register_node(db: Db, spec: NodeSpec, now: float) -> Registered:
             active_nodes=live,
             max_agents=s.max_agents,
         )
+
+
+def _check_model_cap(tx: Tx, spec: NodeSpec, existing: Any, s: Settings) -> None:
+    """``model_caps``: one more live node of a capped model than its cap is refused
+    as ``max_agents`` refuses (``CapacityError``), under the same registry lock (a
+    bootstrap manager is always admitted; a live node registering again with its
+    model is not one more)."""
+    model = spec.model
+    if model is None or model not in s.model_caps or spec.role == MANAGER_ROLE:
+        return
+    if existing is not None and existing["model"] == model:
+        return
+    live_of_model = sqlusage.model_live_count(tx, model)
+    if budgets.model_cap_reached(model, live_of_model, s.model_caps):
+        raise CapacityError(model_cap_error_text(model, s.model_caps[model]))
 
 
 def _reregister(
@@ -208,7 +224,12 @@ def set_status(db: Db, node_id: str, status: str, current_task_id: int | None, n
 
 
 def heartbeat(
-    db: Db, node_id: str, payload: dict[str, Any], health: str | None, now: float
+    db: Db,
+    node_id: str,
+    payload: dict[str, Any],
+    health: str | None,
+    now: float,
+    usage: dict[str, Any] | None = None,
 ) -> Node:
     encoded = dumps(payload)
     with db.write() as tx:
@@ -226,6 +247,8 @@ def heartbeat(
             new = health_after_beat(old["health"], health)
             if new != old["health"]:
                 db.event(tx, now, "node_health", node_id, old=old["health"], new=new)
+        if usage is not None:
+            sqlusage.record(db, tx, node_id, None, usage, now)
         node = node_record(tx, row)
         named = _task_ids(payload.get("current_tasks"))
         if not named or named == [node.current_task_id]:

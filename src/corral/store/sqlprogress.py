@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.model import Event, Task
+from corral.store import sqlusage
 from corral.store.rows import Tx, task_from_row
 from corral.store.sqldb import Db, enqueue, refuse
 
@@ -23,7 +24,13 @@ _BATCH = 100  # stuck tasks the monitor handles per transaction
 
 
 def report_progress(
-    db: Db, task_id: int, node_id: str, epoch: int | None, note: str | None, now: float
+    db: Db,
+    task_id: int,
+    node_id: str,
+    epoch: int | None,
+    note: str | None,
+    now: float,
+    usage: dict[str, Any] | None = None,
 ) -> Task:
     """Record progress on ``task_id`` held by ``node_id`` (at ``epoch`` when given):
     its deadline moved on, and a task flagged stuck no longer is (a ``task_unstuck``
@@ -35,6 +42,8 @@ def report_progress(
         if row is None or (epoch is not None and row["epoch"] != epoch):
             refuse(tx, task_id, node_id, epoch)
         new = tx.one("task_progress", id=task_id, note=note, now=now)
+        if usage is not None:
+            sqlusage.record(db, tx, node_id, task_id, usage, now)
         if row["stuck_since"] is not None:
             db.event(
                 tx,

@@ -17,6 +17,7 @@ from corral import defaults, lifecycle, scoring
 from corral.backoff import retry_ready_at
 from corral.errors import ConflictError, InvalidInputError, NotFoundError
 from corral.model import Event, Node, Settings, Task, TaskBatch
+from corral.store import sqlusage
 from corral.store.base import TaskMatch, TaskSpec
 from corral.store.rows import Tx, task_from_row
 from corral.store.sqldb import Db, dequeue, enqueue, refuse
@@ -287,7 +288,14 @@ def list_tasks(
 
 
 def fail(
-    db: Db, task_id: int, node_id: str, epoch: int | None, error: str, retry: bool, now: float
+    db: Db,
+    task_id: int,
+    node_id: str,
+    epoch: int | None,
+    error: str,
+    retry: bool,
+    now: float,
+    usage: dict[str, Any] | None = None,
 ) -> Task:
     with db.write() as tx:
         # Node row, then its task: the order every transaction locks them in, so
@@ -297,6 +305,8 @@ def fail(
         row = tx.one("task_held_for_update", id=task_id, node_id=node_id)
         if row is None or (epoch is not None and row["epoch"] != epoch):
             refuse(tx, task_id, node_id, epoch)
+        if usage is not None:
+            sqlusage.record(db, tx, node_id, task_id, usage, now)
         if retry and row["attempts"] < row["max_attempts"]:
             task = requeue(
                 db,

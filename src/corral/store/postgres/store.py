@@ -24,7 +24,7 @@ import psycopg.errors
 from corral import lifecycle, scoring
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
-from corral.store import claimkeys, sqltasks
+from corral.store import claimkeys, sqltasks, sqlusage
 from corral.store.base import TaskSpec
 from corral.store.postgres.dedicated import Leader, Listener
 from corral.store.postgres.session import _QUERIES, Sessions, _Tx
@@ -168,6 +168,7 @@ class PostgresStore(SQLStore):
         return held
 
     def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
+        sqlusage.budget_refusal(self._db, node_id, now)  # no read without budgets
         if key is None:
             return self._claim(node_id, role, now, None)
         try:  # the statement records the key, or fails if it is recorded already
@@ -216,10 +217,24 @@ class PostgresStore(SQLStore):
             refresh = True  # the settings changed under us: re-check the role, retry
 
     def complete(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
         text = None if result is None else _dumps(result)
         params = _completion(task_id, node_id, epoch, text, now)
+        if usage is not None:  # the completion and the usage in one transaction
+            self._claimed.pop(task_id, None)
+            rows = self._with_usage("complete_full", params, task_id, node_id, usage, now)
+            if not rows:
+                with self._read() as tx:
+                    refuse(tx, task_id, node_id, epoch)  # raises
+            return _task(rows[0], 0, self._tail)
         held = self._held(task_id, epoch)
         if held is not None:
             lean, done = self._hot("complete_lean_quiet", params)[0]
@@ -244,14 +259,19 @@ class PostgresStore(SQLStore):
         now: float,
         *,
         key: str | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[Task, Task | None]:
         """One statement, one commit: a worker's finish-then-next costs one round trip.
         With ``key``: the statement records it, or fails (taking nothing) if it is
-        recorded already, and then the answer is the record's."""
+        recorded already, and then the answer is the record's. With ``usage``, the
+        statement and the usage's in one transaction. A node covered by a spent
+        budget completes and claims nothing."""
+        if self.budget_spent(node_id, now):  # no read without budgets
+            return self.complete(task_id, node_id, epoch, result, now, usage=usage), None
         if key is None:
-            return self._complete_and_claim(task_id, node_id, epoch, result, role, now, None)
+            return self._complete_and_claim(task_id, node_id, epoch, result, role, now, None, usage)
         try:
-            return self._complete_and_claim(task_id, node_id, epoch, result, role, now, key)
+            return self._complete_and_claim(task_id, node_id, epoch, result, role, now, key, usage)
         except (psycopg.errors.UniqueViolation, LeaseError) as exc:
             refused = exc  # sent again: the completion is refused, or the key recorded
         with self._read() as tx:
@@ -271,6 +291,7 @@ class PostgresStore(SQLStore):
         role: str,
         now: float,
         key: str | None,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[Task, Task | None]:
         version = self._settings_for(role)  # bad input changes nothing
         text = None if result is None else _dumps(result)
@@ -285,7 +306,7 @@ class PostgresStore(SQLStore):
             "session_id": str(uuid.uuid4()),
         }
         held = self._held(task_id, epoch)
-        if held is not None and self._lean.get(node_id, False):
+        if usage is None and held is not None and self._lean.get(node_id, False):
             row = self._hot("complete_claim_lean_quiet", params)[0]
             fresh, lean = row[0], row[1]
             if lean:
@@ -299,7 +320,10 @@ class PostgresStore(SQLStore):
                     return done, None
                 return done, self._remember(row, 3)
             self._lean[node_id] = False  # the node needs its update: the full statement
-        rows = self._hot("complete_claim_full", params)
+        if usage is None:
+            rows = self._hot("complete_claim_full", params)
+        else:
+            rows = self._with_usage("complete_claim_full", params, task_id, node_id, usage, now)
         if not rows:
             with self._read() as tx:
                 refuse(tx, task_id, node_id, epoch)  # raises
@@ -311,6 +335,26 @@ class PostgresStore(SQLStore):
         if parts["done"][0]:
             return done, None
         return done, self._claim(node_id, role, now, key)  # the settings changed: claim anew
+
+    def _with_usage(
+        self,
+        name: str,
+        params: dict[str, Any],
+        task_id: int,
+        node_id: str,
+        usage: dict[str, Any],
+        now: float,
+    ) -> list[tuple[Any, ...]]:
+        """Hot statement ``name`` and the usage's upsert in one transaction (the usage
+        only when the statement finished the task); its rows as tuples."""
+        with self._write() as tx:
+            rows = [tuple(r.values()) for r in tx.all(name, **params)]
+            if rows:
+                cached = self._db.settings_cache
+                if cached is None or cached[1].budgets:  # it may write a budget event
+                    tx.one("event_seqs_reserve", n=2)
+                sqlusage.record(self._db, tx, node_id, task_id, usage, now)
+        return rows
 
     def add_tasks(self, specs: list[TaskSpec], now: float) -> list[Task]:
         if not specs:

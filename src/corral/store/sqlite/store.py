@@ -40,7 +40,7 @@ from corral.defaults import (
 )
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
-from corral.store import claimkeys
+from corral.store import claimkeys, sqlusage
 from corral.store.base import LockHolder, WouldBlock
 from corral.store.queries import load_queries, migrations
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
@@ -572,6 +572,7 @@ class SQLiteStore(SQLStore):
         tx.run("node_now_idle", node_id=node_id, id=task_id, now=now)
 
     def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
+        sqlusage.budget_refusal(self._db, node_id, now)  # no read without budgets
         tx = self._begin()
         try:
             check_role(self._db, tx, role)
@@ -628,11 +629,20 @@ class SQLiteStore(SQLStore):
         return found
 
     def complete(
-        self, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+        self,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        now: float,
+        *,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
         tx = self._begin()
         try:
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
+            if usage is not None:
+                sqlusage.record(self._db, tx, node_id, task_id, usage, now)
             self._done_with(tx, node_id, task_id, now)
         except BaseException as exc:
             self._abort(tx, exc)
@@ -650,16 +660,21 @@ class SQLiteStore(SQLStore):
         now: float,
         *,
         key: str | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> tuple[Task, Task | None]:
         """One transaction: a worker's finish-then-next costs one commit, not two.
         With ``key``: recorded with the claim, or, sent again (the completion refused,
-        or the key recorded), the answer the first one had."""
+        or the key recorded), the answer the first one had. A node covered by a spent
+        budget completes and claims nothing."""
+        spent = self.budget_spent(node_id, now)  # no read without budgets
         tx = self._begin()
         refused: LeaseError | None = None
         try:
             check_role(self._db, tx, role)
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
-            nxt = self._claim_in(tx, node_id, role, now)
+            if usage is not None:
+                sqlusage.record(self._db, tx, node_id, task_id, usage, now)
+            nxt = None if spent else self._claim_in(tx, node_id, role, now)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)
             taken = None if nxt is None else task_from_task_row(nxt)

@@ -1402,3 +1402,70 @@ ORDER BY claimed_at + timeout LIMIT :limit;
 -- The holders whose every task in progress is flagged stuck (read_state shows them).
 SELECT assigned_to AS id FROM tasks WHERE status = 'in_progress'
 GROUP BY assigned_to HAVING count(*) = count(stuck_since);
+
+-- name: usage_add
+-- A usage report added to the hour's bucket of every scope it counts for
+-- (budgets.scopes_of): the cluster, the node, its role and model (read from its live
+-- row), its pool, the task. One statement in the reporting operation's transaction.
+INSERT INTO usage_buckets (scope, start, input_tokens, output_tokens, cost_micros, reports)
+SELECT s.scope, :hour, :input_tokens, :output_tokens, :cost_micros, 1
+FROM (
+    SELECT 'cluster' AS scope
+    UNION ALL SELECT 'node:' || :node_id::text
+    UNION ALL SELECT 'pool:' || :pool::text WHERE :pool::text IS NOT NULL
+    UNION ALL SELECT 'task:' || :task_id::bigint WHERE :task_id::bigint IS NOT NULL
+    UNION ALL SELECT 'role:' || role FROM nodes
+              WHERE id = :node_id::text AND terminated_at IS NULL
+    UNION ALL SELECT 'model:' || model FROM nodes
+              WHERE id = :node_id::text AND terminated_at IS NULL AND model IS NOT NULL
+    -- (a fixed order: two reports lock their rows in the same order, no deadlock)
+    ORDER BY 1
+) AS s
+ON CONFLICT (scope, start) DO UPDATE SET
+    input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
+    output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
+    cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
+    reports = usage_buckets.reports + 1;
+
+-- name: usage_sum
+-- A scope's sums over the hours in [start, end).
+SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
+       coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
+       coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
+       coalesce(sum(reports), 0)::bigint AS reports
+FROM usage_buckets WHERE scope = :scope AND start >= :start AND start < :end;
+
+-- name: usage_scopes
+-- Every scope's sums over the hours in [start, end) (/metrics).
+SELECT scope, sum(input_tokens)::bigint AS input_tokens,
+       sum(output_tokens)::bigint AS output_tokens,
+       sum(cost_micros)::bigint AS cost_micros, sum(reports)::bigint AS reports
+FROM usage_buckets WHERE start >= :start AND start < :end AND scope NOT LIKE 'task:%'
+GROUP BY scope ORDER BY scope;
+
+-- name: budget_mark_get
+SELECT mark FROM budget_marks WHERE budget = :budget AND window_start = :window_start
+FOR UPDATE;
+
+-- name: budget_mark_put
+INSERT INTO budget_marks (budget, window_start, mark) VALUES (:budget, :window_start, :mark)
+ON CONFLICT (budget, window_start) DO UPDATE SET mark = excluded.mark;
+
+-- name: nodes_count_live_model
+-- A capped model's live nodes (nodes_live_model), under the registry lock.
+SELECT count(*) AS n FROM nodes WHERE model = :model AND terminated_at IS NULL;
+
+-- name: node_live_scope
+-- What a node's budgets are matched on: its role and model.
+SELECT role, model FROM nodes WHERE id = :node_id AND terminated_at IS NULL;
+
+-- name: tasks_in_progress_holders
+-- The tasks in progress with their holders' role and model (a hard budget's stop).
+SELECT t.id, t.assigned_to, n.role, n.model
+FROM tasks t JOIN nodes n ON n.id = t.assigned_to AND n.terminated_at IS NULL
+WHERE t.status = 'in_progress' ORDER BY t.id;
+
+-- name: event_seqs_reserve
+-- Take the seqs a hot statement numbered by hand ((xid << 20) + 0 and + 1) in this
+-- transaction, so an event written after it in the same transaction numbers past them.
+SELECT corral_event_seqs(:n::integer) AS base;

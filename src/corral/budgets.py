@@ -1,0 +1,247 @@
+"""Usage, budgets and per-model caps: the pure rules (docs/guardrails.md). No I/O, no
+clock reads: ``now`` is an argument.
+
+- **Usage** is reported as deltas ``{input_tokens, output_tokens, cost_usd}``; the
+  store adds each report to hourly buckets (``bucket_start``) of every scope it
+  counts for (``scopes_of``): ``cluster``, ``task:N``, ``node:ID``, ``role:R``,
+  ``model:M`` and ``pool:P`` (a pool member is the node ``<pool>-<n>``,
+  corral.fleet.pools). Cost is kept in micro-dollars (integers), so concurrent
+  reports sum exactly.
+- **Windows** are fixed and aligned to the epoch (UTC): ``1h`` is the current hour,
+  ``5h`` the current five-hour block, ``1d`` the current UTC day, ``7d`` the current
+  seven-day block (``window_bounds``). A window rolls over at its end, which is when
+  a spent budget frees.
+- **Budgets** (``budgets`` setting): ``{scope, window, tokens, cost_usd, hard}``; a
+  budget is spent when either limit it sets is reached (``fraction_used`` >= 1); at
+  ``WARN_AT`` of it an event says so.
+- **Model caps** (``model_caps`` setting): at most N live nodes of a model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from corral.errors import InvalidInputError
+from corral.validation import check_text
+
+__all__ = [
+    "BUDGET_KEYS",
+    "HOUR",
+    "MICROS",
+    "WARN_AT",
+    "WINDOWS",
+    "Budget",
+    "bucket_start",
+    "budget_text",
+    "check_budgets",
+    "check_model_caps",
+    "check_scope",
+    "crossed",
+    "fraction_used",
+    "model_cap_reached",
+    "pool_of",
+    "scope_covers",
+    "scopes_of",
+    "window_bounds",
+]
+
+HOUR = 3600.0
+WINDOWS: dict[str, float] = {"1h": HOUR, "5h": 5 * HOUR, "1d": 24 * HOUR, "7d": 7 * 24 * HOUR}
+WARN_AT = 0.8  # a budget this far spent is announced (an event and an alert)
+MICROS = 1_000_000  # cost is kept in micro-dollars: integer sums are exact
+BUDGET_KEYS = ("scope", "window", "tokens", "cost_usd", "hard")
+_SCOPE_KINDS = ("role", "model", "pool", "node", "task")
+_MEMBER = re.compile(r"^(.+)-[0-9]+$")
+
+
+def bucket_start(now: float) -> float:
+    """The start of the hourly bucket ``now`` falls in."""
+    return math.floor(now / HOUR) * HOUR
+
+
+def window_bounds(window: str, now: float) -> tuple[float, float]:
+    """``[start, end)`` of the ``window`` (``WINDOWS``) that holds ``now``."""
+    size = WINDOWS[window]
+    start = math.floor(now / size) * size
+    return start, start + size
+
+
+def pool_of(node_id: str) -> str | None:
+    """The pool a node is a member of: ``dev`` for ``dev-3`` (the fleet's naming),
+    None for a node not named ``<pool>-<n>``."""
+    m = _MEMBER.match(node_id)
+    return None if m is None else m.group(1)
+
+
+def scopes_of(
+    node_id: str, role: str | None, model: str | None, task_id: int | None = None
+) -> list[str]:
+    """Every scope a report by ``node_id`` (of ``role`` and ``model``, on ``task_id``)
+    counts for."""
+    out = ["cluster", f"node:{node_id}"]
+    if role is not None:
+        out.append(f"role:{role}")
+    if model is not None:
+        out.append(f"model:{model}")
+    pool = pool_of(node_id)
+    if pool is not None:
+        out.append(f"pool:{pool}")
+    if task_id is not None:
+        out.append(f"task:{task_id}")
+    return out
+
+
+def scope_covers(scope: str, node_id: str, role: str | None, model: str | None) -> bool:
+    """Whether a budget of ``scope`` covers the node (its claims, its pool's spawns)."""
+    return scope in scopes_of(node_id, role, model)
+
+
+def check_scope(value: Any, field: str = "scope") -> str:
+    """``cluster`` or ``KIND:NAME`` (kind one of role, model, pool, node, task)."""
+    if value == "cluster":
+        return "cluster"
+    if isinstance(value, str) and ":" in value:
+        kind, _, name = value.partition(":")
+        if kind in _SCOPE_KINDS and name:
+            check_text(name, field, max_len=200, allow_empty=False)
+            return value
+    raise InvalidInputError(
+        f"{field} must be cluster, or role:R, model:M, pool:P, node:N or task:T; got {value!r:.60}",
+        field=field,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One budget of the ``budgets`` setting: at most ``tokens`` (input + output) and
+    ``cost_usd`` in each ``window`` for ``scope`` (None: no limit of that kind);
+    ``hard`` also stops the tasks in progress in scope once spent."""
+
+    scope: str
+    window: str
+    tokens: int | None = None
+    cost_usd: float | None = None
+    hard: bool = False
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> Budget:
+        return cls(
+            scope=d["scope"],
+            window=d["window"],
+            tokens=d.get("tokens"),
+            cost_usd=d.get("cost_usd"),
+            hard=bool(d.get("hard", False)),
+        )
+
+    @property
+    def name(self) -> str:
+        limits = []
+        if self.tokens is not None:
+            limits.append(f"{self.tokens} tokens")
+        if self.cost_usd is not None:
+            limits.append(f"${self.cost_usd:g}")
+        return f"{self.scope} budget of {' and '.join(limits)} per {self.window}"
+
+
+def check_budgets(value: Any, field: str = "budgets") -> list[dict[str, Any]]:
+    """The ``budgets`` setting, each item checked: a known scope and window, at least
+    one of ``tokens`` (a positive integer) and ``cost_usd`` (a positive number),
+    ``hard`` true or false; unknown keys refused."""
+    if not isinstance(value, list | tuple):
+        raise InvalidInputError(f"{field} must be a list of budgets", field=field)
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidInputError(f"{where} must be an object", field=field)
+        unknown = sorted(set(item) - set(BUDGET_KEYS))
+        if unknown:
+            raise InvalidInputError(
+                f"{where} has unknown keys {unknown}; known: {', '.join(BUDGET_KEYS)}",
+                field=field,
+            )
+        scope = check_scope(item.get("scope"), f"{where}.scope")
+        window = item.get("window")
+        if window not in WINDOWS:
+            raise InvalidInputError(
+                f"{where}.window must be one of {', '.join(WINDOWS)}; got {window!r:.40}",
+                field=field,
+            )
+        budget: dict[str, Any] = {"scope": scope, "window": window}
+        tokens, cost = item.get("tokens"), item.get("cost_usd")
+        if tokens is None and cost is None:
+            raise InvalidInputError(f"{where} sets neither tokens nor cost_usd", field=field)
+        if tokens is not None:
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+                raise InvalidInputError(
+                    f"{where}.tokens must be a positive integer; got {tokens!r:.40}", field=field
+                )
+            budget["tokens"] = tokens
+        if cost is not None:
+            if (
+                isinstance(cost, bool)
+                or not isinstance(cost, int | float)
+                or not math.isfinite(cost)
+                or cost <= 0
+            ):
+                raise InvalidInputError(
+                    f"{where}.cost_usd must be a positive number; got {cost!r:.40}", field=field
+                )
+            budget["cost_usd"] = float(cost)
+        hard = item.get("hard", False)
+        if not isinstance(hard, bool):
+            raise InvalidInputError(f"{where}.hard must be true or false", field=field)
+        budget["hard"] = hard
+        out.append(budget)
+    return out
+
+
+def check_model_caps(value: Any, field: str = "model_caps") -> dict[str, int]:
+    """The ``model_caps`` setting: model names to a positive number of live nodes."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{field} must map model names to node counts", field=field)
+    out: dict[str, int] = {}
+    for model, cap in value.items():
+        check_text(model, f"{field} model", max_len=200, allow_empty=False)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise InvalidInputError(
+                f"{field}[{model}] must be a non-negative integer; got {cap!r:.40}", field=field
+            )
+        out[model] = cap
+    return out
+
+
+def model_cap_reached(model: str | None, live_of_model: int, caps: Mapping[str, int]) -> bool:
+    """Whether one more live node of ``model`` would exceed its cap (a model without
+    a cap never is)."""
+    if model is None or model not in caps:
+        return False
+    return live_of_model >= caps[model]
+
+
+def fraction_used(budget: Budget, tokens: int, cost_micros: int) -> float:
+    """How much of ``budget`` the window's usage has spent: the larger of its limits'
+    fractions (1.0 or more: spent)."""
+    used = 0.0
+    if budget.tokens is not None:
+        used = max(used, tokens / budget.tokens)
+    if budget.cost_usd is not None:
+        used = max(used, cost_micros / (budget.cost_usd * MICROS))
+    return used
+
+
+def crossed(before: float, after: float) -> list[float]:
+    """The thresholds (``WARN_AT``, 1.0) a report took a budget across."""
+    return [t for t in (WARN_AT, 1.0) if before < t <= after]
+
+
+def budget_text(budget: Budget, used: float, frees_at: float) -> str:
+    """The refusal of a claim: which budget, and when its window frees it."""
+    return (
+        f"{budget.name} is spent ({used:.0%} used); it frees at {frees_at:.0f}"
+        f" (the {budget.window} window's end, seconds since the epoch)"
+    )

@@ -1,0 +1,26 @@
+-- Usage and spend, budgets and per-model caps (docs/guardrails.md, corral.budgets).
+--
+-- usage_buckets: the sums of the usage reports (complete_task, fail_task,
+-- report_progress, heartbeat) per scope ('cluster', 'task:N', 'node:ID', 'role:R',
+-- 'model:M', 'pool:P') and hour (start: the hour's first second). A report adds to
+-- the rows of every scope it counts for in one upsert, in its operation's own
+-- transaction; cost is in micro-dollars so concurrent reports sum exactly. A day or a
+-- longer window is the sum of its hours. budget_marks: the highest threshold (0.8 or
+-- 1.0) each budget's current window has been announced at, so a crossing is one event.
+-- nodes_live_model: a capped model's live nodes, counted at registration.
+CREATE TABLE usage_buckets (
+    scope         TEXT NOT NULL,
+    start         REAL NOT NULL,
+    input_tokens  INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_micros   INTEGER NOT NULL DEFAULT 0,
+    reports       INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, start)
+) WITHOUT ROWID;
+CREATE TABLE budget_marks (
+    budget        TEXT NOT NULL,
+    window_start  REAL NOT NULL,
+    mark          REAL NOT NULL,
+    PRIMARY KEY (budget, window_start)
+) WITHOUT ROWID;
+CREATE INDEX nodes_live_model ON nodes (model) WHERE terminated_at IS NULL;
