@@ -15,7 +15,7 @@ from corral import BudgetError, CapacityError, InvalidInputError
 from corral.clock import FakeClock
 from corral.model import Task
 from corral.types import Client
-from tests.contract._world import T0, kinds, world
+from tests.contract._world import kinds, world
 
 OPERATIONS = ("usage",)
 BAD_INPUT = ("usage",)
@@ -178,9 +178,7 @@ def test_complete_and_claim_under_a_spent_budget_completes_and_claims_nothing(
 def test_a_hard_budget_stops_the_tasks_in_progress_in_its_scope(cluster: Client) -> None:
     """With ``hard = true`` the spent budget's tasks in progress are cancelled (actor
     ``budget``); a task out of scope runs on."""
-    cluster.configure(
-        budgets=[{"scope": "model:opus", "window": "1d", "tokens": 10, "hard": True}]
-    )
+    cluster.configure(budgets=[{"scope": "model:opus", "window": "1d", "tokens": 10, "hard": True}])
     first = _claimed(cluster, "dev-1")
     second = _claimed(cluster, "dev-2")
     other = _claimed(cluster, "dev-3", model="sonnet")
