@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "crossed",
     "fraction_used",
     "model_cap_reached",
+    "pool_hold",
     "pool_of",
     "scope_covers",
     "scopes_of",
@@ -221,6 +222,31 @@ def model_cap_reached(model: str | None, live_of_model: int, caps: Mapping[str, 
     if model is None or model not in caps:
         return False
     return live_of_model >= caps[model]
+
+
+def pool_hold(
+    pool: str,
+    role: str,
+    model: str | None,
+    used: Mapping[tuple[str, str], tuple[int, int]],
+    budgets: Sequence[Mapping[str, Any]],
+    caps: Mapping[str, int],
+    live_of_model: int,
+) -> str | None:
+    """Why pool ``pool`` (of ``role``, its members of ``model``) may not spawn now, or
+    None: a spent budget covering it (``used``: each budget's scope and window to its
+    tokens and cost in micro-dollars), or its model at its cap (``live_of_model``:
+    the model's live and starting nodes)."""
+    scopes = {"cluster", f"role:{role}", f"pool:{pool}"} | ({f"model:{model}"} if model else set())
+    for b in (Budget.of(d) for d in budgets):
+        if b.scope not in scopes:
+            continue
+        tokens, micros = used.get((b.scope, b.window), (0, 0))
+        if fraction_used(b, tokens, micros) >= 1.0:
+            return f"budget spent: {b.name}"
+    if model_cap_reached(model, live_of_model, caps):
+        return f"model {model} at its cap ({caps[model or '']} live nodes)"
+    return None
 
 
 def fraction_used(budget: Budget, tokens: int, cost_micros: int) -> float:

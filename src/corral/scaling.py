@@ -157,11 +157,21 @@ def _target(role: str, limits: PoolLimits, pool: PoolState, fleet: FleetView) ->
 
 
 def decide(
-    role: str, limits: PoolLimits, pool: PoolState, fleet: FleetView, now: float
+    role: str,
+    limits: PoolLimits,
+    pool: PoolState,
+    fleet: FleetView,
+    now: float,
+    *,
+    hold: str | None = None,
 ) -> Decision:
-    """The pool's decision at ``now``; see the module docstring."""
+    """The pool's decision at ``now``; see the module docstring. ``hold``: why the
+    pool may not grow now (a spent budget in its scope, its model at its cap:
+    corral.budgets), so it spawns and asks for nothing, saying why; it still retires."""
     want, reason = _target(role, limits, pool, fleet)
     planned = pool.members + pool.requested
+    if want > planned and hold is not None:
+        return Decision(planned, 0, "none", hold)
     if want > planned:
         headroom = fleet.max_agents - fleet.live
         if headroom <= 0:

@@ -74,7 +74,7 @@ __all__ = [
     "read_seed",
 ]
 
-_POOL_KEYS = frozenset({"id", "role", "min", "max", "cooldown", "scale"})
+_POOL_KEYS = frozenset({"id", "role", "min", "max", "cooldown", "scale", "model"})
 _AGENT_LIKE = frozenset(
     {
         "cmd",
@@ -114,6 +114,7 @@ class PoolSpec:
     role: str
     limits: PoolLimits
     template: AgentSpec  # id = the pool's id; members differ by id only
+    model: str | None = None  # the model its members run (model_caps and model budgets)
 
     def member(self, n: int) -> AgentSpec:
         """The spec of member ``n`` (``<pool>-<n>``)."""
@@ -209,6 +210,7 @@ def _pools(path: str, raw: Any, sup: Manifest) -> tuple[PoolSpec, ...]:
             role = f.string("role", None)
             if not _ROLE.fullmatch(role):
                 raise f.error("role", "must be a lower-case role name (letters, digits, _ or -)")
+            model = f.string("model", None)
             lo = f.integer("min", 0, minimum=0)
             hi = f.integer("max", max(lo, 1), minimum=1)
             if hi < lo:
@@ -236,8 +238,10 @@ def _pools(path: str, raw: Any, sup: Manifest) -> tuple[PoolSpec, ...]:
             if dep not in sup.ids:
                 raise PoolError(path, f"unknown agent {dep}", pool=pid, field="depends_on")
         env = {**template.env, "CORRAL_POOL": pid, "CORRAL_ROLE": role}
+        if model is not None:
+            env["CORRAL_MODEL"] = model
         template = replace(template, restart="on-failure", env=MappingProxyType(env))
-        out.append(PoolSpec(pid, role, limits, template))
+        out.append(PoolSpec(pid, role, limits, template, model))
     return tuple(out)
 
 

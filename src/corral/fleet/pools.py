@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from corral.budgets import MICROS, pool_hold
 from corral.errors import CorralError
 from corral.fleet.manifest import FleetManifest, PoolSpec
 from corral.fleet.requests import Look, Requests, unwanted
@@ -89,6 +90,9 @@ class Observation:
     idle_timeout: float
     nodes: dict[str, Node]  # the newest incarnation of every node, by id
     requests: Look = field(default_factory=Look)  # the ask-mode pools' spawn requests
+    # Why a pool may not grow: a spent budget in its scope (corral.budgets.pool_hold)
+    holds: dict[str, str] = field(default_factory=dict)
+    model_caps: dict[str, int] = field(default_factory=dict)
 
 
 class FleetSupervisor(Supervisor):
@@ -162,7 +166,44 @@ class FleetSupervisor(Supervisor):
             float(s.idle_timeout_seconds),
             nodes,
             Look() if self.requests is None else self.requests.look(),
+            self._budget_holds(s.budgets),
+            dict(s.model_caps),
         )
+
+    def _budget_holds(self, budgets: list[dict[str, Any]]) -> dict[str, str]:
+        """Each pool covered by a spent budget, and why (a read of each budget's
+        usage; none without budgets)."""
+        if not budgets:
+            return {}
+        used: dict[tuple[str, str], tuple[int, int]] = {}
+        for b in budgets:
+            key = (b["scope"], b["window"])
+            if key not in used:
+                u = self.client.usage(*key)
+                used[key] = (u.input_tokens + u.output_tokens, round(u.cost_usd * MICROS))
+        holds = {}
+        for rt in self.pools.values():
+            p = rt.spec
+            why = pool_hold(p.id, p.role, p.model, used, budgets, {}, 0)
+            if why is not None:
+                holds[p.id] = why
+        return holds
+
+    def _hold(self, pool: PoolSpec, seen: Observation, starting: list[str]) -> str | None:
+        """Why ``pool`` may not grow now: a spent budget, or its model at its cap (its
+        live nodes and the members of its model's pools still starting)."""
+        if pool.id in seen.holds:
+            return seen.holds[pool.id]
+        if pool.model is None or pool.model not in seen.model_caps:
+            return None
+        live = sum(
+            1 for n in seen.nodes.values() if n.status != "terminated" and n.model == pool.model
+        )
+        same = {p.spec.id for p in self.pools.values() if p.spec.model == pool.model}
+        live += sum(
+            1 for a in starting if (p := self.fleet.pool_of(a)) is not None and p.id in same
+        )
+        return pool_hold(pool.id, pool.role, pool.model, {}, [], seen.model_caps, live)
 
     # ---- ask mode: corral ctl requests | accept ID | decline ID --------------------
 
@@ -228,8 +269,14 @@ class FleetSupervisor(Supervisor):
                 rt.last_direction = 0
             accepted = asks.accepted.get(pool.id, [])
             waiting = 0
+            hold = self._hold(pool, seen, starting)
             for req in accepted:  # an operator's yes: spawned when there is room
-                if live < seen.max_agents and self._deps_ready(pool) and self.requests:
+                if (
+                    live < seen.max_agents
+                    and hold is None
+                    and self._deps_ready(pool)
+                    and self.requests
+                ):
                     member = self._add_member(rt, now, f"request {req} accepted")
                     fulfil = functools.partial(self.requests.fulfilled, req, member)
                     self._writes.append((fulfil, None))
@@ -250,9 +297,9 @@ class FleetSupervisor(Supervisor):
             view = FleetView(seen.recommendation, seen.pending, live, seen.max_agents)
             pending = asks.pending.get(pool.id, [])
             if self.requests is not None and pending:
-                pending = self._withdraw(pool, state, view, pending)
+                pending = self._withdraw(pool, state, view, pending, hold)
             state = replace(state, requested=waiting + len(pending))
-            d = decide(pool.role, pool.limits, state, view, now)
+            d = decide(pool.role, pool.limits, state, view, now, hold=hold)
             rt.last_decision = d
             out[pool.id] = d
             if d.action == "spawn" and self._deps_ready(pool):
@@ -283,14 +330,23 @@ class FleetSupervisor(Supervisor):
         return out
 
     def _withdraw(
-        self, pool: PoolSpec, state: PoolState, view: FleetView, pending: list[int]
+        self,
+        pool: PoolSpec,
+        state: PoolState,
+        view: FleetView,
+        pending: list[int],
+        hold: str | None = None,
     ) -> list[int]:
-        """Withdraw the pool's pending requests it no longer wants (newest first);
-        the ones still pending."""
+        """Withdraw the pool's pending requests it no longer wants (newest first), or
+        every one while it may not grow (``hold`` says why); the ones still pending."""
         n = unwanted(pool.role, pool.limits, state, view, len(pending))
+        if hold is not None:
+            n = len(pending)
         if n == 0 or self.requests is None:
             return pending
         why = f"no longer wanted: {view.recommendation}: {_counts(view, state)}"
+        if hold is not None:
+            why = f"withdrawn: {hold}"
         keep, drop = pending[: len(pending) - n], pending[len(pending) - n :]
         for req in reversed(drop):
             done = functools.partial(
