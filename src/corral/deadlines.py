@@ -40,6 +40,9 @@ class Deadlines:
     # of a run with a timeout (its claim plus its timeout).
     task_ready_at: float | None = None
     task_timeout_at: float | None = None
+    # The earliest stuck deadline of a task in progress (its last progress plus its
+    # progress_timeout; docs/guardrails.md).
+    stuck_at: float | None = None
 
 
 def death_at(node: Node, settings: Settings) -> float | None:

@@ -88,7 +88,7 @@ DUTIES: tuple[Duty, ...] = (
     # deadline, flagged, requeued or failed by the stuck_action setting.
     Duty(
         "stuck_tasks",
-        lambda store, due, last: store.stuck_deadline(),
+        lambda store, due, last: due.stuck_at,
         lambda store, now: store.act_on_stuck(now),
     ),
     Duty(

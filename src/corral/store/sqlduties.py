@@ -33,7 +33,7 @@ def deadlines(db: Db) -> Deadlines:
     # version, whose settings are read only when they changed.
     row = db.read_row("deadline_heads")
     assert row is not None  # scalar subqueries: always one row
-    dead, idle, version, wd = row
+    dead, idle, version, wd, stuck = row
     s = db.settings_now(version)
     last = (_loads(wd) if wd else {}).get("last_assessment")
     retire = None if idle is None else idle + s.idle_limit
@@ -44,6 +44,7 @@ def deadlines(db: Db) -> Deadlines:
         assess_at=(last or 0.0) + s.workload_assessment_interval,
         task_ready_at=_after_locked(ready, db.locked.get("ready")),
         task_timeout_at=timeout,
+        stuck_at=stuck,
     )
 
 

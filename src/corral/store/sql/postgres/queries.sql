@@ -165,13 +165,16 @@ SELECT 1 AS n FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
 -- name: deadline_heads
 -- The monitor's wake-up read, one statement: the heads of nodes_dead_at and
 -- nodes_idle_since (one index entry each, whatever the fleet's size), the settings'
--- version and the work distribution (its last assessment).
+-- version and the work distribution (its last assessment), and the head of
+-- tasks_stuck_at (the next stuck deadline).
 SELECT (SELECT dead_at FROM nodes WHERE status <> 'terminated'
         ORDER BY dead_at LIMIT 1) AS dead,
        (SELECT idle_since FROM nodes WHERE status = 'idle' AND role <> 'bootstrap_manager'
         ORDER BY idle_since LIMIT 1) AS idle,
        (SELECT value FROM meta WHERE key = 'settings_version') AS settings_version,
-       (SELECT value FROM meta WHERE key = 'work_distribution') AS work_distribution;
+       (SELECT value FROM meta WHERE key = 'work_distribution') AS work_distribution,
+       (SELECT stuck_at FROM tasks WHERE stuck_at IS NOT NULL AND status = 'in_progress'
+        ORDER BY stuck_at LIMIT 1) AS stuck;
 
 -- name: task_insert
 INSERT INTO tasks (title, description, priority, role, roles, status, max_attempts,
