@@ -20,7 +20,9 @@ The conditions, each with its subject (what the rate limit counts per):
 - ``spawn_request_pending`` (``spawn_request:ID``): pending longer than
   ``alert_spawn_pending_seconds``;
 - ``workflow_past_deadline`` (``workflow_run:ID``): an idle run whose earliest waiter
-  deadline has passed.
+  deadline has passed;
+- ``budget`` (``budget:NAME``): a ``budget_warning`` (80% of a budget spent) or
+  ``budget_spent`` (100%) event (docs/guardrails.md).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ CONDITIONS = (
     "crash_loop",
     "spawn_request_pending",
     "workflow_past_deadline",
+    "budget",
 )
 
 # The [alerts] table of a fleet manifest: its keys are the settings' names without
@@ -200,6 +203,25 @@ def from_event(e: Event) -> list[Alert]:
                 f" (task now {d.get('outcome')})",
                 e.node_id,
                 {"task_id": e.task_id, "outcome": d.get("outcome"), "event_seq": e.seq},
+            )
+        )
+    if e.kind in ("budget_warning", "budget_spent"):
+        spent = e.kind == "budget_spent"
+        found.append(
+            Alert(
+                "budget",
+                f"budget:{d.get('budget')}",
+                f"{d.get('budget')} is {'spent' if spent else 'at 80%'}"
+                f" ({float(d.get('used') or 0):.0%} used; the window frees at"
+                f" {float(d.get('frees_at') or 0):.0f})",
+                e.node_id,
+                {
+                    "budget": d.get("budget"),
+                    "event": e.kind,
+                    "used": d.get("used"),
+                    "frees_at": d.get("frees_at"),
+                    "event_seq": e.seq,
+                },
             )
         )
     if d.get("outcome") == "failed" and e.task_id is not None:

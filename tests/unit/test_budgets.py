@@ -102,3 +102,17 @@ def test_the_refusal_names_the_budget_and_when_it_frees() -> None:
     text = b.budget_text(b.Budget("role:developer", "1h", tokens=100), 1.05, 1_700_002_800.0)
     assert text.startswith("role:developer budget of 100 tokens per 1h is spent (105% used)")
     assert "frees at 1700002800" in text
+
+
+def test_a_budget_event_is_an_alert() -> None:
+    """``budget_warning`` and ``budget_spent`` events are the ``budget`` alert, one
+    subject per budget (corral.alerts)."""
+    from corral.alerts import from_event
+    from corral.model import Event
+
+    data = {"budget": "cluster budget of $5 per 1d", "used": 1.0, "frees_at": 1_700_006_400.0}
+    [alert] = from_event(Event(seq=9, ts=T0, kind="budget_spent", node_id="dev-1", data=data))
+    assert (alert.condition, alert.subject) == ("budget", "budget:cluster budget of $5 per 1d")
+    assert "is spent (100% used" in alert.message
+    warning = Event(seq=8, ts=T0, kind="budget_warning", data={**data, "used": 0.8})
+    assert "at 80%" in from_event(warning)[0].message
