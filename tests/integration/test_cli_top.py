@@ -70,6 +70,9 @@ class Pane:
 
     def close(self) -> None:
         subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+        # tmux leaves the socket file of a killed server behind
+        where = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+        (where / self.socket).unlink(missing_ok=True)
 
 
 def _top_command(*args: str, token: str | None = None, options: tuple[str, ...] = ()) -> str:
