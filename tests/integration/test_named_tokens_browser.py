@@ -22,7 +22,7 @@ from tests.support.backends.http import TOKEN, free_port
 pytestmark = pytest.mark.slow
 
 # The page's own controls that change nothing: filters (GET forms) and logging out.
-READ_ONLY_BUTTONS = {"Log out", "Filter nodes", "Filter events"}
+READ_ONLY_BUTTONS = {"Log out", "Filter nodes", "Filter runs", "Filter events"}
 
 
 @pytest.fixture(scope="module")
