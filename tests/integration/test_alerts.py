@@ -8,6 +8,7 @@ loop's window) run on the fake clock: the alerter's ``step(now)`` and the monito
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -111,6 +112,19 @@ def _wait_for(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
     return value
+
+
+def _locked(path: Path) -> bool:
+    """Whether another process holds the ``flock`` on ``path`` (a monitor leads)."""
+    if not path.exists():
+        return False
+    with path.open("rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
 
 
 def _read_past(alerter: Alerter, seq: int) -> bool:
@@ -470,3 +484,35 @@ def test_corral_up_prints_an_alert_line(faked: tuple[Cluster, FakeClock]) -> Non
     printer.drain()
     texts = [line.split(" ", 1)[1] for line in lines]
     assert texts[-1] == f"alert: task {t.id} failed for good (boom)"
+
+
+def test_corral_mcp_over_a_database_alerts(tmp_path: Path, receiver: Receiver) -> None:
+    """``corral mcp`` on a database URL runs the monitor, and so the alerter: a task
+    failed for good by another process is POSTed while the MCP server waits on stdin."""
+    db = f"sqlite:///{tmp_path / 'corral.db'}"
+    with corral.connect(db) as c:
+        c.configure(alert_webhooks=[receiver.url])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "--url", db, "mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        try:
+            # the alerter starts with the events after its start: wait for its lead
+            lock = Path(f"{tmp_path / 'corral.db'}-monitor")  # the SQLite monitors' lead
+            _wait_for(lambda: _locked(lock), "corral mcp's monitor to lead")
+            c.register_node("w1", "developer")
+            c.add_task("implement a", max_attempts=1)
+            t = c.claim_best_task("w1", "developer")
+            assert t is not None
+            c.fail_task(t.id, "w1", t.epoch, "boom", retry=False)
+            (post,) = receiver.wait(1)
+            assert (post["condition"], post["subject"]) == ("task_failed", f"task:{t.id}")
+        finally:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.terminate()
+            proc.wait(10)

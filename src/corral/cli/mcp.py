@@ -39,7 +39,7 @@ def mcp_command(ctx: click.Context, monitor: bool | None) -> None:
     if monitor:
         from corral.monitor import Monitor
 
-        watcher = Monitor(c)
+        watcher = Monitor(c, alerts=True)  # it alerts while it leads (docs/alerts.md)
         watcher.start_thread()
     try:
         build_server(c).run("stdio")
