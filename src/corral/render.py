@@ -135,10 +135,7 @@ def capacity_error_text(max_agents: int) -> str:
 
 
 def model_cap_error_text(model: str, cap: int) -> str:
-    return (
-        f"ERROR: Model {model} at its cap ({cap} live nodes, model_caps)."
-        " Registration rejected."
-    )
+    return f"ERROR: Model {model} at its cap ({cap} live nodes, model_caps). Registration rejected."
 
 
 def registered_text(node: _RegisteredView) -> str:
