@@ -95,9 +95,19 @@ def test_the_ring_keeps_one_sample_per_bucket_the_latest() -> None:
     h.record(10.0, pending=6, live=2, done=0)  # same bucket: replaces
     h.record(BUCKET, pending=7, live=2, done=3)
     t = h.trend(BUCKET)
-    assert len(t.pending) == BUCKETS and t.samples == 2
-    assert t.pending[-2:] == [6.0, 7.0] and t.live[-2:] == [2.0, 2.0]
-    assert t.pending[:-2] == [None] * (BUCKETS - 2)
+    assert t.samples == 2
+    assert t.pending == [6.0, 7.0] and t.live == [2.0, 2.0]
+
+
+def test_the_series_start_at_the_hours_first_sample_and_end_at_now() -> None:
+    """A young server's samples span the sparkline; buckets after the last sample,
+    up to now's, have none."""
+    h = History()
+    h.record(10 * BUCKET, 1, 1, 0)
+    h.record(12 * BUCKET, 2, 1, 0)
+    t = h.trend(14 * BUCKET + 1)
+    assert t.pending == [1.0, None, 2.0, None, None]
+    assert len(t.live) == len(t.throughput) == 5
 
 
 def test_throughput_is_tasks_done_per_minute_since_the_sample_before() -> None:
@@ -107,7 +117,7 @@ def test_throughput_is_tasks_done_per_minute_since_the_sample_before() -> None:
     h.record(90.0, 0, 1, done=25)  # none in the next minute (a bucket without a sample)
     h.record(120.0, 0, 1, done=20)  # done went down (tasks purged): 0, not negative
     t = h.trend(120.0)
-    assert t.throughput[-5:] == [None, 30.0, None, 0.0, 0.0]
+    assert t.throughput == [None, 30.0, None, 0.0, 0.0]
     assert t.pending[-3] is None  # no sample in the bucket of 60 s: a gap
 
 
@@ -123,7 +133,7 @@ def test_the_ring_is_bounded_to_an_hour_and_follows_now() -> None:
     assert len(h._ring) == BUCKETS + 1
     # an hour later with nothing recorded, the last hour is empty
     later = h.trend((4 * BUCKETS) * BUCKET)
-    assert later.samples == 0 and later.pending == [None] * BUCKETS
+    assert later.samples == 0 and later.pending == later.live == later.throughput == []
 
 
 def test_a_sample_from_an_earlier_bucket_than_the_last_is_ignored() -> None:

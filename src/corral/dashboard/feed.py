@@ -191,22 +191,24 @@ class Feed:
             self.latest = snap  # kept for the next page while no feed runs
         return snap
 
-    def _follow(self) -> bool:
-        """Read the events after the cursor; True when there were any. The first
-        call starts at the newest events (at most EVENTS_KEPT of them)."""
+    def _follow(self, upto: int | None = None) -> bool:
+        """Read the events after the cursor (up to event ``upto``, when given); True
+        when there were any."""
         cluster = self.st.cluster
-        if self._cursor is None:
-            last = cluster.stats().last_event
-            self._cursor = max(0, last - EVENTS_KEPT)
+        assert self._cursor is not None
         moved = False
         while True:
             batch = cluster.events(self._cursor, _BATCH)
+            full = len(batch) == _BATCH
+            if upto is not None and batch and batch[-1].seq > upto:
+                batch = [e for e in batch if e.seq <= upto]
+                full = False
             if batch:
                 self._events.extend(batch)
                 self._scale.extend(e for e in batch if scale_event(e))
                 self._cursor = batch[-1].seq
                 moved = True
-            if len(batch) < _BATCH:
+            if not full:
                 return moved
 
     def _read(self) -> Snapshot:
@@ -223,12 +225,22 @@ class Feed:
     def _poll(self, force: bool = False) -> Snapshot | None:
         """One step: a new snapshot when events arrived (or ``refresh`` passed)."""
         with self._lock:
-            moved = self._follow()
-            if not (force or moved) and time.monotonic() - self._read_at < self.refresh:
-                return None
-            snap = read_snapshot(
-                self.st.cluster, self._cursor or 0, list(self._events), list(self._scale)
-            )
+            if self._cursor is None:
+                # A first read: the snapshot's own stats say where the event log ends
+                # (no read of its own); the newest EVENTS_KEPT events up to there.
+                snap = read_snapshot(self.st.cluster, 0, [], [])
+                self._cursor = max(0, snap.stats.last_event - EVENTS_KEPT)
+                self._follow(upto=snap.stats.last_event)
+                snap.seq = self._cursor
+                snap.events = list(self._events)
+                snap.scale_events = list(self._scale)
+            else:
+                moved = self._follow()
+                if not (force or moved) and time.monotonic() - self._read_at < self.refresh:
+                    return None
+                snap = read_snapshot(
+                    self.st.cluster, self._cursor, list(self._events), list(self._scale)
+                )
             stats = snap.stats
             pending = stats.tasks.get("pending", 0)
             self.history.record(snap.now, pending, len(stats.live_nodes), stats.completions)

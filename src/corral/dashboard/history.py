@@ -31,10 +31,12 @@ class Sample:
 
 @dataclass(frozen=True, slots=True)
 class Trend:
-    """The last hour as three series of ``BUCKETS`` values, oldest first, the last
-    one the bucket of ``now``; None where no sample was taken. ``throughput`` is
-    tasks done per minute since the sample before (None for the first sample after a
-    gap-free start, or when there is none)."""
+    """The last hour as three series of one value per bucket, oldest first, the last
+    one the bucket of ``now``; None where no sample was taken. They start at the
+    hour's first sample (a server up for ten minutes draws those ten minutes across
+    the sparkline), so they hold at most ``BUCKETS`` values and none when the hour has
+    no sample. ``throughput`` is tasks done per minute since the sample before (None
+    where there is no sample before)."""
 
     pending: list[float | None]
     live: list[float | None]
@@ -80,4 +82,5 @@ class History:
                     rate[i] = max(0, s.done - before.done) * 60.0 / (s.at - before.at)
                 count += 1
             before = s
-        return Trend(pending, live, rate, count)
+        start = next((i for i, v in enumerate(pending) if v is not None), self.buckets)
+        return Trend(pending[start:], live[start:], rate[start:], count)
