@@ -9,7 +9,9 @@ deadline is read before it falls due, as a real one is) and reports nothing; the
 cluster's ``stuck_action`` is ``requeue``, so at the deadline the task is pending
 again. ``committed_after_deadline_ms``: when an observer on a connection of its own
 (fleet_size's) first saw it pending, less the deadline; ``woke_after_deadline_ms``:
-the ``task_stuck`` event's time less the deadline.
+the ``task_stuck`` event's time less the deadline. In the same run, on the same
+backend, fleet_size's lease-recovery phase with a fleet of the same size: a dead node's
+lease, the target's model, measured the same way.
 
     python bench/stuck_bench.py            # 10,000 tasks in progress, 20 rounds
     python bench/stuck_bench.py --quick    # a smoke run in seconds
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corral
 from _common import RESULTS_DIR, machine_info, percentiles, table, write_json
 from corral.monitor import Monitor
-from fleet_size import QUIET, Db, _status_reader
+from fleet_size import QUIET, Db, _status_reader, recovery
 
 TIMEOUT = 1.5  # each round's task's progress_timeout, seconds
 
@@ -121,6 +123,13 @@ def main() -> None:
                 results[backend] = stuck(db, a.in_progress, a.rounds)
             finally:
                 db.drop()
+            # Side by side, in the same run: a dead node's lease recovery in a fleet of
+            # the same size (bench/fleet_size.py's phase), the target's model.
+            db = Db(backend, Path(tmp), "recovery")
+            try:
+                results[backend]["lease_recovery"] = recovery(db, a.in_progress, a.rounds)
+            finally:
+                db.drop()
     worst = {b: r["committed_after_deadline_ms"]["max"] for b, r in results.items()}
     data = {
         "bench": "stuck_bench",
@@ -138,10 +147,13 @@ def main() -> None:
             r["committed_after_deadline_ms"]["p99"],
             r["committed_after_deadline_ms"]["max"],
             r["woke_after_deadline_ms"]["max"],
+            r["lease_recovery"]["committed_after_threshold_ms"]["p50"],
+            r["lease_recovery"]["committed_after_threshold_ms"]["max"],
         ]
         for b, r in results.items()
     ]
-    print(table(["backend", "in progress", "p50 ms", "p99 ms", "max ms", "woke max ms"], rows))
+    heads = ["backend", "in progress", "p50 ms", "p99 ms", "max ms", "woke max ms"]
+    print(table([*heads, "recovery p50 ms", "recovery max ms"], rows))
     print(f"wrote {a.out}")
 
 

@@ -148,3 +148,30 @@ def test_the_store_and_the_pure_rule_agree(tmp_path_factory: Any, steps: list[An
                 del model[i]  # flagged: no deadline until its next report
     finally:
         c.close()
+
+
+def test_the_stuck_reads_use_their_index_without_statistics(tmp_path: Path) -> None:
+    """The monitor's stuck reads (the next deadline, the tasks past it) are index heads
+    and ranges of tasks_stuck_at however many tasks are in progress, on a file never
+    analyzed (SQLite then chose tasks_open's tasks in progress and sorted them)."""
+    import re
+    import sqlite3
+
+    from corral.store.queries import load_queries
+
+    corral.connect(f"sqlite:///{tmp_path / 'plan.db'}").close()
+    conn = sqlite3.connect(tmp_path / "plan.db")
+    conn.execute(
+        "WITH RECURSIVE s(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM s WHERE g < 999)"
+        " INSERT INTO tasks (title, priority, roles, status, assigned_to, max_attempts,"
+        " sort_key, created_at, updated_at, stuck_at) SELECT 'held', 'medium', 'developer',"
+        " 'in_progress', 'f' || (g % 10), 3, 1, 1, 1, 1e12 FROM s"
+    )
+    queries = load_queries("sqlite")
+    for name in ("deadline_heads", "stuck_head", "tasks_stuck"):
+        sql = queries[name]
+        params = {p: 1 for p in re.findall(r":(\w+)", sql)}
+        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "USING INDEX tasks_stuck_at" in plan, (name, plan)
+        assert "TEMP B-TREE" not in plan, (name, plan)
+    conn.close()

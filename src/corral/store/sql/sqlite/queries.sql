@@ -201,7 +201,8 @@ SELECT (SELECT dead_at FROM nodes WHERE terminated_at IS NULL
         ORDER BY idle_since LIMIT 1) AS idle,
        (SELECT value FROM meta WHERE key = 'settings_version') AS settings_version,
        (SELECT value FROM meta WHERE key = 'work_distribution') AS work_distribution,
-       (SELECT stuck_at FROM tasks WHERE stuck_at IS NOT NULL AND status = 'in_progress'
+       (SELECT stuck_at FROM tasks INDEXED BY tasks_stuck_at
+        WHERE stuck_at IS NOT NULL AND status = 'in_progress'
         ORDER BY stuck_at LIMIT 1) AS stuck;
 
 -- name: task_insert
@@ -952,14 +953,16 @@ WHERE id = :id
 RETURNING *;
 
 -- name: stuck_head
--- The monitor's next stuck deadline: the head of tasks_stuck_at (one index entry).
-SELECT stuck_at FROM tasks WHERE stuck_at IS NOT NULL AND status = 'in_progress'
+-- The monitor's next stuck deadline: the head of tasks_stuck_at (one index entry; named,
+-- for without statistics SQLite would scan tasks_open's tasks in progress for it).
+SELECT stuck_at FROM tasks INDEXED BY tasks_stuck_at
+WHERE stuck_at IS NOT NULL AND status = 'in_progress'
 ORDER BY stuck_at LIMIT 1;
 
 -- name: tasks_stuck
 -- Tasks in progress past their stuck deadline at :now (at most :limit, earliest
 -- first), with their holders: the monitor locks each holder, then the task.
-SELECT id, assigned_to FROM tasks
+SELECT id, assigned_to FROM tasks INDEXED BY tasks_stuck_at
 WHERE stuck_at IS NOT NULL AND status = 'in_progress' AND stuck_at <= :now
 ORDER BY stuck_at LIMIT :limit;
 
