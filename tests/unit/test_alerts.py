@@ -4,9 +4,12 @@ window, the thresholds, the events that are alerts, and the alert settings' chec
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral import alerts
 from corral.alerts import AlertConfig, RateLimit
@@ -36,6 +39,38 @@ def test_the_rate_limit_counts_per_subject_and_says_what_it_held_back() -> None:
     assert limit.take("task:1", 59.0, 60.0) is None
     assert limit.take("task:1", 60.0, 60.0) == 2  # the two held back since
     assert limit.take("task:1", 61.0, 60.0) is None
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.floats(0, 1000, allow_nan=False)),
+        max_size=60,
+    ),
+    st.floats(0.5, 300, allow_nan=False),
+)
+def test_the_rate_limit_sends_once_per_window_and_counts_the_rest(
+    attempts: list[tuple[str, float]], window: float
+) -> None:
+    """Whatever the order of subjects and times: a subject's POSTs are at least a
+    window apart, an alert held back came within the window of its subject's last
+    POST, and every attempt is either sent or counted in the next POST's held_back."""
+    limit = RateLimit()
+    sent: dict[str, list[float]] = {}
+    held_since: dict[str, int] = {}
+    reported = 0
+    for subject, now in sorted(attempts, key=lambda a: a[1]):
+        held = limit.take(subject, now, window)
+        if held is None:
+            assert now - sent[subject][-1] < window
+            held_since[subject] = held_since.get(subject, 0) + 1
+        else:
+            assert held == held_since.pop(subject, 0)
+            reported += held
+            sent.setdefault(subject, []).append(now)
+    for times in sent.values():
+        assert all(b - a >= window for a, b in itertools.pairwise(times))
+    total_sent = sum(len(t) for t in sent.values())
+    assert total_sent + reported + sum(held_since.values()) == len(attempts)
 
 
 def test_an_alert_seen_in_the_events_counts_for_the_rate_limit() -> None:
