@@ -3,7 +3,8 @@
 pool in ``ask`` mode. **Restart** on the relay runs it again as a new process (its
 supervisor follows the request); **Accept** on the pool's pending spawn request starts
 a member; a viewer sees every panel and no control; every new control is found by
-role and name and reached by Tab."""
+role and name and reached by Tab (each panel's picture for the docs:
+tests/integration/test_dashboard_screenshots.py)."""
 
 from __future__ import annotations
 
