@@ -92,17 +92,17 @@ class Operation:
     # principal), refusing another: who an action's event records as its actor.
     actor: str | None = None
 
-    @property
-    def method(self) -> str:
-        return self.route.split(" ", 1)[0]
+    # From ``route``, once (the request paths read them on every call).
+    method: str = field(init=False, repr=False, compare=False)
+    path: str = field(init=False, repr=False, compare=False)
+    path_params: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def path(self) -> str:
-        return self.route.split(" ", 1)[1]
-
-    @property
-    def path_params(self) -> tuple[str, ...]:
-        return tuple(p.strip("{}") for p in self.path.split("/") if p.startswith("{"))
+    def __post_init__(self) -> None:
+        method, path = self.route.split(" ", 1)
+        params = tuple(p.strip("{}") for p in path.split("/") if p.startswith("{"))
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "path_params", params)
 
     @property
     def doc(self) -> str:

@@ -85,7 +85,15 @@ def converter(t: Any) -> Callable[[Any], Any]:
     inner = {n: f for n, f in inner.items() if f is not _as_is}
     if not inner:
         return lambda v: build(t, v)
-    return lambda v: build(t, {k: inner[k](x) if k in inner else x for k, x in v.items()})
+
+    def record(value: dict[str, Any]) -> Any:
+        d = dict(value)
+        for name, convert in inner.items():
+            if name in d:
+                d[name] = convert(d[name])
+        return build(t, d)
+
+    return record
 
 
 _SEGMENTS: dict[tuple[str, str], str] = {}
@@ -99,6 +107,8 @@ def segment(name: str, value: Any, *, integer: bool = False) -> str:
         known = _SEGMENTS.get((name, value))
         if known is not None:
             return known
+    elif type(value) is int and (integer or name == "task_id") and 1 <= value < 10**18:
+        return str(value)
     if name == "task_id":
         return str(check_task_id(value))
     if integer:
@@ -117,12 +127,18 @@ class _Plan:
     """How the remote client calls one operation (built once per operation)."""
 
     op: Operation
+    method: str
+    path: str
+    path_params: tuple[str, ...]
+    get: bool
     rules: tuple[tuple[str, Rule, bool], ...]  # checked here: a GET's, the path's
     params: frozenset[str]  # the method's named parameters
     kwargs: str | None  # its ``**kwargs`` parameter
     nested: bool  # whose items are one object field of its name
     ints: frozenset[str]  # path parameters that are integers
     result: Callable[[Any], Any]  # the answer as the method's result
+    body_field: str | None  # the argument a body JSON cannot carry names
+    raw: bool  # a text answer
 
 
 # The answer's fields that hold the result, by protocol exception.
@@ -140,12 +156,15 @@ def _plan(name: str) -> _Plan:
     ruled: dict[str, Rule] = dict(getattr(method, "rules", {}))
     sig = inspect.signature(method).parameters.values()
     hints = method_types(op, extras=False)
+    get = op.method == "GET"
     for p in sig:  # a query string's "yes" would be true: a plain bool is a flag
         flag = hints.get(p.name) in (bool, bool | None)
-        if op.method == "GET" and p.name not in ruled and flag:
+        if get and p.name not in ruled and flag:
             ruled[p.name] = FLAG
             optional |= {p.name}
-    rules = tuple((p, r, p in optional) for p, r in ruled.items())
+    # Checked here: a GET's arguments (a query string would turn "3" into 3) and the
+    # path's (a path would name another route); the server checks a body's.
+    rules = tuple((p, r, p in optional) for p, r in ruled.items() if get or p in op.path_params)
     kwargs = next((p.name for p in sig if p.kind is p.VAR_KEYWORD), None)
     ints = frozenset(  # (a task id is its own rule's)
         p
@@ -163,7 +182,12 @@ def _plan(name: str) -> _Plan:
         result = build_it
     named = frozenset(p.name for p in sig if p.name != "self" and p.kind is not p.VAR_KEYWORD)
     adds = op.adds.get("http", {})
-    return _Plan(op, rules, named, kwargs, kwargs in adds, ints, result)
+    # A body JSON cannot carry names the argument: the **kwargs parameter by the name
+    # HTTP gives it (``Operation.names``), else the offending key.
+    field = op.names.get("http", {}).get(kwargs or "")
+    raw = op.exception == "text_answer"
+    plan = (op.method, op.path, op.path_params, get, rules, named, kwargs, kwargs in adds, ints)
+    return _Plan(op, *plan, result, field, raw)
 
 
 class RemoteCalls:
@@ -197,31 +221,30 @@ class RemoteCalls:
         op = plan.op
         if op.actor is not None:
             args.pop(op.actor, None)  # the server's: the caller's token
-        get = op.method == "GET"
-        for param, rule, optional in plan.rules:  # a GET's, and the path's
-            value = args.get(param)
-            here = (get or param in op.path_params) and param in args
-            if here and (value is not None or not optional):
-                args[param] = rule.check(value, param)
+        for param, rule, optional in plan.rules:
+            if param in args:
+                value = args[param]
+                if value is not None or not optional:
+                    args[param] = rule.check(value, param)
+        get = plan.get
         if get:
             args = {k: str(v).lower() if isinstance(v, bool) else v for k, v in args.items()}
-        path = op.path
-        for param in op.path_params:
+        path = plan.path
+        for param in plan.path_params:
             seg = segment(param, args.pop(param), integer=param in plan.ints)
             path = path.replace(f"{{{param}}}", seg)
         if plan.nested:
             more = {k: args.pop(k) for k in list(args) if k not in plan.params}
             args[str(plan.kwargs)] = more
-        around = self._around.get(op.exception or "")
-        if around is not None:
-            return result(around(self, op, path, args))
-        raw = op.exception == "text_answer"
+        if op.exception is not None:
+            around = self._around.get(op.exception)
+            if around is not None:
+                return result(around(self, op, path, args))
         if get:
-            return result(self.request(op.method, path, query=args, raw=raw))
-        # A body JSON cannot carry names the argument: the **kwargs parameter by the
-        # name HTTP gives it (``Operation.names``), else the offending key.
-        field = op.names.get("http", {}).get(plan.kwargs or "")
-        return result(self.request(op.method, path, args, raw=raw, body_field=field))
+            return result(self.request(plan.method, path, query=args, raw=plan.raw))
+        return result(
+            self.request(plan.method, path, args, raw=plan.raw, body_field=plan.body_field)
+        )
 
     if not TYPE_CHECKING:  # a checker sees only the generated methods
 

@@ -3,8 +3,8 @@ registry entry when the app is built, never per request.
 
 The method's parameters, less those in the operation's path, are the query string
 of a ``GET`` and the JSON body otherwise, each under its own name (unknown fields are
-refused). A parameter's wire type is its rule (``corral.params``), run by the model
-itself with the rule's message (a whole float is an integer where the rule's is one),
+refused). A parameter's wire type is its rule (``corral.params``), its schema (a
+whole float is an integer where the rule's is one) and its check with its message,
 else what ``corral.server.models.PARAM_TYPES`` says of its name (the cluster's roles,
 a report's shape: what no rule carries yet), else its annotation. A
 ``**kwargs`` parameter takes the body's other fields (typed by ``models.KWARGS``), or
@@ -92,28 +92,34 @@ def _kind(schema: Any) -> str | None:
 _PYTHON = {"integer": int, "number": float, "boolean": bool, "string": str}
 
 
-def _ruled(rule: Rule, name: str, optional: bool, query: bool) -> Any:
-    """The wire type of a parameter with ``rule``: the rule checks it (its message,
-    naming the parameter), and states its schema."""
+def _ruled(rule: Rule, name: str, optional: bool, query: bool, check: bool) -> Any:
+    """The wire type of a parameter with ``rule``: its schema, and with ``check`` the
+    rule run by the model (its message, naming the parameter; else ``Cluster`` runs
+    it, with the same message, and the model only parses)."""
 
-    def check(value: Any) -> Any:
+    def checked(value: Any) -> Any:
         return value if value is None and optional else rule.check(value, name)
 
     kind = _kind(rule.schema)
+    run = (BeforeValidator(checked),) if check else ()
     if query:  # text: the plain type parses it first
-        return Annotated[_PYTHON.get(kind or "", str), AfterValidator(check), rule]
-    if kind == "integer":
-        return Annotated[Any, BeforeValidator(check), BeforeValidator(m.whole), rule]
-    return Annotated[Any, BeforeValidator(check), rule]
+        after = (AfterValidator(checked),) if check else ()
+        return Annotated[_PYTHON.get(kind or "", str), *after, rule]
+    items = rule.schema.get("items")
+    if kind == "integer" or (isinstance(items, dict) and _kind(items) == "integer"):
+        return Annotated[Any, *run, BeforeValidator(m.wholes), rule]
+    return Annotated[Any, *run, rule] if run else Annotated[Any, rule]
 
 
 def wire_type(op: Operation, name: str, annotated: Any, *, query: bool) -> Any:
-    """The type of parameter ``name`` of ``op`` on the wire (the module's docstring)."""
+    """The type of parameter ``name`` of ``op`` on the wire (the module's docstring).
+    The model runs a rule only for a protocol exception's code, which uses the values
+    before (or instead of) the ``Cluster`` method: the method runs it otherwise."""
     plain, optional = _optional(annotated)
     rule, _ = rule_of(annotated)
     wire = m.PARAM_TYPES.get(f"{op.name}.{name}")
     if wire is None and rule is not None:
-        wire = _ruled(rule, name, optional, query)
+        wire = _ruled(rule, name, optional, query, op.exception is not None)
     elif wire is None:
         wire = m.PARAM_TYPES.get(name, {int: m.Int, float: m.Number}.get(plain, plain))
     return wire | None if optional else wire

@@ -34,6 +34,7 @@ __all__ = [
     "Query",
     "settings_model",
     "whole",
+    "wholes",
 ]
 
 ID_SCHEMA: dict[str, Any] = ID.json_schema()
@@ -54,12 +55,17 @@ def _exact(value: Any) -> Any:
     return value
 
 
+def wholes(value: Any) -> Any:
+    """``whole`` of a value, or of each item of a list of them."""
+    return [whole(v) for v in value] if isinstance(value, list) else whole(value)
+
+
 def _keys_whole(*keys: str) -> BeforeValidator:
-    """An object's integer ``keys`` as ``whole`` takes them."""
+    """An object's integer ``keys`` (or lists of integers) as ``whole`` takes them."""
 
     def fix(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: whole(v) if k in keys else v for k, v in value.items()}
+            return {k: wholes(v) if k in keys else v for k, v in value.items()}
         return value
 
     return BeforeValidator(fix)
@@ -233,7 +239,7 @@ PARAM_TYPES: dict[str, Any] = {
     "limit": Annotated[int, BeforeValidator(whole), WithJsonSchema(LIMIT.json_schema())],
     "after": Annotated[str, Field(max_length=64, description="Items after this id (a page).")],
     "tasks": Annotated[
-        list[Annotated[Any, _keys_whole("max_attempts")]],
+        list[Annotated[Any, _keys_whole("max_attempts", "depends_on")]],
         Field(
             description="Items with add_task's fields: title, description, priority, role, "
             "max_attempts. One bad item refuses the batch.",
