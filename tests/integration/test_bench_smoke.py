@@ -316,3 +316,19 @@ def test_fleet_size_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
             "paced_p99_50ms_lag_100ms",
             "workers2_at_least_1.5x",
         }
+
+
+def test_stuck_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
+    """stuck_bench.py --quick exits 0 and writes, for SQLite and PostgreSQL, each round's
+    stuck detection after its deadline, the lease recovery beside it, and the verdict."""
+    data = run_quick("stuck_bench.py", tmp_path / "stuck.json")
+    assert data["bench"] == "stuck_bench"
+    assert set(data["machine"]) >= MACHINE_KEYS
+    rounds = data["params"]["rounds"]
+    assert list(data["results"]) == ["sqlite", "postgres"]
+    for res in data["results"].values():
+        assert res["in_progress"] == data["params"]["in_progress"]
+        assert res["committed_after_deadline_ms"]["n"] == rounds
+        assert res["woke_after_deadline_ms"]["n"] == rounds
+        assert res["lease_recovery"]["committed_after_threshold_ms"]["n"] == rounds
+    assert set(data["met"]) == {"within_deadline_plus_5ms"}
