@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from corral.errors import ConflictError, NotFoundError
 from corral.model import (
     Assessment,
     CatchUp,
@@ -191,7 +192,14 @@ class SQLStore(Store):
 
     def stop_hard(self, node_id: str, now: float) -> list[int]:
         spent = sqlusage.hard_budgets_spent(self._db, node_id, now)
-        return sqlusage.stop_hard(self._db, spent, now)
+        done: list[int] = []
+        for task_id, reason in sqlusage.hard_targets(self._db, spent):
+            try:  # as cancel_task does, actor "budget"
+                sqltasks.act_on_task(self._db, "cancel", task_id, "budget", reason, now)
+            except (ConflictError, NotFoundError):  # finished meanwhile: nothing to stop
+                continue
+            done.append(task_id)
+        return done
 
     def stuck_deadline(self) -> float | None:
         return sqlprogress.stuck_deadline(self._db)

@@ -6,7 +6,7 @@ hour's bucket of every scope it counts for. With budgets set, the report then re
 the sums of the budgets covering its node and announces a crossing of 80% or 100%
 once per window (``budget_marks``): a ``budget_warning`` or ``budget_spent`` event.
 A claim by a node covered by a spent budget is refused (``budget_refusal``); with
-``hard`` the tasks in progress in its scope are cancelled (``stop_hard``).
+``hard`` the tasks in progress in its scope are cancelled (``hard_targets``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from corral import budgets as rules
-from corral.errors import BudgetError, ConflictError, NotFoundError
+from corral.errors import BudgetError
 from corral.model import Settings
 from corral.store.rows import Tx
 from corral.store.sqldb import Db
@@ -23,10 +23,10 @@ from corral.store.sqldb import Db
 __all__ = [
     "budget_refusal",
     "hard_budgets_spent",
+    "hard_targets",
     "model_live_count",
     "record",
     "spent_budgets",
-    "stop_hard",
     "usage",
     "usage_by_scope",
 ]
@@ -134,33 +134,20 @@ def hard_budgets_spent(db: Db, node_id: str, now: float) -> list[rules.Budget]:
     return [b for b, _, _ in spent_budgets(db, node_id, now) if b.hard]
 
 
-def stop_hard(db: Db, spent: list[rules.Budget], now: float) -> list[int]:
-    """Cancel the tasks in progress in the scope of each hard budget of ``spent``
-    (as ``cancel_task`` does, actor ``budget``); the ids cancelled."""
-    from corral.store import sqltasks
-
+def hard_targets(db: Db, spent: list[rules.Budget]) -> list[tuple[int, str]]:
+    """The tasks in progress in the scope of a hard budget of ``spent``, each with
+    the reason to stop it (``SQLStore.stop_hard`` cancels them)."""
     if not spent:
         return []
     with db.read() as tx:
         held = tx.all("tasks_in_progress_holders")
-    done: list[int] = []
+    out: list[tuple[int, str]] = []
     for row in held:
-        b = next(
-            (
-                b
-                for b in spent
-                if rules.scope_covers(b.scope, row["assigned_to"], row["role"], row["model"])
-            ),
-            None,
-        )
-        if b is None:
-            continue
-        try:
-            sqltasks.act_on_task(db, "cancel", row["id"], "budget", f"{b.name} is spent", now)
-        except (ConflictError, NotFoundError):  # finished meanwhile: nothing to stop
-            continue
-        done.append(row["id"])
-    return done
+        for b in spent:
+            if rules.scope_covers(b.scope, row["assigned_to"], row["role"], row["model"]):
+                out.append((int(row["id"]), f"{b.name} is spent"))
+                break
+    return out
 
 
 def model_live_count(tx: Tx, model: str) -> int:

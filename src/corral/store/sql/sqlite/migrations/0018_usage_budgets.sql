@@ -7,8 +7,9 @@
 -- transaction; cost is in micro-dollars so concurrent reports sum exactly. A day or a
 -- longer window is the sum of its hours. budget_marks: the highest threshold (0.8 or
 -- 1.0) each budget's current window has been announced at, so a crossing is one event.
--- nodes_live_model: a capped model's live nodes, counted at registration.
-CREATE TABLE usage_buckets (
+-- nodes_live_model: a capped model's live nodes, counted at registration. (IF NOT
+-- EXISTS: a store rewound to an older version by hand is migrated again.)
+CREATE TABLE IF NOT EXISTS usage_buckets (
     scope         TEXT NOT NULL,
     start         REAL NOT NULL,
     input_tokens  INTEGER NOT NULL DEFAULT 0,
@@ -17,10 +18,10 @@ CREATE TABLE usage_buckets (
     reports       INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (scope, start)
 ) WITHOUT ROWID;
-CREATE TABLE budget_marks (
+CREATE TABLE IF NOT EXISTS budget_marks (
     budget        TEXT NOT NULL,
     window_start  REAL NOT NULL,
     mark          REAL NOT NULL,
     PRIMARY KEY (budget, window_start)
 ) WITHOUT ROWID;
-CREATE INDEX nodes_live_model ON nodes (model) WHERE terminated_at IS NULL;
+CREATE INDEX IF NOT EXISTS nodes_live_model ON nodes (model) WHERE terminated_at IS NULL;
