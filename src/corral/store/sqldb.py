@@ -210,8 +210,7 @@ def refuse(tx: Tx, task_id: int, node_id: str, epoch: int | None) -> None:
     epochs = "" if epoch is None else f" (epoch {epoch}; the task is at epoch {row['epoch']})"
     if row["status"] != "in_progress":
         raise LeaseError(
-            f"task {task_id} is {row['status']}, not held by {node_id}{epochs};"
-            " claim a task first",
+            f"task {task_id} is {row['status']}, not held by {node_id}{epochs}; claim a task first",
             field="task_id",
         )
     if row["assigned_to"] != node_id:
