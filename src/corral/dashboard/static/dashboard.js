@@ -1,6 +1,7 @@
 // corral's dashboard: the page's own script (the CSP allows no inline script).
 // - every htmx request carries the session's CSRF token (X-CSRF-Token);
-// - the live stream closes while the tab is hidden and reopens when it shows again;
+// - the live stream closes while the tab is hidden and reopens when it shows again
+//   (a page loaded in a hidden tab opens none until it is shown);
 // - a filter <select> submits its form when it changes;
 // - the header's status says whether the panels are live;
 // - the tasks ticked in the Tasks panel stay ticked when the stream redraws it (and
@@ -13,8 +14,26 @@
   // Loaded before the SSE extension, which keeps an EventSource factory already set.
   htmx.createEventSource = function (url) {
     source = new EventSource(url, { withCredentials: true });
+    if (document.hidden) {
+      // A background tab: closed before it opens (the SSE extension has set its
+      // handlers by then); shown, the page opens a new one.
+      var opened = source;
+      window.setTimeout(function () {
+        if (source === opened && document.hidden) {
+          pause();
+        }
+      }, 0);
+    }
     return source;
   };
+
+  function pause() {
+    if (source) {
+      source.close();
+      source = null;
+    }
+    setState("paused");
+  }
 
   function setState(state) {
     var el = document.getElementById("live-state");
@@ -35,7 +54,13 @@
       event.detail.headers["X-CSRF-Token"] = token;
     }
   });
-  document.addEventListener("htmx:sseOpen", function () { setState("live"); });
+  document.addEventListener("htmx:sseOpen", function () {
+    if (document.hidden) {
+      pause();
+    } else {
+      setState("live");
+    }
+  });
   document.addEventListener("htmx:sseError", function () { setState("reconnecting"); });
   document.addEventListener("htmx:sseClose", function (event) {
     // The server ends the stream with "expired" when the session runs out.
@@ -50,11 +75,7 @@
       return;
     }
     if (document.hidden) {
-      if (source) {
-        source.close();
-        source = null;
-      }
-      setState("paused");
+      pause();
     } else if (source === null) {
       // A fresh copy of the live region opens a new stream; the server sends every
       // panel as it is now.
