@@ -186,3 +186,35 @@ def test_every_new_control_is_labelled_and_reached_by_tab(browser: Browser, up: 
         if reached == wanted:
             break
     assert reached == wanted, sorted(wanted - reached)
+
+
+def test_send_event_keeps_what_was_typed_through_redraws(browser: Browser, up: Up) -> None:
+    """A run idle on its host waits for an Answer: the operator types the event's data,
+    the stream redraws the panels meanwhile (a node registers), the typing is kept, and
+    **Send event** delivers it to the run's host."""
+    c = up.cluster
+    c.serve_workflows("wf-host", [{"name": "hitl"}])
+    run = c.run_workflow("hitl")
+    c.take_workflow_work("wf-host")
+    wait = {"step": "ask", "event_type": "Answer", "waiter_id": "w1", "deadline": None}
+    c.report_handler("wf-host", run, "idle", [wait])
+    page = browser.new_page()
+    messages = _console(page)
+    _log_in(page, up.info["http"], _token(up))
+    expect(page.locator(f'#workflows tr[data-run="{run}"]')).to_be_visible(timeout=LIVE)
+    kind = page.get_by_role("textbox", name=f"Event type for {run}")
+    expect(kind).to_have_value("Answer")  # what it waits for
+    data = page.get_by_role("textbox", name=f"Event data for {run} (JSON)")
+    data.fill('{"text": "ship it"}')
+    c.register_node("w-redraw", "developer")  # a change: every panel is redrawn
+    expect(page.locator("#nodes").get_by_role("rowheader", name="w-redraw")).to_be_visible(
+        timeout=LIVE
+    )
+    expect(data).to_have_value('{"text": "ship it"}')
+    page.get_by_role("button", name=f"Send event to {run}").click()
+    expect(page.locator("#workflow-action")).to_contain_text(f"Sent Answer to {run}")
+    got = c.take_workflow_work("wf-host").deliveries
+    assert [(d.handler_id, d.event_type, d.data) for d in got] == [
+        (run, "Answer", {"text": "ship it"})
+    ]
+    assert messages == []
