@@ -194,6 +194,8 @@ def test_accept_and_decline_name_the_token_that_decided(
     }
     kinds = [e for e in cluster.events(0, 1000) if e.kind.startswith("spawn_request_")]
     assert [e.data["actor"] for e in kinds] == ["token:ops-alice", "token:ops-alice"]
+    shown = _panel(app_client, "events", event_kind="spawn_request_accepted")
+    assert '<td class="actor">token:ops-alice</td>' in shown  # the Events panel's actor
 
 
 def test_send_event_reaches_a_waiting_run_and_bad_data_is_refused(
