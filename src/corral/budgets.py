@@ -26,12 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.errors import InvalidInputError
-from corral.validation import check_text
+from corral.validation import USAGE_MAX_COST as MAX_COST
+from corral.validation import USAGE_MAX_TOKENS as MAX_TOKENS
 
 __all__ = [
+    "BUDGETS_SCHEMA",
     "BUDGET_KEYS",
     "HOUR",
+    "MAX_COST",
+    "MAX_TOKENS",
     "MICROS",
+    "MODEL_CAPS_SCHEMA",
+    "SCOPE_SCHEMA",
     "WARN_AT",
     "WINDOWS",
     "Budget",
@@ -57,6 +63,33 @@ MICROS = 1_000_000  # cost is kept in micro-dollars: integer sums are exact
 BUDGET_KEYS = ("scope", "window", "tokens", "cost_usd", "hard")
 _SCOPE_KINDS = ("role", "model", "pool", "node", "task")
 _MEMBER = re.compile(r"^(.+)-[0-9]+$")
+# A scope's or a capped model's name: 1-200 characters, no control characters, not
+# starting with a space.
+_NAME = r"[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]{0,199}"
+_SCOPE = re.compile(rf"^(?:cluster|(?:{'|'.join(_SCOPE_KINDS)}):{_NAME})$")
+_MODEL = re.compile(rf"^{_NAME}$")
+SCOPE_SCHEMA: dict[str, Any] = {"type": "string", "pattern": _SCOPE.pattern}
+BUDGETS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["scope", "window"],
+        "properties": {
+            "scope": SCOPE_SCHEMA,
+            "window": {"enum": list(WINDOWS)},
+            "tokens": {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
+            "cost_usd": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_COST},
+            "hard": {"type": "boolean"},
+        },
+        "additionalProperties": False,
+        "anyOf": [{"required": ["tokens"]}, {"required": ["cost_usd"]}],
+    },
+}
+MODEL_CAPS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "propertyNames": {"pattern": _MODEL.pattern},
+    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_TOKENS},
+}
 
 
 def bucket_start(now: float) -> float:
@@ -101,15 +134,20 @@ def scope_covers(scope: str, node_id: str, role: str | None, model: str | None) 
     return scope in scopes_of(node_id, role, model)
 
 
+def _whole(value: Any, most: float) -> int | None:
+    """``value`` as a whole number from 0 to ``most`` (``5`` or ``5.0``), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value) if 0 <= value <= most else None
+
+
 def check_scope(value: Any, field: str = "scope") -> str:
-    """``cluster`` or ``KIND:NAME`` (kind one of role, model, pool, node, task)."""
-    if value == "cluster":
-        return "cluster"
-    if isinstance(value, str) and ":" in value:
-        kind, _, name = value.partition(":")
-        if kind in _SCOPE_KINDS and name:
-            check_text(name, field, max_len=200, allow_empty=False)
-            return value
+    """``cluster`` or ``KIND:NAME`` (kind one of role, model, pool, node, task; the
+    name 1-200 characters, no control characters, not starting with a space)."""
+    if isinstance(value, str) and _SCOPE.match(value):
+        return value
     raise InvalidInputError(
         f"{field} must be cluster, or role:R, model:M, pool:P, node:N or task:T; got {value!r:.60}",
         field=field,
@@ -176,21 +214,26 @@ def check_budgets(value: Any, field: str = "budgets") -> list[dict[str, Any]]:
         tokens, cost = item.get("tokens"), item.get("cost_usd")
         if tokens is None and cost is None:
             raise InvalidInputError(f"{where} sets neither tokens nor cost_usd", field=field)
-        if tokens is not None:
-            if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        if "tokens" in item:
+            whole = _whole(tokens, MAX_TOKENS)
+            if not whole:
                 raise InvalidInputError(
-                    f"{where}.tokens must be a positive integer; got {tokens!r:.40}", field=field
+                    f"{where}.tokens must be a positive integer up to {MAX_TOKENS};"
+                    f" got {tokens!r:.40}",
+                    field=field,
                 )
-            budget["tokens"] = tokens
-        if cost is not None:
+            budget["tokens"] = whole
+        if "cost_usd" in item:
             if (
                 isinstance(cost, bool)
                 or not isinstance(cost, int | float)
                 or not math.isfinite(cost)
-                or cost <= 0
+                or not 0 < cost <= MAX_COST
             ):
                 raise InvalidInputError(
-                    f"{where}.cost_usd must be a positive number; got {cost!r:.40}", field=field
+                    f"{where}.cost_usd must be a positive number up to {MAX_COST:g};"
+                    f" got {cost!r:.40}",
+                    field=field,
                 )
             budget["cost_usd"] = float(cost)
         hard = item.get("hard", False)
@@ -207,12 +250,18 @@ def check_model_caps(value: Any, field: str = "model_caps") -> dict[str, int]:
         raise InvalidInputError(f"{field} must map model names to node counts", field=field)
     out: dict[str, int] = {}
     for model, cap in value.items():
-        check_text(model, f"{field} model", max_len=200, allow_empty=False)
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        if not isinstance(model, str) or not _MODEL.match(model):
+            raise InvalidInputError(
+                f"{field}: a model name is 1-200 characters, no control characters, not"
+                f" starting with a space; got {model!r:.40}",
+                field=field,
+            )
+        whole = _whole(cap, MAX_TOKENS)
+        if whole is None:
             raise InvalidInputError(
                 f"{field}[{model}] must be a non-negative integer; got {cap!r:.40}", field=field
             )
-        out[model] = cap
+        out[model] = whole
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypeAlias, get_args
 
 from corral import defaults
-from corral.budgets import WINDOWS, check_scope
+from corral.budgets import SCOPE_SCHEMA, WINDOWS, check_scope
 from corral.errors import InvalidInputError
 from corral.types import NodeStatus, Priority, ProcessAction, SpawnStatus, Strength, TaskStatus
 from corral.validation import (
@@ -128,7 +128,7 @@ JsonValue: TypeAlias = Annotated[Any, PAYLOAD]
 JsonObject: TypeAlias = Annotated[dict[str, Any], OBJECT]
 Usage: TypeAlias = Annotated[dict[str, Any], USAGE]
 """A usage report's deltas: ``{input_tokens, output_tokens, cost_usd}``."""
-UsageScope: TypeAlias = Annotated[str, Rule(check_scope, {"type": "string"}, SCOPE_DOC)]
+UsageScope: TypeAlias = Annotated[str, Rule(check_scope, SCOPE_SCHEMA, SCOPE_DOC)]
 """What usage is summed for: ``cluster``, ``role:R``, ``model:M``, ``pool:P``,
 ``node:N`` or ``task:T``."""
 UsageWindow: TypeAlias = Annotated[str, one_of(*WINDOWS)]

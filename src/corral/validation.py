@@ -45,6 +45,8 @@ __all__ = [
     "TOKEN_NAME",
     "USAGE",
     "USAGE_KEYS",
+    "USAGE_MAX_COST",
+    "USAGE_MAX_TOKENS",
     "Rule",
     "check_checkpoint",
     "check_choice",
@@ -288,6 +290,8 @@ OBJECT = Rule(
 FLAG = Rule(check_flag, {"type": "boolean"}, "true or false")
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "cost_usd")
+USAGE_MAX_TOKENS = 10**12  # the most tokens one usage report (or budget) names
+USAGE_MAX_COST = 1e9  # the most US dollars one usage report (or budget) names
 
 
 def check_usage(value: Any, field: str = "usage") -> dict[str, Any]:
@@ -307,10 +311,19 @@ def check_usage(value: Any, field: str = "usage") -> dict[str, Any]:
     for key in USAGE_KEYS:
         v = value.get(key, 0)
         integer = key != "cost_usd"
-        ok = isinstance(v, int) if integer else isinstance(v, int | float)
-        if isinstance(v, bool) or not ok or not math.isfinite(v) or not 0 <= v <= MAX_FLOAT:
+        most = USAGE_MAX_TOKENS if integer else USAGE_MAX_COST
+        ok = (
+            not isinstance(v, bool)
+            and isinstance(v, int | float)
+            and math.isfinite(v)
+            and 0 <= v <= most
+            and (not integer or isinstance(v, int) or v.is_integer())
+        )
+        if not ok:
             kind = "a non-negative integer" if integer else "a non-negative number"
-            raise InvalidInputError(f"{field}.{key} must be {kind}; got {v!r:.40}", field=field)
+            raise InvalidInputError(
+                f"{field}.{key} must be {kind} up to {most:g}; got {v!r:.40}", field=field
+            )
         out[key] = int(v) if integer else float(v)
     return out
 
@@ -320,9 +333,9 @@ USAGE = Rule(
     {
         "type": "object",
         "properties": {
-            "input_tokens": {"type": "integer", "minimum": 0},
-            "output_tokens": {"type": "integer", "minimum": 0},
-            "cost_usd": {"type": "number", "minimum": 0},
+            "input_tokens": {"type": "integer", "minimum": 0, "maximum": USAGE_MAX_TOKENS},
+            "output_tokens": {"type": "integer", "minimum": 0, "maximum": USAGE_MAX_TOKENS},
+            "cost_usd": {"type": "number", "minimum": 0, "maximum": USAGE_MAX_COST},
         },
         "additionalProperties": False,
     },

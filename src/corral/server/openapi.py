@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from corral.alerts import WEBHOOKS_SCHEMA
+from corral.budgets import BUDGETS_SCHEMA, MODEL_CAPS_SCHEMA
 from corral.config import OFF_AT_ZERO
 from corral.server import models as m
 from corral.server.generic import Endpoint
@@ -99,6 +100,8 @@ def _settings_change(schema: dict[str, Any], roles: tuple[str, ...] | None) -> N
         },
     }
     props["alert_webhooks"] = WEBHOOKS_SCHEMA
+    props["budgets"] = BUDGETS_SCHEMA
+    props["model_caps"] = MODEL_CAPS_SCHEMA
 
 
 def _roles(node: Any, roles: tuple[str, ...]) -> Any:
