@@ -66,3 +66,27 @@ def test_cli_a_spent_budget_exits_1_and_bad_usage_exits_2(
     code = run_main(cli, ["usage", "--scope", "node:dev-1", "--window", "1d", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and (out["output_tokens"], out["reports"]) == (10, 1)
+
+
+def test_a_keyed_complete_and_claim_over_http_records_its_usage_once(tmp_path: Path) -> None:
+    """The worker's keyed finish-then-next (an idempotency key, ``corral.outage``)
+    over a real ``corral serve``: the usage is recorded with the completion, and the
+    call sent again with its key records nothing more."""
+    from corral.remote import HttpClient
+    from tests.support.served import TOKEN, corral_serve
+
+    with corral_serve(tmp_path) as base, corral.connect(base, token=TOKEN) as c:
+        assert isinstance(c, HttpClient)
+        c.register_node("dev-1", "developer")
+        c.add_task("Implement the parser")
+        c.add_task("Implement the printer")
+        task = c.claim_best_task("dev-1", "developer")
+        assert task is not None
+        for _ in range(2):  # the second is the same call sent again
+            with c.keyed("k-1"):
+                done, nxt = c.complete_and_claim(
+                    task.id, "dev-1", "developer", task.epoch, usage={"input_tokens": 42}
+                )
+            assert done.status == "done" and nxt is not None
+        u = c.usage(f"task:{task.id}", "1d")
+        assert (u.input_tokens, u.reports) == (42, 1)
