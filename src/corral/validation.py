@@ -302,6 +302,18 @@ def check_usage(value: Any, field: str = "usage") -> dict[str, Any]:
             f"{field} must be an object of input_tokens, output_tokens and cost_usd",
             field=field,
         )
+    # The common report, checked in a few comparisons: whole tokens, a float cost.
+    i, o, c = value.get("input_tokens", 0), value.get("output_tokens", 0), value.get("cost_usd")
+    if (
+        type(i) is int
+        and type(o) is int
+        and type(c) is float
+        and len(value) == 3
+        and 0 <= i <= USAGE_MAX_TOKENS
+        and 0 <= o <= USAGE_MAX_TOKENS
+        and 0.0 <= c <= USAGE_MAX_COST
+    ):
+        return {"input_tokens": i, "output_tokens": o, "cost_usd": c}
     unknown = sorted(set(value) - set(USAGE_KEYS))
     if unknown:
         raise InvalidInputError(
