@@ -48,10 +48,12 @@ __all__ = [
     "check_scope",
     "crossed",
     "fraction_used",
+    "hours",
     "model_cap_reached",
     "pool_hold",
     "pool_of",
     "scope_covers",
+    "scope_key",
     "scopes_of",
     "window_bounds",
 ]
@@ -95,6 +97,21 @@ MODEL_CAPS_SCHEMA: dict[str, Any] = {
 def bucket_start(now: float) -> float:
     """The start of the hourly bucket ``now`` falls in."""
     return math.floor(now / HOUR) * HOUR
+
+
+def hours(start: float, end: float) -> list[float]:
+    """The starts of the hourly buckets in ``[start, end)`` (a window's)."""
+    first = math.ceil(start / HOUR) * HOUR
+    return [first + i * HOUR for i in range(max(0, math.ceil((end - first) / HOUR)))]
+
+
+def scope_key(scope: str) -> str:
+    """How a scope is stored: a task's as ``#`` and its id in 18 digits (its hour's
+    rows sort in id order, before the other scopes), any other as itself."""
+    rest = scope.removeprefix("task:").removeprefix("task-")
+    if scope.startswith("task:") and rest.isascii() and rest.isdigit() and len(rest) <= 18:
+        return f"#{int(rest):018d}"
+    return scope
 
 
 def window_bounds(window: str, now: float) -> tuple[float, float]:

@@ -116,3 +116,19 @@ def test_a_budget_event_is_an_alert() -> None:
     assert "is spent (100% used" in alert.message
     warning = Event(seq=8, ts=T0, kind="budget_warning", data={**data, "used": 0.8})
     assert "at 80%" in from_event(warning)[0].message
+
+
+def test_a_windows_hours_and_the_stored_keys() -> None:
+    """A window's sums are read hour by hour; a task's scope is stored so that its
+    hour's task rows sort in id order before the other scopes."""
+    start, end = b.window_bounds("5h", T0)
+    assert b.hours(start, end) == [start + i * 3600 for i in range(5)]
+    assert b.hours(start, start) == []
+    assert b.scope_key("task:42") == "#000000000000000042"
+    assert b.scope_key("task:task-42") == "#000000000000000042"
+    assert b.scope_key("task:x") == "task:x" and b.scope_key("role:dev") == "role:dev"
+    assert sorted([b.scope_key("task:10"), b.scope_key("task:9"), "cluster"]) == [
+        b.scope_key("task:9"),
+        b.scope_key("task:10"),
+        "cluster",
+    ]

@@ -11,6 +11,7 @@ A claim by a node covered by a spent budget is refused (``budget_refusal``); wit
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,9 +68,14 @@ def _covering(tx: Tx, s: Settings, node_id: str) -> list[rules.Budget]:
     return [b for b in found if rules.scope_covers(b.scope, node_id, row["role"], row["model"])]
 
 
+def _sum(tx: Tx, scope: str, start: float, end: float) -> Any:
+    hours = json.dumps(rules.hours(start, end))
+    return tx.one("usage_sum", scope=rules.scope_key(scope), hours=hours)
+
+
 def _used(tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:
     start, end = rules.window_bounds(b.window, now)
-    row = tx.one("usage_sum", scope=b.scope, start=start, end=end)
+    row = _sum(tx, b.scope, start, end)
     tokens = int(row["input_tokens"]) + int(row["output_tokens"])
     return rules.fraction_used(b, tokens, int(row["cost_micros"])), end
 
@@ -158,7 +164,7 @@ def model_live_count(tx: Tx, model: str) -> int:
 def usage(db: Db, scope: str, start: float, end: float) -> dict[str, Any]:
     """A scope's sums over ``[start, end)``."""
     with db.read() as tx:
-        row = tx.one("usage_sum", scope=scope, start=start, end=end)
+        row = _sum(tx, scope, start, end)
     return {
         "input_tokens": int(row["input_tokens"]),
         "output_tokens": int(row["output_tokens"]),
@@ -170,7 +176,7 @@ def usage(db: Db, scope: str, start: float, end: float) -> dict[str, Any]:
 def usage_by_scope(db: Db, start: float, end: float) -> list[dict[str, Any]]:
     """Every scope's sums over ``[start, end)`` but tasks' (/metrics)."""
     with db.read() as tx:
-        rows = tx.all("usage_scopes", start=start, end=end)
+        rows = tx.all("usage_scopes", hours=json.dumps(rules.hours(start, end)))
     return [
         {
             "scope": r["scope"],

@@ -1416,7 +1416,8 @@ FROM (
     SELECT 'cluster' AS scope
     UNION ALL SELECT 'node:' || :node_id::text
     UNION ALL SELECT 'pool:' || :pool::text WHERE :pool::text IS NOT NULL
-    UNION ALL SELECT 'task:' || :task_id::bigint WHERE :task_id::bigint IS NOT NULL
+    UNION ALL SELECT '#' || lpad(:task_id::bigint::text, 18, '0')
+              WHERE :task_id::bigint IS NOT NULL
     UNION ALL SELECT 'role:' || role FROM nodes
               WHERE id = :node_id::text AND terminated_at IS NULL
     UNION ALL SELECT 'model:' || model FROM nodes
@@ -1424,26 +1425,29 @@ FROM (
     -- (a fixed order: two reports lock their rows in the same order, no deadlock)
     ORDER BY 1
 ) AS s
-ON CONFLICT (scope, start) DO UPDATE SET
+ON CONFLICT (start, scope) DO UPDATE SET
     input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
     output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
     cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
     reports = usage_buckets.reports + 1;
 
 -- name: usage_sum
--- A scope's sums over the hours in [start, end).
+-- A scope's (its stored key's) sums over the hours :hours (a JSON list of their
+-- starts): a point
+-- read of the primary key per hour.
 SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
        coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
        coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
        coalesce(sum(reports), 0)::bigint AS reports
-FROM usage_buckets WHERE scope = :scope AND start >= :start AND start < :end;
+FROM usage_buckets WHERE start = ANY(ARRAY(SELECT json_array_elements_text(:hours::json)::float8)) AND scope = :scope;
 
 -- name: usage_scopes
--- Every scope's sums over the hours in [start, end) (/metrics).
+-- Every scope's sums but tasks' over the hours :hours (/metrics).
 SELECT scope, sum(input_tokens)::bigint AS input_tokens,
        sum(output_tokens)::bigint AS output_tokens,
        sum(cost_micros)::bigint AS cost_micros, sum(reports)::bigint AS reports
-FROM usage_buckets WHERE start >= :start AND start < :end AND scope NOT LIKE 'task:%'
+FROM usage_buckets
+WHERE start = ANY(ARRAY(SELECT json_array_elements_text(:hours::json)::float8)) AND scope NOT LIKE '#%'  -- not tasks'
 GROUP BY scope ORDER BY scope;
 
 -- name: budget_mark_get

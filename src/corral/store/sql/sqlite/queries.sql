@@ -1091,31 +1091,35 @@ FROM (
     SELECT 'cluster' AS scope
     UNION ALL SELECT 'node:' || :node_id
     UNION ALL SELECT 'pool:' || :pool WHERE :pool IS NOT NULL
-    UNION ALL SELECT 'task:' || :task_id WHERE :task_id IS NOT NULL
+    UNION ALL SELECT printf('#%018d', :task_id) WHERE :task_id IS NOT NULL
     UNION ALL SELECT 'role:' || role FROM nodes WHERE id = :node_id AND terminated_at IS NULL
     UNION ALL SELECT 'model:' || model FROM nodes
               WHERE id = :node_id AND terminated_at IS NULL AND model IS NOT NULL
 ) AS s
 WHERE true
-ON CONFLICT (scope, start) DO UPDATE SET
+ON CONFLICT (start, scope) DO UPDATE SET
     input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
     output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
     cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
     reports = usage_buckets.reports + 1;
 
 -- name: usage_sum
--- A scope's sums over the hours in [start, end).
+-- A scope's (its stored key's) sums over the hours :hours (a JSON list of their
+-- starts): a point read of the primary key per hour.
 SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
        coalesce(sum(output_tokens), 0) AS output_tokens,
        coalesce(sum(cost_micros), 0) AS cost_micros,
        coalesce(sum(reports), 0) AS reports
-FROM usage_buckets WHERE scope = :scope AND start >= :start AND start < :end;
+FROM usage_buckets
+WHERE start IN (SELECT value FROM json_each(:hours)) AND scope = :scope;
 
 -- name: usage_scopes
--- Every scope's sums over the hours in [start, end) (/metrics).
+-- Every scope's sums but tasks' over the hours :hours (/metrics): the end of each
+-- hour's range.
 SELECT scope, sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
        sum(cost_micros) AS cost_micros, sum(reports) AS reports
-FROM usage_buckets WHERE start >= :start AND start < :end AND scope NOT LIKE 'task:%'
+FROM usage_buckets
+WHERE start IN (SELECT value FROM json_each(:hours)) AND scope >= 'a'  -- not tasks' ('#')
 GROUP BY scope ORDER BY scope;
 
 -- name: budget_mark_get

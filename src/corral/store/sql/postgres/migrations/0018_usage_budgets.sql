@@ -5,8 +5,12 @@
 -- 'model:M', 'pool:P') and hour (start: the hour's first second). A report adds to
 -- the rows of every scope it counts for in one upsert, in its operation's own
 -- transaction; cost is in micro-dollars so concurrent reports sum exactly. A day or a
--- longer window is the sum of its hours. budget_marks: the highest threshold (0.8 or
--- 1.0) each budget's current window has been announced at, so a crossing is one event.
+-- longer window is the sum of its hours (a point read per hour and scope). The key is
+-- (start, scope) and a task's scope is stored as '#' and its id in 18 digits, so an
+-- hour's rows are together, its tasks first in id order and its other scopes last:
+-- a report writes the newest task's row beside its hour's other rows (one page).
+-- budget_marks: the highest threshold (0.8 or 1.0) each budget's current window has
+-- been announced at, so a crossing is one event.
 -- nodes_live_model: a capped model's live nodes, counted at registration.
 CREATE TABLE IF NOT EXISTS usage_buckets (
     scope         text NOT NULL,
@@ -15,7 +19,7 @@ CREATE TABLE IF NOT EXISTS usage_buckets (
     output_tokens bigint NOT NULL DEFAULT 0,
     cost_micros   bigint NOT NULL DEFAULT 0,
     reports       bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (scope, start)
+    PRIMARY KEY (start, scope)
 );
 CREATE TABLE IF NOT EXISTS budget_marks (
     budget        text NOT NULL,
