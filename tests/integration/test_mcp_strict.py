@@ -138,7 +138,8 @@ def test_answers_name_the_argument_and_the_types(tmp_path: Path) -> None:
         "task_id: expected integer or string, got boolean true. "
         "Check the tool's arguments and call again.",
         "ERROR: add_task: prority: unknown argument (this tool takes title, description, "
-        "priority, role, agent_id). Check the tool's arguments and call again.",
+        "priority, role, progress_timeout, timeout, not_before, depends_on, retry_backoff,"
+        " agent_id). Check the tool's arguments and call again.",
         "ERROR: register_node: model_name: required argument missing. "
         "Check the tool's arguments and call again.",
     ]
