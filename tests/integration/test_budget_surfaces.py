@@ -29,7 +29,7 @@ def _spend(c: corral.Client) -> None:
 def test_mcp_a_spent_budget_is_an_error_answer_naming_it(sqlite_cluster: corral.Cluster) -> None:
     """claim_best_task answers ``ERROR:`` naming the budget and when it frees; bad
     usage on complete_task is an ``ERROR:`` with the rule's message; ``usage`` answers
-    one line."""
+    one line; a heartbeat's usage counts for its node."""
     _spend(sqlite_cluster)
 
     async def script(call: Call, client: object) -> None:
@@ -41,6 +41,13 @@ def test_mcp_a_spent_budget_is_an_error_answer_naming_it(sqlite_cluster: corral.
         assert await call("usage", scope="role:developer", window="1h") == (
             False,
             "Usage of role:developer (1h): 0 in, 10 out tokens, $0, 1 reports",
+        )
+        assert await call("heartbeat", agent_id="dev-1", usage={"input_tokens": 7}) == (
+            False,
+            "Heartbeat recorded for dev-1",
+        )
+        assert (await call("usage", scope="node:dev-1"))[1].startswith(
+            "Usage of node:dev-1 (1d): 7 in"
         )
 
     run(sqlite_cluster, script)

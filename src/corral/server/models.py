@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from corral import defaults
 from corral.config import TYPES
 from corral.model import Registered, Settings
+from corral.params import Usage
 from corral.types import HealthStatus
 from corral.validation import ID, LIMIT, MAX_FLOAT, MAX_INT, POSITIVE_INT, TASK_REF
 from corral.workflows.model import Handler
@@ -303,6 +304,9 @@ class HeartbeatPayload(InMore):
     )
     metrics: dict[str, Any] | None = Field(
         None, description="e.g. cpu_usage, memory_usage (0-100)."
+    )
+    usage: Usage | None = Field(
+        None, description="Usage since your last report: input_tokens, output_tokens, cost_usd."
     )
 
 
