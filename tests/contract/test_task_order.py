@@ -140,12 +140,13 @@ def test_a_run_past_its_timeout_is_taken_back_at_the_deadline(
     events = monitor.tick(T0 + 40).events
     assert [(e.kind, e.task_id, e.node_id) for e in events] == [("task_timed_out", task.id, "A")]
     assert events[0].data["outcome"] == "pending"
+    assert events[0].data["new_epoch"] == held.epoch + 1
     back = cluster.get_task(task.id)
-    assert (back.status, back.assigned_to) == ("pending", None)
+    assert (back.status, back.assigned_to, back.epoch) == ("pending", None, held.epoch + 1)
     assert "timed out" in (back.error or "")
     assert cluster.get_node("A").status == "idle"
     assert cluster.heartbeat("A", current_tasks=[task.id]).cancelled_tasks == [task.id]
-    with pytest.raises(LeaseError):
+    with pytest.raises(LeaseError, match=f"the task is at epoch {held.epoch + 1}"):
         cluster.complete_task(task.id, "A", held.epoch, result="late")
     again = cluster.claim_best_task("B", "developer")
     assert again is not None and again.id == task.id and again.epoch > held.epoch

@@ -515,9 +515,9 @@ def time_out(db: Db, now: float) -> list[Event]:
     holder's row locked, then the task's, and the deadline re-checked: the
     documents' double-check): ``requeue`` with ``kind`` ``task_timed_out`` (pending,
     or scheduled after its backoff, while attempts remain, else failed for good), the
-    holder let go (``taken_from`` records it); its next heartbeat naming the task has it
-    in ``cancelled_tasks`` (one it neither holds nor finished), so its worker stops
-    the run."""
+    task at a new epoch, the holder let go (``taken_from`` records it); its next
+    heartbeat naming the task has it in ``cancelled_tasks`` (one it neither holds nor
+    finished), so its worker stops the run."""
     with db.capturing() as events, db.write_redone() as tx:
         for due in tx.all("tasks_timed_out", now=now, limit=_BATCH):
             holder = due["assigned_to"]
@@ -531,6 +531,8 @@ def time_out(db: Db, now: float) -> list[Event]:
             ):
                 continue  # finished, or claimed again, meanwhile
             tx.run("task_taken_from", id=row["id"], node_id=holder)
+            # A new epoch at once: the holder's late completion names the old one.
+            tx.run("task_new_epoch", id=row["id"])
             requeue(
                 db,
                 tx,
@@ -542,6 +544,7 @@ def time_out(db: Db, now: float) -> list[Event]:
                 counts=True,
                 attempt=row["attempts"],
                 epoch=row["epoch"],
+                new_epoch=row["epoch"] + 1,
                 timeout=row["timeout"],
                 ran_seconds=round(now - row["claimed_at"], 3),
             )

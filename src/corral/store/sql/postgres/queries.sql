@@ -1371,6 +1371,11 @@ RETURNING *;
 -- the task in cancelled_tasks as one it neither holds nor finished: tasks_cancelled_of).
 UPDATE tasks SET taken_from = :node_id WHERE id = :id;
 
+-- name: task_new_epoch
+-- A run taken back at its timeout: a new epoch at once (the holder's late completion,
+-- progress report or heartbeat names the old one and is refused by the fencing).
+UPDATE tasks SET epoch = epoch + 1 WHERE id = :id;
+
 -- name: task_deadline_heads
 -- The monitor's two task deadlines, index heads: the earliest ready_at of a scheduled
 -- task (tasks_ready_at) and the earliest end of a run with a timeout (tasks_timeout_at).
