@@ -21,11 +21,13 @@ Three measurements (issue 29's targets):
 
     python bench/dashboard_bench.py            # 1,000 nodes, 100,000 tasks
     python bench/dashboard_bench.py --quick    # a smoke run: 100 nodes, 5,000 tasks
+    python bench/dashboard_bench.py --cache-dir /tmp/boards   # keep the built board
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -95,6 +97,7 @@ def build_board(url: str, nodes: int, tasks: int) -> dict[str, Any]:
                 c.fail_task(task.id, node, task.epoch, "disk full", retry=False)
         for i in range(nodes):
             c.catch_up(f"node-{i:04d}", limit=10_000)
+        c.assess_workload()  # the Fleet panel shows the last assessment
         claimed = time.perf_counter()
         stats = c.stats()
     finally:
@@ -108,6 +111,32 @@ def build_board(url: str, nodes: int, tasks: int) -> dict[str, Any]:
         "register_s": round(registered - added, 2),
         "claims_and_catch_up_s": round(claimed - registered, 2),
     }
+
+
+def cached_board(url: str, nodes: int, tasks: int, cache_dir: str | None) -> dict[str, Any]:
+    """``build_board``, or a copy of the board a run before built and kept in
+    ``cache_dir`` (copied with SQLite's backup API: the runs change their copy)."""
+    import json
+    import sqlite3
+
+    if cache_dir is None:
+        return build_board(url, nodes, tasks)
+    cache = Path(cache_dir) / f"board-{nodes}-{tasks}.db"
+    facts = cache.with_suffix(".json")
+    if not (cache.exists() and facts.exists()):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.unlink(missing_ok=True)
+        board = build_board(f"sqlite:///{cache}", nodes, tasks)
+        facts.write_text(json.dumps(board))
+    board = dict(json.loads(facts.read_text()), cached=str(cache))
+    src = sqlite3.connect(cache)
+    dst = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return board
 
 
 def fill_inboxes(url: str, nodes: int, events: int) -> None:
@@ -130,7 +159,9 @@ class Serve:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         exe = shutil.which("corral", path=os.path.dirname(sys.executable)) or "corral"
-        argv = [exe, "--url", url, "serve", "--port", str(self.port)]
+        # No monitor: its sweeps are not the page's cost (and it would end the
+        # board's nodes, which do not beat, as silent).
+        argv = [exe, "--url", url, "serve", "--port", str(self.port), "--no-monitor"]
         argv += ["--token-file", str(token_file)]
         env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
         self.proc = subprocess.Popen(
@@ -187,27 +218,14 @@ def first_response(serve: Serve, cookie: str, samples: int, *, warm: bool = True
         hot: list[float] = []
         if not warm:
             return {"cold_ms": percentiles(cold), "html_bytes": size, "samples": samples}
-        stream_open = threading.Event()
-        stop = threading.Event()
-
-        def hold_stream() -> None:
-            with (
-                httpx.Client(cookies={"corral_session": cookie}, timeout=60) as c,
-                c.stream("GET", serve.base + "/dashboard/stream") as r,
-            ):
-                for line in r.iter_lines():
-                    if line.startswith("id: "):
-                        stream_open.set()
-                    if stop.is_set():
-                        return
-
-        holder = threading.Thread(target=hold_stream, daemon=True)
+        holder = Stream(serve.base, cookie)
         holder.start()
-        assert stream_open.wait(60), "the stream sent no panels"
+        _until(lambda: holder.last >= 0, 60, "the stream's panels")
         for _ in range(samples):
             took, _ = _get_page(client, serve.base)
             hot.append(took)
-        stop.set()
+        holder.close()
+        time.sleep(2)  # the server's feed stops once no stream is left (sse_poll)
     return {
         "cold_ms": percentiles(cold),
         "warm_ms": percentiles(hot),
@@ -278,24 +296,39 @@ class Counting:
 
 
 class Stream(threading.Thread):
-    """One open page's stream: the ``id:`` of each message received."""
+    """One open page's stream, on a socket of its own (HTTP/1.0: the body is the raw
+    event stream): the ``id:`` of each message received; ``close`` shuts the socket
+    (the server sees the disconnect at once)."""
 
     def __init__(self, base: str, cookie: str) -> None:
         super().__init__(daemon=True)
-        self.base, self.cookie = base, cookie
+        host, port = base.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=120)
+        self.sock.sendall(
+            f"GET /dashboard/stream HTTP/1.0\r\nHost: {host}:{port}\r\n"
+            f"Cookie: corral_session={cookie}\r\n\r\n".encode()
+        )
         self.last = -1
-        self.stop = False
+        self.closed = False
 
     def run(self) -> None:
-        with (
-            httpx.Client(cookies={"corral_session": self.cookie}, timeout=120) as client,
-            client.stream("GET", self.base + "/dashboard/stream") as r,
-        ):
-            for line in r.iter_lines():
-                if line.startswith("id: "):
-                    self.last = int(line[4:])
-                if self.stop:
-                    return
+        try:
+            with self.sock.makefile("rb") as f:
+                status = f.readline()
+                assert b" 200 " in status, status
+                for raw in f:
+                    if raw.startswith(b"id: "):
+                        self.last = int(raw[4:])
+        except OSError:
+            if not self.closed:
+                raise
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.join(10)
+        self.sock.close()
 
 
 def _until(check: Callable[[], bool], seconds: float, what: str) -> None:
@@ -361,7 +394,7 @@ def fan_out(url: str, events: int, pages: tuple[int, ...]) -> dict[str, Any]:
                 "event_to_every_page_ms": round(took / events * 1000, 1),
             }
             for s in streams:
-                s.stop = True
+                s.close()
     finally:
         server.should_exit = True
         thread.join(10)
@@ -381,6 +414,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--events", type=int, default=20)
+    ap.add_argument("--cache-dir", default=None, help="keep (and reuse) the built board here")
     ap.add_argument("--unread", type=int, default=1000, help="events in every inbox, last")
     ap.add_argument("--no-browser", action="store_true", help="skip the first paint")
     ap.add_argument("--out", default=str(RESULTS_DIR / "dashboard_bench.json"))
@@ -390,7 +424,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dashboard-bench-") as tmpdir:
         tmp = Path(tmpdir)
         url = f"sqlite:///{tmp / 'corral.db'}"
-        board = build_board(url, args.nodes, args.tasks)
+        board = cached_board(url, args.nodes, args.tasks, args.cache_dir)
         print(f"board: {board}", flush=True)
         serve = Serve(url, tmp)
         try:
