@@ -42,3 +42,26 @@ def test_a_locked_due_task_is_skipped_and_retried_shortly(pg_url: str) -> None:
     assert c.get_task(task.id).status == "pending"
     assert c.store.deadlines().task_ready_at is None
     c.close()
+
+
+def test_a_run_whose_holder_row_is_locked_is_timed_out_shortly_after(pg_url: str) -> None:
+    """The holder's node row held by another session at the run's deadline: the pass
+    skips it rather than wait, retries a moment later and then takes the run back."""
+    clock = FakeClock(T0)
+    c = corral.connect(pg_url, clock=clock)
+    assert isinstance(c, corral.Cluster)
+    c.register_node("A", "developer")
+    task = c.add_task("Implement the slow job", timeout=5)
+    assert c.claim_best_task("A", "developer") is not None
+    monitor = Monitor(c, name="locked-test")
+    with psycopg.connect(pg_url) as other:
+        other.execute("SELECT 1 FROM nodes WHERE id = 'A' FOR UPDATE")
+        clock.set(T0 + 5)
+        assert [e for e in monitor.tick(T0 + 5).events if e.task_id == task.id] == []
+        assert c.store.deadlines().task_timeout_at == pytest.approx(T0 + 5.05)
+        other.rollback()
+    clock.set(T0 + 5.05)
+    events = monitor.tick(T0 + 5.05).events
+    assert [(e.kind, e.task_id) for e in events] == [("task_timed_out", task.id)]
+    assert c.store.deadlines().task_timeout_at is None
+    c.close()

@@ -43,7 +43,7 @@ def deadlines(db: Db) -> Deadlines:
         idle_retire_at=_after_locked(retire, db.locked.get("idle")),
         assess_at=(last or 0.0) + s.workload_assessment_interval,
         task_ready_at=_after_locked(ready, db.locked.get("ready")),
-        task_timeout_at=timeout,
+        task_timeout_at=_after_locked(timeout, db.locked.get("timeout")),
         stuck_at=stuck,
     )
 

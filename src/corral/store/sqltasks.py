@@ -518,10 +518,17 @@ def time_out(db: Db, now: float) -> list[Event]:
     task at a new epoch, the holder let go (``taken_from`` records it); its next
     heartbeat naming the task has it in ``cancelled_tasks`` (one it neither holds nor
     finished), so its worker stops the run."""
+    skipped = False
     with db.capturing() as events, db.write_redone() as tx:
         for due in tx.all("tasks_timed_out", now=now, limit=_BATCH):
             holder = due["assigned_to"]
-            tx.one("node_live_for_update", id=holder)
+            if tx.one("node_lock_skip_locked", id=holder) is None and tx.one(
+                "node_live", id=holder
+            ):
+                # Another session holds the holder's row (PostgreSQL): never wait on
+                # it; come back after _LOCKED_RETRY.
+                skipped = True
+                continue
             row = tx.one("task_held_for_update", id=due["id"], node_id=holder)
             if (
                 row is None
@@ -549,4 +556,5 @@ def time_out(db: Db, now: float) -> list[Event]:
                 ran_seconds=round(now - row["claimed_at"], 3),
             )
             tx.run("node_drop_task", node_id=holder, id=row["id"], now=now)
+        db.locked["timeout"] = (now, now + _LOCKED_RETRY) if skipped else None
     return events

@@ -1371,6 +1371,12 @@ RETURNING *;
 -- the task in cancelled_tasks as one it neither holds nor finished: tasks_cancelled_of).
 UPDATE tasks SET taken_from = :node_id WHERE id = :id;
 
+-- name: node_lock_skip_locked
+-- The live node :id's row, locked; no row when it is not live or another session holds
+-- it (PostgreSQL: the monitor's task duties never wait on a row lock).
+SELECT incarnation FROM nodes WHERE id = :id AND status <> 'terminated'
+FOR UPDATE SKIP LOCKED;
+
 -- name: task_new_epoch
 -- A run taken back at its timeout: a new epoch at once (the holder's late completion,
 -- progress report or heartbeat names the old one and is refused by the fencing).
