@@ -48,8 +48,9 @@ class ServerClock:
     measured by ``read()`` (the server's time, seconds since the epoch) at the first
     call and again every ``every`` seconds, from the round trip's midpoint. Every
     process on the same server agrees within its round trip, and a step of this host's
-    wall clock moves nothing. When ``read()`` fails the last offset is kept (before the
-    first success: this host's wall clock), and read again ``every`` seconds later.
+    wall clock moves nothing. When ``read()`` fails the last offset is kept and the
+    server read again ``every`` seconds later; before a first success this host's wall
+    clock stands in, and the server is read again a second later.
     ``monotonic`` is the local clock it follows (injected by tests)."""
 
     def __init__(
@@ -76,7 +77,10 @@ class ServerClock:
                 self._offset = server - (before + after) / 2
                 self._next = after + self._every
             except Exception:  # unreachable now: keep the offset
-                self._next = self._monotonic() + self._every
+                # Until a first read succeeds this host's own wall clock stands in
+                # (stepped, perhaps): try again within a second, not a period later.
+                wait = self._every if self._offset is not None else min(self._every, 1.0)
+                self._next = self._monotonic() + wait
             finally:
                 self._lock.release()
         offset = self._offset

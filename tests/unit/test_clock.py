@@ -67,3 +67,17 @@ def test_before_any_read_succeeds_it_is_this_hosts_wall_clock() -> None:
     before = time.time()
     now = clock.now()
     assert before <= now <= time.time()
+
+
+def test_until_a_first_read_succeeds_it_is_retried_a_second_later() -> None:
+    t = Ticks()
+    t.down = True
+    clock = ServerClock(t.read, every=10.0, monotonic=t.monotonic)
+    clock.now()  # fails: the host's wall clock stands in
+    t.down = False
+    t.mono += 0.5
+    clock.now()
+    assert t.reads == 0  # not before a second has passed
+    t.mono += 0.5
+    assert clock.now() == 1_000_000.0
+    assert t.reads == 1
