@@ -149,6 +149,21 @@ def test_fail_fails_a_stuck_task(cluster: Client, monitor: Monitor) -> None:
         cluster.complete_task(task.id, "A", task.epoch)
 
 
+def test_a_stuck_task_failed_for_good_fails_the_tasks_waiting_on_it(
+    cluster: Client, monitor: Monitor
+) -> None:
+    """A dependent blocked on a task the stuck duty fails is failed with it, naming
+    the dependency (not left blocked for ever)."""
+    cluster.configure(progress_timeout=10, stuck_action="fail")
+    task = _claimed(cluster)
+    waiting = cluster.add_task("Review the report", depends_on=[task.id])
+    assert cluster.get_task(waiting.id).status == "blocked"
+    monitor.tick(T0 + 10)
+    after = cluster.get_task(waiting.id)
+    assert after.status == "failed"
+    assert f"dependency task {task.id} failed" in (after.error or "")
+
+
 def test_a_requeued_task_out_of_attempts_fails(cluster: Client, monitor: Monitor) -> None:
     """A stuck task on its last attempt is failed, not requeued."""
     cluster.configure(progress_timeout=10, stuck_action="requeue")

@@ -17,6 +17,7 @@ from corral.model import Event, Task
 from corral.store import sqlusage
 from corral.store.rows import Tx, task_from_row
 from corral.store.sqldb import Db, enqueue, refuse
+from corral.store.sqltasks import end_dependents
 
 __all__ = ["act_on_stuck", "report_progress", "stuck_count", "stuck_deadline"]
 
@@ -126,3 +127,5 @@ def _act(db: Db, tx: Tx, row: Any, action: str, now: float) -> None:
     if outcome == "pending":
         data["new_epoch"] = new["epoch"]
     db.event(tx, now, "task_stuck", holder, task_id, **data)
+    if outcome == "failed":  # for good: the tasks waiting on it fail with it
+        end_dependents(db, tx, task_id, "failed", error, now)
