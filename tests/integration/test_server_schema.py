@@ -85,6 +85,9 @@ def test_api_conforms_to_its_openapi_document(
 
 
 def _call_and_validate(case: Any, base_url: str) -> None:
+    header = case.meta.components.get("header") if case.meta is not None else None
+    if header is not None and header.mode == "negative":
+        return  # its broken Authorization is replaced by the token below: nothing to see
     if case.operation.path == "/v1/nodes/{node_id}/claim" and isinstance(case.body, dict):
         case.body.pop("wait", None)  # a waiting claim would hold the example for its wait
     if case.operation.path == "/v1/settings" and isinstance(case.body, dict):
