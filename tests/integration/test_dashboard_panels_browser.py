@@ -136,6 +136,7 @@ def test_a_viewer_sees_each_panel_and_no_control(browser: Browser, up: Up) -> No
     wait_for(lambda: _relay(up), 30, "the relay reported")
     wait_for(lambda: up.cluster.spawn_requests(status="pending"), 30, "a request")
     viewer = up.cluster.create_token("watcher", "viewer").token
+    assert viewer is not None  # a new token is shown once, on creation
     page = browser.new_page()
     _log_in(page, base, viewer)
     for name in NEW_PANELS:
