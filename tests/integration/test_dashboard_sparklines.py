@@ -20,6 +20,7 @@ from corral.cluster import Cluster
 from corral.dashboard.feed import Feed, read_snapshot
 from corral.dashboard.history import BUCKET, BUCKETS
 from corral.dashboard.views import Filters, environment, render_panel
+from corral.monitor import Monitor
 from corral.server.app import ServerState
 from corral.server.auth import Tokens
 from tests.support.backends.http import TOKEN
@@ -145,3 +146,44 @@ def test_the_sparklines_cost_no_read_of_their_own(
     assert sampled - bare == Counter({"events": sampled["events"]})
     assert bare - sampled == Counter()
     assert feed.history.trend(clock.now()).samples == 1
+
+
+def test_the_fleet_panel_counts_the_last_hour_and_the_last_recovery(
+    fed: tuple[Cluster, FakeClock, Feed, _Counting],
+) -> None:
+    """Done and failed in the last hour beside the totals (the stats' own window), and
+    the last lease recovery ("none" before any)."""
+    cluster, clock, feed, _ = fed
+    cluster.register_node("w", "developer")
+    cluster.add_tasks([{"title": f"t{i}"} for i in range(3)])
+    for outcome in ("done", "failed"):
+        task = cluster.claim_best_task("w", "developer")
+        assert task is not None
+        if outcome == "done":
+            cluster.complete_task(task.id, "w", task.epoch, "ok")
+        else:
+            cluster.fail_task(task.id, "w", task.epoch, "broken", retry=False)
+    clock.advance(2 * 3600)  # both leave the last hour
+    task = cluster.claim_best_task("w", "developer")
+    assert task is not None
+    cluster.complete_task(task.id, "w", task.epoch, "ok")
+    html = _fleet(feed)
+
+    def figure(name: str) -> str:
+        m = re.search(rf'data-figure="{name}">([^<]*)<', html)
+        assert m, name
+        return m.group(1)
+
+    assert (figure("done"), figure("done_last_hour")) == ("2", "1 in the last hour")
+    assert (figure("failed"), figure("failed_last_hour")) == ("1", "0 in the last hour")
+    assert figure("last_recovery") == "none"
+
+    # A silent holder's lease taken back by the monitor, 90 s before the next read.
+    cluster.add_task("held by a node that goes silent")
+    cluster.register_node("silent", "developer", heartbeat_interval=10)
+    assert cluster.claim_best_task("silent", "developer") is not None
+    clock.advance(30)
+    assert "lease_recovered" in [e.kind for e in Monitor(cluster).tick(clock.now()).events]
+    clock.advance(90)
+    html = _fleet(feed)
+    assert figure("last_recovery") == "90 s ago"
