@@ -22,6 +22,7 @@ from typing import Any
 import psycopg.errors
 
 from corral import lifecycle, scoring
+from corral.budgets import MICROS, bucket_start, pool_of
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
 from corral.store import claimkeys, sqltasks, sqlusage
@@ -38,6 +39,19 @@ __all__ = ["PostgresStore"]
 _STAMP = 1 - lifecycle.STAMP_FRACTION  # node rows re-stamped after a tenth of the window
 _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
+
+
+def _with_usage_cte(name: str, done: str) -> str:
+    """Hot statement ``name`` with ``usage_add_done`` as its last CTE, guarded by its
+    completion's CTE ``done``: a completion with usage in one statement."""
+    sql = _QUERIES[name]
+    end = sql.rindex("\n)\nSELECT") + 2
+    cte = _QUERIES["usage_add_done"].replace("usage_done_cte", done)
+    return f"{sql[:end]}, usage_up AS (\n{cte}\n){sql[end:]}"
+
+
+_QUERIES["complete_full+usage"] = _with_usage_cte("complete_full", "t")
+_QUERIES["complete_claim_full+usage"] = _with_usage_cte("complete_claim_full", "fin")
 
 
 def _task(values: Any, start: int, tail: tuple[int, ...]) -> Task:
@@ -346,7 +360,21 @@ class PostgresStore(SQLStore):
         now: float,
     ) -> list[tuple[Any, ...]]:
         """Hot statement ``name`` and the usage's upsert in one transaction (the usage
-        only when the statement finished the task); its rows as tuples."""
+        only when the statement finished the task); its rows as tuples. Without budgets
+        (no event to write) one statement: ``name`` with the upsert as its last CTE."""
+        cached = self._db.settings_cache
+        if cached is not None and not cached[1].budgets:
+            return self._hot(
+                f"{name}+usage",
+                {
+                    **params,
+                    "hour": bucket_start(now),
+                    "pool": pool_of(node_id),
+                    "input_tokens": int(usage.get("input_tokens", 0)),
+                    "output_tokens": int(usage.get("output_tokens", 0)),
+                    "cost_micros": round(float(usage.get("cost_usd", 0.0)) * MICROS),
+                },
+            )
         with self._write() as tx:
             rows = [tuple(r.values()) for r in tx.all(name, **params)]
             if rows:

@@ -1487,3 +1487,28 @@ WHERE t.status = 'in_progress' ORDER BY t.id;
 -- Take the seqs a hot statement numbered by hand ((xid << 20) + 0 and + 1) in this
 -- transaction, so an event written after it in the same transaction numbers past them.
 SELECT corral_event_seqs(:n::integer) AS base;
+
+-- name: usage_add_done
+-- usage_add as one more CTE of a hot completion statement (complete_full,
+-- complete_claim_full: the store adds it, its guard's CTE renamed as the completion's),
+-- so a completion with usage is still one statement and one round trip; it adds
+-- only when the completion finished the task.
+INSERT INTO usage_buckets (scope, start, input_tokens, output_tokens, cost_micros, reports)
+SELECT s.scope, :hour, :input_tokens, :output_tokens, :cost_micros, 1
+FROM (
+    SELECT 'cluster' AS scope
+    UNION ALL SELECT 'node:' || :node_id::text
+    UNION ALL SELECT 'pool:' || :pool::text WHERE :pool::text IS NOT NULL
+    UNION ALL SELECT '#' || lpad(:id::bigint::text, 18, '0')
+    UNION ALL SELECT 'role:' || role FROM nodes
+              WHERE id = :node_id::text AND terminated_at IS NULL
+    UNION ALL SELECT 'model:' || model FROM nodes
+              WHERE id = :node_id::text AND terminated_at IS NULL AND model IS NOT NULL
+    ORDER BY 1
+) AS s
+WHERE EXISTS (SELECT 1 FROM usage_done_cte)
+ON CONFLICT (start, scope) DO UPDATE SET
+    input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
+    output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
+    cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
+    reports = usage_buckets.reports + 1
