@@ -9,6 +9,8 @@ beyond a model's cap as ``max_agents`` does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from corral import BudgetError, CapacityError, InvalidInputError
@@ -115,7 +117,7 @@ def test_bad_usage_is_refused_with_the_rules_message(
     writes nothing."""
     task = _claimed(cluster)
     before = world(cluster)
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: cluster.complete_task(task.id, "dev-1", epoch=task.epoch, usage=usage),
         lambda: cluster.fail_task(task.id, "dev-1", epoch=task.epoch, usage=usage),
         lambda: cluster.report_progress(task.id, "dev-1", epoch=task.epoch, usage=usage),

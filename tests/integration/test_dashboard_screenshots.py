@@ -150,7 +150,15 @@ def test_each_panel_renders_and_is_pictured(browser: Browser, served: str, tmp_p
         box = section.bounding_box()
         assert box is not None and box["height"] > 50, name
         # A long panel (Events) is pictured down to MAX_HEIGHT.
-        clip = {**box, "height": min(box["height"], MAX_HEIGHT)}
-        page.screenshot(path=str(shot), clip=clip, full_page=True)
+        page.screenshot(
+            path=str(shot),
+            clip={
+                "x": box["x"],
+                "y": box["y"],
+                "width": box["width"],
+                "height": min(box["height"], MAX_HEIGHT),
+            },
+            full_page=True,
+        )
         assert shot.stat().st_size > 3_000, shot
     assert messages == []
