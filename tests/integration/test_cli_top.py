@@ -26,15 +26,12 @@ TMUX = shutil.which("tmux")
 CORRAL = shutil.which("corral", path=os.path.dirname(sys.executable))
 SEEN_WITHIN = 1.0  # seconds: the acceptance line's "reflects a change within a second"
 
-if TMUX is None and not os.environ.get("CI"):
-    pytest.skip("tmux is not installed (scripts/test installs it)", allow_module_level=True)
-
 
 class Pane:
     """One tmux session on a private server (``tmux -L``), killed with it."""
 
     def __init__(self, command: str, cwd: Path) -> None:
-        assert TMUX is not None
+        assert TMUX is not None, "tmux is not installed (scripts/test installs it)"
         self.socket = f"corral-top-{uuid.uuid4().hex[:8]}"
         self.tmux = [TMUX, "-L", self.socket]
         session = ["-d", "-x", "120", "-y", "40", "-c", str(cwd), "-s", "top", command]

@@ -88,11 +88,8 @@ def test_watch_prints_the_table_again_when_an_agent_changes(supervisor: Served) 
 
 def test_watch_on_a_terminal_redraws_in_place(supervisor: Served, tmp_path: Path) -> None:
     """Under tmux: one table on the screen, its row changing when user0 stops."""
-    pytest.importorskip("corral.cli.top")
-    from tests.integration.test_cli_top import TMUX, Pane
+    from tests.integration.test_cli_top import Pane
 
-    if TMUX is None:
-        pytest.skip("tmux is not installed")
     argv = [sys.executable, "-m", "corral", "ctl", "--state-dir", str(supervisor.state_dir)]
     command = shlex.join([*argv, "status", "--watch", "--interval", "0.1"])
     pane = Pane(f"PYTHONPATH={shlex.quote(str(SRC))} {command}; sleep 60", tmp_path)

@@ -67,15 +67,34 @@ def _world(c: Any) -> dict[str, Any]:
     c.report_processes(
         "host-a",
         [
-            {"agent": "relay", "state": "RUNNING", "pid": 4242, "restarts": 2,
-             "started_at": c.clock.now() - 90, "last_beat": c.clock.now() - 1,
-             "flags": [], "last_exit": None},
-            {"agent": "flaky", "state": "STOPPED", "pid": None, "restarts": 5,
-             "started_at": None, "last_beat": None, "flags": ["restart-exhausted"],
-             "last_exit": {"code": 1, "stderr_tail": ["Traceback (most recent call last):",
-                                                      "ValueError: the <bad> input"]}},
+            {
+                "agent": "relay",
+                "state": "RUNNING",
+                "pid": 4242,
+                "restarts": 2,
+                "started_at": c.clock.now() - 90,
+                "last_beat": c.clock.now() - 1,
+                "flags": [],
+                "last_exit": None,
+            },
+            {
+                "agent": "flaky",
+                "state": "STOPPED",
+                "pid": None,
+                "restarts": 5,
+                "started_at": None,
+                "last_beat": None,
+                "flags": ["restart-exhausted"],
+                "last_exit": {
+                    "code": 1,
+                    "stderr_tail": [
+                        "Traceback (most recent call last):",
+                        "ValueError: the <bad> input",
+                    ],
+                },
+            },
         ],
-    )  # fmt: skip
+    )
     ask = c.request_spawn("dev", "developer", reason="spawn_developer: 3 pending tasks")
     c.serve_workflows("wf-host", [{"name": "hitl"}])
     run = c.run_workflow("hitl")
@@ -144,9 +163,13 @@ def test_restart_start_stop_each_request_a_process_action(
     csrf = _log_in(app_client)
     for action in ("restart", "stop", "start"):
         done = _act(
-            app_client, "/dashboard/processes/act", csrf, host="host-a", agent="relay",
+            app_client,
+            "/dashboard/processes/act",
+            csrf,
+            host="host-a",
+            agent="relay",
             action=action,
-        )  # fmt: skip
+        )
         assert done.status_code == 200, done.text
         assert f"Asked host-a to {action} relay" in done.text
     asked = cluster.process_actions("host-a")
@@ -156,14 +179,22 @@ def test_restart_start_stop_each_request_a_process_action(
         ("relay", "start"),
     ]
     unknown = _act(
-        app_client, "/dashboard/processes/act", csrf, host="host-a", agent="ghost",
+        app_client,
+        "/dashboard/processes/act",
+        csrf,
+        host="host-a",
+        agent="ghost",
         action="restart",
-    )  # fmt: skip
+    )
     assert unknown.status_code == 422 and "ghost" in unknown.text
     bad = _act(
-        app_client, "/dashboard/processes/act", csrf, host="host-a", agent="relay",
+        app_client,
+        "/dashboard/processes/act",
+        csrf,
+        host="host-a",
+        agent="relay",
         action="explode",
-    )  # fmt: skip
+    )
     assert bad.status_code == 422
     assert len(cluster.process_actions("host-a")) == 3
 
@@ -175,17 +206,18 @@ def test_accept_and_decline_name_the_token_that_decided(
     second = cluster.request_spawn("dev", "developer", reason="another").id
     ops = cluster.create_token("ops-alice", "operator").token
     csrf = _log_in(app_client, ops)
-    accepted = _act(app_client, "/dashboard/spawn/act", csrf, request_id=str(w["ask"]),
-                    action="accept")  # fmt: skip
+    accepted = _act(
+        app_client, "/dashboard/spawn/act", csrf, request_id=str(w["ask"]), action="accept"
+    )
     assert accepted.status_code == 200, accepted.text
     assert f"Spawn request {w['ask']} (pool dev, developer): accepted by token:ops-alice" in (
         accepted.text
     )
-    declined = _act(app_client, "/dashboard/spawn/act", csrf, request_id=str(second),
-                    action="decline")  # fmt: skip
+    declined = _act(
+        app_client, "/dashboard/spawn/act", csrf, request_id=str(second), action="decline"
+    )
     assert declined.status_code == 200 and "declined by token:ops-alice" in declined.text
-    again = _act(app_client, "/dashboard/spawn/act", csrf, request_id=str(second),
-                 action="accept")  # fmt: skip
+    again = _act(app_client, "/dashboard/spawn/act", csrf, request_id=str(second), action="accept")
     assert again.status_code == 422 and "already declined" in again.text
     status = {r.id: (r.status, r.decided_by) for r in cluster.spawn_requests()}
     assert status == {
@@ -203,14 +235,27 @@ def test_send_event_reaches_a_waiting_run_and_bad_data_is_refused(
 ) -> None:
     w = _world(cluster)
     csrf = _log_in(app_client)
-    bad = _act(app_client, "/dashboard/workflows/act", csrf, handler_id=w["run"],
-               event_type="Answer", data="{not json")  # fmt: skip
+    bad = _act(
+        app_client,
+        "/dashboard/workflows/act",
+        csrf,
+        handler_id=w["run"],
+        event_type="Answer",
+        data="{not json",
+    )
     assert bad.status_code == 422 and "JSON object" in bad.text
-    wrong = _act(app_client, "/dashboard/workflows/act", csrf, handler_id=w["run"],
-                 event_type="not a class")  # fmt: skip
+    wrong = _act(
+        app_client, "/dashboard/workflows/act", csrf, handler_id=w["run"], event_type="not a class"
+    )
     assert wrong.status_code == 422 and "event_type" in wrong.text
-    sent = _act(app_client, "/dashboard/workflows/act", csrf, handler_id=w["run"],
-                event_type="Answer", data='{"text": "yes"}')  # fmt: skip
+    sent = _act(
+        app_client,
+        "/dashboard/workflows/act",
+        csrf,
+        handler_id=w["run"],
+        event_type="Answer",
+        data='{"text": "yes"}',
+    )
     assert sent.status_code == 200, sent.text
     assert f"Sent Answer to {w['run']}" in sent.text
     got = cluster.take_workflow_work("wf-host").deliveries  # its host receives it
@@ -300,9 +345,17 @@ def _scaled(c: Any, old: int, new: int, why: str) -> None:
     """A pool's size change as ``corral up``'s pools record it."""
     c.alert(
         f"pool dev: {old} -> {new} members ({why})",
-        reason="pool_scaled", pool="dev", role="developer", why=why, cause="decision",
-        at=c.clock.now(), min=0, max=3, scale="ask", **{"from": old, "to": new},
-    )  # fmt: skip
+        reason="pool_scaled",
+        pool="dev",
+        role="developer",
+        why=why,
+        cause="decision",
+        at=c.clock.now(),
+        min=0,
+        max=3,
+        scale="ask",
+        **{"from": old, "to": new},
+    )
 
 
 def test_the_pools_panel_counts_members_against_min_max_and_reversals(
@@ -323,5 +376,8 @@ def test_the_pools_panel_counts_members_against_min_max_and_reversals(
     assert '"members">1 (min 0, max 3)<' in pools
     assert '"reversals">1<' in pools
     timeline = re.findall(r"ago: (\d) → (\d) members \((\w+)\)", pools)
-    assert timeline == [("2", "1", "idle"), ("1", "2", "spawn_developer"),
-                        ("0", "1", "spawn_developer")]  # fmt: skip
+    assert timeline == [
+        ("2", "1", "idle"),
+        ("1", "2", "spawn_developer"),
+        ("0", "1", "spawn_developer"),
+    ]

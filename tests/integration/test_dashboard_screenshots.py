@@ -69,16 +69,44 @@ def _busy(c: Any) -> None:
     c.report_processes(
         "host-a",
         [
-            {"agent": "relay", "state": "RUNNING", "pid": 4242, "restarts": 1,
-             "started_at": now - 900, "last_beat": now - 1, "flags": [], "last_exit": None},
-            {"agent": "w1", "state": "RUNNING", "pid": 4250, "restarts": 0,
-             "started_at": now - 600, "last_beat": now - 2, "flags": [], "last_exit": None},
-            {"agent": "flaky", "state": "STOPPED", "pid": None, "restarts": 5,
-             "started_at": None, "last_beat": None, "flags": ["restart-exhausted"],
-             "last_exit": {"code": 1, "stderr_tail": ["Traceback (most recent call last):",
-                                                      "ValueError: no config at ./flaky.toml"]}},
+            {
+                "agent": "relay",
+                "state": "RUNNING",
+                "pid": 4242,
+                "restarts": 1,
+                "started_at": now - 900,
+                "last_beat": now - 1,
+                "flags": [],
+                "last_exit": None,
+            },
+            {
+                "agent": "w1",
+                "state": "RUNNING",
+                "pid": 4250,
+                "restarts": 0,
+                "started_at": now - 600,
+                "last_beat": now - 2,
+                "flags": [],
+                "last_exit": None,
+            },
+            {
+                "agent": "flaky",
+                "state": "STOPPED",
+                "pid": None,
+                "restarts": 5,
+                "started_at": None,
+                "last_beat": None,
+                "flags": ["restart-exhausted"],
+                "last_exit": {
+                    "code": 1,
+                    "stderr_tail": [
+                        "Traceback (most recent call last):",
+                        "ValueError: no config at ./flaky.toml",
+                    ],
+                },
+            },
         ],
-    )  # fmt: skip
+    )
     c.request_spawn("dev", "developer", reason="spawn_developer: 5 pending tasks")
     c.serve_workflows("wf-host", [{"name": "review"}])
     run = c.run_workflow("review")
