@@ -31,6 +31,7 @@ import statistics
 import struct
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,8 @@ def _without_event_inserts() -> tuple[str, ...]:
     triggers = re.findall(r"CREATE TRIGGER .*?\nEND;", schema("sqlite"), re.S)
     assert len(triggers) >= 2, "the schema's triggers moved"
     names = [re.search(r"CREATE TRIGGER (\w+)", t)[1] for t in triggers]  # type: ignore[index]
-    bare = [re.sub(r"\n *INSERT INTO events .*?\);", "", t, flags=re.S) for t in triggers]
+    # each event insert is one statement: VALUES (...) or INSERT ... SELECT, to its ';'
+    bare = [re.sub(r"\n *INSERT INTO events .*?;(?=\n)", "", t, flags=re.S) for t in triggers]
     assert all("events" not in t for t in bare)
     return (*(f"DROP TRIGGER {name}" for name in names), *bare)
 
@@ -86,6 +88,9 @@ def _copy(src: Path, folder: Path) -> Path:
 
 def _connect(db: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(db, isolation_level=None)
+    # The store's triggers call it when a statement makes a waiting task claimable
+    # (corral's connection rings its ready signal); a raw connection has nothing to ring.
+    conn.create_function("corral_woken", 0, lambda: None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
@@ -96,20 +101,23 @@ def _corral_steps(conns: list[sqlite3.Connection]) -> Callable[[int], None]:
     params = {"role": ROLE, "node_id": NODE, "bonus": scoring.ROLE_BONUS_SECONDS}
     first = conns[0]
     first.execute("BEGIN IMMEDIATE")
-    held = [first.execute(_CLAIM_TAKE, {**params, "now": time.time()}).fetchall()[0]]
+    first_claim = {**params, "now": time.time(), "session_id": str(uuid.uuid4())}
+    held = [first.execute(_CLAIM_TAKE, first_claim).fetchall()[0]]
     first.execute("COMMIT")
 
     def steps(n: int) -> None:
         for i in range(n):
             conn = conns[i % len(conns)]
             now = time.time()
+            session = str(uuid.uuid4())  # as the store: made before the write lock
             row = held[0]
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(
                 _TASK_COMPLETE_QUIET,
                 {"id": row[0], "node_id": NODE, "epoch": row[8], "result": None, "now": now},
             )
-            held[0] = conn.execute(_CLAIM_TAKE, {**params, "now": now}).fetchall()[0]
+            claim = {**params, "now": now, "session_id": session}
+            held[0] = conn.execute(_CLAIM_TAKE, claim).fetchall()[0]
             conn.execute("COMMIT")
 
     return steps

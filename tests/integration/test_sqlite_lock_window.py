@@ -96,6 +96,7 @@ ALLOWED = (
     "corral.health",
     "corral.types",
     "corral.errors",
+    "corral.backoff",  # a failed attempt's retry time (pure)
     "corral.config",  # settings validated where they are written
     "builtins",
     "json",

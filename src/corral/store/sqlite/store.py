@@ -518,8 +518,11 @@ class SQLiteStore(SQLStore):
     # round trips from Python, like the bare loop's: BEGIN, UPDATE, COMMIT. (A task matching several
     # roles adds a DELETE of its role heads.) The statements run on the connection
     # directly, without ``_Tx``.
-    def _claim_in(self, tx: _Tx, node_id: str, role: str, now: float) -> TaskRow | None:
-        """The claim inside a write transaction; the task's row, or None."""
+    def _claim_in(
+        self, tx: _Tx, node_id: str, role: str, now: float, session_id: str
+    ) -> TaskRow | None:
+        """The claim inside a write transaction; the task's row, or None. The session
+        id a first claim gives its task is made by the caller, before the write lock."""
         rows = self._hot.execute(
             _CLAIM_TAKE,
             {
@@ -527,7 +530,7 @@ class SQLiteStore(SQLStore):
                 "node_id": node_id,
                 "now": now,
                 "bonus": scoring.ROLE_BONUS_SECONDS,
-                "session_id": str(uuid.uuid4()),
+                "session_id": session_id,
             },
         ).fetchall()
         if not rows:  # nothing pending, or the node is not live (which raises)
@@ -573,10 +576,11 @@ class SQLiteStore(SQLStore):
 
     def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
         sqlusage.budget_refusal(self._db, node_id, now)  # no read without budgets
+        session_id = str(uuid.uuid4())  # made before the write lock, not under it
         tx = self._begin()
         try:
             check_role(self._db, tx, role)
-            row = self._claim_in(tx, node_id, role, now)
+            row = self._claim_in(tx, node_id, role, now, session_id)
             task = None if row is None else task_from_task_row(row)
             # (A claim that took nothing records nothing: sent again, it is a new try.)
             kept = key is None or task is None or self._keep_key(tx, node_id, key, task, now)
@@ -667,6 +671,7 @@ class SQLiteStore(SQLStore):
         or the key recorded), the answer the first one had. A node covered by a spent
         budget completes and claims nothing."""
         spent = self.budget_spent(node_id, now)  # no read without budgets
+        session_id = str(uuid.uuid4())  # made before the write lock, not under it
         tx = self._begin()
         refused: LeaseError | None = None
         try:
@@ -674,7 +679,7 @@ class SQLiteStore(SQLStore):
             done = self._complete_in(tx, task_id, node_id, epoch, result, now)
             if usage is not None:
                 sqlusage.record(self._db, tx, node_id, task_id, usage, now)
-            nxt = None if spent else self._claim_in(tx, node_id, role, now)
+            nxt = None if spent else self._claim_in(tx, node_id, role, now, session_id)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)
             taken = None if nxt is None else task_from_task_row(nxt)
