@@ -15,8 +15,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from corral.fleet.up import EventPrinter
 from corral.model import Event
 from tests.integration.test_mcp_transports import Server, serve_argv
 from tests.support.backends.http import TOKEN, free_port
+from tests.support.worker_app import wait_for
 
 T0 = 1_700_000_000.0
 
@@ -62,7 +62,7 @@ class Receiver:
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
-                pass
+                """Quiet: the test says what it received."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -103,15 +103,6 @@ def faked(tmp_path: Path) -> Iterator[tuple[Cluster, FakeClock]]:
         yield c, clock
     finally:
         c.close()
-
-
-def _wait_for(cond: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def _locked(path: Path) -> bool:
@@ -198,9 +189,13 @@ def test_a_real_monitor_posts_once_per_subject(tmp_path: Path, receiver: Receive
             assert c.claim_best_task("w1", "developer") is not None
             receiver.wait(3)
             # everything the alerter will ever see has been seen, and sent
-            last = _wait_for(lambda: len(_alerts(c)) == 3 and _alerts(c)[-1].seq, "3 alerts")
-            _wait_for(lambda: monitor.alerter and monitor.alerter.cursor >= last, "the cursor")
-            assert monitor.alerter.sender.flush(20)
+            last = int(
+                wait_for(lambda: len(_alerts(c)) == 3 and _alerts(c)[-1].seq, 20.0, what="3 alerts")
+            )
+            alerter = monitor.alerter
+            assert alerter is not None
+            wait_for(lambda: (alerter.cursor or 0) >= last, 20.0, what="the cursor")
+            assert alerter.sender.flush(20)
         finally:
             monitor.stop()
             thread.join(10)
@@ -416,7 +411,9 @@ def test_two_monitors_send_one_alert(
             for m in monitors:  # both have read past the alert: neither sends it again
                 alerter = m.alerter
                 assert alerter is not None
-                _wait_for(functools.partial(_read_past, alerter, seq), f"{m.name}'s cursor")
+                wait_for(
+                    functools.partial(_read_past, alerter, seq), 20.0, what=f"{m.name}'s cursor"
+                )
                 assert alerter.sender.flush(20)
         finally:
             for m in monitors:
@@ -503,7 +500,7 @@ def test_corral_mcp_over_a_database_alerts(tmp_path: Path, receiver: Receiver) -
         try:
             # the alerter starts with the events after its start: wait for its lead
             lock = Path(f"{tmp_path / 'corral.db'}-monitor")  # the SQLite monitors' lead
-            _wait_for(lambda: _locked(lock), "corral mcp's monitor to lead")
+            wait_for(lambda: _locked(lock), 20.0, what="corral mcp's monitor to lead")
             c.register_node("w1", "developer")
             c.add_task("implement a", max_attempts=1)
             t = c.claim_best_task("w1", "developer")

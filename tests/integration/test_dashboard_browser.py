@@ -69,10 +69,10 @@ def served(tmp_path: Path) -> Iterator[str]:
         server.kill()
 
 
-def _log_in(page: Page, base: str) -> None:
+def _log_in(page: Page, base: str, token: str = TOKEN) -> None:
     page.goto(base + "/")
     expect(page).to_have_url(base + "/login?next=%2F")
-    page.get_by_label("Token").fill(TOKEN)
+    page.get_by_label("Token").fill(token)
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(base + "/")
     expect(page.get_by_role("status")).to_have_text("live")

@@ -18,47 +18,10 @@ from mcp.types import TextContent
 import corral
 from corral.clock import FakeClock
 from corral.mcp import build_server
+from tests.support.mcp_text import TOOLS
 
 Call = Callable[..., Awaitable[tuple[bool, str]]]
 """``run``'s ``call(name, **args)``: a tool's answer as ``(is_error, text)``."""
-
-TOOLS = {
-    "register_node",
-    "set_agent_status",
-    "claim_best_task",
-    "assess_workload",
-    "read_state",
-    "catch_up",
-    "add_task",
-    "complete_task",
-    "fail_task",
-    "heartbeat",
-    "broadcast",
-    "list_idle_workflows",
-    "run_workflow",
-    "get_workflow_run",
-    "send_workflow_event",
-    # the activation scheduler's (docs/scheduler.md)
-    "get_assignment",
-    "release_assignment",
-    "notify",
-    "read_inbox",
-    "spawn_requests",
-    "accept_spawn_request",
-    "decline_spawn_request",
-    # the operator's actions on tasks (docs/core.md "Cancelling and requeueing")
-    "cancel_task",
-    "requeue_task",
-    "cancel_tasks",
-    "requeue_tasks",
-    # named tokens (docs/server.md "Tokens and roles")
-    "create_token",
-    "list_tokens",
-    "revoke_token",
-    # progress (docs/guardrails.md, "Stuck tasks")
-    "report_progress",
-    "usage",
-}
 
 
 def run(cluster: corral.Cluster, script: Any) -> Any:

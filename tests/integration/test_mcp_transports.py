@@ -31,46 +31,9 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 import corral
-from tests.support.mcp_text import text_of
+from tests.support.mcp_text import TOOLS, text_of
 
 pytestmark = pytest.mark.slow
-
-TOOLS = {
-    "register_node",
-    "set_agent_status",
-    "claim_best_task",
-    "assess_workload",
-    "read_state",
-    "catch_up",
-    "add_task",
-    "complete_task",
-    "fail_task",
-    "heartbeat",
-    "broadcast",
-    "list_idle_workflows",
-    "run_workflow",
-    "get_workflow_run",
-    "send_workflow_event",
-    "get_assignment",
-    "release_assignment",
-    "notify",
-    "read_inbox",
-    "spawn_requests",
-    "accept_spawn_request",
-    "decline_spawn_request",
-    # the operator's actions on tasks (docs/core.md "Cancelling and requeueing")
-    "cancel_task",
-    "requeue_task",
-    "cancel_tasks",
-    "requeue_tasks",
-    # named tokens (docs/server.md, "Tokens and roles")
-    "create_token",
-    "list_tokens",
-    "revoke_token",
-    # progress (docs/guardrails.md, "Stuck tasks")
-    "report_progress",
-    "usage",
-}
 
 UVICORN = """
 import sys, uvicorn, corral

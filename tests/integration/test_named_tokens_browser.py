@@ -5,64 +5,21 @@ back to the login page at once."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 import corral
-from tests.integration.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, LIVE
-from tests.integration.test_mcp_transports import Server
-from tests.support.backends.http import TOKEN, free_port
+from tests.integration.test_dashboard_browser import LIVE, _log_in
+
+# The fixtures: the browser and a corral serve process (imported to be used here).
+from tests.integration.test_dashboard_browser import browser as browser
+from tests.integration.test_dashboard_browser import served as served
+from tests.support.backends.http import TOKEN
 
 pytestmark = pytest.mark.slow
 
 # The page's own controls that change nothing: filters (GET forms) and logging out.
 READ_ONLY_BUTTONS = {"Log out", "Filter nodes", "Filter runs", "Filter events"}
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[str]:
-    """A ``corral serve`` process over a fresh SQLite file; its base URL."""
-    url = f"sqlite:///{tmp_path / 'corral.db'}"
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
-    port = free_port()
-    exe = shutil.which("corral", path=os.path.dirname(sys.executable))
-    assert exe
-    argv = [exe, "--url", url, "serve", "--port", str(port), "--token-file", str(token_file)]
-    env = {k: v for k, v in os.environ.items() if k != "CORRAL_TOKEN"}
-    server = Server(argv, port, env)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.kill()
-
-
-def _log_in(page: Page, base: str, token: str) -> None:
-    page.goto(base + "/")
-    expect(page).to_have_url(base + "/login?next=%2F")
-    page.get_by_label("Token").fill(token)
-    page.get_by_role("button", name="Log in").click()
-    expect(page).to_have_url(base + "/")
-    expect(page.get_by_role("status")).to_have_text("live")
 
 
 def test_a_viewer_sees_every_panel_live_and_no_control_that_acts(
