@@ -53,6 +53,9 @@ def test_three_minutes_of_chaos_on_three_hosts_break_no_invariant(tmp_path: Path
     # the table: every kind of fault was injected, about one every 1.6 s
     assert result["faults_total"] >= 60, result["faults"]
     assert all(n >= 1 for n in result["faults"].values()), result["faults"]
-    assert result["log"]["acknowledged"] >= 100 and result["log"]["final_status"] == {
-        "done": result["log"]["acknowledged"]
-    }
+    # every acknowledged task ended done, but one whose leases were all recovered
+    # (max_attempts holders went silent under the faults), which fails for good
+    log = result["log"]
+    gave_up = log["failed_after_max_attempts_recoveries"]
+    expected = {"done": log["acknowledged"] - gave_up} | ({"failed": gave_up} if gave_up else {})
+    assert log["acknowledged"] >= 100 and log["final_status"] == expected, log
