@@ -582,6 +582,11 @@ class Campaign:
             self.max_live = max(self.max_live, len(live))
             if len(live) > max_agents:
                 self.violation("max_agents", live=len(live), max_agents=max_agents)
+        self.sample_log(t)
+
+    def sample_log(self, t: float) -> None:
+        """The event table's size and newest seq now: the growth check's sample, and
+        when the harness saw each event (``_when``)."""
         with contextlib.suppress(psycopg.Error):
             with psycopg.connect(self.hosts.admin_url, autocommit=True, connect_timeout=3) as c:
                 row = c.execute("SELECT count(*), coalesce(max(seq), 0) FROM events").fetchone()
@@ -911,9 +916,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             camp.faults_loop()
             load_stopped = camp.now()
             drained = settle(camp, args.settle)
+            camp.sample_log(camp.now())  # events of the drain's last second are seen now
             camp.stop.set()
             for t in threads:
                 t.join(30)
+            camp.sample_log(camp.now())  # and any the joins let through, before the read
             log = check_log(camp, args.beat)
             if not drained:
                 camp.violation("drained", note="acknowledged tasks not done after the faults")
