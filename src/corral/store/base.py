@@ -451,6 +451,20 @@ class Store(ABC):
         and no event waits for it."""
 
     @abstractmethod
+    def request_release(self, handler_id: str, actor: str, now: float) -> Handler:
+        """An operator's request that an idle run be released now: stamped on the run
+        with a ``workflow_release_requested`` event naming ``actor``, in one
+        transaction; the next ``take_workflow_work`` of its host lists it for release
+        whatever its delay. ``ConflictError`` unless it is idle on a host, not kept
+        resident and not asked for already (nothing changes)."""
+
+    @abstractmethod
+    def resume(self, handler_id: str, actor: str, now: float) -> Handler:
+        """An operator's resume of a released run: due at once (as an event makes it),
+        with a ``workflow_resume_requested`` event naming ``actor``, in one
+        transaction. ``ConflictError`` unless it is released (nothing changes)."""
+
+    @abstractmethod
     def run_workflow(
         self, handler_id: str, workflow: str, start: dict[str, Any], now: float
     ) -> Handler:

@@ -336,6 +336,12 @@ class SQLStore(Store):
     ) -> Handler:
         return sqlworkflows.release_handler(self._db, host, handler_id, checkpoint, now)
 
+    def request_release(self, handler_id: str, actor: str, now: float) -> Handler:
+        return sqlworkflows.request_release(self._db, handler_id, actor, now)
+
+    def resume(self, handler_id: str, actor: str, now: float) -> Handler:
+        return sqlworkflows.resume(self._db, handler_id, actor, now)
+
     def run_workflow(
         self, handler_id: str, workflow: str, start: dict[str, Any], now: float
     ) -> Handler:

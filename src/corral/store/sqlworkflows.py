@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.errors import InvalidInputError, LeaseError, NotFoundError
+from corral.errors import ConflictError, InvalidInputError, LeaseError, NotFoundError
 from corral.store.rows import Tx, _dumps, _loads
 from corral.store.sqldb import Db
 from corral.workflows.idle import IdleRun, idle_transition, release_due
@@ -28,6 +28,8 @@ __all__ = [
     "list_handlers",
     "release_handler",
     "report_handler",
+    "request_release",
+    "resume",
     "run_workflow",
     "send_event",
     "serve_workflows",
@@ -57,6 +59,7 @@ def handler_from_row(row: Any) -> Handler:
         updated_at=float(row["updated_at"]),
         released_at=row["released_at"],
         finished_at=row["finished_at"],
+        release_requested_at=row["release_requested_at"],
     )
 
 
@@ -178,6 +181,7 @@ def _release_due(db: Db, tx: Tx, host: str, now: float) -> list[str]:
             settings.idle_release_after
             if r["release_after"] is None
             else float(r["release_after"]),
+            requested=r["release_requested_at"] is not None,
         )
         for r in tx.all(
             "handlers_idle_on_host",
@@ -214,6 +218,8 @@ def report_handler(
                 idle_since=since,
                 waiters=row["waiters"] if waiters is None else _dumps(waiters),
                 wake_at=wake_at if state == "idle" else row["wake_at"],
+                # an operator's request to release it lasts while it stays idle
+                release_requested_at=None if since is None else row["release_requested_at"],
                 now=now,
             )
             if change == "idle":
@@ -253,6 +259,59 @@ def release_handler(
             now=now,
         )
         _wf_event(db, tx, now, "workflow_released", row, host=host, wake_at=row["wake_at"])
+        return handler_from_row(_handler(db, tx, handler_id))
+
+
+# --- the operator's hands on runs -----------------------------------------------------
+def _where(row: Any) -> str:
+    """A run's state in a refusal: ``running on h1, busy``, ``released``, ..."""
+    if row["status"] != "running":
+        return str(row["status"])
+    if row["host"] is None:
+        return "running, not yet taken by a host"
+    if row["idle_since"] is None:
+        return f"running on {row['host']}, busy"
+    return f"running on {row['host']}, idle"
+
+
+def request_release(db: Db, handler_id: str, actor: str, now: float) -> Handler:
+    with db.write() as tx:
+        row = _handler(db, tx, handler_id, "handler_lock")
+        idle_on_host = (
+            row["status"] == "running" and row["host"] is not None and row["idle_since"] is not None
+        )
+        if not idle_on_host:
+            raise ConflictError(
+                f"handler {handler_id} is {_where(row)}: only a run idle on a host can be released",
+                field="handler_id",
+            )
+        if row["resident_reason"] is not None:
+            raise ConflictError(
+                f"handler {handler_id} is kept resident on {row['host']}"
+                f" ({row['resident_reason']}): it cannot be released",
+                field="handler_id",
+            )
+        if row["release_requested_at"] is not None:
+            raise ConflictError(
+                f"handler {handler_id}'s release was asked for already; its host"
+                f" {row['host']} releases it at its next poll",
+                field="handler_id",
+            )
+        tx.run("handler_request_release", handler_id=handler_id, now=now)
+        _wf_event(db, tx, now, "workflow_release_requested", row, host=row["host"], actor=actor)
+        return handler_from_row(_handler(db, tx, handler_id))
+
+
+def resume(db: Db, handler_id: str, actor: str, now: float) -> Handler:
+    with db.write() as tx:
+        row = _handler(db, tx, handler_id, "handler_lock")
+        if row["status"] != "released":
+            raise ConflictError(
+                f"handler {handler_id} is {_where(row)}: only a released run can be resumed",
+                field="handler_id",
+            )
+        tx.run("handler_wake", handler_id=handler_id, now=now)
+        _wf_event(db, tx, now, "workflow_resume_requested", row, actor=actor)
         return handler_from_row(_handler(db, tx, handler_id))
 
 

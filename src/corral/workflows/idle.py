@@ -8,8 +8,8 @@ its parent, and it is tracked under its own handler.
 
 ``idle_since`` follows the run's transitions: it is set when the run becomes idle,
 kept while it stays idle, and cleared when work resumes. The release policy picks
-the idle runs a host should release; the wake time of a released run is its earliest
-waiter deadline.
+the idle runs a host should release (with those an operator asked to release); the
+wake time of a released run is its earliest waiter deadline.
 """
 
 from __future__ import annotations
@@ -117,16 +117,18 @@ class IdleRun:
     handler_id: str
     idle_since: float
     release_after: float  # its workflow's idle_release_after (or the cluster's)
+    requested: bool = False  # an operator asked that it be released now
 
 
 def release_due(runs: Sequence[IdleRun], now: float, max_resident_idle: int) -> list[str]:
     """The idle runs a host should release now, oldest idle first: every run idle for
-    longer than its ``release_after``, and the oldest beyond ``max_resident_idle``
+    longer than its ``release_after``, every run an operator asked to release
+    (``requested``, whatever its delay), and the oldest beyond ``max_resident_idle``
     idle runs kept resident. Ties on ``idle_since`` go by handler id."""
     ordered = sorted(runs, key=lambda r: (r.idle_since, r.handler_id))
     excess = max(0, len(ordered) - max_resident_idle)
     return [
         r.handler_id
         for i, r in enumerate(ordered)
-        if i < excess or now - r.idle_since > r.release_after
+        if i < excess or r.requested or now - r.idle_since > r.release_after
     ]

@@ -41,7 +41,8 @@ class Handler:
     """One workflow run. ``active_waiters`` are its outstanding waits (``step``,
     ``event_type``, ``waiter_id``, ``deadline``); ``idle_since`` is set while it is
     idle (kept when released); ``resident_reason`` says why an idle run cannot be
-    released."""
+    released; ``release_requested_at`` is when an operator asked that it be released
+    now (``release_workflow``; None once released, busy again, resident or finished)."""
 
     handler_id: str
     workflow: str
@@ -58,6 +59,7 @@ class Handler:
     updated_at: float = 0.0
     released_at: float | None = None
     finished_at: float | None = None
+    release_requested_at: float | None = None
 
     @property
     def idle(self) -> bool:

@@ -1,10 +1,11 @@
 """The cluster's workflow operations (mixed into ``corral.Cluster``).
 
-Callers start runs, read them, list them and send them events; hosts declare the
-workflows they serve, take their work, report their runs' transitions and release
-idle runs. Each parameter carries its rule (``corral.params`` and the types below,
-run by ``@checked``); the body checks only what has several fields at once (the
-served workflows, a run's waits and steps). Each operation is one store transaction.
+Callers start runs, read them, list them and send them events; operators release an
+idle run now and resume a released one; hosts declare the workflows they serve, take
+their work, report their runs' transitions and release idle runs. Each parameter
+carries its rule (``corral.params`` and the types below, run by ``@checked``); the
+body checks only what has several fields at once (the served workflows, a run's waits
+and steps). Each operation is one store transaction.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from corral.errors import InvalidInputError
 from corral.params import (
     HOST_STATES,
+    ActorName,
     Checkpoint,
     EventType,
     Flag,
@@ -28,6 +30,7 @@ from corral.params import (
     RunReason,
     SecondsFromZero,
 )
+from corral.tokens import OPERATOR
 from corral.validation import (
     MAX_CHECKPOINT_BYTES,
     check_id,
@@ -191,6 +194,36 @@ class WorkflowOperations:
         return self.store.send_event(
             handler_id, event_type, {} if data is None else data, self.clock.now()
         )
+
+    # --- operators ------------------------------------------------------------------------
+    @checked
+    def release_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
+        """Ask that an idle run be released now, whatever its release delay: the next
+        ``take_workflow_work`` of the host running it lists it for release (the host
+        checkpoints it and calls ``release_handler``); a ``workflow_release_requested``
+        event names the actor.
+
+        The request lasts while the run stays idle on its host: it ends when the run is
+        released, gets work again, is kept resident or finishes. A run that is not
+        idle on a host (busy, not yet taken, released, finished), one kept resident
+        (``resident_reason``) and one whose release was asked for already are refused
+        with ``ConflictError``; nothing changes. ``actor`` is who acts (``operator``
+        when not given; the server names the caller)."""
+        actor = OPERATOR if actor is None else actor
+        return self.store.request_release(handler_id, actor, self.clock.now())
+
+    @checked
+    def resume_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
+        """Resume a released run now, without an event for it: a host serving its
+        workflow restores it from its checkpoint at its next poll (as ``send_event``
+        does before delivering); a ``workflow_resume_requested`` event names the actor.
+
+        The restored run waits again on what it waited for (and is released again by
+        the policy when it stays idle). A run that is not released is refused with
+        ``ConflictError``; nothing changes. ``actor`` is who acts (``operator`` when not
+        given; the server names the caller)."""
+        actor = OPERATOR if actor is None else actor
+        return self.store.resume(handler_id, actor, self.clock.now())
 
     # --- hosts --------------------------------------------------------------------------
     @checked

@@ -906,23 +906,31 @@ SELECT * FROM handlers WHERE handler_id = :handler_id;
 
 -- name: handler_set_idle
 UPDATE handlers SET idle_since = :idle_since, waiters = :waiters, wake_at = :wake_at,
-                    updated_at = :now
+                    release_requested_at = :release_requested_at, updated_at = :now
 WHERE handler_id = :handler_id;
 
 -- name: handler_resident
-UPDATE handlers SET resident_reason = :reason, updated_at = :now WHERE handler_id = :handler_id;
+-- A run kept resident ends an operator's request to release it.
+UPDATE handlers SET resident_reason = :reason, release_requested_at = NULL, updated_at = :now
+WHERE handler_id = :handler_id;
 
 -- name: handler_finish
 UPDATE handlers SET status = :status, result = :result, error = :error, idle_since = NULL,
                     waiters = '[]', wake_at = NULL, claim_at = NULL, finished_at = :now,
-                    updated_at = :now
+                    release_requested_at = NULL, updated_at = :now
 WHERE handler_id = :handler_id;
 
 -- name: handler_release
 -- The checkpoint and the status in one statement: released means resumable.
 UPDATE handlers SET status = 'released', host = NULL, checkpoint = :checkpoint,
-                    claim_at = wake_at, released_at = :now, updated_at = :now
+                    claim_at = wake_at, released_at = :now, release_requested_at = NULL,
+                    updated_at = :now
 WHERE handler_id = :handler_id AND host = :host AND status = 'running';
+
+-- name: handler_request_release
+-- An operator's request that an idle run be released now (release_workflow).
+UPDATE handlers SET release_requested_at = :now, updated_at = :now
+WHERE handler_id = :handler_id AND status = 'running' AND idle_since IS NOT NULL;
 
 -- name: handler_wake
 -- An event for a released run: any host serving its workflow may take it now.
@@ -949,14 +957,19 @@ SELECT count(*) AS n
 
 -- name: handlers_idle_on_host
 -- The release policy's candidates (idle.release_due decides): the runs idle since
--- before :before (now less the shortest release delay any of them has), and the
--- :oldest longest idle (those beyond max_resident_idle).
-SELECT handler_id, idle_since, release_after
+-- before :before (now less the shortest release delay any of them has), those an
+-- operator asked to release (on handlers_release_requested), and the :oldest longest
+-- idle (those beyond max_resident_idle).
+SELECT handler_id, idle_since, release_after, release_requested_at
 -- include: host_idle
   AND idle_since < :before
 UNION
+SELECT handler_id, idle_since, release_after, release_requested_at
+-- include: host_idle
+  AND release_requested_at IS NOT NULL
+UNION
 SELECT * FROM (
-    SELECT handler_id, idle_since, release_after
+    SELECT handler_id, idle_since, release_after, release_requested_at
     -- include: host_idle
     ORDER BY idle_since, handler_id LIMIT :oldest
 ) AS oldest

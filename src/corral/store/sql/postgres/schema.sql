@@ -264,7 +264,8 @@ CREATE TABLE handlers (
     created_at      double precision NOT NULL,
     updated_at      double precision NOT NULL,
     released_at     double precision,
-    finished_at     double precision
+    finished_at     double precision,
+    release_requested_at double precision
 );
 CREATE INDEX handlers_idle ON handlers (idle_since) WHERE idle_since IS NOT NULL;
 CREATE INDEX handlers_host_idle ON handlers (host, idle_since)
@@ -272,6 +273,8 @@ CREATE INDEX handlers_host_idle ON handlers (host, idle_since)
 CREATE INDEX handlers_claim ON handlers (workflow, claim_at) WHERE claim_at IS NOT NULL;
 CREATE INDEX handlers_by_status ON handlers (status, created_at);
 CREATE INDEX handlers_created ON handlers (created_at);
+CREATE INDEX handlers_release_requested ON handlers (host)
+    WHERE release_requested_at IS NOT NULL;
 CREATE TABLE handler_inbox (
     seq        bigserial PRIMARY KEY,
     handler_id text NOT NULL,

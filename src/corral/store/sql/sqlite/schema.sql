@@ -213,7 +213,8 @@ CREATE TABLE handlers (
     created_at      REAL NOT NULL,
     updated_at      REAL NOT NULL,
     released_at     REAL,
-    finished_at     REAL
+    finished_at     REAL,
+    release_requested_at REAL
 );
 CREATE INDEX handlers_idle ON handlers (idle_since) WHERE idle_since IS NOT NULL;
 CREATE INDEX handlers_host_idle ON handlers (host, idle_since)
@@ -221,6 +222,8 @@ CREATE INDEX handlers_host_idle ON handlers (host, idle_since)
 CREATE INDEX handlers_claim ON handlers (workflow, claim_at) WHERE claim_at IS NOT NULL;
 CREATE INDEX handlers_by_status ON handlers (status, created_at);
 CREATE INDEX handlers_created ON handlers (created_at);
+CREATE INDEX handlers_release_requested ON handlers (host)
+    WHERE release_requested_at IS NOT NULL;
 CREATE TABLE handler_inbox (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
     handler_id TEXT NOT NULL,
