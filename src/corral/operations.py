@@ -130,14 +130,7 @@ _KEY = "a claim sent again with its lost answer's key answers what it took (corr
 OPERATIONS: tuple[Operation, ...] = (
     # --- settings ---------------------------------------------------------------------
     Operation("settings", "GET /v1/settings", short=True, cli="config show"),
-    Operation(
-        "configure",
-        "PATCH /v1/settings",
-        caller="operator",
-        cli="config set",
-        actor="actor",
-        omits=_ACTOR,
-    ),
+    Operation("configure", "PATCH /v1/settings", caller="operator", cli="config set"),
     # --- nodes ------------------------------------------------------------------------
     Operation(
         "register_node",
@@ -348,14 +341,7 @@ OPERATIONS: tuple[Operation, ...] = (
         caller="operator",
         status=201,
         cli="process restart",
-        actor="actor",
-        omits={
-            **_ACTOR,
-            "cli": {
-                "action": "the command's name: process start, stop or restart",
-                **_ACTOR["cli"],
-            },
-        },
+        omits={"cli": {"action": "the command's name: process start, stop or restart"}},
     ),
     Operation("process_actions", "GET /v1/processes/actions", caller="operator"),
     Operation("ack_process_action", "POST /v1/processes/acks", short=True, caller="operator"),
