@@ -425,14 +425,7 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     # --- the activation scheduler (corral.scheduler) ------------------------------------
     Operation(
-        "add_agent",
-        "POST /v1/agents",
-        short=True,
-        caller="operator",
-        status=201,
-        cli="agents add",
-        actor="actor",
-        omits=_ACTOR,
+        "add_agent", "POST /v1/agents", short=True, caller="operator", status=201, cli="agents add"
     ),
     Operation("list_agents", "GET /v1/agents", cli="agents list"),
     Operation("get_agent", "GET /v1/agents/{agent_id}", short=True, cli="agents show"),
