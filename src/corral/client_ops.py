@@ -398,6 +398,20 @@ class ClientOperations(Protocol):
         host stop the run in memory."""
         ...
 
+    def release_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
+        """Ask that an idle run be released now, whatever its release delay: the next
+        ``take_workflow_work`` of the host running it lists it for release (the host
+        checkpoints it and calls ``release_handler``); a ``workflow_release_requested``
+        event names the actor."""
+        ...
+
+    def resume_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
+        """Resume a released run now, without an event for it: a host serving its
+        workflow restores it from its checkpoint at its next poll (as ``send_event``
+        does before delivering); a ``workflow_resume_requested`` event names the
+        actor."""
+        ...
+
     def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
         """Add an agent to activate, or replace its config (its place in the order and
         its counts stay)."""

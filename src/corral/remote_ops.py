@@ -510,6 +510,12 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
+    def release_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
+        return cast("Handler", self._invoke("release_workflow", {"handler_id": handler_id}))
+
+    def resume_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
+        return cast("Handler", self._invoke("resume_workflow", {"handler_id": handler_id}))
+
     def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
         return cast("Agent", self._invoke("add_agent", {"agent_id": agent_id, "config": config}))
 

@@ -6,6 +6,8 @@ them.
     corral workflows show HANDLER_ID [--json]
     corral workflows run WORKFLOW [--kwargs JSON] [--json]
     corral workflows send HANDLER_ID EVENT_TYPE [--data JSON] [--wait SECONDS] [--json]
+    corral workflows release HANDLER_ID [--json]
+    corral workflows resume HANDLER_ID [--wait SECONDS] [--json]
     corral workflows serve MODULE:ATTR [--name NAME] [--idle-release-after SECONDS]
                            [--host H] [-q] [--json]
 
@@ -150,6 +152,44 @@ def workflows_send(
                 f"it resumes when a host serving {h.workflow} takes it",
                 err=True,
             )
+    emit(h, as_json, lambda x: _table([x]))
+
+
+@workflows.command("release")
+@click.argument("handler_id")
+@json_option
+@click.pass_context
+def workflows_release(ctx: click.Context, handler_id: str, as_json: bool) -> None:
+    """Ask that an idle run be released now, whatever its release delay: its host
+    checkpoints it and lets it go at its next poll. Refused (exit 1) for a run that is
+    not idle on a host or is kept resident. Prints the run."""
+    emit(client(ctx).release_workflow(handler_id), as_json, lambda h: _table([h]))
+
+
+@workflows.command("resume")
+@click.argument("handler_id")
+@click.option(
+    "--wait",
+    type=Seconds(zero_ok=True),
+    default=SEND_WAIT,
+    show_default=True,
+    help="Seconds to wait for a host to restore the run (0: do not wait).",
+)
+@json_option
+@click.pass_context
+def workflows_resume(ctx: click.Context, handler_id: str, wait: float, as_json: bool) -> None:
+    """Resume a released run now, without an event: a host serving its workflow
+    restores it. The run is printed once restored (up to --wait seconds; still
+    released then, a line on stderr says so). Refused (exit 1) for a run that is not
+    released."""
+    c = client(ctx)
+    h = _resumed(c, c.resume_workflow(handler_id), wait)
+    if h.status == "released":
+        click.echo(
+            f"corral workflows resume: run {h.handler_id} still released after {wait:g} s: "
+            f"it resumes when a host serving {h.workflow} takes it",
+            err=True,
+        )
     emit(h, as_json, lambda x: _table([x]))
 
 

@@ -181,6 +181,8 @@ def handler_text(h: Any) -> str:
         line += f", waits for {waits}"
     if h.resident_reason:
         line += f", kept resident: {h.resident_reason}"
+    if h.release_requested_at is not None:
+        line += ", release requested"
     if h.status == "completed":
         line += f", result: {_short(h.result)}"
     if h.error:
