@@ -85,7 +85,7 @@ class ClientOperations(Protocol):
         """The cluster's settings, as every process sees them."""
         ...
 
-    def configure(self, **changes: Any) -> Settings:
+    def configure(self, *, actor: ActorName | None = None, **changes: Any) -> Settings:
         """Change cluster settings (validated; unknown keys are refused)."""
         ...
 
@@ -310,7 +310,12 @@ class ClientOperations(Protocol):
         ...
 
     def request_process_action(
-        self, host: NodeId, agent: NodeId, action: ProcessActionName
+        self,
+        host: NodeId,
+        agent: NodeId,
+        action: ProcessActionName,
+        *,
+        actor: ActorName | None = None,
     ) -> Event:
         """Ask a host's supervisor to start, stop or restart one of its agents."""
         ...
@@ -324,7 +329,7 @@ class ClientOperations(Protocol):
         self, host: NodeId, request_seq: Seq, ok: Flag, message: Text = ""
     ) -> Event:
         """Answer a process action request: a ``process_action_done`` event with the
-        host, agent, action, the request's ``seq``, ``ok`` and a message."""
+        host, agent, action, the request's ``seq`` and actor, ``ok`` and a message."""
         ...
 
     def run_workflow(self, workflow: NodeId, /, **kwargs: Any) -> str:
@@ -412,7 +417,13 @@ class ClientOperations(Protocol):
         actor."""
         ...
 
-    def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
+    def add_agent(
+        self,
+        agent_id: NodeId,
+        config: dict[str, Any] | None = None,
+        *,
+        actor: ActorName | None = None,
+    ) -> Agent:
         """Add an agent to activate, or replace its config (its place in the order and
         its counts stay)."""
         ...

@@ -203,9 +203,13 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         """The cluster's settings, as every process sees them."""
         return self.store.settings()
 
-    def configure(self, **changes: Any) -> Settings:
-        """Change cluster settings (validated; unknown keys are refused)."""
-        return self.store.update_settings(changes, self.clock.now())
+    @checked
+    def configure(self, *, actor: ActorName | None = None, **changes: Any) -> Settings:
+        """Change cluster settings (validated; unknown keys are refused).
+
+        A ``settings_changed`` event names the changes and the ``actor`` (``operator``
+        when not given; the server names the caller)."""
+        return self.store.update_settings(changes, self.clock.now(), actor=_actor(actor))
 
     # --- nodes --------------------------------------------------------------------
     @checked
@@ -782,15 +786,22 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
 
     @checked
     def request_process_action(
-        self, host: NodeId, agent: NodeId, action: ProcessActionName
+        self,
+        host: NodeId,
+        agent: NodeId,
+        action: ProcessActionName,
+        *,
+        actor: ActorName | None = None,
     ) -> Event:
         """Ask a host's supervisor to start, stop or restart one of its agents.
 
-        Records a ``process_action_requested`` event (its ``seq`` is the request's
-        id), which the supervisor reads with ``process_actions`` and answers with
-        ``ack_process_action``. ``NotFoundError`` when the host reports no such
-        agent."""
-        return self.store.request_process_action(host, agent, action, self.clock.now())
+        Records a ``process_action_requested`` event naming the ``actor`` (its ``seq``
+        is the request's id), which the supervisor reads with ``process_actions`` and
+        answers with ``ack_process_action`` (its event names the same actor).
+        ``NotFoundError`` when the host reports no such agent."""
+        return self.store.request_process_action(
+            host, agent, action, self.clock.now(), actor=_actor(actor)
+        )
 
     @checked
     def process_actions(self, host: NodeId, since: Seq = 0, limit: Limit = 1000) -> list[Event]:
@@ -803,5 +814,5 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         self, host: NodeId, request_seq: Seq, ok: Flag, message: Text = ""
     ) -> Event:
         """Answer a process action request: a ``process_action_done`` event with the
-        host, agent, action, the request's ``seq``, ``ok`` and a message."""
+        host, agent, action, the request's ``seq`` and actor, ``ok`` and a message."""
         return self.store.ack_process_action(host, request_seq, ok, message, self.clock.now())

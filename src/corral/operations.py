@@ -130,7 +130,14 @@ _KEY = "a claim sent again with its lost answer's key answers what it took (corr
 OPERATIONS: tuple[Operation, ...] = (
     # --- settings ---------------------------------------------------------------------
     Operation("settings", "GET /v1/settings", short=True, cli="config show"),
-    Operation("configure", "PATCH /v1/settings", caller="operator", cli="config set"),
+    Operation(
+        "configure",
+        "PATCH /v1/settings",
+        caller="operator",
+        cli="config set",
+        actor="actor",
+        omits=_ACTOR,
+    ),
     # --- nodes ------------------------------------------------------------------------
     Operation(
         "register_node",
@@ -341,7 +348,14 @@ OPERATIONS: tuple[Operation, ...] = (
         caller="operator",
         status=201,
         cli="process restart",
-        omits={"cli": {"action": "the command's name: process start, stop or restart"}},
+        actor="actor",
+        omits={
+            **_ACTOR,
+            "cli": {
+                "action": "the command's name: process start, stop or restart",
+                **_ACTOR["cli"],
+            },
+        },
     ),
     Operation("process_actions", "GET /v1/processes/actions", caller="operator"),
     Operation("ack_process_action", "POST /v1/processes/acks", short=True, caller="operator"),
@@ -425,7 +439,14 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     # --- the activation scheduler (corral.scheduler) ------------------------------------
     Operation(
-        "add_agent", "POST /v1/agents", short=True, caller="operator", status=201, cli="agents add"
+        "add_agent",
+        "POST /v1/agents",
+        short=True,
+        caller="operator",
+        status=201,
+        cli="agents add",
+        actor="actor",
+        omits=_ACTOR,
     ),
     Operation("list_agents", "GET /v1/agents", cli="agents list"),
     Operation("get_agent", "GET /v1/agents/{agent_id}", short=True, cli="agents show"),

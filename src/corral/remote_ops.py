@@ -86,7 +86,7 @@ class HttpOperations(RemoteCalls):
     def settings(self) -> Settings:
         return cast("Settings", self._invoke("settings", {}))
 
-    def configure(self, **changes: Any) -> Settings:
+    def configure(self, *, actor: ActorName | None = None, **changes: Any) -> Settings:
         return cast("Settings", self._invoke("configure", {**changes}))
 
     def register_node(
@@ -392,7 +392,12 @@ class HttpOperations(RemoteCalls):
         return cast("list[Process]", self._invoke("list_processes", {"host": host}))
 
     def request_process_action(
-        self, host: NodeId, agent: NodeId, action: ProcessActionName
+        self,
+        host: NodeId,
+        agent: NodeId,
+        action: ProcessActionName,
+        *,
+        actor: ActorName | None = None,
     ) -> Event:
         return cast(
             "Event",
@@ -516,7 +521,13 @@ class HttpOperations(RemoteCalls):
     def resume_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
         return cast("Handler", self._invoke("resume_workflow", {"handler_id": handler_id}))
 
-    def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
+    def add_agent(
+        self,
+        agent_id: NodeId,
+        config: dict[str, Any] | None = None,
+        *,
+        actor: ActorName | None = None,
+    ) -> Agent:
         return cast("Agent", self._invoke("add_agent", {"agent_id": agent_id, "config": config}))
 
     def list_agents(self, after: str = "", limit: Limit = 100) -> list[Agent]:

@@ -116,7 +116,7 @@ def test_an_action_travels_to_its_host_and_is_acknowledged(cluster: Any, clock: 
     other = cluster.request_process_action("h2", "web", "stop")
     again = cluster.request_process_action("h1", "web", "start")
     assert (req.kind, req.ts, req.node_id) == ("process_action_requested", T0 + 1, None)
-    assert req.data == {"host": "h1", "agent": "web", "action": "restart"}
+    assert req.data == {"host": "h1", "agent": "web", "action": "restart", "actor": "operator"}
     assert cluster.process_actions("h1") == [req, again]
     assert cluster.process_actions("h1", since=req.seq) == [again]
     assert cluster.process_actions("h1", limit=1) == [req]
@@ -131,6 +131,7 @@ def test_an_action_travels_to_its_host_and_is_acknowledged(cluster: Any, clock: 
         "request": req.seq,
         "ok": True,
         "message": "pid 100 -> 101",
+        "actor": "operator",  # the request's: the supervisor only answers
     }
     failed = cluster.ack_process_action("h2", other.seq, False)
     assert (failed.data["ok"], failed.data["message"], failed.data["action"]) == (False, "", "stop")

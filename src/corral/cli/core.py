@@ -455,6 +455,8 @@ def config_set(ctx: click.Context, pairs: tuple[str, ...]) -> None:
     if len(pairs) % 2:
         raise click.UsageError(f"setting {pairs[-1]!r} has no value")
     changes = {k: _parse_value(v) for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
+    if "actor" in changes:  # configure's own parameter: who changes, never a setting
+        raise click.UsageError("actor is not a setting: the caller is the change's actor")
     client(ctx, create=True).configure(**changes)
     for key, value in changes.items():
         click.echo(f"{key} = {json.dumps(value)}")

@@ -163,16 +163,17 @@ class PanelActions:
 
     async def process(self, request: Request, session: Session) -> Response:
         """``POST /dashboard/processes/act``: ``host``, ``agent`` and ``action``
-        (start, stop or restart): ``request_process_action``; the host's supervisor
-        runs it at its next look (about a second)."""
+        (start, stop or restart): ``request_process_action`` as the session's caller;
+        the host's supervisor runs it at its next look (about a second)."""
         fields = await self._fields(request)
         action = fields.get("action", "")
         if action not in PROCESS_ACTIONS:
             return self._answer("Unknown action: use the panel's buttons.", 422)
         host, agent = fields.get("host", ""), fields.get("agent", "")
         cluster = self.st.cluster
+        actor = session.principal.actor
         event, error = await self._call(
-            functools.partial(cluster.request_process_action, host, agent, action)
+            functools.partial(cluster.request_process_action, host, agent, action, actor=actor)
         )
         if error is not None:
             return self._answer(error, 422)

@@ -323,6 +323,9 @@ def _tool(tool: Any, client: Client, caller: Callable[..., None], op: Operation)
         principal = PRINCIPAL.get()
         if op.actor is not None and principal is not None:  # who did it: the token
             args[op.actor] = principal.actor
+        elif op.node == "actor" and args.get("actor") is None and principal is not None:
+            # an operator's own decision names its token (a node's names the node)
+            args["actor"] = principal.actor if principal.is_operator else None
         answer = render(getattr(client, op.name)(*first, **args))
         if not (added or view):
             caller(agent_id, refuse=False)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 from corral.errors import InvalidInputError, LeaseError
-from corral.params import Epoch, JsonValue, Limit, NodeId
+from corral.params import ActorName, Epoch, JsonValue, Limit, NodeId
 from corral.scheduler.agentconfig import check_config
 from corral.scheduler.policy import MODES
+from corral.tokens import OPERATOR
 from corral.validation import MAX_INT, check_payload, checked, one_of
 
 if TYPE_CHECKING:
@@ -65,9 +66,16 @@ class SchedulerOps:
         clock: Clock
 
     @checked
-    def add_agent(self, agent_id: NodeId, config: dict[str, Any] | None = None) -> Agent:
+    def add_agent(
+        self,
+        agent_id: NodeId,
+        config: dict[str, Any] | None = None,
+        *,
+        actor: ActorName | None = None,
+    ) -> Agent:
         """Add an agent to activate, or replace its config (its place in the order and
-        its counts stay).
+        its counts stay). An ``agent_added`` event names the ``actor`` (``operator``
+        when not given; the server names the caller).
 
         ``config`` holds the agent's ``interests``, ``watch_communities``,
         ``can_create_posts``, ``max_daily_posts``, ``max_daily_comments``,
@@ -78,6 +86,7 @@ class SchedulerOps:
             agent_id,
             check_config({} if config is None else config),
             self.clock.now(),
+            actor=OPERATOR if actor is None else actor,
         )
 
     @checked

@@ -10,8 +10,9 @@ a report's shape: what no rule carries yet), else its annotation. A
 ``**kwargs`` parameter takes the body's other fields (typed by ``models.KWARGS``), or
 one object field of its own name when the operation adds it (``adds["http"]``). When
 the operation names a ``node`` parameter, the caller must be the operator or that
-node, and a node's token fills it in when it is left out; its ``actor`` parameter is
-the caller's name, never the request's word.
+node, and a node's token fills it in when it is left out (an operator's token, its
+name, when that parameter is ``actor``: who decides, a manager agent or the
+operator); its ``actor`` parameter is the caller's name, never the request's word.
 
 The answer is the method's result (records field for field, a record's own
 ``.text`` beside them), under ``Operation.answer`` when the operation declares one;
@@ -306,6 +307,8 @@ class Endpoint:
             if args.get(node) is None and c.principal.node_id is not None:
                 args[node] = c.principal.node_id
             c.act_as(args.get(node))
+            if node == "actor" and args.get(node) is None:  # an operator's own decision
+                args[node] = c.principal.actor
         return args
 
     def answers(self, result: Any) -> Any:

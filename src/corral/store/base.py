@@ -119,9 +119,10 @@ class Store(ABC):
         """The cluster's settings (cached until another process changes them)."""
 
     @abstractmethod
-    def update_settings(self, changes: dict[str, Any], now: float) -> Settings:
+    def update_settings(self, changes: dict[str, Any], now: float, *, actor: str) -> Settings:
         """Apply validated changes atomically; re-index pending tasks when role
-        keywords change and re-time live nodes when liveness numbers change."""
+        keywords change and re-time live nodes when liveness numbers change; a
+        ``settings_changed`` event names the changes and ``actor``."""
 
     # --- nodes ----------------------------------------------------------------
     @abstractmethod
@@ -393,9 +394,11 @@ class Store(ABC):
         """Every reported process (or ``host``'s), by host then agent."""
 
     @abstractmethod
-    def request_process_action(self, host: str, agent: str, action: str, now: float) -> Event:
-        """Record a ``process_action_requested`` event; ``NotFoundError`` when ``host``
-        reports no such agent."""
+    def request_process_action(
+        self, host: str, agent: str, action: str, now: float, *, actor: str
+    ) -> Event:
+        """Record a ``process_action_requested`` event naming ``actor``;
+        ``NotFoundError`` when ``host`` reports no such agent."""
 
     @abstractmethod
     def process_actions(self, host: str, since: int, limit: int) -> list[Event]:
@@ -405,8 +408,9 @@ class Store(ABC):
     def ack_process_action(
         self, host: str, request_seq: int, ok: bool, message: str, now: float
     ) -> Event:
-        """Record a ``process_action_done`` event answering request ``request_seq``
-        (``NotFoundError`` unless it is one of ``host``'s requests)."""
+        """Record a ``process_action_done`` event answering request ``request_seq``,
+        with the request's actor (``NotFoundError`` unless it is one of ``host``'s
+        requests)."""
 
     # --- workflow runs (corral.workflows) --------------------------------------------
     @abstractmethod
@@ -497,9 +501,10 @@ class Store(ABC):
 
     # --- the activation scheduler (corral.scheduler) ---------------------------------
     @abstractmethod
-    def add_agent(self, agent_id: str, config: dict[str, Any], now: float) -> Agent:
+    def add_agent(self, agent_id: str, config: dict[str, Any], now: float, *, actor: str) -> Agent:
         """Add an agent to activate, or replace its config (its counts and place in the
-        order stay); its next cron override is computed from ``now``."""
+        order stay); its next cron override is computed from ``now``; an
+        ``agent_added`` event names ``actor``."""
 
     @abstractmethod
     def get_agent(self, agent_id: str) -> Agent:

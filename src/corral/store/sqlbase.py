@@ -111,8 +111,8 @@ class SQLStore(Store):
     def settings(self) -> Settings:
         return sqlnodes.settings(self._db)
 
-    def update_settings(self, changes: dict[str, Any], now: float) -> Settings:
-        return sqlnodes.update_settings(self._db, changes, now)
+    def update_settings(self, changes: dict[str, Any], now: float, *, actor: str) -> Settings:
+        return sqlnodes.update_settings(self._db, changes, now, actor)
 
     def register_node(self, spec: NodeSpec, now: float) -> Registered:
         return sqlnodes.register_node(self._db, spec, now)
@@ -285,8 +285,10 @@ class SQLStore(Store):
     def list_processes(self, host: str | None = None) -> list[Process]:
         return sqlprocs.list_processes(self._db, host)
 
-    def request_process_action(self, host: str, agent: str, action: str, now: float) -> Event:
-        return sqlprocs.request_process_action(self._db, host, agent, action, now)
+    def request_process_action(
+        self, host: str, agent: str, action: str, now: float, *, actor: str
+    ) -> Event:
+        return sqlprocs.request_process_action(self._db, host, agent, action, now, actor)
 
     def process_actions(self, host: str, since: int, limit: int) -> list[Event]:
         return sqlprocs.process_actions(self._db, host, since, limit)
@@ -378,8 +380,8 @@ class SQLStore(Store):
         )
 
     # --- sqlsched ------------------------------------------------------------
-    def add_agent(self, agent_id: str, config: dict[str, Any], now: float) -> Agent:
-        return sqlsched.add_agent(self._db, agent_id, config, now)
+    def add_agent(self, agent_id: str, config: dict[str, Any], now: float, *, actor: str) -> Agent:
+        return sqlsched.add_agent(self._db, agent_id, config, now, actor)
 
     def get_agent(self, agent_id: str) -> Agent:
         return sqlsched.get_agent(self._db, agent_id)

@@ -35,7 +35,7 @@ def settings(db: Db) -> Settings:
         return db.settings_in(tx)
 
 
-def update_settings(db: Db, changes: dict[str, Any], now: float) -> Settings:
+def update_settings(db: Db, changes: dict[str, Any], now: float, actor: str) -> Settings:
     changes = check_changes(changes)
     with db.write() as tx:
         # One change at a time (each gets its own settings_version), and none
@@ -59,7 +59,7 @@ def update_settings(db: Db, changes: dict[str, Any], now: float) -> Settings:
                     dead_at=seen + window,
                     incarnation=row["incarnation"],
                 )
-        db.event(tx, now, "settings_changed", changes=changes)
+        db.event(tx, now, "settings_changed", changes=changes, actor=actor)
         db.settings_cache = None
         return new
 

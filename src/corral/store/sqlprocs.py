@@ -116,7 +116,9 @@ def list_processes(db: Db, host: str | None = None) -> list[Process]:
     return [process_from_row(r) for r in rows]
 
 
-def request_process_action(db: Db, host: str, agent: str, action: str, now: float) -> Event:
+def request_process_action(
+    db: Db, host: str, agent: str, action: str, now: float, actor: str
+) -> Event:
     with db.write() as tx:
         if tx.one("process_get", host=host, agent=agent) is None:
             if not tx.all("processes_of_host", host=host):
@@ -128,7 +130,7 @@ def request_process_action(db: Db, host: str, agent: str, action: str, now: floa
             kind=REQUESTED,
             node_id=None,
             task_id=None,
-            data=_dumps({"host": host, "agent": agent, "action": action}),
+            data=_dumps({"host": host, "agent": agent, "action": action, "actor": actor}),
         )
         return event_from_row(row)
 
@@ -164,6 +166,7 @@ def ack_process_action(
                     "request": request_seq,
                     "ok": ok,
                     "message": message,
+                    "actor": data.get("actor"),  # who asked (the supervisor only answers)
                 }
             ),
         )

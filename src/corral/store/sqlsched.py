@@ -96,7 +96,7 @@ def _assignment(act: Any, inbox: list[Notification], config: dict[str, Any]) -> 
     )
 
 
-def add_agent(db: Db, agent_id: str, config: dict[str, Any], now: float) -> Agent:
+def add_agent(db: Db, agent_id: str, config: dict[str, Any], now: float, actor: str) -> Agent:
     due = next_due(config, now)
     with db.write() as tx:
         row = tx.one(
@@ -108,7 +108,7 @@ def add_agent(db: Db, agent_id: str, config: dict[str, Any], now: float) -> Agen
             next_due_task=None if due is None else due[1],
             now=now,
         )
-        db.event(tx, now, "agent_added", agent=agent_id)
+        db.event(tx, now, "agent_added", agent=agent_id, actor=actor)
         return agent_from_row(row)
 
 
