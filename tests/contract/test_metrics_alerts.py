@@ -145,6 +145,37 @@ def test_a_nodes_inbox_counts_the_events_after_its_cursor(cluster: Any) -> None:
     assert a["inbox"] == 1
 
 
+def test_every_live_nodes_inbox_is_counted_at_its_own_cursor_and_capped(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes caught up to different points (two at the same one), with gaps in the
+    event numbers (pruned metrics samples): each inbox is the events after its own
+    cursor; an inbox is at most ``MAX_INBOX``, and a terminated node is not listed.
+    The assessment's counts come with the stats (the Fleet panel's)."""
+    from corral.store import stats
+
+    cluster.configure(max_agents=10)
+    for name in "ABCDE":
+        cluster.register_node(name, "developer")
+    for i in range(12):
+        cluster.add_task(f"Implement {i}")
+        cluster.record_metrics("A", {"step": i}, keep=1)
+        for name in {2: "B", 5: "CE", 9: "D"}.get(i, ""):
+            cluster.catch_up(name)
+    cluster.terminate_node("D")
+    cluster.assess_workload()
+    got = cluster.stats()
+    assert sorted(n["id"] for n in got.live_nodes) == ["A", "B", "C", "E"]
+    for n in got.live_nodes:
+        cursor = cluster.get_node(n["id"]).cursor
+        assert n["inbox"] == len(cluster.events(since=cursor, limit=10_000)), n["id"]
+    assert len({n["inbox"] for n in got.live_nodes}) == 3  # C and E share a cursor
+    assert got.metadata["pending_task_count"] == 12
+    assert got.metadata["active_agent_count"] == 4
+    monkeypatch.setattr(stats, "MAX_INBOX", 3)
+    assert {n["inbox"] for n in cluster.stats().live_nodes} == {3}
+
+
 def test_stats_count_the_tasks_finished_in_the_last_hour(cluster: Any, clock: FakeClock) -> None:
     """``finished_last_hour``: done, failed and cancelled tasks by the time they
     finished, the hour before the cluster's clock (what the Fleet panel and

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from corral.dashboard.history import History, Trend
-from corral.model import Event, Node, Process, Settings, State, Task
+from corral.model import Event, Node, Process, Settings, Task
 
 if TYPE_CHECKING:
     from corral.cluster import Cluster
@@ -64,8 +64,7 @@ class Snapshot:
     seq: int
     now: float
     settings: Settings
-    stats: ClusterStats
-    state: State  # read_state: the last assessment and the counts it recorded
+    stats: ClusterStats  # with the last assessment and the counts it recorded
     nodes: list[Node]
     pending: list[Task]
     in_progress: list[Task]
@@ -93,15 +92,16 @@ def read_snapshot(
     cluster: Cluster, seq: int, events: list[Event], scale_events: list[Event] | None = None
 ) -> Snapshot:
     """Read a snapshot through the cluster's operations (one thread hop's worth).
-    Only reads, each bounded: the assessment shown is the last one recorded (the
-    monitor's, every ``workload_assessment_interval``) with the counts recorded beside
-    it; the other panels' lists are read with ``ROWS_SHOWN`` as their limit."""
+    Only reads, each made once: ``stats`` holds the counts of every panel and the
+    assessment shown, the last one recorded (the monitor's, every
+    ``workload_assessment_interval``) with the counts recorded beside it; the lists
+    are read with ``TASKS_SHOWN`` or ``ROWS_SHOWN`` as their limit, except the nodes
+    (every node: the Nodes panel counts them by its filter and shows a page)."""
     return Snapshot(
         seq=seq,
         now=cluster.clock.now(),
         settings=cluster.settings(),
         stats=cluster.stats(),
-        state=cluster.read_state(limit=1),
         nodes=cluster.list_nodes(),
         pending=cluster.list_tasks("pending", limit=TASKS_SHOWN),
         in_progress=cluster.list_tasks("in_progress", limit=TASKS_SHOWN),

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -25,6 +26,7 @@ from corral.dashboard.history import BUCKET, Trend
 from corral.model import Event, Node, Process
 
 __all__ = [
+    "NODES_SHOWN",
     "NODE_STATUSES",
     "PANELS",
     "PROCESS_ACTIONS",
@@ -41,6 +43,8 @@ PROCESS_ACTIONS = ("start", "stop", "restart")  # request_process_action's actio
 SPAWN_ACTIONS = ("accept", "decline")  # accept_spawn_request, decline_spawn_request
 RECENT = 3600.0  # the Pools panel's "last hour"
 NODE_STATUSES = ("working", "idle", "waiting", "terminated")
+NODES_SHOWN = 100  # the Nodes panel's page: its first rows, and each "show more" adds as many
+_MAX_NODES_SHOWN = 100_000  # the most ``node_limit`` asks for
 _MAX_FILTER = 100
 _MEMBER = re.compile(r"^(.+)-[0-9]+$")  # a pool member's node id: <pool>-<n>
 # The task filter's fields (``task_<name>`` in the URL), as the bulk operations name
@@ -59,13 +63,15 @@ TASK_ARGUMENTS = {
 @dataclass(frozen=True, slots=True)
 class Filters:
     """The page's filters, kept in its URL: ``node_status`` ("" every live node,
-    "all" every node, or one status), ``event_kind`` ("" every kind), and the task
+    "all" every node, or one status) and ``node_limit`` (how many of those nodes the
+    Nodes panel shows, "" ``NODES_SHOWN``), ``event_kind`` ("" every kind), and the task
     filter the Tasks panel's bulk actions apply (``TASK_FILTERS``: each as typed, ""
     any; the operation checks them when an action runs); ``idle_minutes`` the
     Workflows panel's (runs idle for more than that many minutes, "" any idle run),
     ``event_node`` and ``event_task`` the Events panel's besides its kind."""
 
     node_status: str = ""
+    node_limit: str = ""
     event_kind: str = ""
     event_node: str = ""
     event_task: str = ""
@@ -89,8 +95,12 @@ class Filters:
         node = query.get("event_node", "").strip()[:_MAX_FILTER]
         task = query.get("event_task", "").strip().removeprefix("task-")
         minutes = query.get("idle_minutes", "").strip()
+        limit = query.get("node_limit", "").strip()
+        if not (limit.isdigit() and 0 < int(limit) <= _MAX_NODES_SHOWN):
+            limit = ""
         return cls(
             node_status=status,
+            node_limit=str(int(limit)) if limit else "",
             event_kind=kind,
             event_node=node,
             event_task=task if task.isdigit() and len(task) < 19 else "",
@@ -102,6 +112,7 @@ class Filters:
         """Every filter that is set, by its query name."""
         names = (
             "node_status",
+            "node_limit",
             "event_kind",
             "event_node",
             "event_task",
@@ -112,17 +123,15 @@ class Filters:
 
     def link(self, **changed: str) -> str:
         """The page's URL with these filters changed (the Events panel's links)."""
-        from urllib.parse import urlencode
-
         pairs = {**self.pairs(), **changed}
         query = urlencode({k: v for k, v in pairs.items() if v})
         return "/" + (f"?{query}" if query else "")
 
     def hidden(self, *own: str) -> list[tuple[str, str]]:
         """The filters a form carries along besides the ones it names itself (the task
-        filters, the idle minutes, the events' node and task; set ones only), so
-        submitting it keeps them in the URL; ``own`` its own fields."""
-        carried = ("idle_minutes", "event_node", "event_task")
+        filters, the idle minutes, the events' node and task, the Nodes panel's page;
+        set ones only), so submitting it keeps them in the URL; ``own`` its own fields."""
+        carried = ("idle_minutes", "event_node", "event_task", "node_limit")
         return [
             (k, v)
             for k, v in self.pairs().items()
@@ -131,13 +140,11 @@ class Filters:
 
     def query(self) -> str:
         """The filters as a query string ("" when none is set)."""
-        from urllib.parse import urlencode
-
         return urlencode(self.pairs())
 
     def key(self, panel: str) -> str:
         if panel == "nodes":
-            return self.node_status
+            return f"{self.node_status}\0{self.node_limit}"
         if panel == "events":
             return f"{self.event_kind}\0{self.event_node}\0{self.event_task}"
         if panel == "workflows":
@@ -171,6 +178,24 @@ def _nodes(snap: Snapshot, f: Filters) -> list[Node]:
     if f.node_status:
         return [n for n in snap.nodes if n.status == f.node_status]
     return [n for n in snap.nodes if n.status != "terminated"]
+
+
+def _node_page(snap: Snapshot, f: Filters) -> dict[str, Any]:
+    """The Nodes panel's page: the first ``node_limit`` (else ``NODES_SHOWN``) of the
+    nodes the filter chooses, in registration order, each with its heartbeat's
+    colour; how many the filter chooses; the link that shows ``NODES_SHOWN`` more and
+    the one that shows them all (None when every one is shown)."""
+    chosen = _nodes(snap, f)
+    limit = int(f.node_limit) if f.node_limit else NODES_SHOWN
+    shown = chosen[:limit]
+    more = len(chosen) > len(shown)
+    return {
+        "rows": [(n, heartbeat(n, snap)) for n in shown],
+        "total": len(chosen),
+        "more": f.link(node_limit=str(limit + NODES_SHOWN)) + "#nodes-title" if more else None,
+        "every": f.link(node_limit=str(len(chosen))) + "#nodes-title" if more else None,
+        "step": min(NODES_SHOWN, len(chosen) - len(shown)),
+    }
 
 
 def _events(snap: Snapshot, f: Filters, limit: int = 50) -> list[Event]:
@@ -303,7 +328,7 @@ def render_panel(
             context["sparklines"] = sparklines(snap.trend)
             context["history_bucket"] = BUCKET
         elif panel == "nodes":
-            context["rows"] = [(n, heartbeat(n, snap)) for n in _nodes(snap, f)]
+            context.update(_node_page(snap, f))
         elif panel == "tasks":
             context["pending"] = [(t, score_parts(t, snap.now)) for t in snap.pending]
         elif panel == "processes":

@@ -2,8 +2,10 @@
 
 ``Store.stats()`` is the port's method; every SQL store (``SQLStore``) serves it with
 ``stats_in`` over its read transaction and the named queries ``stats_nodes``,
-``stats_tasks``, ``stats_event_count`` and ``stats_inbox`` (plus the shared ``nodes_live``,
-``events_last``, ``meta_get`` and ``settings_all``).
+``stats_tasks``, ``stats_event_count``, ``stats_live_nodes`` and ``stats_inbox`` (plus the
+shared ``events_last``, ``meta_get`` and ``settings_all``). Every live node's inbox is counted
+in one aggregate (``stats_inbox``: the newest ``MAX_INBOX`` events after the oldest live
+cursor, read once), not one count per node.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class ClusterStats:
     last_event: int = 0
     max_agents: int = 0
     assessment: dict[str, Any] = field(default_factory=dict)
+    # the counts recorded with the last assessment (pending_task_count,
+    # active_agent_count, idle_agent_count, max_agents, manager_id: read_state's metadata)
+    metadata: dict[str, Any] = field(default_factory=dict)
     # per live node: id, role, status, last_seen, inbox (events after its cursor, at
     # most MAX_INBOX: a count on the index, bounded)
     live_nodes: list[dict[str, Any]] = field(default_factory=list)
@@ -68,12 +73,15 @@ def stats_in(
         task_rows = tx.all("stats_tasks", since=since)
         recovered = tx.one("stats_event_count", kind="lease_recovered")
         last = tx.one("events_last")
-        live = tx.all("nodes_live")
+        live = tx.all("stats_live_nodes")
         last_seq = int(last["seq"]) if last else 0
+        # per distinct live cursor: the events after it (at most MAX_INBOX)
         inbox = {
-            r["id"]: int(r["inbox"]) for r in tx.all("stats_inbox", last=last_seq, cap=MAX_INBOX)
+            int(r["cursor"]): int(r["inbox"])
+            for r in tx.all("stats_inbox", last=last_seq, cap=MAX_INBOX)
         }
         wd = tx.one("meta_get", key="work_distribution")
+        md = tx.one("meta_get", key="cluster_metadata")
         settings = settings_from_rows((r["key"], r["value"]) for r in tx.all("settings_all"))
     holder = store.write_lock_holder()
     nodes: dict[str, dict[str, int]] = {}
@@ -94,13 +102,14 @@ def stats_in(
         last_event=last_seq,
         max_agents=settings.max_agents,
         assessment=json.loads(wd["value"]) if wd else {},
+        metadata=json.loads(md["value"]) if md else {},
         live_nodes=[
             {
                 "id": r["id"],
                 "role": r["role"],
                 "status": r["status"],
                 "last_seen": last_seen(r["last_activity"], r["last_heartbeat"], r["registered_at"]),
-                "inbox": inbox.get(r["id"], 0),
+                "inbox": inbox.get(int(r["cursor"]), 0),
             }
             for r in live
         ],

@@ -499,14 +499,35 @@ FROM tasks GROUP BY status;
 -- The events of a kind, and the newest one's time (NULL when there is none).
 SELECT count(*) AS n, max(ts) AS last FROM events WHERE kind = :kind;
 
+-- name: stats_live_nodes
+-- The live nodes as the statistics list them (nodes_live without the held task).
+SELECT id, role, status, cursor, last_activity, last_heartbeat, registered_at
+FROM nodes WHERE terminated_at IS NULL ORDER BY registered_at, incarnation;
+
 -- name: stats_inbox
--- Each live node's inbox: the events after its cursor up to :last (events_last),
--- counted on the seq index and at most :cap of them (event numbers need not be
--- consecutive, so a difference of numbers is not a count).
-SELECT n.id, (SELECT count(*) FROM (
-    SELECT 1 FROM events e WHERE e.seq > n.cursor AND e.seq <= :last LIMIT :cap
-) AS after) AS inbox
-FROM nodes n WHERE n.terminated_at IS NULL;
+-- The live nodes' inboxes (the events after each one's cursor up to :last, events_last)
+-- in one aggregate over one read of the seq index: the newest :cap events after the
+-- oldest live cursor, and beside them each distinct live cursor; counting events down
+-- from the newest, a cursor's count is the events after it. A cursor older than every
+-- event read counts them all, so an inbox is at most :cap. Rows: cursor, inbox (event
+-- numbers need not be consecutive, so a difference of numbers is not a count).
+WITH live AS (SELECT DISTINCT cursor FROM nodes WHERE terminated_at IS NULL),
+recent AS (
+    SELECT seq FROM events
+    WHERE seq <= :last AND seq > (SELECT min(cursor) FROM live)
+    ORDER BY seq DESC LIMIT :cap
+),
+marks AS (
+    SELECT cursor AS pos, 0 AS is_event FROM live
+    UNION ALL
+    SELECT seq, 1 FROM recent
+),
+counted AS (
+    SELECT pos, is_event,
+           sum(is_event) OVER (ORDER BY pos DESC, is_event ROWS UNBOUNDED PRECEDING) AS after
+    FROM marks
+)
+SELECT pos AS cursor, after AS inbox FROM counted WHERE is_event = 0;
 
 -- name: node_beat_by_call
 -- A call that counts as the node's heartbeat (Store.touch, the MCP tools): stamped as
