@@ -39,7 +39,8 @@ def test_configure_changes_what_every_reader_sees(cluster: Any) -> None:
     [event] = cluster.events()
     assert (event.kind, event.ts) == ("settings_changed", T0)
     assert event.data == {
-        "changes": {"max_agents": 6, "idle_timeout_seconds": 12.0, "project_summary": "Ship v2"}
+        "changes": {"max_agents": 6, "idle_timeout_seconds": 12.0, "project_summary": "Ship v2"},
+        "actor": "operator",  # the embedded client's and the operator token's name
     }
     assert cluster.read_state().summary == "Ship v2"
 

@@ -142,10 +142,10 @@ def test_the_dashboard_restart_names_the_token_logged_in(tmp_path: Path) -> None
                 headers={"X-CSRF-Token": found[1]},
             )
             assert done.status_code == 200, done.text
-        asked = c.process_actions(HOST)
-        assert [(e.data["action"], e.data["actor"]) for e in asked] == [
-            ("restart", "token:ops-alice")
-        ]
+            asked = c.process_actions(HOST)
+            assert [(e.data["action"], e.data["actor"]) for e in asked] == [
+                ("restart", "token:ops-alice")
+            ]
 
 
 def test_the_cli_refuses_actor_as_a_setting(tmp_path: Path) -> None:

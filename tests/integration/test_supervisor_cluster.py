@@ -2,7 +2,8 @@
 processes to the cluster (embedded SQLite, and through a real `corral serve`), and a
 restart requested through the cluster (the HTTP client, `corral --url http://…
 process restart`) reaches the supervisor: the child is replaced (new pid, the old
-one gone) and the request is acknowledged as a `process_action_done` event."""
+one gone), the request is acknowledged as a `process_action_done` event, and the
+restart count the cluster shows counts it."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def restart_reaches_the_supervisor(c: Client, sup: Supervise, request: Any) -> i
     req = request()
     assert (req.kind, req.data) == (
         "process_action_requested",
-        {"host": HOST, "agent": "web", "action": "restart"},
+        {"host": HOST, "agent": "web", "action": "restart", "actor": "operator"},
     )
     done = wait_for(lambda: acked(c, req), what="the acknowledgement")
     assert done.data["ok"] is True and done.data["action"] == "restart"
@@ -191,7 +192,7 @@ def test_a_restart_through_corral_serve_reaches_the_supervisor(
         assert listed.returncode == 0, listed.stderr
         rows = {r["agent"]: r for r in json.loads(listed.stdout)}
         assert rows["web"]["pid"] == sup.status()["web"]["pid"]
-        assert rows["web"]["restarts"] == sup.status()["web"]["restarts"]
+        assert rows["web"]["restarts"] == sup.status()["web"]["restarts"] == 2  # the two asked
         # Every surface's read_state shows the host's processes.
         text = cli(server, "status").stdout
         lines = [line.split() for line in text.split("\nProcesses\n")[1].splitlines()]

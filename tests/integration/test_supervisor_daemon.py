@@ -414,10 +414,12 @@ def test_operator_stop_stays_stopped_and_start_brings_it_back(tmp_path: Path) ->
         assert sup.reconcile(time.time()) is None  # nothing pending: no restart
         assert st(sup, "a")["state"] == "STOPPED"
         s = await sup.start("a")
-        assert s["state"] == "RUNNING" and s["pid"]
+        assert s["state"] == "RUNNING" and s["pid"] and s["restarts"] == 0
         old = s["pid"]
         s = await sup.restart("a")
         assert s["state"] == "RUNNING" and s["pid"] != old
+        assert s["restarts"] == 1  # the operator's restart is counted, its budget not
+        assert sup.agents["a"].tracker.budget_used(time.time()) == 0
 
     supervise(sup, scenario)
 

@@ -238,7 +238,7 @@ def test_no_exhaustion_when_restarts_are_spread_out() -> None:
     tracker = RestartTracker(rand=lambda: 0.0)
     for _ in range(50):  # one every 31 s: at most 10 within any 300 s
         assert tracker.record_restart(clock.now()).restart
-        assert tracker.recent_restarts(clock.now()) <= 10
+        assert tracker.budget_used(clock.now()) <= 10
         clock.advance(31.0)
     assert not tracker.exhausted
 
@@ -389,7 +389,26 @@ def test_a_tracker_restored_from_its_snapshot_goes_on_where_it_was() -> None:
     assert refused.exhausted and second.restarts == 4
     garbage = RestartTracker(config=cfg)
     garbage.restore({"attempt": "x", "recent": [1.0, "y", None], "exhausted": 1})
-    assert (garbage.attempt, garbage.recent, garbage.exhausted) == (0, [1.0], False)
+    assert (garbage.attempt, garbage.policy_restarts_at, garbage.exhausted) == (0, [1.0], False)
+
+
+def test_an_operator_restart_is_counted_and_spends_no_budget() -> None:
+    """``restarts`` counts every restart, the operator's too (what status shows);
+    the crash-loop budget counts only the policy's: with ``restart_limit = 2``, any
+    number of operator restarts between two crashes leaves the third crash to
+    exhaust the agent, and the count survives a snapshot."""
+    clock = FakeClock()
+    tracker = RestartTracker(config=RestartConfig(restart_limit=2), rand=lambda: 0.0)
+    assert tracker.record_restart(clock.now()).restart
+    for _ in range(5):
+        tracker.operator_restart()
+    assert (tracker.restarts, tracker.budget_used(clock.now()), tracker.exhausted) == (6, 1, False)
+    assert tracker.record_restart(clock.advance(1.0)).restart
+    assert tracker.record_restart(clock.advance(1.0)).exhausted
+    assert tracker.restarts == 7  # the refused one is no restart
+    again = RestartTracker(config=RestartConfig(restart_limit=2))
+    again.restore(tracker.snapshot())
+    assert (again.restarts, again.budget_used(clock.now()), again.exhausted) == (7, 2, True)
 
 
 def test_retirement_and_a_lower_bound_are_inputs_of_the_decision() -> None:

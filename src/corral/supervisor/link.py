@@ -3,7 +3,8 @@
 
 - **Its processes, reported.** At start and after every transition the supervisor
   sends its full view (``report_processes(host, ...)``): agent, state, pid, restarts,
-  started_at, last_beat, flags, last_exit. Reports are coalesced: at most one is in
+  started_at, last_beat, flags, last_exit (with the last 50 lines of that run's
+  stderr, :func:`cluster_tail`). Reports are coalesced: at most one is in
   flight, and the one sent next carries the state of that moment (the latest wins).
   The cluster records a ``process_state`` event per changed agent. A report that
   failed (the cluster unreachable) is sent again at the next poll.
@@ -24,21 +25,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 from typing import TYPE_CHECKING, Any
 
 from corral.errors import StoreUnavailableError
+from corral.supervisor.agent import STDERR_TAIL
 
 if TYPE_CHECKING:
     from corral.supervisor.agent import _Agent
     from corral.supervisor.supervisor import Supervisor
 
-__all__ = ["POLL_INTERVAL", "ClusterLink", "check_cluster", "process_report"]
+__all__ = ["POLL_INTERVAL", "ClusterLink", "check_cluster", "cluster_tail", "process_report"]
 
 POLL_INTERVAL = 1.0  # seconds between looks at the cluster for operators' requests
-_TAIL_LINES = 20  # of a last exit's stderr tail, in the cluster's copy
+# The cluster's copy of a last exit's stderr tail: its last 50 lines (the panel's
+# promise, the supervisor's own tail, STDERR_TAIL), each cut to 300 characters, and
+# older lines dropped while the tail's JSON is over 32 KiB (escaped non-ASCII text),
+# so a report's last_exit stays within the cluster's payload limit.
+_TAIL_LINES = STDERR_TAIL
 _TAIL_CHARS = 300
+_TAIL_BYTES = 32 * 1024
+
+
+def cluster_tail(lines: list[str]) -> list[str]:
+    """A stderr tail as the cluster keeps it (see ``_TAIL_LINES``)."""
+    tail = [line[:_TAIL_CHARS] for line in lines[-_TAIL_LINES:]]
+    while tail and len(json.dumps(tail)) > _TAIL_BYTES:
+        tail = tail[1:]
+    return tail
 
 
 def process_report(sup: Supervisor) -> list[dict[str, Any]]:
@@ -48,8 +64,8 @@ def process_report(sup: Supervisor) -> list[dict[str, Any]]:
         a = sup.agents[st["agent"]]
         last_exit = st["last_exit"]
         if last_exit is not None:  # bounded: the cluster keeps a short tail
-            tail = [line[:_TAIL_CHARS] for line in last_exit.get("stderr_tail", [])]
-            last_exit = {**last_exit, "stderr_tail": tail[-_TAIL_LINES:]}
+            tail = cluster_tail(last_exit.get("stderr_tail", []))
+            last_exit = {**last_exit, "stderr_tail": tail}
         out.append(
             {
                 "agent": st["agent"],

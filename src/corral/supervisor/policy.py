@@ -9,7 +9,8 @@ operator stop) and asks what to do and when it next needs to wake up.
 - :class:`Exit`: how a process ended (exit code, signal, or unknown).
 - :func:`should_restart`: the restart policies ``always`` / ``on-failure`` / ``never``.
 - :class:`RestartTracker`: backoff (1, 2, 4, 8, 16 s capped, plus 0-500 ms jitter),
-  its reset after 60 s RUNNING, and exhaustion after 10 restarts within 300 s.
+  its reset after 60 s RUNNING, exhaustion after 10 of the policy's restarts within
+  300 s, and the count of every restart (the operator's too) that status shows.
 - :func:`startup_expired`, :func:`heartbeat_expired`, :func:`agent_deadline`,
   :func:`next_deadline`: the timeouts, and the earliest moment anything can change,
   so the daemon sleeps until then instead of polling.
@@ -227,20 +228,28 @@ class RestartTracker:
     :meth:`mark_down` when it leaves RUNNING for UNHEALTHY or STOPPED (WAITING keeps
     the process alive and is not a break), :meth:`record_restart` when its process
     ended and the policy says restart (it gives the delay or refuses), and
-    :meth:`operator_start` when the operator starts it (clears exhaustion).
+    :meth:`operator_start` when the operator starts it (clears exhaustion) and
+    :meth:`operator_restart` when the operator restarts it.
 
-    Counting: every restart granted counts toward the limit, whatever ended the
-    process (a crash long after startup counts like a start failure). When
-    ``restart_limit`` restarts were already granted within the last
-    ``restart_window`` seconds, the next one is refused and the agent is
-    ``exhausted``: it goes STOPPED with the ``restart-exhausted`` flag.
+    Two counts, on purpose:
+
+    - ``restarts``: every restart the agent's process had, the policy's and the
+      operator's (what ``status``, the cluster and the dashboard show);
+    - the crash-loop budget, ``policy_restarts_at``: when the policy granted its own
+      restarts. Every restart granted counts toward the limit, whatever ended the
+      process (a crash long after startup counts like a start failure); an
+      operator's restart never does. When ``restart_limit`` restarts were already
+      granted within the last ``restart_window`` seconds (:meth:`budget_used`), the
+      next one is refused and the agent is ``exhausted``: it goes STOPPED with the
+      ``restart-exhausted`` flag.
     """
 
     config: RestartConfig = field(default_factory=RestartConfig)
     rand: Callable[[], float] = random.random
     attempt: int = 0  # the backoff step of the next restart
-    restarts: int = 0  # restarts granted since the supervisor (or operator) started it
-    recent: list[float] = field(default_factory=list)  # when restarts were granted
+    restarts: int = 0  # every restart, the policy's and the operator's (shown)
+    # when the policy granted its restarts: the crash-loop budget's own count
+    policy_restarts_at: list[float] = field(default_factory=list)
     running_since: float | None = None
     exhausted: bool = False
 
@@ -262,10 +271,11 @@ class RestartTracker:
         if self.running_for(now) >= self.config.reset_after:
             self.attempt = 0
 
-    def recent_restarts(self, now: float) -> int:
-        """Restarts granted within the last ``restart_window`` seconds."""
+    def budget_used(self, now: float) -> int:
+        """The crash-loop budget spent: the policy's restarts granted within the last
+        ``restart_window`` seconds (the operator's restarts are not in it)."""
         horizon = now - self.config.restart_window
-        return sum(1 for t in self.recent if t > horizon)
+        return sum(1 for t in self.policy_restarts_at if t > horizon)
 
     def next_delay(self) -> float:
         """The delay of the next restart without the jitter (its schedule step)."""
@@ -277,22 +287,27 @@ class RestartTracker:
         to wait) or refuse it as exhausted."""
         self.mark_down(now)
         horizon = now - self.config.restart_window
-        self.recent = [t for t in self.recent if t > horizon]
-        if len(self.recent) >= self.config.restart_limit:
+        self.policy_restarts_at = [t for t in self.policy_restarts_at if t > horizon]
+        if len(self.policy_restarts_at) >= self.config.restart_limit:
             self.exhausted = True
             return Decision(restart=False, reason=EXHAUSTED_FLAG)
         wait = self.next_delay() + self.config.jitter * self.rand()
         self.attempt += 1
         self.restarts += 1
-        self.recent.append(now)
+        self.policy_restarts_at.append(now)
         return Decision(restart=True, delay=wait, restart_at=now + wait)
 
     def operator_start(self) -> None:
         """The operator started the agent: clear exhaustion and the backoff."""
         self.exhausted = False
         self.attempt = 0
-        self.recent.clear()
+        self.policy_restarts_at.clear()
         self.running_since = None
+
+    def operator_restart(self) -> None:
+        """The operator restarted the agent's process: one more restart shown, none
+        spent of the crash-loop budget (the start that follows clears it)."""
+        self.restarts += 1
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -300,11 +315,12 @@ class RestartTracker:
 
     def snapshot(self) -> dict[str, object]:
         """What a supervisor started again needs to go on counting (``pids.json``):
-        the backoff step, the restarts granted and when, the RUNNING run, exhaustion."""
+        the backoff step, every restart, when the policy granted its own, the RUNNING
+        run, exhaustion."""
         return {
             "attempt": self.attempt,
             "restarts": self.restarts,
-            "recent": list(self.recent),
+            "policy_restarts_at": list(self.policy_restarts_at),
             "running_since": self.running_since,
             "exhausted": self.exhausted,
         }
@@ -321,9 +337,10 @@ class RestartTracker:
             self.attempt = attempt
         if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts >= 0:
             self.restarts = restarts
-        recent = saved.get("recent")
-        if isinstance(recent, list):
-            self.recent = [t for t in map(num, recent) if t is not None]
+        # an earlier version's pids.json names the list "recent"
+        at = saved.get("policy_restarts_at", saved.get("recent"))
+        if isinstance(at, list):
+            self.policy_restarts_at = [t for t in map(num, at) if t is not None]
         self.running_since = num(saved.get("running_since"))
         self.exhausted = saved.get("exhausted") is True
 

@@ -212,12 +212,17 @@ class Supervisor:
 
     async def restart(self, agent_id: str) -> dict[str, Any]:
         """Stop and start an agent; its dependents wait (SIGUSR1) until it is
-        RUNNING again (SIGUSR2)."""
+        RUNNING again (SIGUSR2). An agent that has run before counts one restart
+        more (``restarts``, the count shown); the crash-loop budget counts only the
+        policy's restarts, so an operator's restart never exhausts an agent."""
         a = self._get(agent_id)
+        had_run = a.child is not None or a.pending_start or a.last_exit is not None
         a.restart_at = None
         if a.child is not None:
             self.pause_dependents(a)
             await self._stop_child(a, "operator restart")
+        if had_run and not self._shutting_down:
+            a.tracker.operator_restart()  # before the start: its report carries it
         return await self.start(agent_id)
 
     async def shutdown(self) -> None:
