@@ -2,11 +2,12 @@
 clock reads: ``now`` is an argument.
 
 - **Usage** is reported as deltas ``{input_tokens, output_tokens, cost_usd}``; the
-  store adds each report to hourly buckets (``bucket_start``) of every scope it
-  counts for (``scopes_of``): ``cluster``, ``task:N``, ``node:ID``, ``role:R``,
-  ``model:M`` and ``pool:P`` (a pool member is the node ``<pool>-<n>``,
-  corral.fleet.pools). Cost is kept in micro-dollars (integers), so concurrent
-  reports sum exactly.
+  store adds each report to its node's hourly row (``bucket_start``), which carries
+  the node's role, model and pool, and to its task's sums. It counts for every scope
+  of ``scopes_of``: ``cluster``, ``task:N``, ``node:ID``, ``role:R``, ``model:M`` and
+  ``pool:P`` (a pool member is the node ``<pool>-<n>``, corral.fleet.pools), whose
+  sums are computed at read (``scope_sums``). Cost is kept in micro-dollars
+  (integers), so concurrent reports sum exactly.
 - **Windows** are fixed and aligned to the epoch (UTC): ``1h`` is the current hour,
   ``5h`` the current five-hour block, ``1d`` the current UTC day, ``7d`` the current
   seven-day block (``window_bounds``). A window rolls over at its end, which is when
@@ -21,8 +22,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from corral.errors import InvalidInputError
@@ -48,13 +50,13 @@ __all__ = [
     "check_scope",
     "crossed",
     "fraction_used",
-    "hours",
     "model_cap_reached",
     "pool_hold",
     "pool_of",
     "scope_covers",
-    "scope_key",
+    "scope_sums",
     "scopes_of",
+    "task_id_of",
     "window_bounds",
 ]
 
@@ -99,19 +101,35 @@ def bucket_start(now: float) -> float:
     return math.floor(now / HOUR) * HOUR
 
 
-def hours(start: float, end: float) -> list[float]:
-    """The starts of the hourly buckets in ``[start, end)`` (a window's)."""
-    first = math.ceil(start / HOUR) * HOUR
-    return [first + i * HOUR for i in range(max(0, math.ceil((end - first) / HOUR)))]
-
-
-def scope_key(scope: str) -> str:
-    """How a scope is stored: a task's as ``#`` and its id in 18 digits (its hour's
-    rows sort in id order, before the other scopes), any other as itself."""
+def task_id_of(scope: str) -> int | None:
+    """The task a ``task:N`` scope names (``task:42`` or ``task:task-42``), None when
+    it names none."""
     rest = scope.removeprefix("task:").removeprefix("task-")
     if scope.startswith("task:") and rest.isascii() and rest.isdigit() and len(rest) <= 18:
-        return f"#{int(rest):018d}"
-    return scope
+        return int(rest)
+    return None
+
+
+def scope_sums(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int, int, int]]:
+    """Every scope's sums but tasks' (input tokens, output tokens, cost in
+    micro-dollars, reports), in scope order, from the per-node rows (``node_id``,
+    ``role``, ``model``, ``pool`` and the four sums; ``''`` or None: no role, model or
+    pool)."""
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        sums = (
+            int(r["input_tokens"]),
+            int(r["output_tokens"]),
+            int(r["cost_micros"]),
+            int(r["reports"]),
+        )
+        scopes = ["cluster", f"node:{r['node_id']}"]
+        scopes += [f"{k}:{r[k]}" for k in ("role", "model", "pool") if r[k]]
+        for scope in scopes:
+            acc = out.setdefault(scope, [0, 0, 0, 0])
+            for i, v in enumerate(sums):
+                acc[i] += v
+    return {k: (v[0], v[1], v[2], v[3]) for k, v in sorted(out.items())}
 
 
 def window_bounds(window: str, now: float) -> tuple[float, float]:
@@ -121,6 +139,7 @@ def window_bounds(window: str, now: float) -> tuple[float, float]:
     return start, start + size
 
 
+@lru_cache(maxsize=4096)  # a report's hot path: a node's pool, once per node
 def pool_of(node_id: str) -> str | None:
     """The pool a node is a member of: ``dev`` for ``dev-3`` (the fleet's naming),
     None for a node not named ``<pool>-<n>``."""

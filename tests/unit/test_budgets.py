@@ -118,17 +118,46 @@ def test_a_budget_event_is_an_alert() -> None:
     assert "at 80%" in from_event(warning)[0].message
 
 
-def test_a_windows_hours_and_the_stored_keys() -> None:
-    """A window's sums are read hour by hour; a task's scope is stored so that its
-    hour's task rows sort in id order before the other scopes."""
-    start, end = b.window_bounds("5h", T0)
-    assert b.hours(start, end) == [start + i * 3600 for i in range(5)]
-    assert b.hours(start, start) == []
-    assert b.scope_key("task:42") == "#000000000000000042"
-    assert b.scope_key("task:task-42") == "#000000000000000042"
-    assert b.scope_key("task:x") == "task:x" and b.scope_key("role:dev") == "role:dev"
-    assert sorted([b.scope_key("task:10"), b.scope_key("task:9"), "cluster"]) == [
-        b.scope_key("task:9"),
-        b.scope_key("task:10"),
-        "cluster",
-    ]
+def test_a_task_scope_names_its_task() -> None:
+    """``task:42`` and ``task:task-42`` name task 42; anything else names none (its
+    sums are zero)."""
+    assert b.task_id_of("task:42") == 42
+    assert b.task_id_of("task:task-42") == 42
+    assert b.task_id_of("task:x") is None and b.task_id_of("role:dev") is None
+    assert b.task_id_of("task:" + "9" * 19) is None
+
+
+_NAMES = st.sampled_from(["dev-1", "dev-2", "web-api-12", "lead", "x-"])
+_ROWS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "node_id": _NAMES,
+            "role": st.sampled_from(["", "developer", "architect"]),
+            "model": st.sampled_from(["", "opus", "sonnet"]),
+            "input_tokens": st.integers(0, 10**12),
+            "output_tokens": st.integers(0, 10**12),
+            "cost_micros": st.integers(0, 10**15),
+            "reports": st.integers(1, 10**6),
+        }
+    ),
+    max_size=12,
+)
+
+
+@given(_ROWS)
+def test_the_scopes_sums_are_the_reports_summed_per_scope(rows: list[dict[str, object]]) -> None:
+    """Summing the per-node rows (each carrying the node's role, model and pool) per
+    scope gives what adding each row to every scope of ``scopes_of`` gives (tasks
+    aside), in scope order."""
+    for r in rows:
+        r["pool"] = b.pool_of(str(r["node_id"]))
+    want: dict[str, list[int]] = {}
+    for r in rows:
+        role, model = r["role"] or None, r["model"] or None
+        for scope in b.scopes_of(str(r["node_id"]), role, model):  # type: ignore[arg-type]
+            acc = want.setdefault(scope, [0, 0, 0, 0])
+            for i, k in enumerate(("input_tokens", "output_tokens", "cost_micros", "reports")):
+                acc[i] += int(r[k])  # type: ignore[call-overload]
+    got = b.scope_sums(rows)
+    assert list(got) == sorted(want)
+    assert got == {k: tuple(v) for k, v in want.items()}

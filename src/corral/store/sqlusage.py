@@ -1,17 +1,19 @@
 """Usage, budgets and per-model caps in the store (plain functions over a ``Db``;
 the rules are ``corral.budgets``'; docs/guardrails.md).
 
-A usage report is one upsert (``usage_add``) in its operation's own transaction: the
-hour's bucket of every scope it counts for. With budgets set, the report then reads
-the sums of the budgets covering its node and announces a crossing of 80% or 100%
-once per window (``budget_marks``): a ``budget_warning`` or ``budget_spent`` event.
-A claim by a node covered by a spent budget is refused (``budget_refusal``); with
-``hard`` the tasks in progress in its scope are cancelled (``hard_targets``).
+A usage report adds to one row, its node's of the hour (``usage_add``: the node's role
+and model and its pool written with it), and to its task's own row (``usage_task_add``,
+or in the completion's own statement: the stores' hot paths), in its operation's own
+transaction. The sums of a scope over a window are computed at read, from the window's
+hours (``usage_sum_*``). With budgets set, the report then reads the sums of the
+budgets covering its node and announces a crossing of 80% or 100% once per window
+(``budget_marks``): a ``budget_warning`` or ``budget_spent`` event. A claim by a node
+covered by a spent budget is refused (``budget_refusal``); with ``hard`` the tasks in
+progress in its scope are cancelled (``hard_targets``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +24,9 @@ from corral.store.rows import Tx
 from corral.store.sqldb import Db
 
 __all__ = [
+    "add_params",
+    "amounts",
+    "announce",
     "budget_refusal",
     "hard_budgets_spent",
     "hard_targets",
@@ -32,27 +37,69 @@ __all__ = [
     "usage_by_scope",
 ]
 
+_NONE = {"input_tokens": 0, "output_tokens": 0, "cost_micros": 0, "reports": 0}
+# A scope's sums by its kind: on the index of its column of usage_hours.
+_SUMS = {
+    "node": "usage_sum_node",
+    "role": "usage_sum_role",
+    "model": "usage_sum_model",
+    "pool": "usage_sum_pool",
+}
+
 
 def _cached(db: Db) -> Settings | None:
     cached = db.settings_cache
     return None if cached is None else cached[1]
 
 
+def amounts(usage: Mapping[str, Any]) -> dict[str, int]:
+    """A report's (checked) deltas as stored: tokens, and cost in micro-dollars."""
+    return {
+        "input_tokens": int(usage.get("input_tokens", 0)),
+        "output_tokens": int(usage.get("output_tokens", 0)),
+        "cost_micros": round(float(usage.get("cost_usd", 0.0)) * rules.MICROS),
+    }
+
+
+def add_params(node_id: str, usage: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """``usage_add``'s parameters: the hour, the node and its pool, the amounts."""
+    return {
+        "hour": rules.bucket_start(now),
+        "node_id": node_id,
+        "pool": rules.pool_of(node_id),
+        **amounts(usage),
+    }
+
+
 def record(
-    db: Db, tx: Tx, node_id: str, task_id: int | None, usage: Mapping[str, Any], now: float
+    db: Db,
+    tx: Tx,
+    node_id: str,
+    task_id: int | None,
+    usage: Mapping[str, Any],
+    now: float,
+    *,
+    on_task: bool = True,
 ) -> None:
-    """Add ``usage`` (checked deltas) to the hour's buckets of every scope of the
-    report, in ``tx``; announce the budgets it takes past 80% or 100%."""
-    tx.run(
-        "usage_add",
-        hour=rules.bucket_start(now),
-        node_id=node_id,
-        pool=rules.pool_of(node_id),
-        task_id=task_id,
-        input_tokens=int(usage.get("input_tokens", 0)),
-        output_tokens=int(usage.get("output_tokens", 0)),
-        cost_micros=round(float(usage.get("cost_usd", 0.0)) * rules.MICROS),
-    )
+    """Add ``usage`` (checked deltas) to its node's row of the hour and (``on_task``:
+    unless the caller's statement did) to its task's sums, in ``tx``; announce the
+    budgets it takes past 80% or 100%."""
+    params = add_params(node_id, usage, now)
+    if task_id is not None and on_task:
+        tx.run(
+            "usage_task_add",
+            id=task_id,
+            input_tokens=params["input_tokens"],
+            output_tokens=params["output_tokens"],
+            cost_micros=params["cost_micros"],
+        )
+    tx.run("usage_add", **params)
+    announce(db, tx, node_id, now)
+
+
+def announce(db: Db, tx: Tx, node_id: str, now: float) -> None:
+    """After a report by ``node_id`` in ``tx``: the budgets covering it that the report
+    took past 80% or 100% are announced (nothing read without budgets)."""
     s = _cached(db)
     if s is None:
         s = db.settings_in(tx)
@@ -69,8 +116,16 @@ def _covering(tx: Tx, s: Settings, node_id: str) -> list[rules.Budget]:
 
 
 def _sum(tx: Tx, scope: str, start: float, end: float) -> Any:
-    hours = json.dumps(rules.hours(start, end))
-    return tx.one("usage_sum", scope=rules.scope_key(scope), hours=hours)
+    """A scope's sums over ``[start, end)``: its kind's ``usage_sum_*`` (a task's
+    from its row, whatever the window)."""
+    if scope == "cluster":
+        return tx.one("usage_sum_cluster", start=start, end=end)
+    kind, name = scope.split(":", 1)
+    if kind == "task":
+        task_id = rules.task_id_of(scope)
+        row = None if task_id is None else tx.one("usage_sum_task", key=task_id)
+        return _NONE if row is None else row
+    return tx.one(_SUMS[kind], key=name, start=start, end=end)
 
 
 def _used(tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:
@@ -176,14 +231,14 @@ def usage(db: Db, scope: str, start: float, end: float) -> dict[str, Any]:
 def usage_by_scope(db: Db, start: float, end: float) -> list[dict[str, Any]]:
     """Every scope's sums over ``[start, end)`` but tasks' (/metrics)."""
     with db.read() as tx:
-        rows = tx.all("usage_scopes", hours=json.dumps(rules.hours(start, end)))
+        rows = tx.all("usage_nodes", start=start, end=end)
     return [
         {
-            "scope": r["scope"],
-            "input_tokens": int(r["input_tokens"]),
-            "output_tokens": int(r["output_tokens"]),
-            "cost_usd": int(r["cost_micros"]) / rules.MICROS,
-            "reports": int(r["reports"]),
+            "scope": scope,
+            "input_tokens": sums[0],
+            "output_tokens": sums[1],
+            "cost_usd": sums[2] / rules.MICROS,
+            "reports": sums[3],
         }
-        for r in rows
+        for scope, sums in rules.scope_sums(rows).items()
     ]

@@ -14,6 +14,7 @@ the same names override them.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, suppress
@@ -22,7 +23,6 @@ from typing import Any
 import psycopg.errors
 
 from corral import lifecycle, scoring
-from corral.budgets import MICROS, bucket_start, pool_of
 from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
 from corral.store import claimkeys, sqltasks, sqlusage
@@ -41,17 +41,37 @@ _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
+# The report added to the task's sums, in its completion's UPDATE (as _QUERIES holds
+# the statements: pyformat).
+_TASK_SUMS = (
+    "updated_at = %(now)s,\n"
+    "                     usage_input_tokens = usage_input_tokens + %(input_tokens)s::bigint,\n"
+    "                     usage_output_tokens = usage_output_tokens + %(output_tokens)s::bigint,\n"
+    "                     usage_cost_micros = usage_cost_micros + %(cost_micros)s::bigint,\n"
+    "                     usage_reports = usage_reports + 1"
+)
+_COMPLETION_SET = re.compile(r"finished_at = %\(now\)s,\s+updated_at = %\(now\)s")
+
+
 def _with_usage_cte(name: str, done: str) -> str:
-    """Hot statement ``name`` with ``usage_add_done`` as its last CTE, guarded by its
-    completion's CTE ``done``: a completion with usage in one statement."""
-    sql = _QUERIES[name]
+    """Hot statement ``name`` with the report's usage: added to the task's sums by its
+    completion's UPDATE (its CTE ``done``), and ``usage_add_done`` as its last CTE,
+    guarded by ``done``: a completion with usage in one statement."""
+    sql, n = _COMPLETION_SET.subn(f"finished_at = %(now)s, {_TASK_SUMS}", _QUERIES[name])
+    if n != 1:  # pragma: no cover - a queries.sql edit
+        raise RuntimeError(f"{name}: its completion's UPDATE not found")
     end = sql.rindex("\n)\nSELECT") + 2
     cte = _QUERIES["usage_add_done"].replace("usage_done_cte", done)
     return f"{sql[:end]}, usage_up AS (\n{cte}\n){sql[end:]}"
 
 
-_QUERIES["complete_full+usage"] = _with_usage_cte("complete_full", "t")
-_QUERIES["complete_claim_full+usage"] = _with_usage_cte("complete_claim_full", "fin")
+for _name, _done in (
+    ("complete_full", "t"),
+    ("complete_claim_full", "fin"),
+    ("complete_lean_quiet", "t"),
+    ("complete_claim_lean_quiet", "fin"),
+):
+    _QUERIES[f"{_name}+usage"] = _with_usage_cte(_name, _done)
 
 
 def _task(values: Any, start: int, tail: tuple[int, ...]) -> Task:
@@ -242,26 +262,36 @@ class PostgresStore(SQLStore):
     ) -> Task:
         text = None if result is None else _dumps(result)
         params = _completion(task_id, node_id, epoch, text, now)
-        if usage is not None:  # the completion and the usage in one transaction
-            self._claimed.pop(task_id, None)
-            rows = self._with_usage("complete_full", params, task_id, node_id, usage, now)
-            if not rows:
-                with self._read() as tx:
-                    refuse(tx, task_id, node_id, epoch)  # raises
-            return _task(rows[0], 0, self._tail)
+        with_usage = ""  # the "+usage" statements: the completion and its usage in one
+        if usage is not None:
+            if self._budgets_maybe():  # a report that may write a budget event
+                self._claimed.pop(task_id, None)
+                rows = self._with_usage("complete_full", params, task_id, node_id, usage, now)
+                if not rows:
+                    with self._read() as tx:
+                        refuse(tx, task_id, node_id, epoch)  # raises
+                return _task(rows[0], 0, self._tail)
+            params.update(sqlusage.add_params(node_id, usage, now))
+            with_usage = "+usage"
         held = self._held(task_id, epoch)
         if held is not None:
-            lean, done = self._hot("complete_lean_quiet", params)[0]
+            lean, done = self._hot(f"complete_lean_quiet{with_usage}", params)[0]
             if lean:
                 if done is None:
                     with self._read() as tx:
                         refuse(tx, task_id, node_id, epoch)  # raises
                 return task_from_task_row(finished(held, text, now))
-        rows = self._hot("complete_full", params)
+        rows = self._hot(f"complete_full{with_usage}", params)
         if not rows:
             with self._read() as tx:
                 refuse(tx, task_id, node_id, epoch)  # raises
         return _task(rows[0], 0, self._tail)
+
+    def _budgets_maybe(self) -> bool:
+        """Whether budgets may be set (this process's settings have some, or it has
+        read none yet): a report then reads them, in a transaction of its own."""
+        cached = self._db.settings_cache
+        return cached is None or bool(cached[1].budgets)
 
     def complete_and_claim(
         self,
@@ -319,9 +349,13 @@ class PostgresStore(SQLStore):
             "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
             "session_id": str(uuid.uuid4()),
         }
+        with_usage = ""  # the "+usage" statements: the completion and its usage in one
+        if usage is not None and not self._budgets_maybe():
+            params.update(sqlusage.add_params(node_id, usage, now))
+            with_usage, usage = "+usage", None
         held = self._held(task_id, epoch)
         if usage is None and held is not None and self._lean.get(node_id, False):
-            row = self._hot("complete_claim_lean_quiet", params)[0]
+            row = self._hot(f"complete_claim_lean_quiet{with_usage}", params)[0]
             fresh, lean = row[0], row[1]
             if lean:
                 if not row[2]:  # not finished
@@ -335,8 +369,8 @@ class PostgresStore(SQLStore):
                 return done, self._remember(row, 3)
             self._lean[node_id] = False  # the node needs its update: the full statement
         if usage is None:
-            rows = self._hot("complete_claim_full", params)
-        else:
+            rows = self._hot(f"complete_claim_full{with_usage}", params)
+        else:  # budgets may be set: the usage in a transaction that may announce them
             rows = self._with_usage("complete_claim_full", params, task_id, node_id, usage, now)
         if not rows:
             with self._read() as tx:
@@ -359,28 +393,14 @@ class PostgresStore(SQLStore):
         usage: dict[str, Any],
         now: float,
     ) -> list[tuple[Any, ...]]:
-        """Hot statement ``name`` and the usage's upsert in one transaction (the usage
-        only when the statement finished the task); its rows as tuples. Without budgets
-        (no event to write) one statement: ``name`` with the upsert as its last CTE."""
-        cached = self._db.settings_cache
-        if cached is not None and not cached[1].budgets:
-            return self._hot(
-                f"{name}+usage",
-                {
-                    **params,
-                    "hour": bucket_start(now),
-                    "pool": pool_of(node_id),
-                    "input_tokens": int(usage.get("input_tokens", 0)),
-                    "output_tokens": int(usage.get("output_tokens", 0)),
-                    "cost_micros": round(float(usage.get("cost_usd", 0.0)) * MICROS),
-                },
-            )
+        """Hot statement ``name`` and the usage (``sqlusage.record``: the task's sums,
+        its node's row, the budgets it crosses announced) in one transaction, the usage
+        only when the statement finished the task; its rows as tuples. (Without budgets
+        the store runs ``name`` with the usage in it instead: its "+usage" form.)"""
         with self._write() as tx:
             rows = [tuple(r.values()) for r in tx.all(name, **params)]
             if rows:
-                cached = self._db.settings_cache
-                if cached is None or cached[1].budgets:  # it may write a budget event
-                    tx.one("event_seqs_reserve", n=2)
+                tx.one("event_seqs_reserve", n=2)  # it may write a budget event
                 sqlusage.record(self._db, tx, node_id, task_id, usage, now)
         return rows
 

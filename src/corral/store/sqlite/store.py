@@ -71,6 +71,11 @@ _TASK_COMPLETE = _QUERIES["task_complete"]
 _TASK_COMPLETE_QUIET = _TASK_COMPLETE.removesuffix("RETURNING *").rstrip()
 if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql edit
     raise RuntimeError("task_complete must end with RETURNING *")
+# A completion with usage: the task's sums in the same statement, its node's row of
+# the hour in one more (``usage_add``).
+_TASK_COMPLETE_USAGE = _QUERIES["task_complete_usage"]
+_TASK_COMPLETE_USAGE_QUIET = _TASK_COMPLETE_USAGE.removesuffix("RETURNING *").rstrip()
+_USAGE_ADD = _QUERIES["usage_add"]
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
@@ -548,9 +553,18 @@ class SQLiteStore(SQLStore):
         return row
 
     def _complete_in(
-        self, tx: _Tx, task_id: int, node_id: str, epoch: int | None, result: Any, now: float
+        self,
+        tx: _Tx,
+        task_id: int,
+        node_id: str,
+        epoch: int | None,
+        result: Any,
+        now: float,
+        usage: dict[str, Any] | None = None,
     ) -> Task:
-        """The completion inside a write transaction (or LeaseError).
+        """The completion inside a write transaction (or LeaseError), with ``usage``
+        recorded: on the task's row by the completion's statement, on its node's row
+        of the hour by one more (and the budgets it crosses announced).
 
         A task this store claimed, completed with its epoch, is unchanged since its
         claim but for what the completion sets (only a claim changes an in-progress
@@ -558,15 +572,25 @@ class SQLiteStore(SQLStore):
         row and the statement skips its RETURNING."""
         text = None if result is None else dumps(result)
         params = {"id": task_id, "node_id": node_id, "epoch": epoch, "result": text, "now": now}
+        if usage is None:
+            quiet, full = _TASK_COMPLETE_QUIET, _TASK_COMPLETE
+        else:
+            params.update(sqlusage.add_params(node_id, usage, now))
+            quiet, full = _TASK_COMPLETE_USAGE_QUIET, _TASK_COMPLETE_USAGE
         held = self._claimed.pop(task_id, None)
         if held is not None and epoch is not None and held.epoch == epoch:
-            if self._hot.execute(_TASK_COMPLETE_QUIET, params).rowcount == 1:
-                return task_from_task_row(finished(held, text, now))
-            refuse(tx, task_id, node_id, epoch)
-        rows = self._hot.execute(_TASK_COMPLETE, params).fetchall()
-        if not rows:
-            refuse(tx, task_id, node_id, epoch)
-        return _task(rows[0], self._tail)
+            if self._hot.execute(quiet, params).rowcount != 1:
+                refuse(tx, task_id, node_id, epoch)
+            done = task_from_task_row(finished(held, text, now))
+        else:
+            rows = self._hot.execute(full, params).fetchall()
+            if not rows:
+                refuse(tx, task_id, node_id, epoch)
+            done = _task(rows[0], self._tail)
+        if usage is not None:
+            self._hot.execute(_USAGE_ADD, params)
+            sqlusage.announce(self._db, tx, node_id, now)
+        return done
 
     def _done_with(self, tx: _Tx, node_id: str, task_id: int, now: float) -> None:
         """After a completion that claimed nothing: a working node that holds no
@@ -644,9 +668,7 @@ class SQLiteStore(SQLStore):
     ) -> Task:
         tx = self._begin()
         try:
-            done = self._complete_in(tx, task_id, node_id, epoch, result, now)
-            if usage is not None:
-                sqlusage.record(self._db, tx, node_id, task_id, usage, now)
+            done = self._complete_in(tx, task_id, node_id, epoch, result, now, usage)
             self._done_with(tx, node_id, task_id, now)
         except BaseException as exc:
             self._abort(tx, exc)
@@ -676,9 +698,7 @@ class SQLiteStore(SQLStore):
         refused: LeaseError | None = None
         try:
             check_role(self._db, tx, role)
-            done = self._complete_in(tx, task_id, node_id, epoch, result, now)
-            if usage is not None:
-                sqlusage.record(self._db, tx, node_id, task_id, usage, now)
+            done = self._complete_in(tx, task_id, node_id, epoch, result, now, usage)
             nxt = None if spent else self._claim_in(tx, node_id, role, now, session_id)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)

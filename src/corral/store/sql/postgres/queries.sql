@@ -1452,48 +1452,82 @@ SELECT assigned_to AS id FROM tasks WHERE status = 'in_progress'
 GROUP BY assigned_to HAVING count(*) = count(stuck_since);
 
 -- name: usage_add
--- A usage report added to the hour's bucket of every scope it counts for
--- (budgets.scopes_of): the cluster, the node, its role and model (read from its live
--- row), its pool, the task. One statement in the reporting operation's transaction.
-INSERT INTO usage_buckets (scope, start, input_tokens, output_tokens, cost_micros, reports)
-SELECT s.scope, :hour, :input_tokens, :output_tokens, :cost_micros, 1
-FROM (
-    SELECT 'cluster' AS scope
-    UNION ALL SELECT 'node:' || :node_id::text
-    UNION ALL SELECT 'pool:' || :pool::text WHERE :pool::text IS NOT NULL
-    UNION ALL SELECT '#' || lpad(:task_id::bigint::text, 18, '0')
-              WHERE :task_id::bigint IS NOT NULL
-    UNION ALL SELECT 'role:' || role FROM nodes
-              WHERE id = :node_id::text AND terminated_at IS NULL
-    UNION ALL SELECT 'model:' || model FROM nodes
-              WHERE id = :node_id::text AND terminated_at IS NULL AND model IS NOT NULL
-    -- (a fixed order: two reports lock their rows in the same order, no deadlock)
-    ORDER BY 1
-) AS s
-ON CONFLICT (start, scope) DO UPDATE SET
-    input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
-    output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
-    cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
-    reports = usage_buckets.reports + 1;
+-- A usage report added to its node's row of the hour (usage_hours): the node's role
+-- and model read from its live row ('' when it is not live), its pool as given.
+-- One small statement in the reporting operation's transaction (reports by different
+-- nodes lock different rows); the scopes' sums are computed at read (usage_sum_*).
+INSERT INTO usage_hours (start, node_id, role, model, pool, input_tokens, output_tokens,
+                         cost_micros, reports)
+SELECT :hour::float8, :node_id::text, coalesce(n.role, ''), coalesce(n.model, ''),
+       :pool::text, :input_tokens::bigint, :output_tokens::bigint, :cost_micros::bigint, 1
+FROM (SELECT 1) AS one
+LEFT JOIN nodes n ON n.id = :node_id::text AND n.status <> 'terminated'
+ON CONFLICT (start, node_id, role, model) DO UPDATE SET
+    input_tokens = usage_hours.input_tokens + excluded.input_tokens,
+    output_tokens = usage_hours.output_tokens + excluded.output_tokens,
+    cost_micros = usage_hours.cost_micros + excluded.cost_micros,
+    reports = usage_hours.reports + 1;
 
--- name: usage_sum
--- A scope's (its stored key's) sums over the hours :hours (a JSON list of their
--- starts): a point
--- read of the primary key per hour.
+-- name: usage_task_add
+-- A usage report added to its task's sums (a failure's or a progress report's; a
+-- completion adds them in its own statement: the store's "+usage" statements).
+UPDATE tasks SET usage_input_tokens = usage_input_tokens + :input_tokens::bigint,
+                 usage_output_tokens = usage_output_tokens + :output_tokens::bigint,
+                 usage_cost_micros = usage_cost_micros + :cost_micros::bigint,
+                 usage_reports = usage_reports + 1
+WHERE id = :id;
+
+-- name: usage_sum_cluster
+-- The sums of a scope over the whole hours from start to end: the cluster's from the
+-- primary key's range, a node's, role's, model's or pool's on its column's index
+-- (key: its name; usage_sum_*). A task's are on its row, whatever the window.
 SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
        coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
        coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
        coalesce(sum(reports), 0)::bigint AS reports
-FROM usage_buckets WHERE start = ANY(ARRAY(SELECT json_array_elements_text(:hours::json)::float8)) AND scope = :scope;
+FROM usage_hours WHERE start >= :start AND start < :end;
 
--- name: usage_scopes
--- Every scope's sums but tasks' over the hours :hours (/metrics).
-SELECT scope, sum(input_tokens)::bigint AS input_tokens,
-       sum(output_tokens)::bigint AS output_tokens,
-       sum(cost_micros)::bigint AS cost_micros, sum(reports)::bigint AS reports
-FROM usage_buckets
-WHERE start = ANY(ARRAY(SELECT json_array_elements_text(:hours::json)::float8)) AND scope NOT LIKE '#%'  -- not tasks'
-GROUP BY scope ORDER BY scope;
+-- name: usage_sum_node
+SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
+       coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
+       coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
+       coalesce(sum(reports), 0)::bigint AS reports
+FROM usage_hours WHERE node_id = :key AND start >= :start AND start < :end;
+
+-- name: usage_sum_role
+SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
+       coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
+       coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
+       coalesce(sum(reports), 0)::bigint AS reports
+FROM usage_hours WHERE role = :key AND start >= :start AND start < :end;
+
+-- name: usage_sum_model
+SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
+       coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
+       coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
+       coalesce(sum(reports), 0)::bigint AS reports
+FROM usage_hours WHERE model = :key AND model <> '' AND start >= :start AND start < :end;
+
+-- name: usage_sum_pool
+SELECT coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
+       coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
+       coalesce(sum(cost_micros), 0)::bigint AS cost_micros,
+       coalesce(sum(reports), 0)::bigint AS reports
+FROM usage_hours WHERE pool = :key AND start >= :start AND start < :end;
+
+-- name: usage_sum_task
+SELECT usage_input_tokens AS input_tokens, usage_output_tokens AS output_tokens,
+       usage_cost_micros AS cost_micros, usage_reports AS reports
+FROM tasks WHERE id = :key::bigint;
+
+-- name: usage_nodes
+-- Each node's (and role's, model's, pool's) sums over the hours from start to end
+-- (/metrics: the scopes are summed from them, budgets.scope_sums).
+SELECT node_id, role, model, pool, sum(input_tokens)::bigint AS input_tokens,
+       sum(output_tokens)::bigint AS output_tokens, sum(cost_micros)::bigint AS cost_micros,
+       sum(reports)::bigint AS reports
+FROM usage_hours WHERE start >= :start AND start < :end
+GROUP BY node_id, role, model, pool;
 
 -- name: budget_mark_get
 SELECT mark FROM budget_marks WHERE budget = :budget AND window_start = :window_start
@@ -1523,26 +1557,19 @@ WHERE t.status = 'in_progress' ORDER BY t.id;
 SELECT corral_event_seqs(:n::integer) AS base;
 
 -- name: usage_add_done
--- usage_add as one more CTE of a hot completion statement (complete_full,
--- complete_claim_full: the store adds it, its guard's CTE renamed as the completion's),
--- so a completion with usage is still one statement and one round trip; it adds
--- only when the completion finished the task.
-INSERT INTO usage_buckets (scope, start, input_tokens, output_tokens, cost_micros, reports)
-SELECT s.scope, :hour, :input_tokens, :output_tokens, :cost_micros, 1
-FROM (
-    SELECT 'cluster' AS scope
-    UNION ALL SELECT 'node:' || :node_id::text
-    UNION ALL SELECT 'pool:' || :pool::text WHERE :pool::text IS NOT NULL
-    UNION ALL SELECT '#' || lpad(:id::bigint::text, 18, '0')
-    UNION ALL SELECT 'role:' || role FROM nodes
-              WHERE id = :node_id::text AND terminated_at IS NULL
-    UNION ALL SELECT 'model:' || model FROM nodes
-              WHERE id = :node_id::text AND terminated_at IS NULL AND model IS NOT NULL
-    ORDER BY 1
-) AS s
+-- usage_add as one more CTE of a hot completion statement (the store adds it, with
+-- the report added to the task's sums in the completion's own UPDATE, its guard's CTE
+-- renamed as the completion's), so a completion with usage is still one statement and
+-- one round trip; it adds only when the completion finished the task.
+INSERT INTO usage_hours (start, node_id, role, model, pool, input_tokens, output_tokens,
+                         cost_micros, reports)
+SELECT :hour::float8, :node_id::text, coalesce(n.role, ''), coalesce(n.model, ''),
+       :pool::text, :input_tokens::bigint, :output_tokens::bigint, :cost_micros::bigint, 1
+FROM (SELECT 1) AS one
+LEFT JOIN nodes n ON n.id = :node_id::text AND n.status <> 'terminated'
 WHERE EXISTS (SELECT 1 FROM usage_done_cte)
-ON CONFLICT (start, scope) DO UPDATE SET
-    input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
-    output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
-    cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
-    reports = usage_buckets.reports + 1
+ON CONFLICT (start, node_id, role, model) DO UPDATE SET
+    input_tokens = usage_hours.input_tokens + excluded.input_tokens,
+    output_tokens = usage_hours.output_tokens + excluded.output_tokens,
+    cost_micros = usage_hours.cost_micros + excluded.cost_micros,
+    reports = usage_hours.reports + 1

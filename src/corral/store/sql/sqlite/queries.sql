@@ -676,8 +676,9 @@ SELECT handler_id, idle_since, release_after, release_requested_at
   AND idle_since < :before
 UNION
 SELECT handler_id, idle_since, release_after, release_requested_at
--- include: host_idle
-  AND release_requested_at IS NOT NULL
+FROM handlers INDEXED BY handlers_release_requested  -- (few; not by handlers_host_idle)
+WHERE host = :host AND release_requested_at IS NOT NULL AND status = 'running'
+  AND idle_since IS NOT NULL AND resident_reason IS NULL
 UNION
 SELECT * FROM (
     SELECT handler_id, idle_since, release_after, release_requested_at
@@ -1126,45 +1127,99 @@ SELECT assigned_to AS id FROM tasks WHERE status = 'in_progress'
 GROUP BY assigned_to HAVING count(*) = count(stuck_since);
 
 -- name: usage_add
--- A usage report added to the hour's bucket of every scope it counts for
--- (budgets.scopes_of): the cluster, the node, its role and model (read from its live
--- row), its pool, the task. One statement in the reporting operation's transaction.
-INSERT INTO usage_buckets (scope, start, input_tokens, output_tokens, cost_micros, reports)
-SELECT s.scope, :hour, :input_tokens, :output_tokens, :cost_micros, 1
-FROM (
-    SELECT 'cluster' AS scope
-    UNION ALL SELECT 'node:' || :node_id
-    UNION ALL SELECT 'pool:' || :pool WHERE :pool IS NOT NULL
-    UNION ALL SELECT printf('#%018d', :task_id) WHERE :task_id IS NOT NULL
-    UNION ALL SELECT 'role:' || role FROM nodes WHERE id = :node_id AND terminated_at IS NULL
-    UNION ALL SELECT 'model:' || model FROM nodes
-              WHERE id = :node_id AND terminated_at IS NULL AND model IS NOT NULL
-) AS s
+-- A usage report added to its node's row of the hour (usage_hours): the node's role
+-- and model read from its live row ('' when it is not live), its pool as given.
+-- One small statement in the reporting operation's transaction; the scopes' sums are
+-- computed at read (usage_sum_*).
+INSERT INTO usage_hours (start, node_id, role, model, pool, input_tokens, output_tokens,
+                         cost_micros, reports)
+SELECT :hour, :node_id, coalesce(n.role, ''), coalesce(n.model, ''), :pool,
+       :input_tokens, :output_tokens, :cost_micros, 1
+FROM (SELECT 1) AS one
+LEFT JOIN nodes n ON n.id = :node_id AND n.terminated_at IS NULL
 WHERE true
-ON CONFLICT (start, scope) DO UPDATE SET
-    input_tokens = usage_buckets.input_tokens + excluded.input_tokens,
-    output_tokens = usage_buckets.output_tokens + excluded.output_tokens,
-    cost_micros = usage_buckets.cost_micros + excluded.cost_micros,
-    reports = usage_buckets.reports + 1;
+ON CONFLICT (start, node_id, role, model) DO UPDATE SET
+    input_tokens = usage_hours.input_tokens + excluded.input_tokens,
+    output_tokens = usage_hours.output_tokens + excluded.output_tokens,
+    cost_micros = usage_hours.cost_micros + excluded.cost_micros,
+    reports = usage_hours.reports + 1;
 
--- name: usage_sum
--- A scope's (its stored key's) sums over the hours :hours (a JSON list of their
--- starts): a point read of the primary key per hour.
+-- name: usage_task_add
+-- A usage report added to its task's sums (a failure's or a progress report's; a
+-- completion adds them in its own statement: task_complete_usage).
+UPDATE tasks SET usage_input_tokens = usage_input_tokens + :input_tokens,
+                 usage_output_tokens = usage_output_tokens + :output_tokens,
+                 usage_cost_micros = usage_cost_micros + :cost_micros,
+                 usage_reports = usage_reports + 1
+WHERE id = :id;
+
+-- name: task_complete_usage
+-- task_complete with the report's usage added to the task's sums in the same statement.
+UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
+                 updated_at = :now,
+                 usage_input_tokens = usage_input_tokens + :input_tokens,
+                 usage_output_tokens = usage_output_tokens + :output_tokens,
+                 usage_cost_micros = usage_cost_micros + :cost_micros,
+                 usage_reports = usage_reports + 1
+WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
+  AND (:epoch IS NULL OR epoch = :epoch)
+RETURNING *;
+
+-- name: usage_sum_cluster
+-- The sums of a scope over the whole hours from start to end: the cluster's from the
+-- primary key's range, a node's, role's, model's or pool's on its column's index
+-- (key: its name; usage_sum_*). A task's are on its row, whatever the window.
 SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
        coalesce(sum(output_tokens), 0) AS output_tokens,
        coalesce(sum(cost_micros), 0) AS cost_micros,
        coalesce(sum(reports), 0) AS reports
-FROM usage_buckets
-WHERE start IN (SELECT value FROM json_each(:hours)) AND scope = :scope;
+FROM usage_hours WHERE start >= :start AND start < :end;
 
--- name: usage_scopes
--- Every scope's sums but tasks' over the hours :hours (/metrics): the end of each
--- hour's range.
-SELECT scope, sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
-       sum(cost_micros) AS cost_micros, sum(reports) AS reports
-FROM usage_buckets
-WHERE start IN (SELECT value FROM json_each(:hours)) AND scope >= 'a'  -- not tasks' ('#')
-GROUP BY scope ORDER BY scope;
+-- name: usage_sum_node
+SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens,
+       coalesce(sum(cost_micros), 0) AS cost_micros,
+       coalesce(sum(reports), 0) AS reports
+FROM usage_hours INDEXED BY usage_hours_node
+WHERE node_id = :key AND start >= :start AND start < :end;
+
+-- name: usage_sum_role
+SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens,
+       coalesce(sum(cost_micros), 0) AS cost_micros,
+       coalesce(sum(reports), 0) AS reports
+FROM usage_hours INDEXED BY usage_hours_role
+WHERE role = :key AND start >= :start AND start < :end;
+
+-- name: usage_sum_model
+SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens,
+       coalesce(sum(cost_micros), 0) AS cost_micros,
+       coalesce(sum(reports), 0) AS reports
+FROM usage_hours INDEXED BY usage_hours_model
+WHERE model = :key AND model <> '' AND start >= :start AND start < :end;
+
+-- name: usage_sum_pool
+SELECT coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens,
+       coalesce(sum(cost_micros), 0) AS cost_micros,
+       coalesce(sum(reports), 0) AS reports
+FROM usage_hours INDEXED BY usage_hours_pool
+WHERE pool = :key AND pool IS NOT NULL AND start >= :start AND start < :end;
+
+-- name: usage_sum_task
+SELECT usage_input_tokens AS input_tokens, usage_output_tokens AS output_tokens,
+       usage_cost_micros AS cost_micros, usage_reports AS reports
+FROM tasks WHERE id = :key;
+
+-- name: usage_nodes
+-- Each node's (and role's, model's, pool's) sums over the hours from start to end
+-- (/metrics: the scopes are summed from them, budgets.scope_sums).
+SELECT node_id, role, model, pool, sum(input_tokens) AS input_tokens,
+       sum(output_tokens) AS output_tokens, sum(cost_micros) AS cost_micros,
+       sum(reports) AS reports
+FROM usage_hours WHERE start >= :start AND start < :end
+GROUP BY node_id, role, model, pool;
 
 -- name: budget_mark_get
 SELECT mark FROM budget_marks WHERE budget = :budget AND window_start = :window_start;

@@ -86,7 +86,13 @@ CREATE TABLE tasks (
     progress_at      REAL,
     progress_note    TEXT,
     stuck_at         REAL,
-    stuck_since      REAL
+    stuck_since      REAL,
+    -- Its usage's sums (migration 0020, docs/guardrails.md): every report on it
+    -- adds to them, a completion's in its own statement.
+    usage_input_tokens  INTEGER NOT NULL DEFAULT 0,
+    usage_output_tokens INTEGER NOT NULL DEFAULT 0,
+    usage_cost_micros   INTEGER NOT NULL DEFAULT 0,
+    usage_reports       INTEGER NOT NULL DEFAULT 0
 );
 -- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus
 -- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
@@ -376,27 +382,34 @@ END;
 
 -- Usage and spend, budgets and per-model caps (docs/guardrails.md, corral.budgets).
 --
--- usage_buckets: the sums of the usage reports (complete_task, fail_task,
--- report_progress, heartbeat) per scope ('cluster', 'task:N', 'node:ID', 'role:R',
--- 'model:M', 'pool:P') and hour (start: the hour's first second). A report adds to
--- the rows of every scope it counts for in one upsert, in its operation's own
--- transaction; cost is in micro-dollars so concurrent reports sum exactly. A day or a
--- longer window is the sum of its hours (a point read per hour and scope). The key is
--- (start, scope) and a task's scope is stored as '#' and its id in 18 digits, so an
--- hour's rows are together, its tasks first in id order and its other scopes last:
--- a report writes the newest task's row beside its hour's other rows (one page).
+-- usage_hours: the sums of the usage reports (complete_task, fail_task,
+-- report_progress, heartbeat) per hour (start: the hour's first second) and reporting
+-- node, carrying the node's role and model as registered when the report was written
+-- ('' when it had none, or was not live) and its pool (a pool member is the node
+-- '<pool>-<n>'). A report adds to its one row, in its operation's own transaction;
+-- the sums of a scope (the cluster, role:R, model:M, pool:P, node:N) over a window are
+-- computed at read from the window's hours, on the index of its column. A task's sums
+-- are on its own row (tasks.usage_*). Cost is in micro-dollars so concurrent reports
+-- sum exactly.
 -- budget_marks: the highest threshold (0.8 or 1.0) each budget's current window has
 -- been announced at, so a crossing is one event.
 -- nodes_live_model: a capped model's live nodes, counted at registration.
-CREATE TABLE usage_buckets (
-    scope         TEXT NOT NULL,
+CREATE TABLE usage_hours (
     start         REAL NOT NULL,
+    node_id       TEXT NOT NULL,
+    role          TEXT NOT NULL,
+    model         TEXT NOT NULL,
+    pool          TEXT,
     input_tokens  INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0,
     cost_micros   INTEGER NOT NULL DEFAULT 0,
     reports       INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (start, scope)
+    PRIMARY KEY (start, node_id, role, model)
 ) WITHOUT ROWID;
+CREATE INDEX usage_hours_node ON usage_hours (node_id, start);
+CREATE INDEX usage_hours_role ON usage_hours (role, start);
+CREATE INDEX usage_hours_model ON usage_hours (model, start) WHERE model <> '';
+CREATE INDEX usage_hours_pool ON usage_hours (pool, start) WHERE pool IS NOT NULL;
 CREATE TABLE budget_marks (
     budget        TEXT NOT NULL,
     window_start  REAL NOT NULL,
