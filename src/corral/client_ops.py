@@ -404,16 +404,14 @@ class ClientOperations(Protocol):
         ...
 
     def release_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
-        """Ask that an idle run be released now, whatever its release delay: the next
-        ``take_workflow_work`` of the host running it lists it for release (the host
-        checkpoints it and calls ``release_handler``); a ``workflow_release_requested``
+        """Ask that an idle run be released now, whatever its delay: its host's next
+        ``take_workflow_work`` lists it for release; a ``workflow_release_requested``
         event names the actor."""
         ...
 
     def resume_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
-        """Resume a released run now, without an event for it: a host serving its
-        workflow restores it from its checkpoint at its next poll (as ``send_event``
-        does before delivering); a ``workflow_resume_requested`` event names the
+        """Resume a released run now, without an event: a host serving its workflow
+        restores it at its next poll; a ``workflow_resume_requested`` event names the
         actor."""
         ...
 

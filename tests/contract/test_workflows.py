@@ -1,6 +1,7 @@
 """Workflow runs in the cluster: hosts declare the workflows they serve and take their
 work; a run's idle state follows its host's reports; idle runs are released by policy
-(delay, per-host cap) and resume on one host when an event or a waiter deadline comes."""
+(delay, per-host cap) or by an operator's Release, and resume on one host when an
+event, a waiter deadline or an operator's Resume comes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral import InvalidInputError, LeaseError, NotFoundError
+from corral import ConflictError, InvalidInputError, LeaseError, NotFoundError
 from corral.clock import FakeClock
 from tests.contract._world import T0, kinds
 
@@ -22,6 +23,8 @@ OPERATIONS = (
     "get_handler",
     "send_event",
     "list_handlers",
+    "release_workflow",
+    "resume_workflow",
     "configure",
 )
 BAD_INPUT = (
@@ -34,6 +37,8 @@ BAD_INPUT = (
     "get_handler",
     "send_event",
     "list_handlers",
+    "release_workflow",
+    "resume_workflow",
 )
 
 WAIT = {"step": "ask", "event_type": "Answer", "waiter_id": "w1", "deadline": None}
@@ -322,6 +327,11 @@ def test_unknown_handlers_hosts_and_workflows_are_not_found(hosts: Any, clock: F
         (lambda c, h: c.list_handlers(workflow="bad\nname"), "workflow"),
         (lambda c, h: c.list_handlers(host="bad\nhost"), "host"),
         (lambda c, h: c.list_handlers(limit=0), "limit"),
+        (lambda c, h: c.release_workflow(""), "handler_id"),
+        (lambda c, h: c.release_workflow("bad\nid"), "handler_id"),
+        (lambda c, h: c.release_workflow(7), "handler_id"),
+        (lambda c, h: c.resume_workflow(""), "handler_id"),
+        (lambda c, h: c.resume_workflow("bad\nid"), "handler_id"),
     ],
 )
 def test_workflow_operations_refuse_bad_input(hosts: Any, call: Any, field: str) -> None:
@@ -331,3 +341,146 @@ def test_workflow_operations_refuse_bad_input(hosts: Any, call: Any, field: str)
         call(hosts, handler_id)
     assert exc.value.field == field
     assert wf_world(hosts) == before
+
+
+# --- the operator's Release and Resume ----------------------------------------------------
+def _last(c: Any, kind: str) -> Any:
+    return [e for e in c.events(limit=10_000) if e.kind == kind][-1]
+
+
+def test_release_workflow_has_the_host_release_an_idle_run_before_its_delay(
+    hosts: Any, clock: FakeClock
+) -> None:
+    """An operator's Release: the host's next take lists the run whatever its delay,
+    the event names the actor, and the release itself ends the request."""
+    c = hosts
+    c.configure(idle_release_after=300)
+    handler_id = started(c)
+    idle(c, handler_id)
+    clock.advance(2)
+    assert c.take_workflow_work("h1").release == []  # 2 s of a 300 s delay
+    h = c.release_workflow(handler_id)
+    assert (h.status, h.host, h.release_requested_at) == ("running", "h1", T0 + 2)
+    assert c.get_handler(handler_id).release_requested_at == T0 + 2
+    event = _last(c, "workflow_release_requested")
+    assert event.data == {
+        "handler_id": handler_id,
+        "workflow": "hitl",
+        "host": "h1",
+        "actor": "operator",
+    }
+    assert c.take_workflow_work("h2").release == []  # only the host running it
+    assert c.take_workflow_work("h1").release == [handler_id]
+    assert c.take_workflow_work("h1").release == [handler_id]  # until it is released
+    released = c.release_handler("h1", handler_id, {"state": 1})
+    assert (released.status, released.release_requested_at) == ("released", None)
+    assert kinds(c)[-1] == "workflow_released"
+
+
+def test_a_release_request_ends_when_the_run_gets_work_again(hosts: Any, clock: FakeClock) -> None:
+    """An event reaching the run first makes it busy: the request is over, and the run
+    idle again is released by the policy only."""
+    c = hosts
+    c.configure(idle_release_after=300)
+    handler_id = started(c)
+    idle(c, handler_id)
+    c.release_workflow(handler_id)
+    c.send_event(handler_id, "Answer")
+    work = c.take_workflow_work("h1")
+    assert (len(work.deliveries), work.release) == (1, [])  # the event goes first
+    assert c.report_handler("h1", handler_id, "busy").release_requested_at is None
+    clock.advance(1)
+    assert idle(c, handler_id).release_requested_at is None
+    assert c.take_workflow_work("h1").release == []
+
+
+def test_a_release_request_ends_when_the_run_is_kept_resident(hosts: Any) -> None:
+    """A host that cannot checkpoint the run says so: the request is over and the run,
+    resident, is refused a new one."""
+    c = hosts
+    handler_id = started(c)
+    idle(c, handler_id)
+    c.release_workflow(handler_id)
+    h = c.report_handler("h1", handler_id, "resident", reason="child runs cannot checkpoint")
+    assert (h.resident_reason, h.release_requested_at) == ("child runs cannot checkpoint", None)
+    assert c.take_workflow_work("h1").release == []
+    before = wf_world(c)
+    with pytest.raises(ConflictError) as exc:
+        c.release_workflow(handler_id)
+    assert exc.value.field == "handler_id" and "resident" in exc.value.message
+    assert wf_world(c) == before
+
+
+def test_release_workflow_refuses_a_run_not_idle_on_a_host(hosts: Any) -> None:
+    """Busy, not yet taken, released, finished, or asked for already: ConflictError
+    naming the run's state, and nothing changes."""
+    c = hosts
+    busy = started(c)
+    waiting = c.run_workflow("other")  # no host has taken it
+    released = started(c)
+    idle(c, released)
+    c.release_handler("h1", released, {})
+    done = started(c)
+    c.report_handler("h1", done, "completed", result=1)
+    asked = started(c)
+    idle(c, asked)
+    c.release_workflow(asked)
+    before = wf_world(c)
+    for handler_id, words in (
+        (busy, "busy"),
+        (waiting, "not yet taken"),
+        (released, "is released"),
+        (done, "is completed"),
+        (asked, "asked for already"),
+    ):
+        with pytest.raises(ConflictError) as exc:
+            c.release_workflow(handler_id)
+        assert exc.value.field == "handler_id" and words in exc.value.message, exc.value.message
+    with pytest.raises(NotFoundError) as missing:
+        c.release_workflow("nope")
+    assert missing.value.field == "handler_id"
+    assert wf_world(c) == before
+
+
+def test_resume_workflow_makes_a_released_run_due_without_an_event(
+    hosts: Any, clock: FakeClock
+) -> None:
+    """An operator's Resume: the next host serving its workflow restores the run from
+    its checkpoint with no event to deliver; the event names the actor."""
+    c = hosts
+    handler_id = started(c)
+    idle(c, handler_id)
+    c.release_handler("h1", handler_id, {"state": [1]})
+    clock.advance(5)
+    assert c.take_workflow_work("h2").runs == []  # nothing due: no event, no deadline
+    h = c.resume_workflow(handler_id)
+    assert h.status == "released"  # until a host takes it
+    event = _last(c, "workflow_resume_requested")
+    assert event.data == {"handler_id": handler_id, "workflow": "hitl", "actor": "operator"}
+    work = c.take_workflow_work("h2")
+    assert [(r.handler.handler_id, r.checkpoint) for r in work.runs] == [
+        (handler_id, {"state": [1]})
+    ]
+    assert work.deliveries == []
+    assert c.take_workflow_work("h1").runs == []  # on one host only
+    h = c.get_handler(handler_id)
+    assert (h.status, h.host, h.resumes, h.idle_since) == ("running", "h2", 1, None)
+    assert kinds(c)[-2:] == ["workflow_resume_requested", "workflow_resumed"]
+
+
+def test_resume_workflow_refuses_a_run_that_is_not_released(hosts: Any) -> None:
+    c = hosts
+    running = started(c)
+    idle_run = started(c)
+    idle(c, idle_run)
+    done = started(c)
+    c.report_handler("h1", done, "failed", error="boom")
+    before = wf_world(c)
+    for handler_id, words in ((running, "busy"), (idle_run, "idle"), (done, "is failed")):
+        with pytest.raises(ConflictError) as exc:
+            c.resume_workflow(handler_id)
+        assert exc.value.field == "handler_id" and words in exc.value.message, exc.value.message
+        assert "only a released run" in exc.value.message
+    with pytest.raises(NotFoundError):
+        c.resume_workflow("nope")
+    assert wf_world(c) == before

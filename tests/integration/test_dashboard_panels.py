@@ -264,6 +264,48 @@ def test_send_event_reaches_a_waiting_run_and_bad_data_is_refused(
     ]
 
 
+def test_release_and_resume_call_their_operations_as_the_session(
+    cluster: Any, app_client: TestClient
+) -> None:
+    """A run idle on its host has a Release button, a released one a Resume button;
+    each calls its operation as the session's caller (the events' actor), and a
+    refusal is shown in the operation's words (422), nothing changed."""
+    w = _world(cluster)
+    run = w["run"]
+    csrf = _log_in(app_client)
+    html = _panel(app_client, "workflows")
+    assert f'aria-label="Release {run}"' in html and f'aria-label="Resume {run}"' not in html
+
+    def act(action: str) -> httpx2.Response:
+        return _act(app_client, "/dashboard/workflows/act", csrf, handler_id=run, action=action)
+
+    done = act("release")
+    assert done.status_code == 200 and f"Asked wf-host to release {run}" in done.text
+    html = _panel(app_client, "workflows")
+    assert "(release requested)" in html and f'aria-label="Release {run}"' not in html
+    seqs = [e.seq for e in cluster.events()]
+    for action, words in (("release", "asked for already"), ("resume", "only a released run")):
+        refused = act(action)
+        assert refused.status_code == 422 and words in refused.text, refused.text
+    unknown = act("delete")
+    assert unknown.status_code == 422 and "Unknown action" in unknown.text
+    assert [e.seq for e in cluster.events()] == seqs
+    assert cluster.take_workflow_work("wf-host").release == [run]  # its host lets it go
+    cluster.release_handler("wf-host", run, {"state": 1})
+    html = _panel(app_client, "workflows")
+    assert f'aria-label="Resume {run}"' in html and f'aria-label="Release {run}"' not in html
+    resumed = act("resume")
+    assert resumed.status_code == 200 and f"Resumed {run}" in resumed.text
+    (taken,) = cluster.take_workflow_work("wf-host").runs
+    assert (taken.handler.handler_id, taken.checkpoint) == (run, {"state": 1})
+    asked = ("workflow_release_requested", "workflow_resume_requested")
+    actors = [(e.kind, e.data["actor"]) for e in cluster.events() if e.kind in asked]
+    assert actors == [
+        ("workflow_release_requested", "operator"),
+        ("workflow_resume_requested", "operator"),
+    ]
+
+
 def test_a_viewer_sees_each_panel_and_no_control_and_cannot_act(
     cluster: Any, app_client: TestClient
 ) -> None:
@@ -282,10 +324,12 @@ def test_a_viewer_sees_each_panel_and_no_control_and_cannot_act(
         ("/dashboard/processes/act", {"host": "host-a", "agent": "relay", "action": "restart"}),
         ("/dashboard/spawn/act", {"request_id": str(w["ask"]), "action": "accept"}),
         ("/dashboard/workflows/act", {"handler_id": w["run"], "event_type": "Answer"}),
+        ("/dashboard/workflows/act", {"handler_id": w["run"], "action": "release"}),
     ):
         refused = _act(app_client, path, csrf, **form)
         assert refused.status_code == 403 and "a viewer may not act" in refused.text, path
     assert cluster.process_actions("host-a") == []
+    assert cluster.get_handler(w["run"]).release_requested_at is None
     assert cluster.spawn_requests("pending")[0].id == w["ask"]
 
 

@@ -62,8 +62,9 @@ def test_the_documented_python_client_runs_against_corral_serve(tmp_path: Path) 
         "cancel_tasks, catch_up, claim_best_task, complete_task, create_token, "
         "decline_spawn_request, fail_task, get_assignment, get_workflow_run, heartbeat, "
         "list_idle_workflows, list_tokens, notify, read_inbox, read_state, register_node, "
-        "release_assignment, report_progress, requeue_task, requeue_tasks, revoke_token, "
-        "run_workflow, send_workflow_event, set_agent_status, spawn_requests, usage",
+        "release_assignment, release_workflow_run, report_progress, requeue_task, "
+        "requeue_tasks, resume_workflow_run, revoke_token, run_workflow, send_workflow_event, "
+        "set_agent_status, spawn_requests, usage",
         "Node Node-PY01 registered as developer (high). Active nodes: 1/4",
         "Added task 1: Write the changelog (priority: medium)",
         "Claimed task 1: Write the changelog",

@@ -143,6 +143,8 @@ def test_the_protocol_has_every_operation_of_the_brief() -> None:
         "report_handler",
         "report_steps",
         "release_handler",
+        "release_workflow",
+        "resume_workflow",
         "request_spawn",
         "spawn_requests",
         "accept_spawn_request",

@@ -1,6 +1,7 @@
 """The workflow operations on the surfaces: HTTP answers (ISO 8601 ``idle_since``,
-``active_waiters``), the CLI (`corral workflows …`), the MCP tool
-``list_idle_workflows``; and ``list_handlers``' filters against a model."""
+``active_waiters``), the CLI (`corral workflows …`, with the operator's ``release``
+and ``resume``), the MCP tool ``list_idle_workflows``; and ``list_handlers``' filters
+and a host's release list (with the operator's requests) against a model."""
 
 from __future__ import annotations
 
@@ -67,9 +68,39 @@ def test_the_cli_lists_idle_runs_starts_and_sends(wf_cli: Any) -> None:
     assert json.loads(out)["status"] == "running"
 
 
+def test_the_cli_releases_and_resumes_a_run(wf_cli: Any) -> None:
+    """``workflows release``: the run's row, its host's next take lists it; asked again,
+    exit 1 with the refusal. ``workflows resume`` of the released run: due at once (with
+    ``--wait 0`` it is printed still released, a line on stderr saying so); of a running
+    one, exit 1."""
+    run, url = wf_cli
+    with corral.connect(url) as c:
+        handler_id = _idle_run(c)
+    code, out, _ = run("workflows", "release", handler_id, "--json")
+    assert code == 0 and json.loads(out)["release_requested_at"] is not None
+    code, out, err = run("workflows", "release", handler_id)
+    assert (code, out) == (1, "") and "asked for already" in err and err.count("\n") == 1
+    code, out, err = run("workflows", "resume", handler_id)
+    assert (code, out) == (1, "") and "only a released run" in err, err
+    with corral.connect(url) as c:
+        assert c.take_workflow_work("h1").release == [handler_id]
+        c.release_handler("h1", handler_id, {"state": 1})
+    code, out, err = run("workflows", "resume", handler_id, "--wait", "0")
+    assert code == 0 and handler_id in out and "released" in out
+    assert f"run {handler_id} still released after 0 s" in err
+    with corral.connect(url) as c:
+        (taken,) = c.take_workflow_work("h1").runs
+        assert (taken.handler.handler_id, taken.checkpoint) == (handler_id, {"state": 1})
+        actors = [e.data["actor"] for e in c.events() if e.kind.endswith("_requested")]
+    assert actors == ["operator", "operator"]
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [
+        (["workflows", "release", "bad\nid"], "handler_id"),
+        (["workflows", "resume", ""], "handler_id"),
+        (["workflows", "resume", "nope"], "handler_id"),
         (["workflows", "run", "hitl", "--kwargs", "[1]"], "--kwargs"),
         (["workflows", "send", "abc", "not a class"], "event_type"),
         (["workflows", "send", "abc", "Answer", "--data", "{"], "--data"),
@@ -261,7 +292,9 @@ def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) ->
         return " | ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql, used))
 
     assert "USING INDEX handlers_idle" in plan("handlers_idle_list")
-    assert "USING INDEX handlers_host_idle" in plan("handlers_idle_on_host")
+    on_host = plan("handlers_idle_on_host")  # with the requested runs' index
+    assert "USING INDEX handlers_host_idle" in on_host, on_host
+    assert "handlers_release_requested" in on_host and "SCAN handlers" not in on_host, on_host
     claim = plan("handlers_claim")
     assert "handlers_claim" in claim and "SCAN h" not in claim
     take = plan("inbox_take")  # from the inbox (pending events only), not every handler
@@ -272,7 +305,7 @@ def test_the_handler_queries_read_their_indexes_not_the_table(tmp_path: Path) ->
 _RUNS = st.lists(
     st.tuples(
         st.sampled_from(["a", "b"]),
-        st.sampled_from(["idle", "idle", "busy", "resident"]),
+        st.sampled_from(["idle", "idle", "busy", "resident", "requested"]),
         st.integers(0, 30),  # seconds advanced before it goes idle
     ),
     max_size=15,
@@ -312,13 +345,20 @@ def test_the_hosts_release_list_is_the_rule_over_all_its_idle_runs(
                     c.report_handler("h", handler_id, "idle", [WAIT])
                 if state == "resident":
                     c.report_handler("h", handler_id, "resident", reason="cannot checkpoint")
+                if state == "requested":  # an operator's Release
+                    c.release_workflow(handler_id)
             c.serve_workflows("h", [{"name": "a", "idle_release_after": redeclared}, {"name": "b"}])
             clock.advance(later)
             delays = {"a": redeclared or cluster_delay, "b": cluster_delay}
             handlers = c.list_handlers(status="running", idle=True, limit=10_000)
             assert all(h.idle_since is not None for h in handlers)  # idle=True: idle ones only
             idle = [
-                IdleRun(h.handler_id, h.idle_since, delays[h.workflow])
+                IdleRun(
+                    h.handler_id,
+                    h.idle_since,
+                    delays[h.workflow],
+                    requested=h.release_requested_at is not None,
+                )
                 for h in handlers
                 if h.resident_reason is None and h.idle_since is not None
             ]

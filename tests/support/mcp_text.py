@@ -29,6 +29,9 @@ TOOLS = {
     "run_workflow",
     "get_workflow_run",
     "send_workflow_event",
+    # the operator's Release and Resume of a run (docs/workflows.md)
+    "release_workflow_run",
+    "resume_workflow_run",
     # the activation scheduler's (docs/scheduler.md)
     "get_assignment",
     "release_assignment",

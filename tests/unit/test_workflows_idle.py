@@ -114,7 +114,11 @@ def test_idle_since_follows_the_transitions(observations: list[tuple[bool, float
 
 idle_runs = st.lists(
     st.builds(
-        IdleRun, st.text("abcdef", min_size=1, max_size=4), st.floats(0, 1000), st.floats(1, 500)
+        IdleRun,
+        st.text("abcdef", min_size=1, max_size=4),
+        st.floats(0, 1000),
+        st.floats(1, 500),
+        st.booleans(),  # an operator asked that it be released
     ),
     max_size=20,
     unique_by=lambda r: r.handler_id,
@@ -125,11 +129,14 @@ idle_runs = st.lists(
 def test_release_due_is_overdue_runs_and_the_oldest_beyond_the_cap(
     runs: list[IdleRun], now: float, cap: int
 ) -> None:
+    """The overdue runs, those an operator asked to release (whatever their delay) and
+    the oldest beyond the cap, oldest first."""
     due = release_due(runs, now, cap)
     by_age = sorted(runs, key=lambda r: (r.idle_since, r.handler_id))
     overdue = {r.handler_id for r in runs if now - r.idle_since > r.release_after}
+    requested = {r.handler_id for r in runs if r.requested}
     over_cap = {r.handler_id for r in by_age[: max(0, len(runs) - cap)]}
-    assert set(due) == overdue | over_cap
+    assert set(due) == overdue | requested | over_cap
     assert len(runs) - len(due) <= cap
     assert due == [r.handler_id for r in by_age if r.handler_id in set(due)]  # oldest first
 

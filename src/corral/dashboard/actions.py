@@ -3,7 +3,8 @@ page selected, or on every task its task filter matches (a dry run's count first
 the action once confirmed). The other panels' (``PanelActions``): **Start**, **Stop**
 and **Restart** of a supervised process (``request_process_action``), **Accept** and
 **Decline** of a spawn request (``accept_spawn_request``, ``decline_spawn_request``),
-and **Send event** to a workflow run (``send_event``).
+**Send event** to a workflow run (``send_event``), **Release** of an idle run and
+**Resume** of a released one (``release_workflow``, ``resume_workflow``).
 
 Each button calls an operation, as the session's caller (its ``actor`` is what the
 events record): ``cancel_task`` and ``requeue_task`` for each selected task,
@@ -37,9 +38,10 @@ if TYPE_CHECKING:
     from corral.dashboard.session import Session
     from corral.server.app import ServerState
 
-__all__ = ["ACTIONS", "PanelActions", "TaskActions", "matching"]
+__all__ = ["ACTIONS", "RUN_ACTIONS", "PanelActions", "TaskActions", "matching"]
 
 ACTIONS = {"cancel": ("cancelled", "Cancel"), "requeue": ("requeued", "Requeue")}
+RUN_ACTIONS = ("release", "resume")  # the Workflows panel's buttons on a run
 _MAX_SELECTED = 300  # the tasks the panel lists: 100 each of pending, in progress, failed
 
 
@@ -200,10 +202,17 @@ class PanelActions:
         return self._answer(f"{found.text[0].upper()}{found.text[1:]}.")
 
     async def workflow(self, request: Request, session: Session) -> Response:
-        """``POST /dashboard/workflows/act``: ``handler_id``, ``event_type`` and
-        ``data`` (a JSON object, "" none): ``send_event`` (a released run is resumed
-        first, on a host serving its workflow)."""
+        """``POST /dashboard/workflows/act``: ``handler_id`` and ``action``: ``send``
+        (the default) with ``event_type`` and ``data`` (a JSON object, "" none):
+        ``send_event`` (a released run is resumed first, on a host serving its
+        workflow); ``release`` or ``resume``: ``release_workflow`` or
+        ``resume_workflow`` as the session's caller."""
         fields = await self._fields(request)
+        action = fields.get("action", "send")
+        if action in RUN_ACTIONS:
+            return await self._run_action(action, fields.get("handler_id", ""), session)
+        if action != "send":
+            return self._answer("Unknown action: use the panel's buttons.", 422)
         raw = fields.get("data", "").strip()
         data: Any = None
         if raw:
@@ -219,3 +228,18 @@ class PanelActions:
         if error is not None:
             return self._answer(error, 422)
         return self._answer(f"Sent {fields.get('event_type')} to {handler_id}: now {run.status}.")
+
+    async def _run_action(self, action: str, handler_id: str, session: Session) -> Response:
+        """**Release** or **Resume** of one run, as the session's caller."""
+        call = getattr(self.st.cluster, f"{action}_workflow")
+        actor = session.principal.actor
+        run, error = await self._call(functools.partial(call, handler_id, actor=actor))
+        if error is not None:
+            return self._answer(error, 422)
+        if action == "release":
+            return self._answer(
+                f"Asked {run.host} to release {handler_id}: it lets the run go at its next poll."
+            )
+        return self._answer(
+            f"Resumed {handler_id}: a host serving {run.workflow} restores it at its next poll."
+        )

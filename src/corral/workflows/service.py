@@ -198,27 +198,29 @@ class WorkflowOperations:
     # --- operators ------------------------------------------------------------------------
     @checked
     def release_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
-        """Ask that an idle run be released now, whatever its release delay: the next
-        ``take_workflow_work`` of the host running it lists it for release (the host
-        checkpoints it and calls ``release_handler``); a ``workflow_release_requested``
+        """Ask that an idle run be released now, whatever its delay: its host's next
+        ``take_workflow_work`` lists it for release; a ``workflow_release_requested``
         event names the actor.
 
-        The request lasts while the run stays idle on its host: it ends when the run is
-        released, gets work again, is kept resident or finishes. A run that is not
-        idle on a host (busy, not yet taken, released, finished), one kept resident
-        (``resident_reason``) and one whose release was asked for already are refused
-        with ``ConflictError``; nothing changes. ``actor`` is who acts (``operator``
-        when not given; the server names the caller)."""
+        The host then releases it as any other (it checkpoints the run and calls
+        ``release_handler``). The request lasts while the run stays idle on its host:
+        it ends when the run is released, gets work again, is kept resident or
+        finishes. A run that is not idle on a host (busy, not yet taken, released,
+        finished), one kept resident (``resident_reason``) and one whose release was
+        asked for already are refused with ``ConflictError``; nothing changes.
+        ``actor`` is who acts (``operator`` when not given; the server names the
+        caller)."""
         actor = OPERATOR if actor is None else actor
         return self.store.request_release(handler_id, actor, self.clock.now())
 
     @checked
     def resume_workflow(self, handler_id: NodeId, *, actor: ActorName | None = None) -> Handler:
-        """Resume a released run now, without an event for it: a host serving its
-        workflow restores it from its checkpoint at its next poll (as ``send_event``
-        does before delivering); a ``workflow_resume_requested`` event names the actor.
+        """Resume a released run now, without an event: a host serving its workflow
+        restores it at its next poll; a ``workflow_resume_requested`` event names the
+        actor.
 
-        The restored run waits again on what it waited for (and is released again by
+        The run is due at once, as ``send_event`` makes it before delivering. The
+        restored run waits again on what it waited for (and is released again by
         the policy when it stays idle). A run that is not released is refused with
         ``ConflictError``; nothing changes. ``actor`` is who acts (``operator`` when not
         given; the server names the caller)."""
