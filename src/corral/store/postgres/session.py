@@ -18,6 +18,7 @@ rows meanwhile (``nodes_dead`` ... ``SKIP LOCKED``).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -52,17 +53,43 @@ _OPTIONS = ("pool_size", "statement_timeout", "connect_timeout", "idle_in_transa
 IDLE_IN_TRANSACTION_TIMEOUT = 1.0
 
 
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
+
+
+def _raw(sql: str) -> tuple[bytes, tuple[str, ...]]:
+    """``sql`` (pyformat, as ``_QUERIES`` holds it) with PostgreSQL's own ``$n``
+    placeholders, a name used twice being one parameter as psycopg makes it; and the
+    parameters' names in ``$n`` order."""
+    names: dict[str, int] = {}
+
+    def placeholder(m: re.Match[str]) -> str:
+        if m[1] is None:
+            return "%"
+        return f"${names.setdefault(m[1], len(names) + 1)}"
+
+    return _PLACEHOLDER.sub(placeholder, sql).encode(), tuple(names)
+
+
+# The hot statements as sent (``_raw``), converted once on their first use. psycopg
+# converts a named-parameter query on every execute, caching the result only for a
+# query up to 4 kB (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH): the hot statements
+# are longer, and the conversion (a regex pass over the text) cost more client time
+# per job than the rest of the claim. A raw cursor sends the text as it is.
+_HOT: dict[str, tuple[bytes, tuple[str, ...]]] = {}
+
+
 class _Conn(psycopg.Connection[Any]):
-    """A pooled connection that keeps one tuple cursor for the hot statements: a
-    kept cursor reuses its parameter dumpers and column loaders from one execute to
-    the next, where ``conn.execute`` builds a new cursor and looks them up again."""
+    """A pooled connection that keeps one raw tuple cursor for the hot statements
+    (``_raw``'s text, positional parameters): a kept cursor reuses its parameter
+    dumpers and column loaders from one execute to the next, where ``conn.execute``
+    builds a new cursor and looks them up again."""
 
-    _hot: psycopg.Cursor[tuple[Any, ...]] | None = None
+    _hot: psycopg.RawCursor[tuple[Any, ...]] | None = None
 
-    def hot(self) -> psycopg.Cursor[tuple[Any, ...]]:
+    def hot(self) -> psycopg.RawCursor[tuple[Any, ...]]:
         cur = self._hot
         if cur is None or cur.closed:
-            cur = self._hot = self.cursor(row_factory=tuple_row)
+            cur = self._hot = psycopg.RawCursor(self, row_factory=tuple_row)
         return cur
 
 
@@ -232,8 +259,11 @@ class Sessions:
             conn = self.pool.getconn(timeout=self.connect_timeout)
         except PoolTimeout as exc:
             raise _unavailable(exc, "no PostgreSQL connection available") from exc
+        sql = _HOT.get(name)
+        if sql is None:
+            sql = _HOT[name] = _raw(_QUERIES[name])
         try:
-            return conn.hot().execute(_QUERIES[name], params).fetchall()
+            return conn.hot().execute(sql[0], [params[n] for n in sql[1]]).fetchall()
         except psycopg.OperationalError as exc:
             broken = exc
         finally:
