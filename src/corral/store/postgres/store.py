@@ -262,6 +262,10 @@ class PostgresStore(SQLStore):
     ) -> Task:
         text = None if result is None else _dumps(result)
         params = _completion(task_id, node_id, epoch, text, now)
+        # A completion leaves the node idle unless it holds another task: its next
+        # claim needs the node update, so it goes to claim_full at once (claim_lean
+        # would only find that out and send it there: one round trip more per job).
+        self._lean.pop(node_id, None)
         with_usage = ""  # the "+usage" statements: the completion and its usage in one
         if usage is not None:
             if self._budgets_maybe():  # a report that may write a budget event
