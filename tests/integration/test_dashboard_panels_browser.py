@@ -92,12 +92,12 @@ def _relay(up: Up) -> int:
 
 
 def test_restart_and_accept_on_a_real_fleet(browser: Browser, up: Up) -> None:
-    """Restart: the relay runs again as a new process (a new pid, its request done);
-    its ``restarts`` count is the supervisor's policy restarts and an operator's
-    restart is not one of them (docs/supervisor.md), so the page shows it unchanged.
-    Accept: the pool's member starts."""
+    """Restart: the relay runs again as a new process (a new pid, its request done)
+    and the page shows its ``restarts`` one higher (every restart counts, the
+    operator's too; docs/supervisor.md). Accept: the pool's member starts."""
     base = up.info["http"]
     old = wait_for(lambda: _relay(up), 30, "the relay reported RUNNING")
+    (before,) = [p.restarts for p in up.cluster.list_processes() if p.agent == "relay"]
     pending = wait_for(lambda: up.cluster.spawn_requests(status="pending"), 30, "a request")
     ask = pending[0].id
 
@@ -107,6 +107,8 @@ def test_restart_and_accept_on_a_real_fleet(browser: Browser, up: Up) -> None:
     processes = page.locator("#processes")
     relay = processes.locator('tr[data-process="relay"]')
     expect(relay).to_contain_text(f"pid {old}", timeout=LIVE)
+    restarts = relay.locator('[data-figure="restarts"]')
+    expect(restarts).to_have_text(str(before), timeout=LIVE)
 
     restart = page.get_by_role("button", name="Restart relay on ")
     restart.focus()
@@ -114,6 +116,7 @@ def test_restart_and_accept_on_a_real_fleet(browser: Browser, up: Up) -> None:
     expect(page.locator("#process-action")).to_contain_text("Asked ")
     new = wait_for(lambda: _relay(up) not in (0, old) and _relay(up), 10, "a new relay")
     expect(relay).to_contain_text(f"pid {new}", timeout=LIVE)
+    expect(restarts).to_have_text(str(before + 1), timeout=LIVE)
     assert wait_for(lambda: up.events("process_action_done"), 10, "the request done")
 
     pools = page.locator("#pools")
