@@ -7,11 +7,11 @@ Three measurements (issue 29's targets):
   loopback round trip). Each request is a first one: no page's stream is open, so the
   feed is not running and the page reads its snapshot then (``cold``); ``warm`` is the
   same with one page's stream open, the page served from the feed's snapshot. Target:
-  cold p50 under 300 ms.
+  cold under 300 ms (met at p50; p90 reported beside it, for a loaded machine).
 - ``first_paint``: Debian's chromium (Playwright for Python, no browser downloaded)
   opens ``/`` with the session's cookie; ``first-contentful-paint`` from
   ``performance.getEntriesByType('paint')``, a new browser context per sample.
-  Target: under 1 s.
+  Target: under 1 s (met at p50; p90 reported beside it).
 - ``fan_out``: the dashboard served in-process over a counting wrapper around the
   cluster (every operation the feed calls, counted by name); 1, then 50, streams open
   side by side; ``events`` changes (a task added each), each waited for on every
@@ -167,15 +167,17 @@ class Serve:
         self.proc = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
         )
+        # Ready when it answers a page (its port opens before its startup ends).
         deadline = time.monotonic() + 60
         while True:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                if httpx.get(self.base + "/login", timeout=5).status_code == 200:
                     break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("corral serve did not start") from None
-                time.sleep(0.05)
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("corral serve did not start")
+            time.sleep(0.05)
 
     def session(self) -> str:
         """Log in with the operator token; the session cookie's value."""
@@ -184,6 +186,7 @@ class Serve:
             data={"token": TOKEN, "next": "/"},
             headers={"Origin": self.base},
             follow_redirects=False,
+            timeout=30,
         )
         assert r.status_code == 303, r.text
         return r.cookies["corral_session"]
@@ -403,8 +406,8 @@ def fan_out(url: str, events: int, pages: tuple[int, ...]) -> dict[str, Any]:
     return out
 
 
-def _pair(p: dict[str, float]) -> str:
-    return f"{p['p50']:.0f} / {p['p99']:.0f}"
+def _trio(p: dict[str, float]) -> str:
+    return f"{p['p50']:.0f} / {p['p90']:.0f} / {p['p99']:.0f}"
 
 
 def main() -> None:
@@ -447,9 +450,12 @@ def main() -> None:
         "first_paint_p50_ms_under": 1000,
         "reads_per_event_50_at_most_1": True,
     }
+    fcp = None if paint is None else paint["first_contentful_paint_ms"]
     met = {
         "first_response": response["cold_ms"]["p50"] < 300,
-        "first_paint": paint is None or paint["first_contentful_paint_ms"]["p50"] < 1000,
+        "first_response_p90": response["cold_ms"]["p90"] < 300,
+        "first_paint": fcp is None or fcp["p50"] < 1000,
+        "first_paint_p90": fcp is None or fcp["p90"] < 1000,
         "fan_out": fan["pages_50"]["snapshot_reads_per_event"]
         <= max(1.0, fan["pages_1"]["snapshot_reads_per_event"]),
     }
@@ -465,12 +471,12 @@ def main() -> None:
         "met": met,
     }
     rows = [
-        ["/ cold (p50 / p99 ms)", _pair(response["cold_ms"])],
-        ["/ warm (p50 / p99 ms)", _pair(response["warm_ms"])],
+        ["/ cold (p50 / p90 / p99 ms)", _trio(response["cold_ms"])],
+        ["/ warm (p50 / p90 / p99 ms)", _trio(response["warm_ms"])],
+        ["/ HTML (bytes)", str(response["html_bytes"])],
     ]
-    if paint is not None:
-        fcp = paint["first_contentful_paint_ms"]
-        rows.append(["first contentful paint (p50 / p99 ms)", _pair(fcp)])
+    if fcp is not None:
+        rows.append(["first contentful paint (p50 / p90 / p99 ms)", _trio(fcp)])
     for n in (1, 50):
         f = fan[f"pages_{n}"]
         rows.append(
@@ -480,7 +486,10 @@ def main() -> None:
             ]
         )
     rows.append(
-        [f"/ cold, {args.unread} unread events per inbox (p50 / p99 ms)", _pair(unread["cold_ms"])]
+        [
+            f"/ cold, {args.unread} unread events per inbox (p50 / p90 / p99 ms)",
+            _trio(unread["cold_ms"]),
+        ]
     )
     print(table(["measure", "value"], rows))
     print(f"targets met: {met}")
