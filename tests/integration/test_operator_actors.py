@@ -2,8 +2,9 @@
 state change and operator action with its actor"): a settings change, an agent
 added, a process start/stop/restart (the request and its acknowledgement), a spawn
 request accepted or declined, a token made or revoked. Called on an embedded SQLite
-cluster the actor is the one given (``operator`` when none is); over HTTP and from
-the dashboard it is the caller's token (``token:NAME``), never the request's word.
+cluster the actor is the one given (``operator`` when none is); over HTTP, over MCP
+and from the dashboard it is the caller's token (``token:NAME``), never the request's
+word.
 Real SQLite files, a real uvicorn server, the real app."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -20,9 +22,10 @@ from starlette.testclient import TestClient
 
 import corral
 from corral.cli import cli
+from corral.mcp.http import connect as mcp_connect
 from corral.model import Event
 from corral.server import create_app
-from tests.support.backends.http import TOKEN, serving
+from tests.support.backends.http import TOKEN, free_port, serving, start_uvicorn, stop_uvicorn
 
 HOST = "host-a"
 PROCESS = {"agent": "web", "state": "RUNNING", "pid": 4242, "restarts": 0}
@@ -157,3 +160,43 @@ def test_the_cli_refuses_actor_as_a_setting(tmp_path: Path) -> None:
     assert "actor is not a setting" in result.output
     with corral.connect(url) as c:
         assert c.events(limit=10_000) == before
+
+
+def test_over_mcp_a_named_operator_token_deciding_a_spawn_request_is_its_actor(
+    tmp_path: Path,
+) -> None:
+    """``/mcp`` with a named operator token: accepting and declining without an
+    ``agent_id`` record ``token:NAME``; naming a manager agent records the agent."""
+    with corral.connect(f"sqlite:///{tmp_path / 'c.db'}") as c:
+        ops = c.create_token("mcp-ops", "operator").token
+        assert ops is not None
+        c.register_node("BM-1", "bootstrap_manager")
+        asks = [c.request_spawn("dev", "developer").id for _ in range(3)]
+        port = free_port()
+        server, thread = start_uvicorn(create_app(c, token=TOKEN, monitor=False), port)
+
+        async def decide() -> list[tuple[bool, str]]:
+            out = []
+            async with mcp_connect(
+                f"http://127.0.0.1:{port}/mcp", token=ops, reconnect_for=0
+            ) as client:
+                for tool, args in (
+                    ("accept_spawn_request", {"request_id": asks[0]}),
+                    ("decline_spawn_request", {"request_id": asks[1]}),
+                    ("accept_spawn_request", {"request_id": asks[2], "agent_id": "BM-1"}),
+                ):
+                    result = await client.call_tool(tool, args)
+                    out.append((bool(result.is_error), result.content[0].text))  # type: ignore[union-attr]
+            return out
+
+        try:
+            answers = anyio.run(decide)
+        finally:
+            stop_uvicorn(server, thread)
+        assert [error for error, _ in answers] == [False, False, False], answers
+        assert answers[0][1].endswith("accepted by token:mcp-ops")
+        assert [(r.id, r.decided_by) for r in c.spawn_requests()] == [
+            (asks[0], "token:mcp-ops"),
+            (asks[1], "token:mcp-ops"),
+            (asks[2], "BM-1"),
+        ]
