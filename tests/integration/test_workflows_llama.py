@@ -147,6 +147,52 @@ def test_a_resumed_run_that_waits_again_is_reported_idle_again(c: Any) -> None:
     asyncio.run(scenario())
 
 
+def test_release_by_hand_before_the_delay_and_resume_without_an_event(c: Any) -> None:
+    """The operator's Release of an idle run whose delay is an hour: its host releases it
+    at its next poll (checkpoint, then stop). Resume: the host restores it without an
+    event, it waits again (idle again, the same wait), and the Answer then finishes it
+    with the result of a run never released. Each step's event names the actor."""
+    c.configure(idle_release_after=3600)
+
+    async def scenario() -> None:
+        baseline = await unreleased(hitl, ["yes"], topic="by-hand")
+        async with hosting(c):
+            handler_id = c.run_workflow("hitl", topic="by-hand")
+            await until(lambda: c.get_handler(handler_id).idle_since)
+            asked = c.release_workflow(handler_id, actor="token:alice")
+            h = await until(status(c, handler_id, "released"))
+            assert asked.release_requested_at is not None and h.release_requested_at is None
+            assert h.released_at - asked.release_requested_at < 1.0  # the host polls at 20 ms
+            assert c.resume_workflow(handler_id, actor="token:alice").status == "released"
+            back = await until(
+                lambda: (x := c.get_handler(handler_id)).resumes == 1 and x.idle_since and x
+            )
+            assert (back.status, back.host) == ("running", "hA")
+            assert [(w["step"], w["event_type"]) for w in back.active_waiters] == [
+                ("ask", "Answer")
+            ]
+            c.send_event(handler_id, "Answer", {"text": "yes"})
+            done = await until(status(c, handler_id, "completed"))
+        assert done.result == baseline == {"topic": "by-hand", "answer": "yes"}
+        assert done.resumes == 1
+        steps = [
+            (e.kind, e.data.get("actor"), e.data.get("restored"))
+            for e in c.events()
+            if e.kind.startswith("workflow_") and e.kind not in ("workflow_host", "workflow_idle")
+        ]
+        assert [e.kind for e in c.events()].count("workflow_idle") == 2  # restored: idle again
+        assert steps == [
+            ("workflow_started", None, False),
+            ("workflow_release_requested", "token:alice", None),
+            ("workflow_released", None, None),
+            ("workflow_resume_requested", "token:alice", None),
+            ("workflow_resumed", None, True),
+            ("workflow_finished", None, None),
+        ]
+
+    asyncio.run(scenario())
+
+
 def test_a_run_that_cannot_checkpoint_stays_resident_and_says_why(c: Any) -> None:
     c.configure(idle_release_after=0.1)
 

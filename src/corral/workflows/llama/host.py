@@ -13,7 +13,9 @@ with the handler marked released in one transaction, and only then is the run
 cancelled in memory, so a host killed in between leaves a resumable run and nothing
 twice. A restored run gets its waiter deadlines re-armed: at each deadline the host
 sends the waiter's timeout into the run, so a wait that would have timed out at T
-still does. A run ``to_dict`` refuses (child runs) stays resident, and its handler
+still does. A run restored with no event for it (an operator's Resume) emits nothing
+while it waits as before: the host judges it by the idle rule over its restored step
+state and reports it idle. A run ``to_dict`` refuses (child runs) stays resident, and its handler
 says why.
 """
 
@@ -39,6 +41,7 @@ from workflows.runtime.types.ticks import TickWaiterTimeout
 from corral.daemonlog import event as _event
 from corral.errors import CorralError, LeaseError
 from corral.types import Client
+from corral.workflows import idle as rule
 from corral.workflows.model import HandlerRun, WorkflowWork
 
 __all__ = ["LlamaHost", "Served"]
@@ -149,6 +152,13 @@ class LlamaHost:
                 )
         for d in work.deliveries:
             self._deliver(d.handler_id, d.event_type, d.data)
+        delivered = {d.handler_id for d in work.deliveries}
+        for r in work.runs:
+            run = self.resident.get(r.handler.handler_id)
+            if r.checkpoint is None or run is None or run.handler_id in delivered:
+                continue  # a new run, or one an event wakes: its own events say idle
+            if all(d > self.clock() for d in run.deadlines.values()):  # none times out now
+                run.tasks.append(asyncio.create_task(self._restored_idle(run)))
         if work.release:
             await asyncio.gather(*(self.release(h) for h in work.release))
         return work
@@ -319,6 +329,19 @@ class LlamaHost:
             return
         await self._report(run, "idle", waiters=self._waiters(run, snapshot))
 
+    async def _restored_idle(self, run: _Run) -> None:
+        """Report a run restored without an event idle when its restored state is (the
+        runtime emits no idle event for a state it starts in)."""
+        await asyncio.sleep(0)  # the runtime takes its restored state first
+        if run.idle or run.stopping or run.handler.is_done():
+            return
+        try:
+            snapshot = run.handler.ctx.to_dict()
+        except Exception:
+            return  # not checkpointable: its release says why
+        if rule.is_idle(_run_state(snapshot)):
+            await self._report_idle(run)
+
     async def _report(self, run: _Run, state: str, **fields: Any) -> None:
         _log_state(run, state, fields)
         async with run.lock:
@@ -400,6 +423,26 @@ class LlamaHost:
         if not run.handler.is_done():
             await run.handler.cancel_run()
         run.tasks.clear()
+
+
+def _run_state(snapshot: dict[str, Any]) -> rule.RunState:
+    """A run's raw step state as the idle rule reads it, from ``Context.to_dict``: each
+    step's queued and in-progress work and its unresolved waits, and the events not
+    yet routed to a step."""
+    steps = {}
+    for name, worker in (snapshot.get("workers") or {}).items():
+        waits = tuple(
+            rule.Waiter(str(w.get("waiting_for_event", "")), str(w.get("waiter_id", "")))
+            for w in worker.get("collected_waiters") or ()
+            if w.get("resolved_event") is None
+        )
+        queued, working = worker.get("queue") or (), worker.get("in_progress") or ()
+        steps[str(name)] = rule.StepState(len(queued), len(working), 0, waits)
+    return rule.RunState(
+        running=bool(snapshot.get("is_running", True)),
+        steps=steps,
+        undelivered=len(snapshot.get("deliveries") or ()),
+    )
 
 
 def _log_state(run: _Run, state: str, fields: dict[str, Any]) -> None:
