@@ -410,12 +410,18 @@ CREATE TABLE tokens (
 );
 
 -- A dependency's completion makes the tasks waiting only on it ready, in the same
--- transaction, and wakes waiting claims (migration 0016).
+-- transaction, and wakes waiting claims (migration 0016). The trigger fires on a
+-- finishing statement (every one sets finished_at; a claim sets none, so a claim
+-- never evaluates it) of a task others wait on; the function goes on only for a
+-- completion (migration 0021).
 CREATE FUNCTION corral_release_dependents() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     woken integer;
 BEGIN
+    IF NEW.status <> 'done' OR OLD.status = 'done' THEN
+        RETURN NULL;  -- failed, cancelled or requeued: nothing is released
+    END IF;
     -- The completion's own statement numbered its events (xid << 20) + 0 and + 1
     -- without counting them (the hot statements'): these come after them.
     IF coalesce(nullif(current_setting('corral.event_n', true), ''), '0')::bigint < 2 THEN
@@ -449,8 +455,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER tasks_release_dependents AFTER UPDATE OF status ON tasks
-FOR EACH ROW WHEN (NEW.status = 'done' AND OLD.status <> 'done' AND NEW.dependents > 0)
+CREATE TRIGGER tasks_release_dependents AFTER UPDATE OF finished_at ON tasks
+FOR EACH ROW WHEN (NEW.dependents > 0)
 EXECUTE FUNCTION corral_release_dependents();
 
 -- Usage and spend, budgets and per-model caps (docs/guardrails.md, corral.budgets).
