@@ -21,9 +21,10 @@ alike instead of deciding a ratio.
 
 ``--baseline DIR`` adds ``corral_base`` and ``corral_cc_base``: the ``corral`` and
 ``corral_cc`` loops on the corral package found in ``DIR/src`` (an older tree, e.g.
-``git worktree add DIR <commit>``), taking their turns with the others: before/after
-measured side by side. ``--systems`` runs a subset (the ratios need ``bare`` and
-``procrastinate``).
+``git worktree add DIR <commit>``), each board loaded by that package too (its own
+schema), taking their turns with the others: before/after measured side by side.
+``--systems`` runs a subset (the ratios need ``bare`` and ``procrastinate``);
+``--out`` names the results file.
 
     python bench/pg_throughput.py            # the full run
     python bench/pg_throughput.py --quick    # a smoke run
@@ -40,6 +41,7 @@ import statistics
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -97,6 +99,17 @@ def _load(system: str, url: str, jobs: int) -> None:
     # guess — corral's role-head join then scans every pending task per claim).
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ANALYZE")
+
+
+def _load_base(url: str, jobs: int, base: str) -> None:
+    """A ``_base`` system's board, loaded by the baseline's own code in a spawned
+    process: its own schema (a board migrated by the newer tree carries that tree's
+    indexes and triggers, which the baseline's statements would then pay for)."""
+    sys.path.insert(0, os.path.join(base, "src"))
+    import corral
+
+    assert corral.__file__ and corral.__file__.startswith(os.path.abspath(base)), corral.__file__
+    _load("corral", url, jobs)
 
 
 def _procrastinate_app(url: str) -> tuple[Any, Any]:
@@ -179,10 +192,17 @@ def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str
     _admin(f'CREATE DATABASE "{db}"')
     try:
         url = _url(db)
-        _load(system.removesuffix("_base").replace("corral_cc", "corral"), url, jobs)
+        mine = base if system.endswith("_base") else None
+        if mine is None:
+            _load(system.replace("corral_cc", "corral"), url, jobs)
+        else:
+            loader = CTX.Process(target=_load_base, args=(url, jobs, mine))
+            loader.start()
+            loader.join()
+            if loader.exitcode != 0:
+                raise RuntimeError(f"loading {system} with {mine} failed")
         barrier = CTX.Barrier(procs)
         out = CTX.Queue()
-        mine = base if system.endswith("_base") else None
         ps = [
             CTX.Process(target=_work, args=(system, url, f"w{i}", barrier, out, mine))
             for i in range(procs)
@@ -223,6 +243,7 @@ def main() -> None:
         choices=SYSTEMS,
         help="run only these (and the baselines)",
     )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "pg_throughput.json")
     args = parser.parse_args()
     base = os.path.abspath(args.baseline) if args.baseline else None
     mine = tuple(args.systems) if args.systems else SYSTEMS
@@ -316,7 +337,7 @@ def main() -> None:
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
         version = conn.execute("SHOW server_version").fetchone()[0]
     write_json(
-        RESULTS_DIR / "pg_throughput.json",
+        args.out,
         {
             "machine": machine_info(),
             "postgres": version,
