@@ -25,6 +25,7 @@ from tests.integration.test_dashboard_browser import served as served
 from tests.integration.test_worker_cancel import _child_stopped as child_stopped
 from tests.integration.test_worker_cancel import _env as worker_env
 from tests.integration.test_worker_cancel import _log as worker_log
+from tests.integration.test_worker_cancel import _stop as stop_worker
 from tests.integration.test_worker_cancel import _worker as start_worker
 from tests.support.backends.http import TOKEN
 from tests.support.worker_app import wait_for
@@ -181,5 +182,4 @@ def test_cancel_on_the_page_stops_a_real_workers_task_and_refuses_its_completion
         assert c.get_task(task.id).status == "cancelled"
         expect(row).to_have_count(0, timeout=LIVE)
     finally:
-        worker.kill()
-        worker.wait()
+        stop_worker(worker, tmp_path)

@@ -6,6 +6,7 @@ over HTTP) are used."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -47,13 +48,23 @@ while True:
 
 
 @pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+def procs(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop(proc, tmp_path)
+
+
+def _stop(worker: subprocess.Popen[bytes], tmp: Path) -> None:
+    """Kill the worker and, when a test ended before the worker stopped it, the task's
+    child (its own process group, so killing the worker leaves it running)."""
+    if worker.poll() is None:
+        worker.kill()
+        worker.wait()
+    pid = tmp / "child.pid"
+    if pid.exists():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(int(pid.read_text())).kill()
 
 
 def _env(**extra: str) -> dict[str, str]:
