@@ -162,7 +162,12 @@ def test_top_keys_accept_a_spawn_request_and_restart_a_process(
         pane.keys("r")
         pane.wait(lambda s: "restart of web on host-a requested (request " in s, "the restart")
         [asked] = c.process_actions("host-a")
-        assert asked.data == {"host": "host-a", "agent": "web", "action": "restart"}
+        assert asked.data == {
+            "host": "host-a",
+            "agent": "web",
+            "action": "restart",
+            "actor": "operator",  # the token top was given
+        }
 
 
 def test_a_viewers_top_is_read_only(tmp_path: Path, served: str, panes: list[Pane]) -> None:
