@@ -163,6 +163,29 @@ def test_a_spent_budget_refuses_claims_until_its_window_rolls_over(
     assert cluster.claim_best_task("dev-1", "developer") is not None
 
 
+def test_a_budget_sums_its_windows_earlier_hours_and_its_recent_ones(
+    cluster: Client, clock: FakeClock
+) -> None:
+    """A day's budget counts the reports of every hour of the day: those of hours
+    closed a while ago (read once, then kept) and those of the last two hours (read at
+    every check), and again once the next hour closes one more."""
+    clock.set(DAY_START + 5 * 3600 + 60)
+    cluster.configure(budgets=[{"scope": "role:developer", "window": "1d", "tokens": 100}])
+    _claimed(cluster)
+    cluster.heartbeat("dev-1", usage={"input_tokens": 50})
+    clock.set(DAY_START + 8 * 3600)
+    cluster.heartbeat("dev-1", usage={"input_tokens": 20})
+    assert "budget_warning" not in kinds(cluster)
+    cluster.heartbeat("dev-1", usage={"output_tokens": 15})
+    assert kinds(cluster)[-1] == "budget_warning"  # 85: 50 of hour 5, 35 of hour 8
+    clock.set(DAY_START + 10 * 3600)  # hour 8 is closed now too
+    cluster.heartbeat("dev-1", usage={"input_tokens": 15})
+    assert kinds(cluster)[-1] == "budget_spent"
+    cluster.add_task("More work")
+    with pytest.raises(BudgetError):
+        cluster.claim_best_task("dev-1", "developer")
+
+
 def test_complete_and_claim_under_a_spent_budget_completes_and_claims_nothing(
     cluster: Client,
 ) -> None:

@@ -14,6 +14,7 @@ progress in its scope are cancelled (``hard_targets``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,6 +46,16 @@ _SUMS = {
     "model": "usage_sum_model",
     "pool": "usage_sum_pool",
 }
+
+
+# A budget's sums over the closed hours of its window, per store (``_used``): every
+# claim and report of a node in scope reads its budgets, and a 7-day window holds
+# 168 hours of every node's rows. Closed hours ended an hour ago or more: a report
+# lands in the hour holding its operation's ``now``, so only a clock an hour behind
+# could still add to one. The recent hours are read every time.
+_CLOSED: weakref.WeakKeyDictionary[Db, dict[str, tuple[float, float, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _cached(db: Db) -> Settings | None:
@@ -128,16 +139,33 @@ def _sum(tx: Tx, scope: str, start: float, end: float) -> Any:
     return tx.one(_SUMS[kind], key=name, start=start, end=end)
 
 
-def _used(tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:
+def _used(db: Db, tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:
+    """How much of ``b`` its window holding ``now`` has spent, and the window's end:
+    the closed hours' sums as this store last read them (``_CLOSED``, read again
+    once an hour), the recent ones read now."""
     start, end = rules.window_bounds(b.window, now)
+    recent = max(start, rules.bucket_start(now) - rules.HOUR)
+    tokens, micros = 0, 0
+    if recent > start and not b.scope.startswith("task:"):
+        closed = _CLOSED.setdefault(db, {})
+        kept = closed.get(b.scope)
+        if kept is None or kept[:2] != (start, recent):
+            kept = closed[b.scope] = (start, recent, _sum(tx, b.scope, start, recent))
+        row = kept[2]
+        tokens, micros = (
+            int(row["input_tokens"]) + int(row["output_tokens"]),
+            int(row["cost_micros"]),
+        )
+        start = recent
     row = _sum(tx, b.scope, start, end)
-    tokens = int(row["input_tokens"]) + int(row["output_tokens"])
-    return rules.fraction_used(b, tokens, int(row["cost_micros"])), end
+    tokens += int(row["input_tokens"]) + int(row["output_tokens"])
+    micros += int(row["cost_micros"])
+    return rules.fraction_used(b, tokens, micros), end
 
 
 def _announce(db: Db, tx: Tx, s: Settings, node_id: str, now: float) -> None:
     for b in _covering(tx, s, node_id):
-        used, end = _used(tx, b, now)
+        used, end = _used(db, tx, b, now)
         start = end - rules.WINDOWS[b.window]
         mark_row = tx.one("budget_mark_get", budget=b.name, window_start=start)
         mark = 0.0 if mark_row is None else float(mark_row["mark"])
@@ -169,7 +197,7 @@ def spent_budgets(db: Db, node_id: str, now: float) -> list[tuple[rules.Budget, 
             return []
         out = []
         for b in _covering(tx, s, node_id):
-            used, end = _used(tx, b, now)
+            used, end = _used(db, tx, b, now)
             if used >= 1.0:
                 out.append((b, used, end))
         return out
