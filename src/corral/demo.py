@@ -33,7 +33,7 @@ TASKS = [
     ("Implement search", "medium"),
 ]
 
-DEMO_SETTINGS = {
+DEMO_SETTINGS: dict[str, Any] = {
     "max_agents": 4,
     "idle_timeout_seconds": 1.5,
     "grace_period_seconds": 1.5,

@@ -11,6 +11,7 @@ backend's is the SQLite file its server serves).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,7 +254,7 @@ def test_bad_progress_reports_are_refused(
     ],
 )
 def test_bad_stuck_settings_are_refused(
-    cluster: Client, change: dict[str, object], field: str
+    cluster: Client, change: dict[str, Any], field: str
 ) -> None:
     before = cluster.settings()
     with pytest.raises(InvalidInputError) as caught:

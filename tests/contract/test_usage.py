@@ -10,6 +10,7 @@ beyond a model's cap as ``max_agents`` does.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -246,7 +247,7 @@ def test_model_caps_refuse_a_registration_beyond_the_cap(cluster: Client) -> Non
     ],
 )
 def test_bad_budgets_and_model_caps_are_refused(
-    cluster: Client, changes: dict[str, object], message: str
+    cluster: Client, changes: dict[str, Any], message: str
 ) -> None:
     before = cluster.settings()
     with pytest.raises(InvalidInputError, match=message.replace("[", r"\[")):

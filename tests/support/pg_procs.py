@@ -98,7 +98,8 @@ def configure_many(url: str, key: str, times: int, barrier: Any, out: Any) -> No
     errors = []
     for i in range(times):
         try:
-            client.configure(**{key: 10 + i})
+            change: dict[str, Any] = {key: 10 + i}
+            client.configure(**change)
         except Exception as exc:  # reported to the test, which fails on it
             errors.append(repr(exc))
     client.close()
