@@ -7,8 +7,11 @@ one task and take the next in one transaction), on one SQLite file per run and, 
 both variants meet the same machine; each run drains a fresh board of ``--jobs``
 no-op tasks with ``--procs`` worker processes. A run's throughput is its jobs over
 its wall time; the variant's figure is the median of its runs. With usage, every
-completion reports ``{input_tokens, output_tokens, cost_usd}``: one more statement
-in the completion's transaction.
+completion reports ``{input_tokens, output_tokens, cost_usd}``: its task's sums in
+the completion's own statement and its node's row of the hour (on PostgreSQL in that
+same statement, on SQLite one more). Each cell also gives the workers' CPU time per
+job (the median over its runs; the server's not counted on PostgreSQL), which a
+machine busy with other work disturbs less than the wall time.
 
     python bench/usage_overhead.py                 # 4 runs of each, 1 and 4 processes
     python bench/usage_overhead.py --quick         # a smoke run in seconds
@@ -41,12 +44,12 @@ def _worker(url: str, wid: int, with_usage: bool, barrier: Any, out: Any) -> Non
     c.register_node(node, ROLE)
     usage = USAGE if with_usage else None
     barrier.wait(timeout=120)
-    t0, jobs = time.monotonic(), 0
+    t0, cpu0, jobs = time.monotonic(), time.process_time(), 0
     task = c.claim_best_task(node, ROLE)
     while task is not None:
         _, task = c.complete_and_claim(task.id, node, ROLE, task.epoch, usage=usage)
         jobs += 1
-    out.put((jobs, t0, time.monotonic()))
+    out.put((jobs, t0, time.monotonic(), time.process_time() - cpu0))
     c.close()
 
 
@@ -56,8 +59,9 @@ def _board(url: str, jobs: int, procs: int) -> None:
         c.add_tasks([{"title": f"Implement item {i}"} for i in range(jobs)])
 
 
-def run_once(url: str, jobs: int, procs: int, with_usage: bool) -> float:
-    """One run: the board loaded, then ``procs`` workers drain it; jobs per second."""
+def run_once(url: str, jobs: int, procs: int, with_usage: bool) -> tuple[float, float]:
+    """One run: the board loaded, then ``procs`` workers drain it; jobs per second,
+    and the workers' CPU microseconds per job."""
     _board(url, jobs, procs)
     barrier, out = CTX.Barrier(procs), CTX.Queue()
     ws = [
@@ -74,7 +78,7 @@ def run_once(url: str, jobs: int, procs: int, with_usage: bool) -> float:
     if with_usage:
         with corral.connect(url) as c:
             assert c.usage("cluster", "1d").reports == jobs
-    return jobs / wall
+    return jobs / wall, sum(r[3] for r in results) / jobs * 1e6
 
 
 def _pg_fresh(base: str, n: int) -> str:
@@ -114,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             for procs in args.procs:
                 rates: dict[bool, list[float]] = {False: [], True: []}
+                cpus: dict[bool, list[float]] = {False: [], True: []}
                 for _ in range(args.runs):
                     for with_usage in (False, True):
                         n += 1
@@ -121,10 +126,16 @@ def main(argv: list[str] | None = None) -> int:
                             url = f"sqlite:///{Path(tmp) / f'run-{n}.db'}"
                         else:
                             url = _pg_fresh(args.postgres, n)
-                        rates[with_usage].append(run_once(url, args.jobs, procs, with_usage))
+                        rate, cpu = run_once(url, args.jobs, procs, with_usage)
+                        rates[with_usage].append(rate)
+                        cpus[with_usage].append(cpu)
                         if backend == "postgres":
                             _pg_drop(args.postgres, n)
                 without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
+                cpu_without, cpu_with = (
+                    statistics.median(cpus[False]),
+                    statistics.median(cpus[True]),
+                )
                 cells.append(
                     {
                         "backend": backend,
@@ -137,11 +148,24 @@ def main(argv: list[str] | None = None) -> int:
                         "within_10_percent": with_ >= 0.9 * without,
                         "runs_without": [round(r, 1) for r in rates[False]],
                         "runs_with": [round(r, 1) for r in rates[True]],
+                        "cpu_us_per_job_without": round(cpu_without, 1),
+                        "cpu_us_per_job_with_usage": round(cpu_with, 1),
+                        "cpu_ratio": round(cpu_without / cpu_with, 3),
                     }
                 )
     print(
         table(
-            ["backend", "procs", "without (jobs/s)", "with usage (jobs/s)", "ratio", "<= 10%"],
+            [
+                "backend",
+                "procs",
+                "without (jobs/s)",
+                "with usage (jobs/s)",
+                "ratio",
+                "<= 10%",
+                "CPU us/job without",
+                "with usage",
+                "CPU ratio",
+            ],
             [
                 [
                     c["backend"],
@@ -150,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                     c["with_usage_jobs_per_s"],
                     c["ratio"],
                     c["within_10_percent"],
+                    c["cpu_us_per_job_without"],
+                    c["cpu_us_per_job_with_usage"],
+                    c["cpu_ratio"],
                 ]
                 for c in cells
             ],
