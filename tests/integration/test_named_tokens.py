@@ -460,12 +460,14 @@ def test_the_cli_makes_lists_and_revokes_tokens(
 def _get(port: int, token: str) -> tuple[int, int]:
     """``GET /v1/tasks`` on a new connection: (its status, the client's port)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/v1/tasks", headers=_bearer(token))
-    response = conn.getresponse()
-    response.read()
-    assert conn.sock is not None
-    here = int(conn.sock.getsockname()[1])
-    conn.close()
+    try:  # closed even when the server is not up yet (a refused or reset request)
+        conn.request("GET", "/v1/tasks", headers=_bearer(token))
+        response = conn.getresponse()
+        response.read()
+        assert conn.sock is not None
+        here = int(conn.sock.getsockname()[1])
+    finally:
+        conn.close()
     return response.status, here
 
 
