@@ -96,16 +96,26 @@ def read_snapshot(
     assessment shown, the last one recorded (the monitor's, every
     ``workload_assessment_interval``) with the counts recorded beside it; the lists
     are read with ``TASKS_SHOWN`` or ``ROWS_SHOWN`` as their limit, except the nodes
-    (every node: the Nodes panel counts them by its filter and shows a page)."""
+    (every node: the Nodes panel counts them by its filter and shows a page). A task
+    list ``stats`` counts no task of is not read (finding none can take a scan)."""
+    now = cluster.clock.now()
+    settings = cluster.settings()
+    stats = cluster.stats()
+
+    def tasks(status: str) -> list[Task]:
+        if not stats.tasks.get(status):
+            return []
+        return cluster.list_tasks(status, limit=TASKS_SHOWN)
+
     return Snapshot(
         seq=seq,
-        now=cluster.clock.now(),
-        settings=cluster.settings(),
-        stats=cluster.stats(),
+        now=now,
+        settings=settings,
+        stats=stats,
         nodes=cluster.list_nodes(),
-        pending=cluster.list_tasks("pending", limit=TASKS_SHOWN),
-        in_progress=cluster.list_tasks("in_progress", limit=TASKS_SHOWN),
-        failed=cluster.list_tasks("failed", limit=TASKS_SHOWN),
+        pending=tasks("pending"),
+        in_progress=tasks("in_progress"),
+        failed=tasks("failed"),
         events=events,
         processes=cluster.list_processes()[: ROWS_SHOWN * 10],
         spawn_pending=cluster.spawn_requests("pending", limit=ROWS_SHOWN),
