@@ -51,6 +51,11 @@ def world(c: Any) -> Any:
         ("POST", "/v1/nodes/w1/heartbeat", {"node_id": "x"}, 422, "invalid_input", "node_id"),
         ("PATCH", "/v1/settings", {"max_agents": -1}, 422, "invalid_input", "max_agents"),
         ("DELETE", "/v1/tasks", None, 405, "method_not_allowed", None),
+        # a write whose arguments are all in its path refuses any body field
+        ("POST", "/v1/nodes/w1/terminate", {"force": True}, 422, "invalid_input", "force"),
+        ("POST", "/v1/tasks/1/requeue", {"reason": "x"}, 422, "invalid_input", "reason"),
+        ("POST", "/v1/nodes/w1/touch", [1], 422, "invalid_input", "body"),
+        ("POST", "/v1/nodes/w1/touch", b"{not json", 400, "bad_request", None),
     ],
 )
 def test_error_envelope(

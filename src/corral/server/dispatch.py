@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import re
 import time
@@ -229,6 +230,23 @@ def _query(op: Endpoint, raw: bytes) -> Any:
         raise _refusal(exc, "query") from None
 
 
+def _no_fields(raw: bytes) -> None:
+    """Refuse a body with any field for an operation that takes none (an empty body or
+    ``{}`` is fine): unknown arguments are errors, not ignored."""
+    if not raw or raw.isspace():
+        return
+    try:
+        given = json.loads(raw)
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", f"the body is not valid JSON: {exc}") from None
+    if not isinstance(given, dict):
+        raise ApiError(422, "invalid_input", "body: Input should be an object", "body")
+    if given:
+        name = next(iter(given))
+        message = f"{name}: Extra inputs are not permitted (this operation takes no body fields)"
+        raise ApiError(422, "invalid_input", message, name)
+
+
 async def handle(
     st: ServerState,
     op: Endpoint,
@@ -267,6 +285,8 @@ async def handle(
                 body = op.body.model_validate_json(b"{}" if not raw or raw.isspace() else raw)
             except ValidationError as exc:
                 raise _refusal(exc, "body") from None
+        elif op.writes:  # a write whose arguments are all in its path: no field is known
+            _no_fields(await _read_body(receive, length))
         call = Call(st.cluster, principal, st.tokens, path_params, query, body)
         waits = op.op.exception == "waiting_claim" and bool(getattr(body, "wait", 0))
         if waits:
