@@ -28,12 +28,13 @@ import corral
 from corral.clock import FakeClock
 from corral.cockpit import score_parts
 from corral.dashboard import Dashboard
-from corral.dashboard.feed import Feed, Snapshot, read_snapshot
+from corral.dashboard.feed import TASKS_SHOWN, Feed, Snapshot, read_snapshot
 from corral.dashboard.pages import CSP
 from corral.dashboard.session import COOKIE, Session, Sessions
 from corral.dashboard.views import (
     NODES_SHOWN,
     PANELS,
+    TASKS_PAGE,
     Filters,
     environment,
     heartbeat,
@@ -341,6 +342,34 @@ def test_the_nodes_panel_shows_a_page_with_the_count_and_the_way_to_more(
     f = Filters.from_query({"node_limit": "200", "idle_minutes": "5"})
     assert ("node_limit", "200") in f.hidden()
     assert ("node_limit", "200") not in f.hidden("node_limit")  # the status form starts over
+
+
+def test_the_tasks_panel_shows_a_page_of_each_list_and_the_way_to_every_task_read(
+    tmp_path: Path,
+) -> None:
+    """Each list shows its first TASKS_PAGE tasks (pending ones in claim order) with
+    the list's count and a link (``tasks_shown``) to every task the feed read of it;
+    a list the page holds whole has neither."""
+    clock = FakeClock(1000.0)
+    with corral.connect(f"sqlite:///{tmp_path / 't.db'}", clock=clock) as c:
+        c.add_tasks([{"title": f"Task {i}"} for i in range(TASKS_PAGE + 5)])
+        c.register_node("w", "developer")
+        c.claim_best_task("w", "developer")
+        snap = read_snapshot(c, 0, [])  # type: ignore[arg-type]
+    env = environment()
+
+    def panel(**query: str) -> tuple[list[str], str]:
+        html = render_panel(env, "tasks", snap, Filters.from_query(query))
+        return re.findall(r'data-list="pending".*?</table>', html, re.S), html
+
+    [pending], html = panel()
+    assert pending.count("data-task=") == TASKS_PAGE
+    assert f"The first {TASKS_PAGE} of {TASKS_PAGE + 4}, in the order they will be claimed" in html
+    assert f'href="/?tasks_shown={TASKS_SHOWN}#tasks-title">show {TASKS_PAGE + 4}</a>' in html
+    assert html.count('class="more"') == 1  # the one task in progress is shown whole
+    [pending], html = panel(tasks_shown=str(TASKS_SHOWN))
+    assert pending.count("data-task=") == TASKS_PAGE + 4 and 'class="more"' not in html
+    assert Filters.from_query({"tasks_shown": str(TASKS_SHOWN + 1)}).tasks_shown == ""
 
 
 # --- the stream: one feed, fanned out ----------------------------------------------------

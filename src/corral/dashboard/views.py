@@ -21,7 +21,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from corral import cockpit
 from corral.cockpit import age, score_parts
 from corral.dashboard import svg
-from corral.dashboard.feed import Snapshot
+from corral.dashboard.feed import TASKS_SHOWN, Snapshot
 from corral.dashboard.history import BUCKET, Trend
 from corral.model import Event, Node, Process
 
@@ -31,6 +31,7 @@ __all__ = [
     "PANELS",
     "PROCESS_ACTIONS",
     "SPAWN_ACTIONS",
+    "TASKS_PAGE",
     "TASK_ARGUMENTS",
     "TASK_FILTERS",
     "Filters",
@@ -45,6 +46,7 @@ RECENT = 3600.0  # the Pools panel's "last hour"
 NODE_STATUSES = ("working", "idle", "waiting", "terminated")
 NODES_SHOWN = 100  # the Nodes panel's page: its first rows, and each "show more" adds as many
 _MAX_NODES_SHOWN = 100_000  # the most ``node_limit`` asks for
+TASKS_PAGE = 25  # rows per list the Tasks panel shows unless ``tasks_shown`` asks for more
 _MAX_FILTER = 100
 _MEMBER = re.compile(r"^(.+)-[0-9]+$")  # a pool member's node id: <pool>-<n>
 # The task filter's fields (``task_<name>`` in the URL), as the bulk operations name
@@ -64,7 +66,9 @@ TASK_ARGUMENTS = {
 class Filters:
     """The page's filters, kept in its URL: ``node_status`` ("" every live node,
     "all" every node, or one status) and ``node_limit`` (how many of those nodes the
-    Nodes panel shows, "" ``NODES_SHOWN``), ``event_kind`` ("" every kind), and the task
+    Nodes panel shows, "" ``NODES_SHOWN``), ``tasks_shown`` (rows per list of the Tasks
+    panel, "" ``TASKS_PAGE``, at most the ``TASKS_SHOWN`` read), ``event_kind`` ("" every
+    kind), and the task
     filter the Tasks panel's bulk actions apply (``TASK_FILTERS``: each as typed, ""
     any; the operation checks them when an action runs); ``idle_minutes`` the
     Workflows panel's (runs idle for more than that many minutes, "" any idle run),
@@ -72,6 +76,7 @@ class Filters:
 
     node_status: str = ""
     node_limit: str = ""
+    tasks_shown: str = ""
     event_kind: str = ""
     event_node: str = ""
     event_task: str = ""
@@ -98,9 +103,13 @@ class Filters:
         limit = query.get("node_limit", "").strip()
         if not (limit.isdigit() and 0 < int(limit) <= _MAX_NODES_SHOWN):
             limit = ""
+        rows = query.get("tasks_shown", "").strip()
+        if not (rows.isdigit() and 0 < int(rows) <= TASKS_SHOWN):
+            rows = ""
         return cls(
             node_status=status,
             node_limit=str(int(limit)) if limit else "",
+            tasks_shown=str(int(rows)) if rows else "",
             event_kind=kind,
             event_node=node,
             event_task=task if task.isdigit() and len(task) < 19 else "",
@@ -113,6 +122,7 @@ class Filters:
         names = (
             "node_status",
             "node_limit",
+            "tasks_shown",
             "event_kind",
             "event_node",
             "event_task",
@@ -131,7 +141,7 @@ class Filters:
         """The filters a form carries along besides the ones it names itself (the task
         filters, the idle minutes, the events' node and task, the Nodes panel's page;
         set ones only), so submitting it keeps them in the URL; ``own`` its own fields."""
-        carried = ("idle_minutes", "event_node", "event_task", "node_limit")
+        carried = ("idle_minutes", "event_node", "event_task", "node_limit", "tasks_shown")
         return [
             (k, v)
             for k, v in self.pairs().items()
@@ -149,6 +159,8 @@ class Filters:
             return f"{self.event_kind}\0{self.event_node}\0{self.event_task}"
         if panel == "workflows":
             return self.idle_minutes
+        if panel == "tasks":
+            return self.tasks_shown
         return ""
 
 
@@ -195,6 +207,21 @@ def _node_page(snap: Snapshot, f: Filters) -> dict[str, Any]:
         "more": f.link(node_limit=str(limit + NODES_SHOWN)) + "#nodes-title" if more else None,
         "every": f.link(node_limit=str(len(chosen))) + "#nodes-title" if more else None,
         "step": min(NODES_SHOWN, len(chosen) - len(shown)),
+    }
+
+
+def _task_page(snap: Snapshot, f: Filters) -> dict[str, Any]:
+    """The Tasks panel's lists: the first ``tasks_shown`` (else ``TASKS_PAGE``) of
+    each list read (pending ones with their score's parts), and the link that shows
+    every task read (``TASKS_SHOWN`` per list; None when each list is shown whole)."""
+    rows = int(f.tasks_shown) if f.tasks_shown else TASKS_PAGE
+    lists = (snap.pending, snap.in_progress, snap.failed)
+    cut = any(len(tasks) > rows for tasks in lists)
+    return {
+        "pending": [(t, score_parts(t, snap.now)) for t in snap.pending[:rows]],
+        "in_progress": snap.in_progress[:rows],
+        "failed": snap.failed[:rows],
+        "more": f.link(tasks_shown=str(TASKS_SHOWN)) + "#tasks-title" if cut else None,
     }
 
 
@@ -330,7 +357,7 @@ def render_panel(
         elif panel == "nodes":
             context.update(_node_page(snap, f))
         elif panel == "tasks":
-            context["pending"] = [(t, score_parts(t, snap.now)) for t in snap.pending]
+            context.update(_task_page(snap, f))
         elif panel == "processes":
             context["hosts"] = _processes(snap)
         elif panel == "pools":
