@@ -862,9 +862,9 @@ def check_growth(camp: Campaign) -> dict[str, Any]:
     }
 
 
-def settle(camp: Campaign, deadline: float) -> bool:
-    """After the faults: everything healed and running; wait until every
-    acknowledged task is done."""
+def settle(camp: Campaign, deadline: float, loads: list[threading.Thread]) -> bool:
+    """After the faults: everything healed and running; the load's last adds
+    answered (acknowledged or not); wait until every acknowledged task is done."""
     for h in camp.hosts.hosts:
         net.heal(h.i)
         h.partitioned = False
@@ -875,8 +875,12 @@ def settle(camp: Campaign, deadline: float) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
     end = time.monotonic() + deadline
-    ids = list(camp.acked)
+    for t in loads:  # each ends at the campaign's end, once its add in flight answers
+        t.join(max(0.0, end - time.monotonic()))
     while time.monotonic() < end:
+        # read again each time: an add sent before the load stopped may be
+        # acknowledged only now (its retries through the faults' last outage)
+        ids = list(camp.acked)
         camp.housekeeping()
         if any(m["moved_after_s"] is None for m in camp.leader_moves):
             time.sleep(1.0)  # the observer has yet to see where the lead went
@@ -904,9 +908,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 admin.add_agent(f"agent-{k}")
             admin.close()
             camp = Campaign(hosts, args.seed, args.minutes * 60, args.rate, args.gap)
-            threads = [
+            loads = [
                 threading.Thread(target=camp.load, args=(h,), daemon=True) for h in hosts.hosts
             ]
+            threads = [*loads]
             threads += [
                 threading.Thread(target=camp.runner, args=(h,), daemon=True) for h in hosts.hosts
             ]
@@ -915,7 +920,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 t.start()
             camp.faults_loop()
             load_stopped = camp.now()
-            drained = settle(camp, args.settle)
+            drained = settle(camp, args.settle, loads)
             camp.sample_log(camp.now())  # events of the drain's last second are seen now
             camp.stop.set()
             for t in threads:
