@@ -875,16 +875,15 @@ def settle(camp: Campaign, deadline: float, loads: list[threading.Thread]) -> bo
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
     end = time.monotonic() + deadline
-    for t in loads:  # each ends at the campaign's end, once its add in flight answers
-        t.join(max(0.0, end - time.monotonic()))
     while time.monotonic() < end:
-        # read again each time: an add sent before the load stopped may be
-        # acknowledged only now (its retries through the faults' last outage)
-        ids = list(camp.acked)
         camp.housekeeping()
         if any(m["moved_after_s"] is None for m in camp.leader_moves):
             time.sleep(1.0)  # the observer has yet to see where the lead went
             continue
+        if any(t.is_alive() for t in loads):
+            time.sleep(1.0)  # a load's last add has yet to answer (each ends at the end)
+            continue
+        ids = list(camp.acked)  # with any acknowledged after the faults, through a retry
         with contextlib.suppress(psycopg.Error):
             with psycopg.connect(camp.hosts.admin_url, autocommit=True) as c:
                 left = c.execute(
