@@ -75,7 +75,9 @@ def _worker(url: str, tmp: Path, env: dict[str, str]) -> subprocess.Popen[bytes]
     child = tmp / "child.py"
     child.write_text(CHILD)
     argv = [sys.executable, "-m", "corral", "--url", url, "worker", "--id", "W1"]
-    argv += ["--role", "developer", "--heartbeat-interval", "0.2", "--idle-timeout", "60"]
+    # Beats every 0.5 s: the cancel is learned within it, and a loaded machine's pause
+    # of a second does not make the monitor end the worker (3 missed beats).
+    argv += ["--role", "developer", "--heartbeat-interval", "0.5", "--idle-timeout", "60"]
     argv += ["--", sys.executable, str(child), str(tmp)]
     with open(tmp / "worker.log", "ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
