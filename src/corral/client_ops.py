@@ -121,7 +121,7 @@ class ClientOperations(Protocol):
         tracks idle spells, and terminated is final."""
         ...
 
-    def terminate_node(self, node_id: NodeId) -> Node:
+    def terminate_node(self, node_id: NodeId, *, actor: ActorName | None = None) -> Node:
         """Mark a node terminated (its leases go back to the queue)."""
         ...
 

@@ -273,9 +273,12 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
             )
         return self.store.set_status(node_id, status, task_id, self.clock.now())
 
-    def terminate_node(self, node_id: NodeId) -> Node:
-        """Mark a node terminated (its leases go back to the queue)."""
-        return self.set_agent_status(node_id, "terminated")
+    @checked
+    def terminate_node(self, node_id: NodeId, *, actor: ActorName | None = None) -> Node:
+        """Mark a node terminated (its leases go back to the queue). Its ``node_status``
+        event names ``actor`` when known: over the server, the caller (``node:ID`` for
+        a node ending itself, the operator's token otherwise)."""
+        return self.store.set_status(node_id, "terminated", None, self.clock.now(), actor=actor)
 
     @checked
     def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:

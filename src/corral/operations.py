@@ -172,6 +172,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST /v1/nodes/{node_id}/terminate",
         node="node_id",
         cli="node terminate",
+        actor="actor",
+        omits=_ACTOR,
     ),
     Operation(
         "heartbeat",

@@ -135,7 +135,7 @@ class HttpOperations(RemoteCalls):
             ),
         )
 
-    def terminate_node(self, node_id: NodeId) -> Node:
+    def terminate_node(self, node_id: NodeId, *, actor: ActorName | None = None) -> Node:
         return cast("Node", self._invoke("terminate_node", {"node_id": node_id}))
 
     def heartbeat(self, node_id: NodeId, **payload: Any) -> Node:

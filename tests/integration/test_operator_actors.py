@@ -25,6 +25,7 @@ from corral.cli import cli
 from corral.mcp.http import connect as mcp_connect
 from corral.model import Event
 from corral.server import create_app
+from corral.server.auth import Tokens
 from tests.support.backends.http import TOKEN, free_port, serving, start_uvicorn, stop_uvicorn
 
 HOST = "host-a"
@@ -110,6 +111,7 @@ def test_over_http_every_action_names_the_named_token_that_made_it(
             "/v1/processes/actions",
             {"host": HOST, "agent": "web", "action": "stop", "actor": "mallory"},
         ),
+        ("POST", "/v1/nodes/w1/terminate", {"actor": "mallory"}),
     ],
 )
 def test_over_http_an_actor_in_the_request_is_refused_and_changes_nothing(
@@ -125,6 +127,29 @@ def test_over_http_an_actor_in_the_request_is_refused_and_changes_nothing(
     assert answer.json()["error"]["field"] == "actor"
     assert embedded.events(limit=10_000) == before
     assert embedded.settings().max_agents != 5
+
+
+def test_a_terminated_node_names_who_ended_it(served: tuple[str, Any]) -> None:
+    """``terminate_node``'s ``node_status`` event names its caller over HTTP: a named
+    operator token (``token:ops-bob``), a node ending itself with its own token
+    (``node:w2``); called on the embedded cluster with no actor, none is recorded."""
+    url, embedded = served
+    embedded.configure(max_agents=10)
+    for node in ("w1", "w2", "w3"):
+        embedded.register_node(node, "developer")
+    start = embedded.events(limit=10_000)[-1].seq
+    bob = embedded.create_token("ops-bob", "operator").token
+    with corral.connect(url, token=bob) as remote:
+        remote.terminate_node("w1")
+    with corral.connect(url, token=Tokens(TOKEN).node_token("w2")) as itself:
+        itself.terminate_node("w2")
+    embedded.terminate_node("w3")
+    ended = [
+        (e.node_id, e.data.get("actor"))
+        for e in embedded.events(since=start, limit=10_000)
+        if e.kind == "node_status" and e.data["new"] == "terminated"
+    ]
+    assert ended == [("w1", "token:ops-bob"), ("w2", "node:w2"), ("w3", None)]
 
 
 def test_the_dashboard_restart_names_the_token_logged_in(tmp_path: Path) -> None:

@@ -140,9 +140,15 @@ class Store(ABC):
 
     @abstractmethod
     def set_status(
-        self, node_id: str, status: str, current_task_id: int | None, now: float
+        self,
+        node_id: str,
+        status: str,
+        current_task_id: int | None,
+        now: float,
+        actor: str | None = None,
     ) -> Node:
-        """Set a live node's status; ``terminated`` also returns its leases to the queue."""
+        """Set a live node's status; ``terminated`` also returns its leases to the queue.
+        The ``node_status`` event names ``actor`` when given."""
 
     @abstractmethod
     def heartbeat(

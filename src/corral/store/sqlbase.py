@@ -124,9 +124,14 @@ class SQLStore(Store):
         return sqlnodes.list_nodes(self._db, status, role)
 
     def set_status(
-        self, node_id: str, status: str, current_task_id: int | None, now: float
+        self,
+        node_id: str,
+        status: str,
+        current_task_id: int | None,
+        now: float,
+        actor: str | None = None,
     ) -> Node:
-        return sqlnodes.set_status(self._db, node_id, status, current_task_id, now)
+        return sqlnodes.set_status(self._db, node_id, status, current_task_id, now, actor)
 
     def heartbeat(
         self,

@@ -189,7 +189,14 @@ def list_nodes(db: Db, status: str | None = None, role: str | None = None) -> li
     ]
 
 
-def set_status(db: Db, node_id: str, status: str, current_task_id: int | None, now: float) -> Node:
+def set_status(
+    db: Db,
+    node_id: str,
+    status: str,
+    current_task_id: int | None,
+    now: float,
+    actor: str | None = None,
+) -> Node:
     with db.write() as tx:
         old = live(tx, node_id, "node_live_for_update")
         if current_task_id is not None and tx.one("task_get", id=current_task_id) is None:
@@ -213,8 +220,16 @@ def set_status(db: Db, node_id: str, status: str, current_task_id: int | None, n
             incarnation=old["incarnation"],
         )
         if (old["status"], old["current_task_id"]) != (status, current_task_id):
+            by = {} if actor is None else {"actor": actor}
             db.event(  # a status set again is no change: no event
-                tx, now, "node_status", node_id, current_task_id, old=old["status"], new=status
+                tx,
+                now,
+                "node_status",
+                node_id,
+                current_task_id,
+                old=old["status"],
+                new=status,
+                **by,
             )
         if status == "terminated":
             sqltasks.release_all(
