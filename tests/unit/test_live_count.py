@@ -125,6 +125,9 @@ def _rewind(store: Any) -> None:
                 raw.execute(f"DROP TABLE {table}")
             for table in ("handler_inbox", "handlers", "workflow_hosts", "claim_keys"):
                 raw.execute(f"DROP TABLE {table}")
+            # Usage by node and hour (0020), which replaced 0018's buckets: 0018 makes
+            # those again and 0020 carries them over.
+            raw.execute("DROP TABLE usage_hours")
             # Tasks with time and order (0016) and progress and sessions (0017): their
             # trigger, table and indexes, then the columns they added to tasks.
             raw.execute("DROP TRIGGER tasks_release_dependents")
