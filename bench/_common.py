@@ -62,6 +62,7 @@ def _git_commit() -> str | None:
 
 def machine_info() -> dict[str, Any]:
     """What the numbers were measured on: cores, CPU, Python, SQLite, load, commit."""
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -46,6 +47,9 @@ from corral.server import create_app
 from corral.server.app import ServerState
 from corral.server.auth import Tokens
 from tests.support.backends.http import TOKEN, free_port, start_uvicorn, stop_uvicorn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from dashboard_bench import Counting
 
 STATIC = Path(corral.__file__).parent / "dashboard" / "static"
 TEMPLATES = Path(corral.__file__).parent / "dashboard" / "templates"
@@ -383,25 +387,8 @@ _PANEL_READS = (
 )
 
 
-class _Counting:
-    """The cluster, counting every operation called on it (by name)."""
-
-    def __init__(self, cluster: Any) -> None:
-        self.unwrapped = cluster
-        self.calls: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self.unwrapped, name)
-        if not callable(value) or name.startswith("_"):
-            return value
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                self.calls[name] += 1
-            return value(*args, **kwargs)
-
-        return counted
+class _Counting(Counting):
+    """The bench's counting cluster, with the snapshot's reads picked out."""
 
     def snapshot_reads(self) -> Counter[str]:
         with self._lock:
