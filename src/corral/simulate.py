@@ -760,7 +760,7 @@ def oracle_schedule(tasks: Sequence[TraceTask], params: Params, wait: float) -> 
     keep = p.startup + p.stop
     open_: dict[int, float] = {}  # worker -> when its last task so far is done
     workers: list[_Worker] = []
-    events: list[tuple[float, int]] = []  # (t, +1 spawn / -1 stop)
+    events: list[tuple[float, int, str]] = []  # (t, +1 spawn / -1 stop, role)
 
     def close(wid: int) -> None:
         w = workers[wid]
@@ -768,7 +768,7 @@ def oracle_schedule(tasks: Sequence[TraceTask], params: Params, wait: float) -> 
         w.gone_at = w.stop_at + p.stop
         w.state = "stopping"
         run.actions.append(Action(w.stop_at, w.role, -1, "oracle: last task done"))
-        events.append((w.stop_at, -1))
+        events.append((w.stop_at, -1, w.role))
 
     for task in sorted(tasks, key=lambda t: (t.arrival, t.id)):
         a = task.arrival
@@ -787,7 +787,7 @@ def oracle_schedule(tasks: Sequence[TraceTask], params: Params, wait: float) -> 
             wid = len(workers)
             workers.append(_Worker(wid, task.role, spawned, spawned + p.startup))
             run.actions.append(Action(spawned, task.role, 1, "oracle: spawn ahead of a task"))
-            events.append((spawned, 1))
+            events.append((spawned, 1, task.role))
             start = max(a, spawned + p.startup)
         else:
             assert soonest is not None  # a full cap has workers
@@ -800,8 +800,12 @@ def oracle_schedule(tasks: Sequence[TraceTask], params: Params, wait: float) -> 
     run.workers = workers
     run.actions.sort(key=lambda x: x.at)
     live = 0
-    for t, step in sorted(events, key=lambda e: (e[0], e[1])):
+    of: dict[str, int] = {}
+    for t, step, role in sorted(events, key=lambda e: (e[0], e[1])):
         live += step
+        of[role] = of.get(role, 0) + step
+        if step > 0 and (live > p.max_agents or of[role] > p.max):
+            run.cap_breaches += 1  # counted as the simulator counts them (never, by plan)
         if run.sizes and run.sizes[-1][0] == t:
             run.sizes[-1] = (t, live)
         else:
@@ -847,7 +851,9 @@ def idle_lower_bound(
     best = [0.0] * (n + 1)
     filled, beyond, lo = 1, 0.0, 0
     for e in ends:
-        while lo < n and arrivals[lo] < e - 2 * wait:
+        # a microsecond's slack: a link that rounding would refuse is admitted (the
+        # bound only gets lower, so stays a bound)
+        while lo < n and arrivals[lo] < e - 2 * wait - 1e-6:
             lo += 1
         hi = lo
         while hi < n and arrivals[hi] < e + c:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import random
 import sys
 from dataclasses import replace
@@ -20,7 +21,15 @@ import corral.store.sqlviews
 from corral import simulate
 from corral.cli import cli
 from corral.cli._common import run_main
-from corral.simulate import Params, TraceTask, acceptance, percentile, simulate_all
+from corral.simulate import (
+    Params,
+    TraceTask,
+    acceptance,
+    idle_lower_bound,
+    percentile,
+    reach_checks,
+    simulate_all,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / "bench" / "traces"
@@ -162,6 +171,144 @@ def test_manager_as_written() -> None:
     r = run("manager", one_task())
     assert r.wait["all"]["p50"] == 10.0
     assert r.worker_seconds == pytest.approx(102.0)
+
+
+def _four_tasks() -> list[TraceTask]:
+    return [
+        TraceTask(0, 100.0, "developer", "medium", 20.0),
+        TraceTask(1, 125.0, "developer", "medium", 10.0),
+        TraceTask(2, 150.0, "developer", "medium", 10.0),
+        TraceTask(3, 155.0, "developer", "medium", 10.0),
+    ]
+
+
+def test_oracle_reuses_waits_and_spawns_ahead() -> None:
+    """Start-up 10 + stop 2 = 12 s is what a worker kept idle must beat. Task 0 (100 s,
+    20 s long): a worker spawned at 90, ready at 100, done at 120. Task 1 at 125: that
+    worker was freed 5 s ago (< 12): reused, 5 s idle, done at 135. Task 2 at 150: the
+    worker was freed 15 s ago: it stopped at 135 (gone at 137); a new one spawned at
+    140 serves it at once, done at 160. Task 3 at 155 with a wait budget of 6 s: the
+    worker free at 160 is within it: a wait of 5, done at 170, stops. Idle: first worker
+    10 + 5 + 2, second 10 + 2 = 29, of which 20 start-up; every wait but one 0."""
+    r = run("oracle", _four_tasks(), replace(P, oracle_wait=6.0))
+    assert r.idle_worker_seconds == pytest.approx(29.0)
+    assert r.startup_worker_seconds == pytest.approx(20.0)
+    assert r.wait["all"] == {"p50": 0.0, "p95": 5.0, "p99": 5.0}
+    assert (r.scale_actions, r.cap_breaches, r.unfinished) == (4, 0, 0)
+    _, runs = simulate_all(_four_tasks(), ["oracle"], replace(P, oracle_wait=6.0))
+    assert [(a.at, a.delta) for a in runs["oracle"].actions] == [
+        (90.0, 1),
+        (135.0, -1),
+        (140.0, 1),
+        (170.0, -1),
+    ]
+
+
+def test_oracle_spawns_when_the_wait_would_pass_its_budget_and_waits_at_the_cap() -> None:
+    """The same trace with a budget of 4 s: task 3 would wait 5, so a third worker is
+    spawned at 145 for it (the cap of 2 allows it: one other worker alive), done at
+    165: 17 + 12 + 12 = 41 idle, no wait. With a cap of 1 it cannot spawn: it waits 5
+    for the busy worker, as with the larger budget."""
+    r = run("oracle", _four_tasks(), replace(P, oracle_wait=4.0))
+    assert r.idle_worker_seconds == pytest.approx(41.0)
+    assert r.wait["all"]["p99"] == 0.0
+    capped = run("oracle", _four_tasks(), replace(P, oracle_wait=4.0, max=1, max_agents=1))
+    assert capped.idle_worker_seconds == pytest.approx(29.0)
+    assert capped.wait["all"]["p99"] == 5.0
+    assert capped.cap_breaches == 0
+
+
+def test_oracle_wait_budget_is_dbos_p95_on_the_same_trace() -> None:
+    """Without --oracle-wait the oracle may make a task wait as long as DBOS's p95 wait
+    on the trace (one task: DBOS's wait is its start-up, 10 s)."""
+    tasks = _four_tasks()
+    dbos = run("dbos", tasks)
+    both, _ = simulate_all(tasks, ["dbos", "oracle"], P)
+    alone = run("oracle", tasks)  # runs DBOS itself for its p95
+    given = run("oracle", tasks, replace(P, oracle_wait=dbos.wait["all"]["p95"]))
+    assert both["oracle"].idle_worker_seconds == given.idle_worker_seconds
+    assert alone.idle_worker_seconds == given.idle_worker_seconds
+
+
+def test_idle_lower_bound_by_hand() -> None:
+    """Tasks at 0 and 15, 10 s each; c = 10 + 2. No wait: the only link is 0 -> 1 with
+    a gap of 5: 12 + 5 = 17 (one worker). With 5 s of wait the first may end at 15 and
+    the second start then: 12, which a schedule reaches (the first waits 5). One late
+    task takes 2 c off: 0."""
+    tasks = [
+        TraceTask(0, 0.0, "developer", "medium", 10.0),
+        TraceTask(1, 15.0, "developer", "medium", 10.0),
+    ]
+    assert idle_lower_bound(tasks, 0.0, late=0, startup=10.0, stop=2.0) == pytest.approx(17.0)
+    assert idle_lower_bound(tasks, 5.0, late=0, startup=10.0, stop=2.0) == pytest.approx(12.0)
+    assert idle_lower_bound(tasks, 5.0, late=1, startup=10.0, stop=2.0) == 0.0
+    far = [tasks[0], TraceTask(1, 40.0, "developer", "medium", 10.0)]  # gap 30 > 12
+    assert idle_lower_bound(far, 0.0, late=0, startup=10.0, stop=2.0) == pytest.approx(24.0)
+
+
+def _least_matching(tasks: list[TraceTask], wait: float, c: float) -> float:
+    """The relaxed problem by brute force: every partial matching of ends to arrivals."""
+    ends = [t.arrival + t.duration + wait for t in tasks]
+    arrivals = [t.arrival for t in tasks]
+    best = 0.0
+
+    def walk(i: int, used: frozenset[int], total: float) -> None:
+        nonlocal best
+        if i == len(ends):
+            best = min(best, total)
+            return
+        walk(i + 1, used, total)
+        for j, a in enumerate(arrivals):
+            x = a - ends[i]
+            if j not in used and -2 * wait <= x:
+                walk(i + 1, used | {j}, total + max(0.0, x) - c)
+
+    walk(0, frozenset(), 0.0)
+    return len(tasks) * c + best
+
+
+def test_idle_lower_bound_is_the_least_relaxed_matching() -> None:
+    """The dynamic programme over the two sorted lists finds the least matching that
+    brute force finds over all matchings (small random traces, seeded)."""
+    rng = random.Random(11)
+    for _ in range(60):
+        n = rng.randint(1, 6)
+        tasks = [
+            TraceTask(i, round(rng.uniform(0, 80), 1), "developer", "medium", rng.uniform(1, 30))
+            for i in range(n)
+        ]
+        wait = rng.choice([0.0, 3.0, 8.0])
+        got = idle_lower_bound(tasks, wait, late=0, startup=10.0, stop=2.0)
+        assert got == pytest.approx(_least_matching(tasks, wait, 12.0)), (tasks, wait)
+
+
+def test_idle_lower_bound_is_below_every_policys_run() -> None:
+    """Every policy's run spends at least the bound at its own longest wait (no task
+    late), and at least the bound at its own p95 wait with the tasks above it late
+    (random traces, seeded)."""
+    rng = random.Random(5)
+    for _ in range(20):
+        n = rng.randint(5, 60)
+        arrivals = sorted(rng.uniform(0, 600) for _ in range(n))
+        tasks = [
+            TraceTask(i, a, "developer", "high", rng.uniform(5, 90)) for i, a in enumerate(arrivals)
+        ]
+        results, runs = simulate_all(tasks, simulate.POLICIES, P)
+        for name, r in results.items():
+            waits = sorted(w for ws in runs[name].waits.values() for w in ws)
+            late = n - math.ceil(0.95 * n)
+            at_most = idle_lower_bound(tasks, waits[-1], late=0, startup=10.0, stop=2.0)
+            at_p95 = idle_lower_bound(tasks, waits[n - late - 1], late=late, startup=10.0, stop=2.0)
+            assert r.idle_worker_seconds >= max(at_most, at_p95) - 1e-6, (name, at_most, at_p95)
+
+
+def test_reach_checks_are_notes_with_the_bound() -> None:
+    """With DBOS's row: the oracle's line and the bound's, marked as theirs."""
+    results, _ = simulate_all(_four_tasks(), ["dbos", "oracle"], P)
+    checks = reach_checks(_four_tasks(), results, P)
+    assert [c.who for c in checks] == ["oracle", "bound"]
+    assert "idle worker-s" in checks[1].detail
+    assert reach_checks(_four_tasks(), {}, P) == []
 
 
 def test_manager_decision_is_the_documents() -> None:
@@ -382,3 +529,7 @@ def test_cli_check_exits_1_when_corral_misses(capsys: pytest.CaptureFixture[str]
     assert code == 1 and "MISSED: corral idle vs dbos" in out
     code, _, _ = cli_run(capsys, trace, "--policy", "corral,keda", "--check")
     assert code == 0
+    # the oracle's and the bound's lines are notes: they never fail --check
+    code, out, _ = cli_run(capsys, trace, "--policy", "dbos,oracle", "--check", "--markdown")
+    assert code == 0
+    assert "- note: oracle idle vs dbos:" in out and "- note: bound at a p95 wait" in out
