@@ -53,6 +53,7 @@ __all__ = [
     "STRENGTHS",
     "STUCK_ACTIONS",
     "TASK_STATUSES",
+    "USAGE_ROLL_UP_EVERY",
     "StuckAction",
 ]
 
@@ -108,6 +109,10 @@ DEFAULT_DIR = ".corral"
 DEFAULT_SQLITE_FILE = "corral.db"
 BUSY_TIMEOUT_SECONDS = 30.0
 MONITOR_MAX_SLEEP = 0.5
+# How often the monitor adds the usage reports kept on completion events (SQLite) to
+# their hours (``Store.roll_up_usage``): the reads count the rest, so this bounds
+# how many each read goes through, not what it sees.
+USAGE_ROLL_UP_EVERY = 1.0
 ALERT_STATE_INTERVAL = 5.0  # the leading alerter re-reads processes and idle runs this often
 MAX_CLAIM_WAIT = 3600.0  # longest ``claim_best_task(wait=…)``, seconds
 # The longest wait before a failed attempt is claimable again (``retry_backoff``'s

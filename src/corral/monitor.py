@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from corral.backoff import Backoff
 from corral.cluster import Cluster
 from corral.deadlines import Deadlines
-from corral.defaults import MONITOR_MAX_SLEEP
+from corral.defaults import MONITOR_MAX_SLEEP, USAGE_ROLL_UP_EVERY
 from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.model import Assessment, Event
 from corral.store.base import Store
@@ -60,6 +60,10 @@ _PRUNE_EVERY = 3600.0
 DutyOutcome = Sequence[Event] | Assessment | None
 
 
+def _roll_up(store: Store, now: float) -> None:
+    store.roll_up_usage(now)
+
+
 def _prune(store: Store, now: float) -> None:
     store.prune_events(now)
     store.prune_notifications(now)  # read inbox items, as old (corral.scheduler)
@@ -73,11 +77,15 @@ class Duty:
     do), from the wake's ``Deadlines`` read or an index head of its own; ``last_run``
     is when this monitor last ran it (None: never). ``run(store, now)`` does the work
     due at ``now`` in short transactions (a batch each; the monitor comes back at once
-    while the deadline is still past) and returns its events or its assessment."""
+    while the deadline is still past) and returns its events or its assessment.
+    ``wakes``: whether its due time wakes the monitor (is a deadline); a duty that
+    does not is done at the passes the monitor makes anyway (at least every
+    ``max_sleep``) once it is due."""
 
     name: str
     due: Callable[[Store, Deadlines, float | None], float | None]
     run: Callable[[Store, float], DutyOutcome]
+    wakes: bool = True
 
 
 DUTIES: tuple[Duty, ...] = (
@@ -116,6 +124,15 @@ DUTIES: tuple[Duty, ...] = (
         lambda store, now: store.time_out_tasks(now),
     ),
     Duty("assess", lambda store, due, last: due.assess_at, lambda store, now: store.assess(now)),
+    # Usage reports kept on completion events (SQLite) added to their hours in batches:
+    # the reads count them either way, this keeps the reads short, so it is no
+    # deadline (it never wakes the monitor).
+    Duty(
+        "roll_up_usage",
+        lambda store, due, last: float("-inf") if last is None else last + USAGE_ROLL_UP_EVERY,
+        lambda store, now: _roll_up(store, now),
+        wakes=False,
+    ),
     Duty(
         "prune_events",
         lambda store, due, last: float("-inf") if last is None else last + _PRUNE_EVERY,
@@ -223,7 +240,7 @@ class Monitor:
                     continue
                 outcome = duty.run(store, now)
                 self._last_run[duty.name] = now
-                ran = True
+                ran = ran or duty.wakes
                 if isinstance(outcome, Assessment):
                     assessed = outcome
                 elif outcome:
@@ -236,7 +253,7 @@ class Monitor:
         upcoming = [
             t
             for duty in self.duties
-            if (t := duty.due(store, due, self._last_run.get(duty.name))) is not None
+            if duty.wakes and (t := duty.due(store, due, self._last_run.get(duty.name))) is not None
         ]
         return TickResult(
             events=events, assessment=assessed, next_deadline=min(upcoming, default=None)

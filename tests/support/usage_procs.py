@@ -57,3 +57,26 @@ def usage_reporter(url: str, node_id: str, rounds: int, barrier: Any, out: Any) 
     finally:
         client.close()
     out.put((node_id, errors))
+
+
+def completer(url: str, node_id: str, barrier: Any, out: Any) -> None:
+    """Register ``node_id`` (model ``opus``), wait for the others, then complete tasks
+    with ``USAGE`` (``complete_and_claim``) until the board is empty; report
+    ``(node_id, completions, errors)``."""
+    client = corral.connect(url)
+    errors: list[str] = []
+    done = 0
+    try:
+        client.register_node(node_id, "developer", model="opus", heartbeat_interval=60)
+        barrier.wait(timeout=60)
+        task = client.claim_best_task(node_id, "developer")
+        while task is not None:
+            _, task = client.complete_and_claim(
+                task.id, node_id, "developer", epoch=task.epoch, usage=USAGE
+            )
+            done += 1
+    except corral.CorralError as exc:
+        errors.append(repr(exc))
+    finally:
+        client.close()
+    out.put((node_id, done, errors))

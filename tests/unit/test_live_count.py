@@ -134,6 +134,9 @@ def _rewind(store: Any) -> None:
             raw.execute("DROP TABLE task_deps")
             for index in ("tasks_ready_at", "tasks_timeout_at", "tasks_stuck_at"):
                 raw.execute(f"DROP INDEX {index}")
+            # This connection's completion trigger reads 0020's usage columns, dropped
+            # below: it goes first (the test completes nothing after the rewind).
+            raw.execute("DROP TRIGGER temp.corral_task_completed")
             columns = [r[1] for r in raw.execute("PRAGMA table_info(tasks)").fetchall()]
             for column in columns[columns.index("claimed_role") + 1 :]:
                 raw.execute(f"ALTER TABLE tasks DROP COLUMN {column}")

@@ -593,6 +593,12 @@ class Store(ABC):
     @abstractmethod
     def prune_events(self, now: float) -> int: ...
 
+    def roll_up_usage(self, now: float) -> int:
+        """Add the usage reports a store keeps on its completions' events to their
+        hours (docs/guardrails.md); how many. Every read counts them either way: this
+        keeps the reads short. None by default (the reports went to their hours)."""
+        return 0
+
     def try_lead(self, holder: str) -> bool:
         """Whether ``holder``'s monitor may do the duties now. The duties are
         idempotent and double-checked, so by default every monitor may; a shared

@@ -283,6 +283,9 @@ class SQLStore(Store):
     def prune_events(self, now: float) -> int:
         return sqlduties.prune_events(self._db, now)
 
+    def roll_up_usage(self, now: float) -> int:
+        return sqlusage.roll_up_all(self._db)
+
     # --- sqlprocs ------------------------------------------------------------
     def report_processes(self, host: str, processes: list[Process], now: float) -> list[Process]:
         return sqlprocs.report_processes(self._db, host, processes, now)

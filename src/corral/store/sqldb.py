@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from corral.config import settings_from_rows
 from corral.errors import InvalidInputError, LeaseError, NotFoundError, TaskCancelledError
@@ -24,6 +24,7 @@ from corral.store.rows import Tx, dumps, event_from_row, loads, node_from_row
 
 __all__ = [
     "Db",
+    "UsageTail",
     "check_role",
     "dequeue",
     "enqueue",
@@ -35,6 +36,23 @@ __all__ = [
 ]
 
 Transaction = Callable[[], AbstractContextManager[Tx]]
+
+
+class UsageTail(Protocol):
+    """An adapter whose completions leave their usage reports for a roll-up instead
+    of adding them to their nodes' hours (SQLite: on their events; sqlusage reads
+    and rolls them up through this)."""
+
+    def rows(self, tx: Tx, limit: int) -> list[Any]:
+        """The reports not rolled up yet, in order, at most ``limit``: each with
+        ``seq``, ``ts``, ``node_id``, ``input_tokens``, ``output_tokens``,
+        ``cost_micros``, ``role`` and ``model``."""
+        ...
+
+    def roll_up(self, tx: Tx, limit: int) -> int:
+        """Add up to ``limit`` of them to their hours, in ``tx``, and mark them
+        rolled up; how many."""
+        ...
 
 
 class Db:
@@ -65,6 +83,9 @@ class Db:
         self.read_row = read_row
         # (settings_version, Settings) last read; None: read them again.
         self.settings_cache: tuple[Any, Settings] | None = None
+        # Where completions leave their usage for a roll-up (SQLite: on their events)
+        # instead of adding it to their hours themselves; None: they add it.
+        self.usage_tail: UsageTail | None = None
         self._actor = threading.local()  # the monitor whose duties this thread runs
         # (pass time, retry time) of the last monitor pass that skipped locked rows,
         # per duty (sqlduties).

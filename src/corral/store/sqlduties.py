@@ -6,7 +6,7 @@ from typing import Any
 
 from corral.defaults import MANAGER_ROLE
 from corral.model import Event, last_seen
-from corral.store import sqltasks
+from corral.store import sqltasks, sqlusage
 from corral.store.base import Deadlines, TaskSpec
 from corral.store.rows import Tx, _dumps, _loads
 from corral.store.sqldb import Db, meta
@@ -131,4 +131,7 @@ def retire_idle(db: Db, now: float) -> list[Event]:
 def prune_events(db: Db, now: float) -> int:
     with db.write() as tx:
         s = db.settings_in(tx)
+        # The usage reports on events (SQLite's completions) go to their hours first.
+        while sqlusage.roll_up(db, tx) == sqlusage.ROLL_BATCH:
+            pass
         return tx.run("events_prune", cutoff=now - s.event_retention_seconds)

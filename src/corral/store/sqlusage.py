@@ -4,7 +4,12 @@ the rules are ``corral.budgets``'; docs/guardrails.md).
 A usage report adds to one row, its node's of the hour (``usage_add``: the node's role
 and model and its pool written with it), and to its task's own row (``usage_task_add``,
 or in the completion's own statement: the stores' hot paths), in its operation's own
-transaction. The sums of a scope over a window are computed at read, from the window's
+transaction. On SQLite a completion's report is not added to its node's hour by the
+completion: it rides on the completion's event (the schema's completion trigger), and
+``roll_up`` adds such reports to their hours in batches (the monitor's ``roll_up_usage``
+duty, the events' pruning, a reader that found many, a report with budgets set); every
+read adds the reports not rolled up yet (``_tail``), from the same snapshot, so every
+sum is exact. The sums of a scope over a window are computed at read, from the window's
 hours (``usage_sum_*``). With budgets set, the report then reads the sums of the
 budgets covering its node and announces a crossing of 80% or 100% once per window
 (``budget_marks``): a ``budget_warning`` or ``budget_spent`` event. A claim by a node
@@ -26,19 +31,29 @@ from corral.store.sqldb import Db
 
 __all__ = [
     "add_params",
+    "after_completion",
     "amounts",
     "announce",
     "budget_refusal",
     "hard_budgets_spent",
     "hard_targets",
     "model_live_count",
+    "pending",
     "record",
+    "roll_up",
+    "roll_up_all",
     "spent_budgets",
     "usage",
     "usage_by_scope",
 ]
 
 _NONE = {"input_tokens": 0, "output_tokens": 0, "cost_micros": 0, "reports": 0}
+ROLL_BATCH = 5000  # completion reports one roll-up transaction moves, at most
+READER_ROLLS = 1000  # a reader that finds this many not rolled up rolls them up after
+ALL = 1 << 62  # a tail read's limit: every report
+# A completion report not rolled up yet (``_tail``): its hour, node, the node's role,
+# model and pool, and its amounts (tokens in and out, micro-dollars).
+Pending = tuple[float, str, str, str, str | None, int, int, int]
 # A scope's sums by its kind: on the index of its column of usage_hours.
 _SUMS = {
     "node": "usage_sum_node",
@@ -126,17 +141,104 @@ def _covering(tx: Tx, s: Settings, node_id: str) -> list[rules.Budget]:
     return [b for b in found if rules.scope_covers(b.scope, node_id, row["role"], row["model"])]
 
 
-def _sum(tx: Tx, scope: str, start: float, end: float) -> Any:
+def _tail(db: Db, tx: Tx) -> list[Any]:
+    """The completion reports not rolled up yet, in order (the adapter's
+    ``UsageTail``); none where completions write their hours themselves."""
+    return [] if db.usage_tail is None else db.usage_tail.rows(tx, ALL)
+
+
+def pending(rows: list[Any]) -> list[Pending]:
+    """A ``UsageTail``'s rows (``seq, ts, node_id``, the three amounts, ``role``,
+    ``model``) as the hours' rows would have them."""
+    return [
+        (
+            rules.bucket_start(r["ts"]),
+            r["node_id"],
+            r["role"],
+            r["model"],
+            rules.pool_of(r["node_id"]),
+            int(r["input_tokens"]),
+            int(r["output_tokens"]),
+            int(r["cost_micros"]),
+        )
+        for r in rows
+    ]
+
+
+def _covers(kind: str, name: str, p: Pending) -> bool:
+    """Whether scope ``kind:name`` (not a task's) holds pending report ``p``, as
+    ``usage_sum_*`` would select its row."""
+    if kind == "node":
+        return p[1] == name
+    if kind == "role":
+        return p[2] == name
+    if kind == "model":
+        return p[3] == name and name != ""
+    return p[4] == name  # pool
+
+
+def _sum(
+    db: Db, tx: Tx, scope: str, start: float, end: float, tail: list[Any] | None = None
+) -> Any:
     """A scope's sums over ``[start, end)``: its kind's ``usage_sum_*`` (a task's
-    from its row, whatever the window)."""
+    from its row, whatever the window), and the reports of its hours not rolled up
+    yet (``tail``: ``_tail``'s rows, read by the caller in ``tx``)."""
     if scope == "cluster":
-        return tx.one("usage_sum_cluster", start=start, end=end)
-    kind, name = scope.split(":", 1)
-    if kind == "task":
-        task_id = rules.task_id_of(scope)
-        row = None if task_id is None else tx.one("usage_sum_task", key=task_id)
-        return _NONE if row is None else row
-    return tx.one(_SUMS[kind], key=name, start=start, end=end)
+        kind, name = "cluster", ""
+        row = tx.one("usage_sum_cluster", start=start, end=end)
+    else:
+        kind, name = scope.split(":", 1)
+        if kind == "task":
+            task_id = rules.task_id_of(scope)
+            found = None if task_id is None else tx.one("usage_sum_task", key=task_id)
+            return _NONE if found is None else found
+        row = tx.one(_SUMS[kind], key=name, start=start, end=end)
+    due = [
+        p
+        for p in pending(_tail(db, tx) if tail is None else tail)
+        if start <= p[0] < end and (kind == "cluster" or _covers(kind, name, p))
+    ]
+    if not due:
+        return row
+    return {
+        "input_tokens": int(row["input_tokens"]) + sum(p[5] for p in due),
+        "output_tokens": int(row["output_tokens"]) + sum(p[6] for p in due),
+        "cost_micros": int(row["cost_micros"]) + sum(p[7] for p in due),
+        "reports": int(row["reports"]) + len(due),
+    }
+
+
+def roll_up(db: Db, tx: Tx) -> int:
+    """Add the completion reports not rolled up yet (at most ``ROLL_BATCH``) to their
+    nodes' hours, in ``tx`` (the adapter's ``UsageTail``); how many (``ROLL_BATCH``:
+    there may be more)."""
+    return 0 if db.usage_tail is None else db.usage_tail.roll_up(tx, ROLL_BATCH)
+
+
+def roll_up_all(db: Db) -> int:
+    """``roll_up`` until no report is left, a transaction per batch; how many."""
+    if db.usage_tail is None:
+        return 0
+    moved = 0
+    while True:
+        with db.write_redone() as tx:  # lost in a crash: still on the events
+            n = roll_up(db, tx)
+        moved += n
+        if n < ROLL_BATCH:
+            return moved
+
+
+def after_completion(db: Db, tx: Tx, node_id: str, now: float) -> None:
+    """After a completion with usage in ``tx`` whose report is on its event (SQLite):
+    with budgets set, the reports rolled up (so the budgets' reads find no tail) and
+    the budgets it crosses announced; without, nothing read or written."""
+    s = _cached(db)
+    if s is None:
+        s = db.settings_in(tx)
+    if s.budgets:
+        while roll_up(db, tx) == ROLL_BATCH:
+            pass
+        _announce(db, tx, s, node_id, now)
 
 
 def _used(db: Db, tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:
@@ -150,14 +252,14 @@ def _used(db: Db, tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:
         closed = _CLOSED.setdefault(db, {})
         kept = closed.get(b.scope)
         if kept is None or kept[:2] != (start, recent):
-            kept = closed[b.scope] = (start, recent, _sum(tx, b.scope, start, recent))
+            kept = closed[b.scope] = (start, recent, _sum(db, tx, b.scope, start, recent))
         row = kept[2]
         tokens, micros = (
             int(row["input_tokens"]) + int(row["output_tokens"]),
             int(row["cost_micros"]),
         )
         start = recent
-    row = _sum(tx, b.scope, start, end)
+    row = _sum(db, tx, b.scope, start, end)
     tokens += int(row["input_tokens"]) + int(row["output_tokens"])
     micros += int(row["cost_micros"])
     return rules.fraction_used(b, tokens, micros), end
@@ -245,9 +347,13 @@ def model_live_count(tx: Tx, model: str) -> int:
 
 
 def usage(db: Db, scope: str, start: float, end: float) -> dict[str, Any]:
-    """A scope's sums over ``[start, end)``."""
+    """A scope's sums over ``[start, end)``. A reader that found ``READER_ROLLS``
+    reports or more not rolled up (no monitor rolls them up) rolls them up after."""
     with db.read() as tx:
-        row = _sum(tx, scope, start, end)
+        tail = _tail(db, tx)
+        row = _sum(db, tx, scope, start, end, tail)
+    if len(tail) >= READER_ROLLS:
+        roll_up_all(db)
     return {
         "input_tokens": int(row["input_tokens"]),
         "output_tokens": int(row["output_tokens"]),
@@ -257,9 +363,27 @@ def usage(db: Db, scope: str, start: float, end: float) -> dict[str, Any]:
 
 
 def usage_by_scope(db: Db, start: float, end: float) -> list[dict[str, Any]]:
-    """Every scope's sums over ``[start, end)`` but tasks' (/metrics)."""
+    """Every scope's sums over ``[start, end)`` but tasks' (/metrics), the reports
+    not rolled up yet included (rolled up after, as by ``usage``)."""
     with db.read() as tx:
-        rows = tx.all("usage_nodes", start=start, end=end)
+        rows: list[Any] = tx.all("usage_nodes", start=start, end=end)
+        tail = _tail(db, tx)
+    rows += [
+        {
+            "node_id": p[1],
+            "role": p[2],
+            "model": p[3],
+            "pool": p[4],
+            "input_tokens": p[5],
+            "output_tokens": p[6],
+            "cost_micros": p[7],
+            "reports": 1,
+        }
+        for p in pending(tail)
+        if start <= p[0] < end
+    ]
+    if len(tail) >= READER_ROLLS:
+        roll_up_all(db)
     return [
         {
             "scope": scope,

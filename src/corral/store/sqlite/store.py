@@ -58,6 +58,7 @@ from corral.store.sqldb import check_role, dequeue, live, refuse
 from corral.store.sqlite.checkpoint import _Checkpointer
 from corral.store.sqlite.leader import MonitorLeader
 from corral.store.sqlite.synced import _SyncedCommits
+from corral.store.sqlite.usage import CompletionEvents
 from corral.store.sqlite.writer import _WriterLock, fcntl
 
 __all__ = ["TASK_COLUMNS", "SQLiteStore", "WouldBlock"]
@@ -71,11 +72,11 @@ _TASK_COMPLETE = _QUERIES["task_complete"]
 _TASK_COMPLETE_QUIET = _TASK_COMPLETE.removesuffix("RETURNING *").rstrip()
 if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql edit
     raise RuntimeError("task_complete must end with RETURNING *")
-# A completion with usage: the task's sums in the same statement, its node's row of
-# the hour in one more (``usage_add``).
+# A completion with usage: the task's sums in the same statement, and the report on
+# its event (the completion trigger), which ``sqlusage.roll_up`` adds to its node's
+# hour later: no statement more than a completion without.
 _TASK_COMPLETE_USAGE = _QUERIES["task_complete_usage"]
 _TASK_COMPLETE_USAGE_QUIET = _TASK_COMPLETE_USAGE.removesuffix("RETURNING *").rstrip()
-_USAGE_ADD = _QUERIES["usage_add"]
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
 
 
@@ -189,6 +190,7 @@ class SQLiteStore(SQLStore):
         busy_timeout: float | str = BUSY_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__()
+        self._db.usage_tail = CompletionEvents()  # completions' usage on their events
         sync = str(synchronous).upper()
         if sync not in _SYNCHRONOUS:
             raise InvalidInputError(
@@ -563,8 +565,9 @@ class SQLiteStore(SQLStore):
         usage: dict[str, Any] | None = None,
     ) -> Task:
         """The completion inside a write transaction (or LeaseError), with ``usage``
-        recorded: on the task's row by the completion's statement, on its node's row
-        of the hour by one more (and the budgets it crosses announced).
+        recorded by the completion's statement: on the task's row, and on its event
+        for its node's hour (``sqlusage.roll_up``; with budgets set, rolled up now and
+        the budgets it crosses announced).
 
         A task this store claimed, completed with its epoch, is unchanged since its
         claim but for what the completion sets (only a claim changes an in-progress
@@ -575,7 +578,7 @@ class SQLiteStore(SQLStore):
         if usage is None:
             quiet, full = _TASK_COMPLETE_QUIET, _TASK_COMPLETE
         else:
-            params.update(sqlusage.add_params(node_id, usage, now))
+            params.update(sqlusage.amounts(usage))
             quiet, full = _TASK_COMPLETE_USAGE_QUIET, _TASK_COMPLETE_USAGE
         held = self._claimed.pop(task_id, None)
         if held is not None and epoch is not None and held.epoch == epoch:
@@ -588,8 +591,7 @@ class SQLiteStore(SQLStore):
                 refuse(tx, task_id, node_id, epoch)
             done = _task(rows[0], self._tail)
         if usage is not None:
-            self._hot.execute(_USAGE_ADD, params)
-            sqlusage.announce(self._db, tx, node_id, now)
+            sqlusage.after_completion(self._db, tx, node_id, now)
         return done
 
     def _done_with(self, tx: _Tx, node_id: str, task_id: int, now: float) -> None:

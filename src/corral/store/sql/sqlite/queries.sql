@@ -328,9 +328,27 @@ BEGIN
       AND
       -- include: stamp_due
       ;
+    -- A completion with usage (task_complete_usage: it adds one report to the task's
+    -- sums) carries the report on its event, with its holder's role and model as its
+    -- live row has them now ('' when none): usage_hours gets it in batches
+    -- (sqlusage.roll_up), and the readers add the events not rolled up yet
+    -- (usage_tail), so a completion with usage writes nothing more than one without.
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
-            json_object('epoch', new.epoch, 'claimed_at', new.claimed_at));
+            CASE WHEN new.usage_reports = old.usage_reports
+            THEN json_object('epoch', new.epoch, 'claimed_at', new.claimed_at)
+            ELSE json_object('epoch', new.epoch, 'claimed_at', new.claimed_at, 'usage',
+                json_object(
+                    'input_tokens', new.usage_input_tokens - old.usage_input_tokens,
+                    'output_tokens', new.usage_output_tokens - old.usage_output_tokens,
+                    'cost_micros', new.usage_cost_micros - old.usage_cost_micros,
+                    'role', coalesce((SELECT role FROM nodes
+                                      WHERE id = new.assigned_to AND terminated_at IS NULL),
+                                     ''),
+                    'model', coalesce((SELECT model FROM nodes
+                                       WHERE id = new.assigned_to AND terminated_at IS NULL),
+                                      '')))
+            END);
 END;
 
 -- name: task_fail_final
@@ -1144,6 +1162,32 @@ ON CONFLICT (start, node_id, role, model) DO UPDATE SET
     cost_micros = usage_hours.cost_micros + excluded.cost_micros,
     reports = usage_hours.reports + 1;
 
+-- name: usage_add_sums
+-- The roll-up's addition (sqlusage.roll_up): the reports of one node's hour, summed.
+INSERT INTO usage_hours (start, node_id, role, model, pool, input_tokens, output_tokens,
+                         cost_micros, reports)
+VALUES (:hour, :node_id, :role, :model, :pool, :input_tokens, :output_tokens, :cost_micros,
+        :reports)
+ON CONFLICT (start, node_id, role, model) DO UPDATE SET
+    input_tokens = usage_hours.input_tokens + excluded.input_tokens,
+    output_tokens = usage_hours.output_tokens + excluded.output_tokens,
+    cost_micros = usage_hours.cost_micros + excluded.cost_micros,
+    reports = usage_hours.reports + excluded.reports;
+
+-- name: usage_tail
+-- The completions' usage reports not in usage_hours yet: on the completion events after
+-- the roll-up's mark (meta usage_rolled; the events' seq range, in order). The readers
+-- add them to usage_hours' sums; the roll-up moves them there.
+SELECT seq, ts, node_id,
+       json_extract(data, '$.usage.input_tokens') AS input_tokens,
+       json_extract(data, '$.usage.output_tokens') AS output_tokens,
+       json_extract(data, '$.usage.cost_micros') AS cost_micros,
+       json_extract(data, '$.usage.role') AS role,
+       json_extract(data, '$.usage.model') AS model
+FROM events
+WHERE seq > :after AND kind = 'task_completed' AND json_extract(data, '$.usage') IS NOT NULL
+ORDER BY seq LIMIT :limit;
+
 -- name: usage_task_add
 -- A usage report added to its task's sums (a failure's or a progress report's; a
 -- completion adds them in its own statement: task_complete_usage).
@@ -1154,7 +1198,8 @@ UPDATE tasks SET usage_input_tokens = usage_input_tokens + :input_tokens,
 WHERE id = :id;
 
 -- name: task_complete_usage
--- task_complete with the report's usage added to the task's sums in the same statement.
+-- task_complete with the report's usage added to the task's sums in the same statement;
+-- its event (trigger_task_completed) carries the report for usage_hours.
 UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                  updated_at = :now,
                  usage_input_tokens = usage_input_tokens + :input_tokens,

@@ -163,6 +163,9 @@ CREATE INDEX events_process_actions ON events (json_extract(data, '$.host'), seq
 -- The live-node count (meta 'live_nodes': nodes whose terminated_at is NULL), kept by
 -- triggers in the same transaction as the node changes.
 INSERT INTO meta (key, value) VALUES ('live_nodes', '0');
+-- The usage roll-up's mark (meta 'usage_rolled', migration 0023): the last event seq
+-- whose completion report, if any, usage_hours has (corral.store.sqlite.usage).
+INSERT INTO meta (key, value) VALUES ('usage_rolled', '0');
 
 CREATE TRIGGER nodes_live_insert AFTER INSERT ON nodes
 WHEN NEW.terminated_at IS NULL
