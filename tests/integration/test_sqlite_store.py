@@ -197,6 +197,28 @@ def test_task_rows_unpack_in_schema_order(tmp_path: Path) -> None:
     store.close()
 
 
+def test_the_claim_returns_the_task_row_columns(tmp_path: Path) -> None:
+    """claim_take returns ``TaskRow``'s columns in its order (the store makes the
+    claimed row from them by position), and a claimed task equals the task read back."""
+    import corral
+    from corral.store.rows import TaskRow
+
+    store = SQLiteStore(tmp_path / "claimcols.db")
+    cur = store._conn.execute(
+        load_queries("sqlite")["claim_take"],
+        {"role": "developer", "node_id": "A", "now": 0.0, "bonus": 900, "session_id": "s"},
+    )
+    assert tuple(d[0] for d in cur.description) == TaskRow._fields
+    cur.fetchall()
+    store.close()
+    with corral.connect(f"sqlite:///{tmp_path / 'claimcols.db'}") as c:
+        c.add_tasks([{"title": "implement it", "priority": "high", "progress_timeout": 30}])
+        c.register_node("A", "developer")
+        task = c.claim_best_task("A", "developer")
+        assert task is not None and task == c.get_task(task.id)
+        assert task.session_id is not None and task.progress_timeout == 30
+
+
 def _hold_lock_file(path: str, held: Event, suffix: str, in_transaction: bool = False) -> None:
     import fcntl
     import os

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -16,8 +17,9 @@ __all__ = [
     "Tx",
     "dumps",
     "event_from_row",
-    "finished",
+    "finished_task",
     "loads",
+    "new_session_id",
     "node_from_row",
     "task_from_row",
     "task_from_task_row",
@@ -286,10 +288,29 @@ def task_from_task_row(r: TaskRow) -> Task:
     return task
 
 
-def finished(held: TaskRow, result: str | None, now: float) -> TaskRow:
-    """A claimed task's row as its completion leaves it (the completion statements'
-    SET: status done, updated_at and finished_at now, the result, no error)."""
-    return held._replace(status="done", updated_at=now, finished_at=now, result=result, error=None)
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+_urandom = os.urandom
+
+
+def new_session_id() -> str:
+    """A new session id for a first claim: a random UUID (version 4, RFC 4122's
+    variant) in its canonical text, from 16 bytes of ``os.urandom`` (as
+    ``uuid.uuid4``), written out without building a ``uuid.UUID`` (a claim makes one)."""
+    h = _urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+def finished_task(held: TaskRow, result: str | None, now: float) -> Task:
+    """The task of a claimed row ``held`` as its completion leaves it (the completion
+    statements' SET: status done, updated_at and finished_at now, the result, no
+    error): the claim's task with those fields set by name (no row made between)."""
+    task = task_from_task_row(held)
+    _set_status(task, "done")
+    _set_updated_at(task, now)
+    _set_finished_at(task, now)
+    _set_result(task, None if result is None else _loads(result))
+    _set_error(task, None)
+    return task
 
 
 def event_from_row(row: Any) -> Event:

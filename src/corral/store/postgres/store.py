@@ -15,7 +15,6 @@ the same names override them.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any
@@ -29,7 +28,15 @@ from corral.store import claimkeys, sqltasks, sqlusage
 from corral.store.base import TaskSpec
 from corral.store.postgres.dedicated import Leader, Listener
 from corral.store.postgres.session import _QUERIES, Sessions, _Tx
-from corral.store.rows import TaskRow, _dumps, finished, task_from_task_row, task_row, task_tail
+from corral.store.rows import (
+    TaskRow,
+    _dumps,
+    finished_task,
+    new_session_id,
+    task_from_task_row,
+    task_row,
+    task_tail,
+)
 from corral.store.signal import ReadySignal
 from corral.store.sqlbase import SQLStore, task_from_row
 from corral.store.sqldb import live, refuse
@@ -72,6 +79,26 @@ for _name, _done in (
     ("complete_claim_lean_quiet", "fin"),
 ):
     _QUERIES[f"{_name}+usage"] = _with_usage_cte(_name, _done)
+
+# The claim's key (claimkeys) in the statement: its CTEs (keyed, then ck and ckp, the
+# part claim_key_put) run only in the "+key" forms, which queries.sql writes; the
+# plain forms, a claim without a key, are those without them (a CTE that writes runs,
+# and opens its table, even when its condition leaves it nothing to do).
+_KEY_CTES = re.compile(r"\), keyed AS \(.*?(?=\), ev AS \()", re.DOTALL)
+
+
+def _unkeyed(name: str) -> str:
+    sql, n = _KEY_CTES.subn("", _QUERIES[name])
+    if n != 1 or "claim_keys" in sql or "%(key)s" in sql:  # pragma: no cover - an edit
+        raise RuntimeError(f"{name}: its claim key's CTEs not found")
+    return sql
+
+
+for _name in ("claim_full", "claim_lean", "complete_claim_full", "complete_claim_lean_quiet"):
+    for _form in (_name, f"{_name}+usage"):
+        if _form in _QUERIES:
+            _QUERIES[f"{_form}+key"] = _QUERIES[_form]
+            _QUERIES[_form] = _unkeyed(_form)
 
 
 def _task(values: Any, start: int, tail: tuple[int, ...]) -> Task:
@@ -216,6 +243,7 @@ class PostgresStore(SQLStore):
     def _claim(self, node_id: str, role: str, now: float, key: str | None) -> Task | None:
         refresh = False
         lean = self._lean.get(node_id, False)
+        keyed = "" if key is None else "+key"
         while True:
             params = {
                 "node_id": node_id,
@@ -227,16 +255,16 @@ class PostgresStore(SQLStore):
                 "role_json": _dumps(role),
                 "key": key,
                 "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
-                "session_id": str(uuid.uuid4()),
+                "session_id": new_session_id(),
             }
             if lean:
-                row = self._hot("claim_lean", params)[0]
+                row = self._hot(f"claim_lean{keyed}", params)[0]
                 if row[0] and not row[1]:  # the node needs its update: the full claim
                     lean = self._lean[node_id] = False
                     continue
                 i = 2
             else:
-                row = self._hot("claim_full", params)[0]
+                row = self._hot(f"claim_full{keyed}", params)[0]
                 i = 1
             fresh = row[0]
             if fresh is None:  # no live node
@@ -284,7 +312,7 @@ class PostgresStore(SQLStore):
                 if done is None:
                     with self._read() as tx:
                         refuse(tx, task_id, node_id, epoch)  # raises
-                return task_from_task_row(finished(held, text, now))
+                return finished_task(held, text, now)
         rows = self._hot(f"complete_full{with_usage}", params)
         if not rows:
             with self._read() as tx:
@@ -351,21 +379,22 @@ class PostgresStore(SQLStore):
             "role_json": _dumps(role),
             "key": key,
             "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
-            "session_id": str(uuid.uuid4()),
+            "session_id": new_session_id(),
         }
+        keyed = "" if key is None else "+key"
         with_usage = ""  # the "+usage" statements: the completion and its usage in one
         if usage is not None and not self._budgets_maybe():
             params.update(sqlusage.add_params(node_id, usage, now))
             with_usage, usage = "+usage", None
         held = self._held(task_id, epoch)
         if usage is None and held is not None and self._lean.get(node_id, False):
-            row = self._hot(f"complete_claim_lean_quiet{with_usage}", params)[0]
+            row = self._hot(f"complete_claim_lean_quiet{with_usage}{keyed}", params)[0]
             fresh, lean = row[0], row[1]
             if lean:
                 if not row[2]:  # not finished
                     with self._read() as tx:
                         refuse(tx, task_id, node_id, epoch)  # raises
-                done = task_from_task_row(finished(held, text, now))
+                done = finished_task(held, text, now)
                 if not fresh:
                     return done, self._claim(node_id, role, now, key)  # the settings changed
                 if row[3] is None:
@@ -373,9 +402,11 @@ class PostgresStore(SQLStore):
                 return done, self._remember(row, 3)
             self._lean[node_id] = False  # the node needs its update: the full statement
         if usage is None:
-            rows = self._hot(f"complete_claim_full{with_usage}", params)
+            rows = self._hot(f"complete_claim_full{with_usage}{keyed}", params)
         else:  # budgets may be set: the usage in a transaction that may announce them
-            rows = self._with_usage("complete_claim_full", params, task_id, node_id, usage, now)
+            rows = self._with_usage(
+                f"complete_claim_full{keyed}", params, task_id, node_id, usage, now
+            )
         if not rows:
             with self._read() as tx:
                 refuse(tx, task_id, node_id, epoch)  # raises

@@ -23,7 +23,6 @@ import re
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +46,8 @@ from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import (
     TaskRow,
     dumps,
-    finished,
+    finished_task,
+    new_session_id,
     task_from_task_row,
     task_row,
     task_tail,
@@ -78,6 +78,7 @@ if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql e
 _TASK_COMPLETE_USAGE = _QUERIES["task_complete_usage"]
 _TASK_COMPLETE_USAGE_QUIET = _TASK_COMPLETE_USAGE.removesuffix("RETURNING *").rstrip()
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
+_claimed_row = TaskRow._make  # a claim_take row (TaskRow's columns, in its order)
 
 
 def _bookkeeping(name: str) -> str:
@@ -545,7 +546,7 @@ class SQLiteStore(SQLStore):
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
-        row = task_row(rows[0], 0, self._tail)
+        row = _claimed_row(rows[0])  # claim_take returns TaskRow's columns
         if " " in row.roles:  # a task matching several roles: the claim drops only one head
             dequeue(tx, row.id, row.sort_key, row.created_at, row.roles)
         claimed = self._claimed
@@ -584,7 +585,7 @@ class SQLiteStore(SQLStore):
         if held is not None and epoch is not None and held.epoch == epoch:
             if self._hot.execute(quiet, params).rowcount != 1:
                 refuse(tx, task_id, node_id, epoch)
-            done = task_from_task_row(finished(held, text, now))
+            done = finished_task(held, text, now)
         else:
             rows = self._hot.execute(full, params).fetchall()
             if not rows:
@@ -602,7 +603,7 @@ class SQLiteStore(SQLStore):
 
     def claim(self, node_id: str, role: str, now: float, *, key: str | None = None) -> Task | None:
         sqlusage.budget_refusal(self._db, node_id, now)  # no read without budgets
-        session_id = str(uuid.uuid4())  # made before the write lock, not under it
+        session_id = new_session_id()  # made before the write lock, not under it
         tx = self._begin()
         try:
             check_role(self._db, tx, role)
@@ -695,7 +696,7 @@ class SQLiteStore(SQLStore):
         or the key recorded), the answer the first one had. A node covered by a spent
         budget completes and claims nothing."""
         spent = self.budget_spent(node_id, now)  # no read without budgets
-        session_id = str(uuid.uuid4())  # made before the write lock, not under it
+        session_id = new_session_id()  # made before the write lock, not under it
         tx = self._begin()
         refused: LeaseError | None = None
         try:

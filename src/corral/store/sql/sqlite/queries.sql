@@ -252,7 +252,9 @@ DELETE FROM ready;
 -- only by a live node. The TEMP trigger corral_task_claimed (trigger_task_claimed)
 -- re-stamps the holder when due, records the event and drops the role head. The
 -- first claim fixes the task's session (:session_id, a new UUID); every claim starts
--- the attempt's progress deadline afresh.
+-- the attempt's progress deadline afresh. It returns the columns of rows.TaskRow, in
+-- its order (what the claim's record and its completion's are built from; a test
+-- checks): not the usage sums or the monitor's columns, which a Task does not carry.
 UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                  attempts = attempts + 1, claimed_at = :now, updated_at = :now,
                  claimed_role = :role, session_id = coalesce(session_id, :session_id),
@@ -272,7 +274,10 @@ WHERE status = 'pending' AND id = (
     )
     ORDER BY k, created_at, task_id LIMIT 1)
   AND EXISTS (SELECT 1 FROM nodes WHERE id = :node_id AND terminated_at IS NULL)
-RETURNING *;
+RETURNING id, title, description, priority, role, roles, status, assigned_to, epoch,
+          attempts, max_attempts, sort_key, created_at, claimed_at, updated_at,
+          finished_at, result, error, session_id, progress_timeout, timeout,
+          retry_backoff, not_before, depends_on, ready_at;
 
 -- name: task_complete
 -- The TEMP trigger corral_task_completed (trigger_task_completed) re-stamps the
