@@ -132,6 +132,7 @@ def _rewind(store: Any) -> None:
             # trigger, table and indexes, then the columns they added to tasks.
             raw.execute("DROP TRIGGER tasks_release_dependents")
             raw.execute("DROP TABLE task_deps")
+            raw.execute("DROP TABLE task_releases")  # and its trigger (0022)
             for index in ("tasks_ready_at", "tasks_timeout_at", "tasks_stuck_at"):
                 raw.execute(f"DROP INDEX {index}")
             # This connection's completion trigger reads 0020's usage columns, dropped

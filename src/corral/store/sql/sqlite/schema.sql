@@ -356,31 +356,48 @@ CREATE TABLE tokens (
 );
 
 -- A dependency's completion makes the tasks waiting only on it ready, in the same
--- transaction (migration 0016).
-CREATE TRIGGER tasks_release_dependents AFTER UPDATE OF status ON tasks
+-- transaction (migration 0016), in two steps (0022): tasks_release_dependents, on
+-- finished_at (every finishing statement sets it, no claim does), only notes the
+-- completion of a task others wait on in task_releases, and that row's insert does
+-- the release (task_releases_run) and deletes it: task_releases is empty between
+-- statements. SQLite sets up the frame of every trigger a statement may fire before
+-- testing its condition, at a cost in the size of the trigger's program: a completion
+-- of a task nobody waits on pays for a one-row insert's, not for the release's.
+CREATE TABLE task_releases (
+    dep_id INTEGER NOT NULL,  -- the task just done
+    at     REAL NOT NULL      -- its completion's time (its updated_at)
+);
+
+CREATE TRIGGER tasks_release_dependents AFTER UPDATE OF finished_at ON tasks
 WHEN new.status = 'done' AND old.status <> 'done' AND new.dependents > 0
 BEGIN
+    INSERT INTO task_releases (dep_id, at) VALUES (new.id, new.updated_at);
+END;
+
+CREATE TRIGGER task_releases_run AFTER INSERT ON task_releases
+BEGIN
     UPDATE tasks SET waiting_on = waiting_on - 1
-    WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id) AND status = 'blocked';
+    WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = new.dep_id) AND status = 'blocked';
     INSERT INTO ready (role, sort_key, created_at, task_id)
     SELECT r.value, t.sort_key, t.created_at, t.id
     FROM tasks t, json_each('["' || replace(t.roles, ' ', '","') || '"]') r
-    WHERE t.id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id)
+    WHERE t.id IN (SELECT task_id FROM task_deps WHERE dep_id = new.dep_id)
       AND t.status = 'blocked' AND t.waiting_on = 0 AND t.roles <> ''
-      AND (t.ready_at IS NULL OR t.ready_at <= new.updated_at);
+      AND (t.ready_at IS NULL OR t.ready_at <= new.at);
     INSERT INTO events (ts, kind, task_id, data)
-    SELECT new.updated_at, 'task_unblocked', t.id,
-           json_object('after', new.id,
-                       'status', CASE WHEN t.ready_at IS NULL OR t.ready_at <= new.updated_at
+    SELECT new.at, 'task_unblocked', t.id,
+           json_object('after', new.dep_id,
+                       'status', CASE WHEN t.ready_at IS NULL OR t.ready_at <= new.at
                                       THEN 'pending' ELSE 'scheduled' END)
     FROM tasks t
-    WHERE t.id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id)
+    WHERE t.id IN (SELECT task_id FROM task_deps WHERE dep_id = new.dep_id)
       AND t.status = 'blocked' AND t.waiting_on = 0;
-    UPDATE tasks SET status = CASE WHEN ready_at IS NULL OR ready_at <= new.updated_at
+    UPDATE tasks SET status = CASE WHEN ready_at IS NULL OR ready_at <= new.at
                                    THEN 'pending' ELSE 'scheduled' END,
-                     updated_at = new.updated_at
-    WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = new.id)
+                     updated_at = new.at
+    WHERE id IN (SELECT task_id FROM task_deps WHERE dep_id = new.dep_id)
       AND status = 'blocked' AND waiting_on = 0;
+    DELETE FROM task_releases WHERE rowid = new.rowid;
 END;
 
 -- Usage and spend, budgets and per-model caps (docs/guardrails.md, corral.budgets).
