@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import corral
+from corral.errors import StoreUnavailableError
 from corral.model import Event
 from tests.support import pg_procs
 from tests.support.backends import postgres as pg
@@ -32,11 +33,21 @@ def _tail(read: object, stop: threading.Event, last: list[int], seen: list[Event
     """Follow the events from cursor 0 until ``stop``, then until the cursor reaches
     ``last[0]`` (the database's last event once the writers are done; an empty read
     alone does not end it: a transaction of the other reader may still be in flight),
-    at most 60 s."""
+    at most 60 s. A read that loses its session (the server ends a transaction its
+    thread, starved of CPU, left idle past the store's bound) is retried from the same
+    cursor, as any follower retries a StoreUnavailableError."""
     cursor = 0
     deadline = None
+    lost = 0
     while True:
-        batch = read(cursor)  # type: ignore[operator]
+        try:
+            batch = read(cursor)  # type: ignore[operator]
+        except StoreUnavailableError:
+            lost += 1
+            if lost > 20:  # not a lost session: an outage, which this test does not make
+                raise
+            continue
+        lost = 0
         seen.extend(batch)
         if batch:
             cursor = batch[-1].seq

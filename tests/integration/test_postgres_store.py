@@ -20,6 +20,7 @@ from corral.cluster import Cluster
 from corral.errors import StoreUnavailableError
 from corral.scoring import best_order
 from corral.store.postgres import PostgresStore
+from corral.store.postgres.session import Sessions
 from corral.store.queries import migrations, schema
 from corral.store.rows import TASK_COLUMNS, TASK_TAIL
 from tests.support import pg_procs, procs
@@ -202,6 +203,37 @@ def test_a_dropped_connection_is_unavailable_then_recovers(pg_url: str) -> None:
             assert "retry" in str(exc)
             assert time.monotonic() < deadline
     c.close()
+
+
+def test_a_session_ended_idle_in_a_transaction_is_unavailable_then_recovers(
+    pg_url: str,
+) -> None:
+    """A transaction left idle past ``idle_in_transaction_timeout`` (a client starved
+    of CPU between two statements): the server ends the session with an
+    ``InternalError``, which reaches the caller as the retryable StoreUnavailableError
+    (it escaped as psycopg's own error, and ended a reader's thread under load); the
+    next call works on a fresh connection."""
+    sessions = Sessions(pg_url, pool_size=1, idle_in_transaction_timeout=0.2)
+    try:
+        with pytest.raises(StoreUnavailableError) as info, sessions.connection() as conn:
+            conn.execute("BEGIN")
+            row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+            assert row is not None
+
+            def ended() -> bool:
+                with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+                    alive = admin.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [row["pid"]]
+                    ).fetchone()
+                return alive is None
+
+            wait_for(ended, timeout=10, what="the server to end the idle transaction")
+            conn.execute("SELECT 1")
+        assert "retry" in str(info.value)
+        with sessions.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+    finally:
+        sessions.close()
 
 
 def test_one_leader_and_handover_when_its_connection_drops(pg_url: str) -> None:

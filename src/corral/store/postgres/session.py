@@ -113,6 +113,15 @@ class _Tx:
         return self._conn.execute(_QUERIES[name], params).rowcount
 
 
+def _session_lost(exc: psycopg.Error, conn: psycopg.Connection[Any] | None) -> bool:
+    """``exc`` lost the session: a connection error, or any error after which the
+    connection is gone (the server ended it: ``idle_in_transaction_session_timeout``
+    is an ``InternalError``, an administrator's ``pg_terminate_backend`` an
+    ``OperationalError``). Those are outages, retried by the caller; any other error
+    (a constraint, a statement's own failure) is the statement's."""
+    return isinstance(exc, psycopg.OperationalError) or (conn is not None and conn.broken)
+
+
 def _unavailable(
     exc: BaseException, what: str = "PostgreSQL store unavailable"
 ) -> StoreUnavailableError:
@@ -217,12 +226,16 @@ class Sessions:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        held: psycopg.Connection[Any] | None = None
         try:
             with self.pool.connection(timeout=self.connect_timeout) as conn:
+                held = conn
                 yield conn
         except PoolTimeout as exc:
             raise _unavailable(exc, "no PostgreSQL connection available") from exc
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not _session_lost(exc, held):
+                raise
             self.pool.check()  # drop the other connections the outage broke
             raise _unavailable(exc) from exc
 
@@ -264,7 +277,9 @@ class Sessions:
             sql = _HOT[name] = _raw(_QUERIES[name])
         try:
             return conn.hot().execute(sql[0], [params[n] for n in sql[1]]).fetchall()
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not _session_lost(exc, conn):
+                raise
             broken = exc
         finally:
             self.pool.putconn(conn)
