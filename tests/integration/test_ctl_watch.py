@@ -37,10 +37,14 @@ def _row(text: str, agent: str) -> list[str]:
 
 def test_watch_prints_the_table_again_when_an_agent_changes(supervisor: Served) -> None:
     """Output not a terminal: a time line and the table, then another when user0 is
-    stopped (and none while nothing changes); SIGINT ends it with status 0."""
+    stopped (and none while nothing changes); SIGINT ends it with status 0, also when
+    it was started with SIGINT ignored (as a shell's background job is: Python keeps
+    an ignored SIGINT ignored, and the watch never ended)."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     env.pop("CORRAL_SUPERVISOR", None)
-    argv = [sys.executable, "-m", "corral", "ctl", "--state-dir", str(supervisor.state_dir)]
+    ignoring = ["sh", "-c", 'trap "" INT; exec "$0" "$@"']
+    argv = [*ignoring, sys.executable, "-m", "corral", "ctl", "--state-dir"]
+    argv.append(str(supervisor.state_dir))
     proc = subprocess.Popen(
         [*argv, "status", "--watch", "--interval", "0.1"],
         stdout=subprocess.PIPE,

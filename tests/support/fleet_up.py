@@ -77,7 +77,11 @@ class Up:
         self.lines: list[dict[str, Any]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.info = wait_for(self._banner, 30, "corral up's banner")
+        try:
+            self.info = wait_for(self._banner, 30, "corral up's banner")
+        except BaseException:
+            self.kill(close_cluster=False)
+            raise
         self.url = url or f"sqlite:///{directory / '.corral' / 'corral.db'}"
         self.cluster = corral.connect(self.url)
 
@@ -129,16 +133,25 @@ class Up:
             self._close_pipes()
 
     def _close_pipes(self) -> None:
+        """Close both pipes once the reader is done with stdout. A process of the
+        group still holding stdout open keeps the reader in its read (closing a file
+        another thread reads fails, and the file would then be left to the garbage
+        collector's ResourceWarning in some later test): the group is killed first."""
         self._reader.join(5)
+        if self._reader.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self._reader.join(10)
         for f in (self.proc.stdout, self.proc.stderr):
             if f is not None:
                 f.close()
 
-    def kill(self) -> None:
+    def kill(self, *, close_cluster: bool = True) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
-        self.cluster.close()
+        if close_cluster:
+            self.cluster.close()
         self._close_pipes()
 
 

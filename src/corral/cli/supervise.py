@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -185,6 +186,10 @@ def _watch(sock: Path, interval: float) -> None:
         ]
         return _tables.processes_table(_rows(rows, time.time())), key
 
+    # Ctrl-C (SIGINT) ends the watch with status 0, as corral's other long-running
+    # commands handle it themselves: also when it was started with SIGINT ignored (a
+    # shell's background job, nohup), whose disposition Python would keep.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if sys.stdout.isatty():
             from rich.live import Live
