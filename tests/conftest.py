@@ -8,7 +8,6 @@ store (huey's StorageTests idea). Each backend module in ``tests/support/backend
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,33 @@ BACKENDS = ["sqlite", "postgres", "http"]
 # Backends whose client is a ``Cluster`` over a store (the monitor runs on these).
 EMBEDDED = [b for b in BACKENDS if b != "http"]
 
-IN_CI = bool(os.environ.get("CI"))
+# Modules whose tests run alone, after the rest (``serial``: scripts/test runs the
+# others on two processes first). Each either owns something one machine has once
+# (the hosts harness's network namespaces and its PostgreSQL cluster's port) or
+# measures time or throughput against a bound that a second test process beside it
+# would eat into.
+SERIAL = {
+    "test_chaos": "network namespaces and the harness's PostgreSQL port; faults' bounds",
+    "test_chaos_clock": "the hosts harness",
+    "test_partition": "the hosts harness",
+    "test_bench_smoke": "runs the benches, which take the machine",
+    "test_dashboard_bench_smoke": "runs a bench",
+    "test_fleet_bench_smoke": "runs a bench",
+    "test_scheduler_bench_smoke": "runs a bench",
+    "test_fleet_up": "a pool's reaction within a second",
+    "test_wal_cross_process": "another process reads a write within 0.1 s",
+    "test_mcp_transports": "a restarted server's reconnect window",
+    "test_worker_outage": "workers riding out outages within their beats",
+    "test_postgres_fleet": "a fleet's recovery bounds under a PostgreSQL restart",
+    "test_cli_top": "the terminal shows a change within a second",
+    "test_ctl_watch": "the watch's looks every 0.1 s",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SERIAL:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture

@@ -81,3 +81,12 @@ def test_no_import_cycle_between_modules() -> None:
         if name not in state:
             walk(name)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_serial_module_is_a_test_module() -> None:
+    """tests/conftest.py's SERIAL names modules of tests/integration (a renamed module
+    would otherwise lose its mark quietly and run beside the others)."""
+    from tests.conftest import SERIAL
+
+    here = {p.stem for p in (SRC.parent / "tests" / "integration").glob("test_*.py")}
+    assert set(SERIAL) <= here, sorted(set(SERIAL) - here)
