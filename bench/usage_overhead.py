@@ -3,15 +3,17 @@ it, side by side in one run: issue 28's target is within 10%.
 
 The loop is bench/sqlite_throughput.py's ``corral_cc`` (``complete_and_claim``: finish
 one task and take the next in one transaction), on one SQLite file per run and, with
-``--postgres URL``, on PostgreSQL. Runs alternate (without, with, without, ...) so
-both variants meet the same machine; each run drains a fresh board of ``--jobs``
-no-op tasks with ``--procs`` worker processes. A run's throughput is its jobs over
+``--postgres URL``, on PostgreSQL. Runs alternate, in pairs whose order swaps from
+one pair to the next (without, with; with, without; ...), so both variants meet the
+same machine and neither always runs second; each run drains a fresh board of
+``--jobs`` no-op tasks with ``--procs`` worker processes. A run's throughput is its jobs over
 its wall time; the variant's figure is the median of its runs. With usage, every
 completion reports ``{input_tokens, output_tokens, cost_usd}``: its task's sums in
-the completion's own statement and its node's row of the hour (on PostgreSQL in that
-same statement, on SQLite one more). Each cell also gives the workers' CPU time per
-job (the median over its runs; the server's not counted on PostgreSQL), which a
-machine busy with other work disturbs less than the wall time.
+the completion's own statement, and its node's row of the hour (on PostgreSQL in that
+same statement; on SQLite the statement puts the report on the completion's event and
+the hours get it later, in batches: docs/guardrails.md). Each cell also gives the
+workers' CPU time per job (the median over its runs; the server's not counted on
+PostgreSQL), which a machine busy with other work disturbs less than the wall time.
 
     python bench/usage_overhead.py                 # 4 runs of each, 1 and 4 processes
     python bench/usage_overhead.py --quick         # a smoke run in seconds
@@ -119,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             for procs in args.procs:
                 rates: dict[bool, list[float]] = {False: [], True: []}
                 cpus: dict[bool, list[float]] = {False: [], True: []}
-                for _ in range(args.runs):
-                    for with_usage in (False, True):
+                for run in range(args.runs):
+                    for with_usage in (False, True) if run % 2 == 0 else (True, False):
                         n += 1
                         if backend == "sqlite":
                             url = f"sqlite:///{Path(tmp) / f'run-{n}.db'}"

@@ -197,6 +197,8 @@ class SQLStore(Store):
 
     def stop_hard(self, node_id: str, now: float) -> list[int]:
         spent = sqlusage.hard_budgets_spent(self._db, node_id, now)
+        if not spent:  # the common case, a report's: nothing to read
+            return []
         done: list[int] = []
         for task_id, reason in sqlusage.hard_targets(self._db, spent):
             try:  # as cancel_task does, actor "budget"

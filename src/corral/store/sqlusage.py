@@ -320,7 +320,7 @@ def budget_refusal(db: Db, node_id: str, now: float) -> None:
 def hard_budgets_spent(db: Db, node_id: str, now: float) -> list[rules.Budget]:
     """The hard budgets covering ``node_id`` that are spent (none read without any)."""
     s = _cached(db)
-    if s is not None and not any(b.get("hard") for b in s.budgets):
+    if s is not None and (not s.budgets or not any(b.get("hard") for b in s.budgets)):
         return []
     return [b for b, _, _ in spent_budgets(db, node_id, now) if b.hard]
 
