@@ -134,6 +134,7 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
         with psycopg.connect(url, autocommit=True) as conn:
             barrier.wait()
             start = time.perf_counter()
+            cpu0 = time.process_time()
             while True:
                 row = conn.execute(
                     "UPDATE jobs SET status = 'doing', worker = %s WHERE id = (SELECT id FROM jobs"
@@ -154,6 +155,7 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
         c.register_node(name, "developer", heartbeat_interval=600)
         barrier.wait()
         start = time.perf_counter()
+        cpu0 = time.process_time()
         while (task := c.claim_best_task(name, "developer")) is not None:
             c.complete_task(task.id, name, task.epoch)
             count += 1
@@ -167,6 +169,7 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
         c.register_node(name, "developer", heartbeat_interval=600)
         barrier.wait()
         start = time.perf_counter()
+        cpu0 = time.process_time()
         task = c.claim_best_task(name, "developer")
         while task is not None:
             _, task = c.complete_and_claim(task.id, name, "developer", task.epoch)
@@ -177,6 +180,7 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
         with app.open():
             barrier.wait()
             start = time.perf_counter()
+            cpu0 = time.process_time()
             app.run_worker(
                 queues=["bench"],
                 wait=False,
@@ -184,7 +188,8 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
                 install_signal_handlers=False,
                 listen_notify=False,
             )
-    out.put((count, start, time.perf_counter()))
+    # The worker's own CPU (the client side of each job): steadier than its rate.
+    out.put((count, start, time.perf_counter(), time.process_time() - cpu0))
 
 
 def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str, Any]:
@@ -219,6 +224,7 @@ def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str
             "jobs": jobs,
             "seconds": elapsed,
             "jobs_per_s": jobs / elapsed,
+            "client_cpu_us_per_job": sum(r[3] for r in results) / jobs * 1e6,
         }
     finally:
         _admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
@@ -259,7 +265,11 @@ def main() -> None:
                 n = jobs if system != "procrastinate" else max(200, jobs // 4)
                 r = run(system, procs, n, base)
                 rows.append(r)
-                print(f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s", flush=True)
+                print(
+                    f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s"
+                    f"  client CPU {r['client_cpu_us_per_job']:5.0f} us/job",
+                    flush=True,
+                )
     by = {
         (s, p): statistics.median(
             r["jobs_per_s"] for r in rows if r["system"] == s and r["procs"] == p
@@ -346,6 +356,13 @@ def main() -> None:
             "jobs": jobs,
             "repeat": repeat,
             "median_jobs_per_s": {f"{s} x{p}": v for (s, p), v in by.items()},
+            "median_client_cpu_us_per_job": {
+                f"{s} x{p}": statistics.median(
+                    r["client_cpu_us_per_job"] for r in rows if r["system"] == s and r["procs"] == p
+                )
+                for s in systems
+                for p in procs_list
+            },
             "runs": rows,
         },
     )

@@ -194,6 +194,7 @@ def _worker(
         step, close = _setup(system, Path(path), sync, wid, report)
         barrier.wait(timeout=120)
         report["t0"] = time.monotonic()
+        cpu0 = time.process_time()
         clock = time.perf_counter
         steps = report["steps_us"]
         t = clock()
@@ -203,6 +204,9 @@ def _worker(
             t = now
             report["jobs"] += 1
         report["t1"] = time.monotonic()
+        # The worker process's CPU (its store's checkpoint thread included): steadier
+        # than its rate on a busy machine.
+        report["cpu_s"] = time.process_time() - cpu0
         close()
     except BaseException as exc:  # report, never hang the parent
         report["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
@@ -380,6 +384,7 @@ def run_once(
         # One job (claim + complete) as a worker saw it: waiting for the lock included.
         "job_us": {k: v for k, v in percentiles(steps).items() if k in ("p50", "p99", "max")},
         "jobs_over_10ms": sum(x > 10_000 for x in steps),
+        "cpu_us_per_job": sum(r.get("cpu_s", 0.0) for r in reports) / done * 1e6 if done else 0.0,
         "errors": errors,
     }
 
@@ -390,6 +395,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     best = dict(min(ok, key=lambda r: abs(r["jobs_per_s"] - statistics.median(rates))))
     best["jobs_per_s"] = statistics.median(rates)
     best["repeats"] = [round(r["jobs_per_s"], 1) for r in runs]
+    best["cpu_us_per_job"] = statistics.median(r.get("cpu_us_per_job", 0.0) for r in ok)
     best["locked_errors"] = sum(r["locked_errors"] for r in runs)
     best["errors"] = [e for r in runs for e in r["errors"]]
     return best
@@ -514,7 +520,8 @@ def _progress(r: dict[str, Any], note: str) -> None:
     line = f"  {r['synchronous']:6} {r['procs']:2} procs {r['system']:6} {rate}"
     errors = f"  ERRORS {r['errors'][:1]}" if r["errors"] else ""
     p99 = r["job_us"].get("p99", 0.0) / 1000
-    print(f"{line}  job p99 {p99:.2f} ms  {note}{errors}", flush=True)
+    cpu = r.get("cpu_us_per_job", 0.0)
+    print(f"{line}  job p99 {p99:.2f} ms  CPU {cpu:.0f} us/job  {note}{errors}", flush=True)
 
 
 def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -528,6 +535,11 @@ def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
             }
             corral, bare, huey = rate.get("corral"), rate.get("bare"), rate.get("huey")
             cc = rate.get("corral_cc")
+            cpu = {
+                c["system"]: c.get("cpu_us_per_job")
+                for c in cells
+                if c["synchronous"] == sync and c["procs"] == procs
+            }
             row_base = {
                 f"{name}_base_vs_new": rate[name] / rate[f"{name}_base"]
                 for name in ("corral", "corral_cc")
@@ -538,6 +550,14 @@ def _summary(cells: list[dict[str, Any]], args: argparse.Namespace) -> list[dict
                     f"{name}_base": rate[f"{name}_base"]
                     for name in ("corral", "corral_cc")
                     if rate.get(f"{name}_base")
+                }
+            )
+            # CPU per job (the workers' own), baseline / this tree: above 1 is less work.
+            row_base.update(
+                {
+                    f"{name}_base_vs_new_cpu": cpu[f"{name}_base"] / cpu[name]
+                    for name in ("corral", "corral_cc")
+                    if cpu.get(name) and cpu.get(f"{name}_base")
                 }
             )
             rows.append(
@@ -612,7 +632,15 @@ def render(result: dict[str, Any]) -> str:
     if result["params"].get("baseline"):
         out += f"\n\nSide by side with the baseline ({result['params']['baseline']}):\n\n"
         out += table(
-            ["synchronous", "processes", "loop", "baseline jobs/s", "this tree jobs/s", "ratio"],
+            [
+                "synchronous",
+                "processes",
+                "loop",
+                "baseline jobs/s",
+                "this tree jobs/s",
+                "ratio",
+                "CPU per job ratio",
+            ],
             [
                 [
                     r["synchronous"],
@@ -621,6 +649,7 @@ def render(result: dict[str, Any]) -> str:
                     r[f"{name}_base"],
                     r[name],
                     _ratio(r[f"{name}_base_vs_new"]),
+                    _ratio(r.get(f"{name}_base_vs_new_cpu")),
                 ]
                 for r in result["summary"]
                 for name in ("corral", "corral_cc")

@@ -1,0 +1,122 @@
+"""Instructions per job of the SQLite worker loop, counted by callgrind (a steady measure
+where times on a shared machine are not).
+
+One process per count: a 3,000-task board, 200 warm-up steps, then callgrind counts
+only the ``--jobs`` steps of the loop (a client request turns it on and off around
+them), the store's checkpoint thread stopped. ``--tree DIR`` counts another checkout's
+``corral`` (``DIR/src``, e.g. a ``git worktree`` of an older commit). Needs valgrind,
+its headers (``valgrind/callgrind.h``) and a C compiler.
+
+    python bench/instructions.py                          # this tree, both loops
+    python bench/instructions.py --tree /tmp/base-caeb9f8
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_HELPER = """#include <valgrind/callgrind.h>
+void on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; }
+void off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS; }
+"""
+ROLE = "developer"
+
+
+def _loop(tree: str, loop: str, jobs: int, helper: str) -> None:  # under valgrind
+    sys.path.insert(0, os.path.join(tree, "src"))
+    import corral
+
+    cg = ctypes.CDLL(helper)
+    d = tempfile.mkdtemp(prefix="corral-instr-")
+    c = corral.connect(f"sqlite:///{d}/i.db")
+    c.store._checkpoints.close()  # no background thread in the count
+    c.configure(max_agents=1000)
+    c.add_tasks(
+        [
+            {"title": f"implement part {i}" if i % 3 == 0 else f"job {i}", "priority": p}
+            for i, p in zip(range(3000), ("high", "medium", "low") * 1000, strict=True)
+        ]
+    )
+    c.register_node("n1", ROLE)
+
+    def run(k: int) -> None:
+        if loop == "cc":
+            t = c.claim_best_task("n1", ROLE)
+            for _ in range(k):
+                t = c.complete_and_claim(t.id, "n1", ROLE, t.epoch)[1]
+            c.complete_task(t.id, "n1", t.epoch)
+        else:
+            for _ in range(k):
+                t = c.claim_best_task("n1", ROLE)
+                c.complete_task(t.id, "n1", t.epoch)
+
+    run(200)
+    cg.on()
+    run(jobs)
+    cg.off()
+    c.close()
+
+
+def count(tree: str, loop: str, jobs: int, work: Path, helper: Path) -> int:
+    """Instructions per job of ``loop`` ("cc": complete_and_claim, "two": claim +
+    complete) with the corral of ``tree``."""
+    out = work / f"cg.{loop}"
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--collect-atstart=no",
+            f"--callgrind-out-file={out}.%p",
+            sys.executable,
+            __file__,
+            "--child",
+            loop,
+            "--tree",
+            tree,
+            "--jobs",
+            str(jobs),
+            "--helper",
+            str(helper),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    [dump] = glob.glob(f"{out}.*.1")  # the dump the client request made
+    for line in Path(dump).read_text().splitlines():
+        if line.startswith("summary:") or line.startswith("totals:"):
+            return int(line.split()[1]) // jobs
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
+    p.add_argument("--jobs", type=int, default=300)
+    p.add_argument("--loops", default="cc,two")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--helper", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        _loop(args.tree, args.child, args.jobs, args.helper)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="corral-instr-") as d:
+        work = Path(d)
+        (work / "cg.c").write_text(_HELPER)
+        helper = work / "cg.so"
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, work / "cg.c"], check=True)
+        for loop in args.loops.split(","):
+            n = count(args.tree, loop, args.jobs, work, helper)
+            print(f"{args.tree} {loop}: {n:,} instructions per job")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
