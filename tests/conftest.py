@@ -24,16 +24,13 @@ EMBEDDED = [b for b in BACKENDS if b != "http"]
 # Modules whose tests run alone, after the rest (``serial``: scripts/test runs the
 # others on two processes first). Each either owns something one machine has once
 # (the hosts harness's network namespaces and its PostgreSQL cluster's port) or
-# measures time or throughput against a bound that a second test process beside it
-# would eat into.
+# measures time against a bound that a second test process beside it would eat into.
+# (The benches' smoke runs check what a bench writes, not its numbers: they run
+# beside the others.)
 SERIAL = {
     "test_chaos": "network namespaces and the harness's PostgreSQL port; faults' bounds",
     "test_chaos_clock": "the hosts harness",
     "test_partition": "the hosts harness",
-    "test_bench_smoke": "runs the benches, which take the machine",
-    "test_dashboard_bench_smoke": "runs a bench",
-    "test_fleet_bench_smoke": "runs a bench",
-    "test_scheduler_bench_smoke": "runs a bench",
     "test_fleet_up": "a pool's reaction within a second",
     "test_wal_cross_process": "another process reads a write within 0.1 s",
     "test_mcp_transports": "a restarted server's reconnect window",
