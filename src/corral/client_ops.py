@@ -252,8 +252,9 @@ class ClientOperations(Protocol):
         dry_run: Flag = True,
         actor: ActorName | None = None,
     ) -> TaskBatch:
-        """Cancel every pending or in-progress task the filter matches, in one
-        transaction; with ``dry_run`` (the default) only count them."""
+        """Cancel every task the filter matches that is not finished (pending,
+        scheduled, blocked or in progress), in one transaction; with ``dry_run`` (the
+        default) only count them."""
         ...
 
     def requeue_tasks(

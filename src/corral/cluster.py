@@ -639,10 +639,11 @@ class Cluster(WorkflowOperations, SchedulerOps, SpawnRequestsMixin, TokenOperati
         dry_run: Flag = True,
         actor: ActorName | None = None,
     ) -> TaskBatch:
-        """Cancel every pending or in-progress task the filter matches, in one
-        transaction; with ``dry_run`` (the default) only count them.
+        """Cancel every task the filter matches that is not finished (pending,
+        scheduled, blocked or in progress), in one transaction; with ``dry_run`` (the
+        default) only count them.
 
-        The filter: ``status`` (pending or in_progress), ``role`` (among a task's
+        The filter: ``status`` (one of those four), ``role`` (among a task's
         matched roles), ``priority``, ``assigned_to`` (its holder), ``title_contains``
         (case-insensitive) and ``min_age`` (seconds since it was added); each left
         out matches every task. The answer is the ``count`` and the first 1,000

@@ -134,7 +134,9 @@ UsageScope: TypeAlias = Annotated[str, Rule(check_scope, SCOPE_SCHEMA, SCOPE_DOC
 UsageWindow: TypeAlias = Annotated[str, one_of(*WINDOWS)]
 NodeStatusName: TypeAlias = Annotated[str, one_of(*get_args(NodeStatus))]
 TaskStatusName: TypeAlias = Annotated[str, one_of(*get_args(TaskStatus))]
-TaskCancelStatus: TypeAlias = Annotated[str, one_of("pending", "in_progress")]
+TaskCancelStatus: TypeAlias = Annotated[
+    str, one_of("pending", "in_progress", "scheduled", "blocked")
+]
 """The statuses a task is cancelled from (``cancel_tasks``' status filter)."""
 TaskRequeueStatus: TypeAlias = Annotated[str, one_of("failed", "in_progress")]
 """The statuses a task is requeued from (``requeue_tasks``' status filter)."""

@@ -206,6 +206,42 @@ def test_cancel_tasks_counts_first_then_cancels_exactly_the_matching_tasks(
     assert cluster.get_node("W1").current_task_id is None
 
 
+def test_cancel_tasks_takes_scheduled_and_blocked_tasks_too(
+    cluster: Client, clock: FakeClock
+) -> None:
+    """A bulk cancel applies to every task not finished: a task scheduled for later
+    and a task blocked on another are matched, counted and cancelled like a pending
+    one; a matched task blocked on a matched one is cancelled with its dependency
+    and named in the answer once, so the answer matches the dry run's."""
+    first = cluster.add_task("Migrate the schema").id
+    later = cluster.add_task("Migrate the index", not_before=clock.now() + 3_600).id
+    blocked = cluster.add_task("Migrate the data", depends_on=[first]).id
+    other = cluster.add_task("Tidy the release").id
+    assert [cluster.get_task(i).status for i in (first, later, blocked)] == [
+        "pending",
+        "scheduled",
+        "blocked",
+    ]
+    assert cluster.cancel_tasks(status="scheduled").task_ids == [later]
+    assert cluster.cancel_tasks(status="blocked").task_ids == [blocked]
+    before = world(cluster)
+    dry = cluster.cancel_tasks(title_contains="migrate")
+    assert (dry.count, dry.task_ids) == (3, [first, later, blocked])
+    assert world(cluster) == before
+    done = cluster.cancel_tasks(title_contains="migrate", reason="dropped", dry_run=False)
+    assert (done.count, done.task_ids) == (3, [first, later, blocked])
+    assert {i: cluster.get_task(i).status for i in (first, later, blocked, other)} == {
+        first: "cancelled",
+        later: "cancelled",
+        blocked: "cancelled",
+        other: "pending",
+    }
+    was = {
+        e.task_id: e.data["was"] for e in cluster.events(limit=10_000) if e.kind == "task_cancelled"
+    }
+    assert was == {first: "pending", later: "scheduled", blocked: "blocked"}
+
+
 def test_requeue_tasks_requeues_exactly_the_matching_tasks(
     cluster: Client, clock: FakeClock
 ) -> None:

@@ -80,11 +80,12 @@ def requeue(
     return task_from_row(new)
 
 
-def end_dependents(db: Db, tx: Tx, task_id: int, status: str, reason: str, now: float) -> None:
+def end_dependents(db: Db, tx: Tx, task_id: int, status: str, reason: str, now: float) -> list[int]:
     """Task ``task_id`` ended for good (``status`` failed or cancelled): every task
     blocked on it, and on those in turn, ends the same way, its error naming the
     dependency and ``reason``; an event each (``task_failed`` or ``task_cancelled``
-    with ``dependency``)."""
+    with ``dependency``). Returns their ids."""
+    ended: list[int] = []
     todo = [task_id]
     while todo:
         dep = todo.pop()
@@ -105,6 +106,8 @@ def end_dependents(db: Db, tx: Tx, task_id: int, status: str, reason: str, now: 
                 reason=error,
             )
             todo.append(row["id"])
+            ended.append(row["id"])
+    return ended
 
 
 def ordered(spec: TaskSpec) -> bool:
@@ -386,9 +389,12 @@ def release_claim(
 
 
 # --- the operator's actions (cancel_task, requeue_task, and in bulk) ---------------------
-_FROM = {"cancel": ("pending", "in_progress"), "requeue": ("failed", "in_progress")}
-# What one task is cancelled from: a task not ready yet too (scheduled or blocked).
-_FROM_ONE = {**_FROM, "cancel": ("pending", "in_progress", "scheduled", "blocked")}
+# What a task is cancelled or requeued from: a cancel takes a task not ready yet too
+# (scheduled or blocked).
+_FROM = {
+    "cancel": ("pending", "in_progress", "scheduled", "blocked"),
+    "requeue": ("failed", "in_progress"),
+}
 _VERB = {"cancel": "cancelled", "requeue": "requeued"}
 
 
@@ -408,9 +414,19 @@ def _locked(tx: Tx, task_id: int) -> Any:
     return locked  # claimed again meanwhile, three times: acted on as it is now
 
 
-def _act(db: Db, tx: Tx, row: Any, action: str, actor: str, reason: str, now: float) -> Task:
+def _act(
+    db: Db,
+    tx: Tx,
+    row: Any,
+    action: str,
+    actor: str,
+    reason: str,
+    now: float,
+    ended: list[int] | None = None,
+) -> Task:
     """Cancel or requeue the locked task ``row`` (its status one ``action`` applies
-    to): the task's statement, its role heads, its holder let go, and the event."""
+    to): the task's statement, its role heads, its holder let go, and the event. A
+    cancel adds the ids of the tasks blocked on it, cancelled with it, to ``ended``."""
     task_id, was = row["id"], row["status"]
     holder = row["assigned_to"] if was == "in_progress" else None
     if action == "cancel":
@@ -418,7 +434,9 @@ def _act(db: Db, tx: Tx, row: Any, action: str, actor: str, reason: str, now: fl
         new = tx.one("task_cancel", id=task_id, error=error, now=now)
         if was == "pending":
             dequeue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
-        end_dependents(db, tx, task_id, "cancelled", error, now)
+        cascaded = end_dependents(db, tx, task_id, "cancelled", error, now)
+        if ended is not None:
+            ended.extend(cascaded)
     else:
         new = tx.one("task_requeue_fresh", id=task_id, now=now)
         enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
@@ -436,9 +454,9 @@ def act_on_task(db: Db, action: str, task_id: int, actor: str, reason: str, now:
     status is not one the action applies to (nothing changes)."""
     with db.write() as tx:
         row = _locked(tx, task_id)
-        if row["status"] not in _FROM_ONE[action]:
+        if row["status"] not in _FROM[action]:
             raise ConflictError(
-                f"task {task_id} is {row['status']}: only a {' or '.join(_FROM_ONE[action])}"
+                f"task {task_id} is {row['status']}: only a {' or '.join(_FROM[action])}"
                 f" task can be {_VERB[action]}",
                 field="task_id",
             )
@@ -458,10 +476,9 @@ def act_on_tasks(
     """Cancel or requeue every task matching ``match`` whose status the action applies
     to (``status``: only those of that one), in one transaction; with ``dry_run``,
     count them and change nothing."""
-    s1, s2 = (status, status) if status is not None else _FROM[action]
+    statuses = (status,) if status is not None else _FROM[action]
     params = {
-        "s1": s1,
-        "s2": s2,
+        **{f"s{i}": statuses[(i - 1) % len(statuses)] for i in range(1, 5)},
         "role": match.role,
         "priority": match.priority,
         "assigned_to": match.assigned_to,
@@ -473,11 +490,15 @@ def act_on_tasks(
             ids = [r["id"] for r in tx.all("tasks_matching", **params)]
         return TaskBatch(count=len(ids), task_ids=ids[: defaults.MAX_BATCH_IDS], dry_run=True)
     done: list[int] = []
+    ended: list[int] = []  # blocked tasks a cancel here cancelled with their dependency
     with db.write() as tx:
         for found in tx.all("tasks_matching", **params):
+            if found["id"] in ended:  # matched, and cancelled already with its dependency
+                done.append(found["id"])
+                continue
             row = _locked(tx, found["id"])
-            if row["status"] in (s1, s2):  # still one the action applies to
-                done.append(_act(db, tx, row, action, actor, reason, now).id)
+            if row["status"] in statuses:  # still one the action applies to
+                done.append(_act(db, tx, row, action, actor, reason, now, ended).id)
     return TaskBatch(count=len(done), task_ids=done[: defaults.MAX_BATCH_IDS], dry_run=False)
 
 

@@ -271,11 +271,12 @@ WHERE id = :node_id AND status <> 'terminated'
       );
 
 -- name: tasks_matching
--- The tasks a bulk action applies to: status :s1 or :s2, and every filter given (NULL:
--- any): :role among its matched roles, :priority, its holder :assigned_to, a title
--- containing :title (case-insensitive), created at or before :created_before.
+-- The tasks a bulk action applies to: status :s1, :s2, :s3 or :s4 (repeated when it
+-- applies to fewer), and every filter given (NULL: any): :role among its matched roles,
+-- :priority, its holder :assigned_to, a title containing :title (case-insensitive),
+-- created at or before :created_before.
 SELECT * FROM tasks
-WHERE status IN (:s1::text, :s2::text)
+WHERE status IN (:s1::text, :s2::text, :s3::text, :s4::text)
   AND (:role::text IS NULL OR strpos(' ' || roles || ' ', ' ' || :role::text || ' ') > 0)
   AND (:priority::text IS NULL OR priority = :priority::text)
   AND (:assigned_to::text IS NULL OR assigned_to = :assigned_to::text)

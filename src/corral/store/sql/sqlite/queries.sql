@@ -411,11 +411,12 @@ WHERE id = :node_id AND terminated_at IS NULL
       );
 
 -- name: tasks_matching
--- The tasks a bulk action applies to: status :s1 or :s2, and every filter given (NULL:
--- any): :role among its matched roles, :priority, its holder :assigned_to, a title
--- containing :title (case-insensitive), created at or before :created_before.
+-- The tasks a bulk action applies to: status :s1, :s2, :s3 or :s4 (repeated when it
+-- applies to fewer), and every filter given (NULL: any): :role among its matched roles,
+-- :priority, its holder :assigned_to, a title containing :title (case-insensitive),
+-- created at or before :created_before.
 SELECT * FROM tasks
-WHERE status IN (:s1, :s2)
+WHERE status IN (:s1, :s2, :s3, :s4)
   AND (:role IS NULL OR instr(' ' || roles || ' ', ' ' || :role || ' ') > 0)
   AND (:priority IS NULL OR priority = :priority)
   AND (:assigned_to IS NULL OR assigned_to = :assigned_to)
