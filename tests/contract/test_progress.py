@@ -137,6 +137,31 @@ def test_requeue_takes_a_stuck_task_back_at_a_new_epoch(
     assert [e.node_id for e in completed] == ["B"]
 
 
+def test_requeue_of_a_stuck_task_with_a_retry_backoff_backs_off(
+    cluster: Client, monitor: Monitor, clock: FakeClock
+) -> None:
+    """A stuck attempt is a failed attempt: requeued, a task with a retry_backoff is
+    scheduled at a new epoch, claimable once its backoff is over (30 s after a first
+    attempt), not at once; the old holder's completion is refused."""
+    cluster.configure(progress_timeout=60, stuck_action="requeue")
+    task = _claimed(cluster, retry_backoff=30)
+    [stuck] = monitor.tick(T0 + 60).events
+    assert (stuck.data["outcome"], stuck.data["ready_at"]) == ("scheduled", T0 + 90)
+    back = cluster.get_task(task.id)
+    assert (back.status, back.assigned_to, back.ready_at) == ("scheduled", None, T0 + 90)
+    assert back.epoch > task.epoch and stuck.data["new_epoch"] == back.epoch
+    clock.set(T0 + 89)
+    monitor.tick(T0 + 89)
+    cluster.register_node("B", "developer")
+    assert cluster.claim_best_task("B", "developer") is None
+    clock.set(T0 + 90)
+    monitor.tick(T0 + 90)
+    again = cluster.claim_best_task("B", "developer")
+    assert again is not None and (again.id, again.attempts) == (task.id, 2)
+    with pytest.raises(LeaseError):
+        cluster.complete_task(task.id, "A", task.epoch, result="late")
+
+
 def test_fail_fails_a_stuck_task(cluster: Client, monitor: Monitor) -> None:
     """stuck_action fail: at the deadline the task fails with why; its holder's
     completion is refused."""

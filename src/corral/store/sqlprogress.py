@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.backoff import retry_ready_at
 from corral.model import Event, Task
 from corral.store import sqlusage
 from corral.store.rows import Tx, task_from_row
@@ -84,8 +85,9 @@ def _locked(tx: Tx, task_id: int, holder: str) -> Any:
 def act_on_stuck(db: Db, now: float) -> list[Event]:
     """The tasks in progress whose stuck deadline is at or before ``now``, handled by
     the cluster's ``stuck_action``: ``flag`` (``stuck_since`` set, the holder keeps
-    it), ``requeue`` (taken back: pending at a new epoch while attempts remain, else
-    failed) or ``fail``; each a ``task_stuck`` event naming the action and outcome."""
+    it), ``requeue`` (taken back at a new epoch while attempts remain: pending, or
+    scheduled after its ``retry_backoff`` as any failed attempt; else failed) or
+    ``fail``; each a ``task_stuck`` event naming the action and outcome."""
     with db.capturing() as events, db.write_redone() as tx:
         action = db.settings_in(tx).stuck_action
         for found in tx.all("tasks_stuck", now=now, limit=_BATCH):
@@ -103,10 +105,17 @@ def _act(db: Db, tx: Tx, row: Any, action: str, now: float) -> None:
     silent = round(since - last, 3)
     error = f"stuck: no progress for {silent:g}s (holder {holder}, epoch {row['epoch']})"
     outcome = "in_progress"
+    ready_at = retry_ready_at(row["retry_backoff"], row["attempts"], now)
     if action == "requeue" and row["attempts"] < row["max_attempts"]:
-        new = tx.one("task_take_back", id=task_id, error=error, now=now)
-        enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
-        outcome = "pending"
+        if ready_at is not None and ready_at > now:
+            new = tx.one(
+                "task_take_back_later", id=task_id, error=error, ready_at=ready_at, now=now
+            )
+            outcome = "scheduled"
+        else:
+            new = tx.one("task_take_back", id=task_id, error=error, now=now)
+            enqueue(tx, task_id, row["sort_key"], row["created_at"], row["roles"])
+            outcome = "pending"
     elif action in ("requeue", "fail"):
         tx.one("task_fail_final", id=task_id, error=error, now=now)
         outcome = "failed"
@@ -124,8 +133,10 @@ def _act(db: Db, tx: Tx, row: Any, action: str, now: float) -> None:
         "stuck_since": since,
         "silent_seconds": silent,
     }
-    if outcome == "pending":
+    if outcome in ("pending", "scheduled"):
         data["new_epoch"] = new["epoch"]
+    if outcome == "scheduled":
+        data["ready_at"] = new["ready_at"]
     db.event(tx, now, "task_stuck", holder, task_id, **data)
     if outcome == "failed":  # for good: the tasks waiting on it fail with it
         end_dependents(db, tx, task_id, "failed", error, now)

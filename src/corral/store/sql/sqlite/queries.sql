@@ -1039,6 +1039,15 @@ UPDATE tasks SET status = 'pending', assigned_to = NULL, epoch = epoch + 1, erro
 WHERE id = :id
 RETURNING *;
 
+-- name: task_take_back_later
+-- A stuck task of a retry_backoff taken from its holder: scheduled at a new epoch,
+-- claimable again from :ready_at on (a failed attempt backing off).
+UPDATE tasks SET status = 'scheduled', assigned_to = NULL, epoch = epoch + 1,
+                 ready_at = :ready_at, error = :error, stuck_since = stuck_at,
+                 stuck_at = NULL, updated_at = :now
+WHERE id = :id
+RETURNING *;
+
 -- name: tasks_stuck_count
 -- How many tasks in progress are flagged stuck (/metrics).
 SELECT count(*) AS n FROM tasks WHERE status = 'in_progress' AND stuck_since IS NOT NULL;
