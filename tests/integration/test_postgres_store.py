@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import corral
 from corral.cluster import Cluster
-from corral.errors import StoreUnavailableError
+from corral.errors import ConflictError, StoreUnavailableError
 from corral.scoring import best_order
 from corral.store.postgres import PostgresStore
 from corral.store.postgres.session import Sessions
@@ -95,6 +95,21 @@ def test_two_stores_opening_at_once_migrate_once(request: pytest.FixtureRequest)
     with psycopg.connect(pg.url_for(name)) as conn:
         done = conn.execute("SELECT version FROM corral_migrations ORDER BY 1").fetchall()
         assert done == [(v,) for v, _ in migrations("postgres")]
+
+
+def test_a_database_of_a_newer_schema_is_refused_and_left_alone(pg_url: str) -> None:
+    """A database a newer corral migrated (a migration past this corral's last) is
+    refused with a ConflictError naming both versions; nothing in it changes."""
+    newer = max(v for v, _ in migrations("postgres")) + 1
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO corral_migrations (version) VALUES (%s)", [newer])
+        before = conn.execute("SELECT version FROM corral_migrations ORDER BY 1").fetchall()
+    with pytest.raises(ConflictError) as exc:
+        PostgresStore(pg_url, pool_size=1)
+    assert exc.value.field == "url"
+    assert f"schema version {newer}, newer than this corral's {newer - 1}" in exc.value.message
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT version FROM corral_migrations ORDER BY 1").fetchall() == before
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import pytest
 
 import corral
-from corral import InvalidInputError
+from corral import ConflictError, InvalidInputError
 from corral.clock import FakeClock
 from corral.cluster import Cluster
 from corral.store.queries import load_queries, migrations, schema
@@ -48,6 +48,26 @@ def test_migrations_produce_schema_sql(tmp_path: Path) -> None:
     assert sqlite3.connect(tmp_path / "migrated.db").execute("PRAGMA user_version").fetchone()[
         0
     ] == max(v for v, _ in migrations("sqlite"))
+
+
+def test_a_store_of_a_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
+    """A file a newer corral migrated (a user_version past this corral's last
+    migration) is refused with a ConflictError naming both versions and the file;
+    nothing in it changes."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with corral.connect(url) as c:
+        c.add_task("Implement persistence")
+    newer = max(v for v, _ in migrations("sqlite")) + 1
+    raw = sqlite3.connect(tmp_path / "c.db")
+    raw.execute(f"PRAGMA user_version={newer}")
+    raw.close()
+    before = (tmp_path / "c.db").read_bytes()
+    with pytest.raises(ConflictError) as exc:
+        corral.connect(url)
+    assert exc.value.field == "url"
+    assert f"schema version {newer}, newer than this corral's {newer - 1}" in exc.value.message
+    assert str(tmp_path / "c.db") in exc.value.message
+    assert (tmp_path / "c.db").read_bytes() == before
 
 
 def test_opening_is_idempotent_and_keeps_data(tmp_path: Path) -> None:

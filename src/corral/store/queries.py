@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from corral.errors import ConflictError
+
 __all__ = ["load_queries", "migrations", "parse_queries"]
 
 _HEAD = re.compile(r"^--\s*(name|part|rule):\s*(\w+)\s*$", re.MULTILINE)
@@ -87,6 +89,19 @@ def migrations(dialect: str) -> list[tuple[int, str]]:
         if entry.name.endswith(".sql"):
             found.append((int(entry.name.split("_", 1)[0]), entry.read_text()))
     return sorted(found)
+
+
+def refuse_newer(found: int, dialect: str, where: str) -> None:
+    """``ConflictError`` when the store at ``where`` holds a migration (``found``, its
+    latest) newer than any of this corral's: a newer corral wrote it, and this one
+    would miss the rules its schema carries. Nothing is changed."""
+    known = migrations(dialect)[-1][0]
+    if found > known:
+        raise ConflictError(
+            f"the store at {where} has schema version {found}, newer than this corral's"
+            f" {known}: a newer corral wrote it; upgrade corral to use it",
+            field="url",
+        )
 
 
 def schema(dialect: str) -> str:

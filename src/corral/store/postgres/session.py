@@ -29,7 +29,7 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from corral.errors import InvalidInputError, StoreUnavailableError
-from corral.store.queries import load_queries, migrations
+from corral.store.queries import load_queries, migrations, refuse_newer
 from corral.store.signal import WAKE_QUERIES
 
 __all__ = ["IDLE_IN_TRANSACTION_TIMEOUT", "Sessions"]
@@ -295,6 +295,7 @@ class Sessions:
                     " applied_at timestamptz NOT NULL DEFAULT now())"
                 )
                 done = {r["version"] for r in conn.execute("SELECT version FROM corral_migrations")}
+                refuse_newer(max(done, default=0), "postgres", _safe(self.conninfo))
                 for version, sql in migrations("postgres"):
                     if version in done:
                         continue

@@ -37,11 +37,11 @@ from corral.defaults import (
     SQLITE_WAL_LIMIT_PAGES,
     SQLITE_WAL_RESTART_PAGES,
 )
-from corral.errors import InvalidInputError, LeaseError, StoreUnavailableError
+from corral.errors import ConflictError, InvalidInputError, LeaseError, StoreUnavailableError
 from corral.model import Task
 from corral.store import claimkeys, sqlusage
 from corral.store.base import LockHolder, WouldBlock
-from corral.store.queries import load_queries, migrations
+from corral.store.queries import load_queries, migrations, refuse_newer
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import (
     TaskRow,
@@ -272,10 +272,13 @@ class SQLiteStore(SQLStore):
             self._conn.create_function("corral_woken", 0, self._note_woken)
             for sql in _BOOKKEEPING:
                 self._retrying(sql)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, ConflictError) as exc:
             self._writer.close()
             if self._synced is not None:
                 self._synced.close()
+            if isinstance(exc, ConflictError):
+                self._conn.close()
+                raise
             raise _unavailable(exc) from exc
 
     def _note_woken(self) -> None:
@@ -343,6 +346,7 @@ class SQLiteStore(SQLStore):
     def _migrate(self) -> None:
         self._retrying("PRAGMA user_version")
         current = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        refuse_newer(current, "sqlite", f"sqlite:///{self.path}")
         pending = [(v, sql) for v, sql in migrations("sqlite") if v > current]
         if not pending:
             return
