@@ -19,10 +19,10 @@ The policies (:data:`POLICIES`):
 ``corral``
     corral's own rules, called as the service calls them: the assessment
     (:func:`corral.assessment.decide`) and the pool decision
-    (:func:`corral.scaling.decide`, with :func:`corral.scaling.count_members`) at every
-    look of the pools (``look``, every :data:`corral.fleet.pools.POOL_INTERVAL`), and
-    the worker's idle rule (it retires itself once
-    :func:`corral.scaling.idle_past_timeout`).
+    (:func:`corral.scaling.decide`, with :func:`corral.scaling.count_members`, the
+    members it retires named by :func:`corral.scaling.retiring`) at every look of the
+    pools (``look``, every :data:`corral.fleet.pools.POOL_INTERVAL`), and the worker's
+    idle rule (it retires itself once :func:`corral.scaling.idle_past_timeout`).
 ``fixed``
     ``max`` workers, warm from the start, never scaled.
 ``keda``
@@ -79,7 +79,15 @@ from corral.errors import InvalidInputError
 from corral.fleet.pools import POOL_INTERVAL
 from corral.lifecycle import registration_allowed
 from corral.model import Settings
-from corral.scaling import FleetView, PoolLimits, PoolState, count_members, idle_past_timeout
+from corral.scaling import (
+    IDLE_RESERVE,
+    FleetView,
+    PoolLimits,
+    PoolState,
+    count_members,
+    idle_past_timeout,
+    retiring,
+)
 from corral.scaling import decide as pool_decide
 from corral.scoring import ROLE_BONUS_SECONDS, sort_key
 
@@ -101,6 +109,7 @@ __all__ = [
     "percentile",
     "plot",
     "reach_checks",
+    "result",
     "simulate",
     "simulate_all",
 ]
@@ -133,6 +142,7 @@ class Params:
     price: float = 0.01  # per worker-minute
     drain: float = 900.0  # seconds run past each policy's last completion
     idle_timeout: float = _SETTINGS.idle_timeout_seconds
+    reserve: int = IDLE_RESERVE  # idle members corral's pool keeps past its pending tasks
     grace_period: float = _SETTINGS.grace_period_seconds
     cooldown: float = _LIMITS.cooldown  # corral's pool cooldown (fleet.toml's default)
     look: float = POOL_INTERVAL  # seconds between two looks of corral's pools
@@ -551,7 +561,10 @@ def _corral(sim: Sim) -> None:
         for role in sim.roles:
             members = sim.live(role)
             looks = [(None if w.state == "starting" else w.state, w.idle_since) for w in members]
-            idle, expired = count_members(looks, p.idle_timeout, now)
+            pending = counts.pending
+            idle, expired = count_members(
+                looks, p.idle_timeout, now, pending=pending, reserve=p.reserve
+            )
             state = PoolState(
                 len(members), idle, expired, 0, last_change[role], last_direction[role]
             )
@@ -562,12 +575,9 @@ def _corral(sim: Sim) -> None:
                 live += d.change
                 last_change[role], last_direction[role] = now, 1
             elif d.action == "retire":
-                chosen = [
-                    w
-                    for w in members
-                    if w.state == "idle" and idle_past_timeout(w.idle_since, p.idle_timeout, now)
-                ]
-                sim.retire(role, len(chosen[: -d.change]), d.reason, chosen[: -d.change])
+                due = retiring(looks, p.idle_timeout, now, pending=pending, reserve=p.reserve)
+                chosen = [members[i] for i in due][: -d.change]
+                sim.retire(role, len(chosen), d.reason, chosen)
                 last_change[role], last_direction[role] = now, -1
             times = [d.retry_at] + [
                 w.idle_since + p.idle_timeout
@@ -958,7 +968,10 @@ def _reversals(actions: Sequence[Action], window: float) -> tuple[int, int]:
     return total, worst
 
 
-def _result(run: Run, tasks: Sequence[TraceTask], horizon: float, p: Params) -> Result:
+def result(run: Run, tasks: Sequence[TraceTask], horizon: float, p: Params) -> Result:
+    """A run's numbers, every worker paid to ``horizon`` at the latest (a policy set
+    up on a :class:`Sim` outside :data:`POLICIES`, as bench/traces/frontier.py does,
+    is accounted as the table's are)."""
     paid = busy = starting = 0.0
     for w in run.workers:
         end = w.gone_at if w.gone_at is not None else horizon
@@ -1019,7 +1032,7 @@ def simulate_all(
         else:
             runs[name] = simulate(tasks, name, p)
     horizon = max(r.end for r in runs.values())
-    return {name: _result(run, tasks, horizon, p) for name, run in runs.items()}, runs
+    return {name: result(run, tasks, horizon, p) for name, run in runs.items()}, runs
 
 
 @dataclass(frozen=True, slots=True)

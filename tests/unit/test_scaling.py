@@ -1,22 +1,28 @@
 """The pool decision (corral.scaling): bounds, max_agents before the spawn, the
 cooldown, the three modes, retirement of idle members only; hypothesis over random
-pools and fleets, plus a simulation that never flaps."""
+pools and fleets, plus a simulation that never flaps; which idle members retire
+(``retiring``: the reserve, the spares, the timeout) on an injected clock."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.scaling import (
+    IDLE_RESERVE,
     SCALE_MODES,
     FleetView,
     PoolLimits,
     PoolState,
+    count_members,
     decide,
     desired_workers,
+    idle_past_timeout,
+    retiring,
 )
 
 RECS = ("spawn_developer", "spawn_architect", "terminate_idle", "maintain")
@@ -247,3 +253,127 @@ def test_desired_workers_is_the_pool_decision_without_a_pool(
     assert n >= 0
     if rec == "spawn_developer" and pending > idle and live < cap and w < cap:
         assert n > w
+
+
+# ---- retirement: which idle members go (corral.scaling.retiring) ---------------------
+
+T = 30.0  # the cluster's idle_timeout in these examples
+
+
+def test_one_idle_member_is_kept_until_idle_timeout() -> None:
+    """The reserve: a pool's only idle member stays until it has been idle
+    ``idle_timeout`` (the clock is ``now``: just before, nothing; at it, it goes)."""
+    one = [("idle", 100.0)]
+    assert retiring(one, T, 129.999) == []
+    assert retiring(one, T, 130.0) == [0]
+    assert count_members(one, T, 129.999) == (1, 0)
+    assert count_members(one, T, 130.0) == (1, 1)
+
+
+def test_idle_members_beyond_the_reserve_retire_at_once_the_longest_idle_first() -> None:
+    """Three idle members, none near the timeout: the one idle most recently is kept,
+    the two others are spare and go now, the one idle longest first."""
+    members = [("idle", 110.0), ("working", None), ("idle", 100.0), ("idle", 115.0)]
+    assert retiring(members, T, 115.0) == [2, 0]
+    assert count_members(members, T, 115.0) == (3, 2)
+    # the one kept still goes at its own timeout
+    assert retiring(members, T, 144.999) == [2, 0]
+    assert retiring(members, T, 145.0) == [2, 0, 3]
+
+
+def test_pending_tasks_keep_an_idle_member_each() -> None:
+    """An idle member is about to claim a pending task: the pool keeps one idle member
+    per pending task and the reserve besides, so two idle members and one pending task
+    keep both; with none pending one goes."""
+    two = [("idle", 100.0), ("idle", 101.0)]
+    assert retiring(two, T, 102.0, pending=1) == []
+    assert retiring(two, T, 102.0, pending=0) == [0]
+    assert count_members(two, T, 102.0, pending=1) == (2, 0)
+    # ... until the timeout, pending or not (as before the tune)
+    assert retiring(two, T, 130.0, pending=5) == [0]
+
+
+def test_the_reserve_is_a_parameter() -> None:
+    two = [("idle", 100.0), ("idle", 101.0)]
+    assert IDLE_RESERVE == 1
+    assert retiring(two, T, 102.0, reserve=0) == [0, 1]
+    assert retiring(two, T, 102.0, reserve=2) == []
+    # a negative count keeps nothing more than zero does
+    assert retiring(two, T, 102.0, pending=-3, reserve=-1) == [0, 1]
+
+
+def test_only_idle_nodes_retire() -> None:
+    """A member still starting (None), one whose node is terminated (being replaced),
+    one at work: none retires, whatever the clock; they count as idle or not as
+    before (a starting member will claim once registered)."""
+    members: list[tuple[str | None, float | None]] = [
+        (None, None),
+        ("terminated", 0.0),
+        ("working", 0.0),
+        ("idle", 50.0),
+    ]
+    assert retiring(members, T, 1_000.0, reserve=0) == [3]
+    assert count_members(members, T, 1_000.0, reserve=0) == (3, 1)
+
+
+def test_an_idle_member_with_no_idle_since_counts_as_the_newest() -> None:
+    members: list[tuple[str | None, float | None]] = [("idle", None), ("idle", 100.0)]
+    assert retiring(members, T, 500.0) == [1]  # kept: the one with no time; never expires
+    assert retiring(members, T, 500.0, reserve=0) == [1, 0]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from((None, "idle", "working", "terminated")),
+            st.none() | st.floats(0, 100),
+        ),
+        max_size=8,
+    ),
+    st.integers(0, 4),
+    st.integers(0, 3),
+    st.floats(0, 60),
+    st.floats(0, 200),
+)
+def test_retiring_keeps_the_newest_pending_plus_reserve_and_no_one_else_past_timeout(
+    members: list[tuple[str | None, float | None]],
+    pending: int,
+    reserve: int,
+    timeout: float,
+    now: float,
+) -> None:
+    """Whatever the pool: only idle members, each once, the one idle longest first;
+    every idle member goes unless it is one of the ``pending + reserve`` idle most
+    recently and not yet past the timeout; and decide never retires more than it names."""
+    due = retiring(members, timeout, now, pending=pending, reserve=reserve)
+    assert len(set(due)) == len(due)
+    assert all(members[i][0] == "idle" for i in due)
+
+    def since(i: int) -> float:
+        s = members[i][1]
+        return math.inf if s is None else s
+
+    assert due == sorted(due, key=lambda i: (since(i), i))
+    idle = sorted((since(i), i) for i, (s, _) in enumerate(members) if s == "idle")
+    newest = {i for _, i in idle[len(idle) - min(len(idle), pending + reserve) :]}
+    for _, i in idle:
+        expected = i not in newest or idle_past_timeout(members[i][1], timeout, now)
+        assert (i in due) == expected
+    idle_n, expired = count_members(members, timeout, now, pending=pending, reserve=reserve)
+    assert expired == len(due) and idle_n >= expired
+
+
+def test_the_pool_decision_retires_the_spare_not_the_reserve() -> None:
+    """Two idle members, nothing pending, the pool's last change a spawn 20 s ago:
+    one retires now (the spare), down to one; the same a second after the spawn waits
+    out the cooldown (a retirement right after growth is a reversal)."""
+    auto = PoolLimits(min=0, max=3, cooldown=10, scale="auto")
+    members = [("idle", 15.0), ("idle", 18.0)]
+    idle, expired = count_members(members, T, 20.0)
+    calm = FleetView("terminate_idle", pending=0, live=2, max_agents=8)
+    pool = PoolState(2, idle, expired, last_change=0.0, last_direction=1)
+    d = decide("developer", auto, pool, calm, 20.0)
+    assert (d.action, d.change, d.desired) == ("retire", -1, 1)
+    assert retiring(members, T, 20.0) == [0]
+    d = decide("developer", auto, replace(pool, last_change=19.0), calm, 20.0)
+    assert (d.action, d.reason, d.retry_at) == ("none", "cooldown", 29.0)

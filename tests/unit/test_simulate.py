@@ -75,6 +75,26 @@ def test_corral_spawns_on_the_assessment_and_the_worker_retires_at_idle_timeout(
     assert (r.scale_actions, r.reversals, r.max_reversals_per_cooldown) == (2, 1, 1)
 
 
+def test_corral_retires_an_idle_member_beyond_the_reserve_at_once() -> None:
+    """The second tune: two tasks at 0 (60 s and 80 s), two members spawned at 0,
+    ready at 10. The first is done at 70 and idles: the pool's only idle member is its
+    reserve, kept. The second is done at 90: two idle, the one idle longer (since 70)
+    is spare and retires at once (gone at 92: 10 start-up + 20 idle + 2 stop); the
+    other retires at 90 + 30 = 120 (gone at 122: 10 + 30 + 2). 74 idle worker-s; with
+    every idle member kept till the timeout (the rule before, a reserve of 2 here) 84;
+    with no reserve 24 (both go the moment they are idle)."""
+    tasks = [
+        TraceTask(0, 0.0, "developer", "medium", 60.0),
+        TraceTask(1, 0.0, "developer", "medium", 80.0),
+    ]
+    r = run("corral", tasks)
+    assert r.idle_worker_seconds == pytest.approx(74.0)
+    assert r.wait["all"]["p95"] == pytest.approx(10.0)
+    assert (r.scale_actions, r.reversals, r.max_reversals_per_cooldown) == (3, 1, 1)
+    assert run("corral", tasks, replace(P, reserve=2)).idle_worker_seconds == pytest.approx(84.0)
+    assert run("corral", tasks, replace(P, reserve=0)).idle_worker_seconds == pytest.approx(24.0)
+
+
 def test_corral_serves_a_task_waiting_behind_busy_members() -> None:
     """The tune (maintain grows): one member works on a 100 s task, a second task
     arrives at 20 s. Pending 1 with a node working is the assessment's balanced /
@@ -377,13 +397,13 @@ def test_percentile_is_the_nearest_rank() -> None:
 
 
 def test_the_simulator_runs_the_services_own_functions() -> None:
-    """The pool decision, the member counts and the idle rule are the objects the
-    pools' step calls; the assessment is the one the store records."""
+    """The pool decision, the member counts and the retirement rule are the objects
+    the pools' step calls; the assessment is the one the store records."""
     # The names each module imported for its own use (not re-exported): the test
     # checks they are one object, so it reads them where mypy says they are private.
     assert simulate.pool_decide is corral.fleet.pools.decide  # type: ignore[attr-defined]
     assert simulate.count_members is corral.fleet.pools.count_members  # type: ignore[attr-defined]
-    assert simulate.idle_past_timeout is corral.fleet.pools.idle_past_timeout  # type: ignore[attr-defined]
+    assert simulate.retiring is corral.fleet.pools.retiring  # type: ignore[attr-defined]
     assert simulate.assess is corral.store.sqlviews.assessment.decide  # type: ignore[attr-defined]
     assert simulate.Params().look == corral.fleet.pools.POOL_INTERVAL
 
@@ -486,6 +506,7 @@ def test_cli_bad_input_is_exit_2_with_one_line_naming_it(
         ([trace, "--price", "cheap"], "'--price': 'cheap' is not a number"),
         ([trace, "--startup", "-1"], "'--startup': must be a number from 0"),
         ([trace, "--max", "0"], "'--max'"),
+        ([trace, "--reserve", "-1"], "'--reserve'"),
         ([trace, "--frobnicate"], "No such option"),
         ([], "Missing argument"),
     ]
@@ -509,6 +530,22 @@ def test_cli_json_and_plot(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert steady["results"]["corral"]["cap_breaches"] == 0
     assert (tmp_path / "steady.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report["params"]["keda_poll"] == 30.0
+
+
+def test_cli_reserve_sets_the_pools_reserve(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--reserve`` is the idle members corral's pool keeps (the service's 1 unless
+    given): keeping every idle member till the timeout (8, the pool's ceiling) is the
+    rule before the second tune, and spends more idle time on the steady trace."""
+    trace = str(TRACES / "steady.jsonl")
+    idle = {}
+    for given in ([], ["--reserve", "8"]):
+        code, out, _ = cli_run(capsys, trace, "--policy", "corral", "--json", *given)
+        assert code == 0
+        report = json.loads(out)
+        reserve = report["params"]["reserve"]
+        idle[reserve] = report["traces"]["steady"]["results"]["corral"]["idle_worker_seconds"]
+    assert set(idle) == {1, 8}
+    assert idle[1] < idle[8]
 
 
 def test_cli_without_matplotlib_says_so_and_runs_without_plot(

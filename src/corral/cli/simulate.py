@@ -159,6 +159,13 @@ def register(group: click.Group) -> None:
         help="corral's idle_timeout_seconds (default the cluster's, 30).",
     )
     @click.option(
+        "--reserve",
+        type=click.IntRange(0, 10_000),
+        default=None,
+        help="Idle members corral's pool keeps past its pending tasks, each till the idle "
+        "timeout; the others retire at once (default the service's, 1).",
+    )
+    @click.option(
         "--cooldown", type=_float(0), default=None, help="corral's pool cooldown (default 10)."
     )
     @click.option(

@@ -17,8 +17,10 @@ each spawns against ``max_agents`` before the next pool decides:
 - **ask**: one spawn request per wanted member (:mod:`corral.fleet.requests`);
   an accepted request is spawned as soon as ``max_agents`` leaves room; a pending
   one the pool no longer wants is withdrawn, with the reason;
-- **retire**: SIGTERM to a member whose node has been idle for the cluster's
-  ``idle_timeout`` (the worker SDK hands its leases back and exits 0).
+- **retire**: SIGTERM to a member whose node is idle and not needed
+  (:func:`corral.scaling.retiring`: idle beyond the one kept in reserve past the
+  pending tasks, or idle for the cluster's ``idle_timeout``; the worker SDK hands its
+  leases back and exits 0).
 
 Retirement goes only through the worker's idle protocol: a member that exits 0 (the
 SDK worker retires itself after ``idle_timeout``), or whose node the cluster retired
@@ -54,7 +56,7 @@ from corral.scaling import (
     PoolState,
     count_members,
     decide,
-    idle_past_timeout,
+    retiring,
 )
 from corral.supervisor.agent import Agent
 from corral.supervisor.policy import RestartTracker, State
@@ -262,7 +264,7 @@ class FleetSupervisor(Supervisor):
                     looks.append((None, None))  # starting: it will claim once registered
                 else:
                     looks.append((node.status, node.idle_since))
-            idle, expired = count_members(looks, seen.idle_timeout, now)
+            idle, expired = count_members(looks, seen.idle_timeout, now, pending=seen.pending)
             asks = seen.requests
             if pool.id in asks.declined:  # a no counts as a change: ask again after cooldown
                 rt.last_change = max(rt.last_change or 0.0, asks.declined[pool.id])
@@ -315,14 +317,8 @@ class FleetSupervisor(Supervisor):
                 rt.last_change = now
                 rt.last_direction = 0
             elif d.action == "retire":
-                idle_members = [
-                    a
-                    for a in members
-                    if (n := seen.nodes.get(a.spec.id)) is not None
-                    and n.status == "idle"
-                    and idle_past_timeout(n.idle_since, seen.idle_timeout, now)
-                ]
-                chosen = idle_members[: -d.change]
+                due = retiring(looks, seen.idle_timeout, now, pending=seen.pending)
+                chosen = [members[i] for i in due][: -d.change]
                 for a in chosen:
                     rt.retiring.add(a.spec.id)
                     self.spawn_task(functools.partial(self._retire, rt, a))
