@@ -296,24 +296,28 @@ USAGE_MAX_COST = 1e9  # the most US dollars one usage report (or budget) names
 
 def check_usage(value: Any, field: str = "usage") -> dict[str, Any]:
     """A usage report (deltas): ``input_tokens`` and ``output_tokens`` non-negative
-    integers, ``cost_usd`` a non-negative number, each optional (0), no other key."""
+    integers, ``cost_usd`` a non-negative number, each optional (0), no other key.
+
+    The common report, a dict of the three with whole tokens and a float cost, is
+    checked in a few comparisons and returned as it is: a worker's loop may report on
+    every completion, and the ABC ``isinstance`` and a new dict cost it more than the
+    checks."""
+    if type(value) is dict and len(value) == 3:
+        i, o, c = value.get("input_tokens"), value.get("output_tokens"), value.get("cost_usd")
+        if (
+            type(i) is int
+            and type(o) is int
+            and type(c) is float
+            and 0 <= i <= USAGE_MAX_TOKENS
+            and 0 <= o <= USAGE_MAX_TOKENS
+            and 0.0 <= c <= USAGE_MAX_COST
+        ):
+            return value
     if not isinstance(value, Mapping):
         raise InvalidInputError(
             f"{field} must be an object of input_tokens, output_tokens and cost_usd",
             field=field,
         )
-    # The common report, checked in a few comparisons: whole tokens, a float cost.
-    i, o, c = value.get("input_tokens", 0), value.get("output_tokens", 0), value.get("cost_usd")
-    if (
-        type(i) is int
-        and type(o) is int
-        and type(c) is float
-        and len(value) == 3
-        and 0 <= i <= USAGE_MAX_TOKENS
-        and 0 <= o <= USAGE_MAX_TOKENS
-        and 0.0 <= c <= USAGE_MAX_COST
-    ):
-        return {"input_tokens": i, "output_tokens": o, "cost_usd": c}
     unknown = sorted(set(value) - set(USAGE_KEYS))
     if unknown:
         raise InvalidInputError(

@@ -79,11 +79,13 @@ def _cached(db: Db) -> Settings | None:
 
 
 def amounts(usage: Mapping[str, Any]) -> dict[str, int]:
-    """A report's (checked) deltas as stored: tokens, and cost in micro-dollars."""
+    """A report's (checked: ``validation.check_usage``, whose tokens are ints and cost
+    a float) deltas as stored: tokens, and cost in micro-dollars."""
+    get = usage.get
     return {
-        "input_tokens": int(usage.get("input_tokens", 0)),
-        "output_tokens": int(usage.get("output_tokens", 0)),
-        "cost_micros": round(float(usage.get("cost_usd", 0.0)) * rules.MICROS),
+        "input_tokens": get("input_tokens", 0),
+        "output_tokens": get("output_tokens", 0),
+        "cost_micros": round(get("cost_usd", 0.0) * rules.MICROS),
     }
 
 
@@ -232,9 +234,8 @@ def after_completion(db: Db, tx: Tx, node_id: str, now: float) -> None:
     """After a completion with usage in ``tx`` whose report is on its event (SQLite):
     with budgets set, the reports rolled up (so the budgets' reads find no tail) and
     the budgets it crosses announced; without, nothing read or written."""
-    s = _cached(db)
-    if s is None:
-        s = db.settings_in(tx)
+    cached = db.settings_cache
+    s = db.settings_in(tx) if cached is None else cached[1]
     if s.budgets:
         while roll_up(db, tx) == ROLL_BATCH:
             pass
@@ -308,8 +309,8 @@ def spent_budgets(db: Db, node_id: str, now: float) -> list[tuple[rules.Budget, 
 def budget_refusal(db: Db, node_id: str, now: float) -> None:
     """Raise ``BudgetError`` when a budget covering ``node_id`` is spent (a claim by
     it is refused). Without budgets in this process's settings, no read at all."""
-    s = _cached(db)
-    if s is not None and not s.budgets:
+    cached = db.settings_cache
+    if cached is not None and not cached[1].budgets:
         return
     spent = spent_budgets(db, node_id, now)
     if spent:
@@ -319,8 +320,10 @@ def budget_refusal(db: Db, node_id: str, now: float) -> None:
 
 def hard_budgets_spent(db: Db, node_id: str, now: float) -> list[rules.Budget]:
     """The hard budgets covering ``node_id`` that are spent (none read without any)."""
-    s = _cached(db)
-    if s is not None and (not s.budgets or not any(b.get("hard") for b in s.budgets)):
+    cached = db.settings_cache
+    if cached is not None and (
+        not cached[1].budgets or not any(b.get("hard") for b in cached[1].budgets)
+    ):
         return []
     return [b for b, _, _ in spent_budgets(db, node_id, now) if b.hard]
 
