@@ -109,7 +109,7 @@ DEFAULT_DIR = ".corral"
 DEFAULT_SQLITE_FILE = "corral.db"
 BUSY_TIMEOUT_SECONDS = 30.0
 MONITOR_MAX_SLEEP = 0.5
-# How often the monitor adds the usage reports kept on completion events (SQLite) to
+# How often the monitor adds the usage reports kept on completed tasks (SQLite) to
 # their hours (``Store.roll_up_usage``): the reads count the rest, so this bounds
 # how many each read goes through, not what it sees.
 USAGE_ROLL_UP_EVERY = 1.0

@@ -1,13 +1,15 @@
-"""SQLite keeps a completion's usage on its own row and event, and adds it to its
-node's hour later, in batches (docs/guardrails.md, "Usage and spend"): every read
-counts the reports not rolled up yet, so the sums are exact before, during and after
-a roll-up; the node's role and model are those it had when it completed; the monitor
-rolls up (without waking for it), the pruning of events rolls up first, a reader that
-finds many rolls them up, and with budgets set the completion rolls up at once (its
-budgets are announced from the exact sums)."""
+"""SQLite keeps a completion's usage on its task's row (its sums and the completion's
+report), and adds it to its node's hour later, in batches (docs/guardrails.md, "Usage
+and spend"): every read counts the reports not rolled up yet, so the sums are exact
+before, during and after a roll-up; the node's role and model are those it had when it
+completed (a registration that changes them rolls up first); the monitor rolls up
+(without waking for it), the pruning of events rolls up first, a reader that finds many
+rolls them up, and with budgets set the completion rolls up at once (its budgets are
+announced from the exact sums)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import sqlite3
 from pathlib import Path
@@ -64,15 +66,15 @@ def test_a_completion_s_usage_is_read_exactly_before_and_after_its_roll_up(
         _complete(c, "dev-1", 2)
         assert _hours(path) == []  # the completions wrote no hour
         done = [e for e in c.events() if e.kind == "task_completed"]
-        assert [e.data["usage"] for e in done] == [
-            {
-                "input_tokens": 1200,
-                "output_tokens": 300,
-                "cost_micros": 12300,
-                "role": "developer",
-                "model": "opus",
-            }
-        ] * 2
+        assert len(done) == 2 and all("usage" not in e.data for e in done)  # as without
+        with sqlite3.connect(path) as raw:  # the reports on their tasks' rows
+            assert (
+                raw.execute(
+                    "SELECT usage_last_input, usage_last_output, usage_last_micros,"
+                    " usage_input_tokens, usage_reports FROM tasks ORDER BY id"
+                ).fetchall()
+                == [(1200, 300, 12300, 1200, 1)] * 2
+            )
         expected = (2400, 600, 0.0246, 2)
         for scope in ("cluster", "node:dev-1", "role:developer", "model:opus", "pool:dev"):
             assert _totals(c, scope) == expected, scope
@@ -153,6 +155,32 @@ def test_with_budgets_set_a_completion_rolls_up_and_announces_from_the_exact_sum
         assert [e.data["used"] for e in warned] == [round(6000 / 7000, 4)]
 
 
+def test_a_registration_that_changes_the_role_or_model_rolls_up_first(tmp_path: Path) -> None:
+    """The reports not rolled up yet keep the role and model their node had when it
+    completed: registering again as another role, or as a new incarnation of another
+    model, rolls them up first; registering again as the same one does not."""
+    path = tmp_path / "u.db"
+    with _connect(path, FakeClock(T0)) as c:
+        c.register_node("dev-1", "developer", model="opus")
+        _complete(c, "dev-1")
+        c.register_node("dev-1", "developer", model="opus")  # the same: nothing moves
+        assert _hours(path) == []
+        c.register_node("dev-1", "architect", model="opus")  # live, another role
+        assert [r[2:4] + r[-1:] for r in _hours(path)] == [("developer", "opus", 1)]
+        _complete(c, "dev-1")  # as an architect now (it claims as a developer)
+        c.terminate_node("dev-1")
+        c.register_node("dev-1", "architect", model="sonnet")  # a new row, another model
+        assert sorted(r[2:4] + r[-1:] for r in _hours(path)) == [
+            ("architect", "opus", 1),
+            ("developer", "opus", 1),
+        ]
+        _complete(c, "dev-1")  # pending: read with the node's latest row
+        assert _totals(c, "model:sonnet") == (1200, 300, 0.0123, 1)
+        assert _totals(c, "role:architect") == (2400, 600, 0.0246, 2)
+        assert _totals(c, "role:developer") == (1200, 300, 0.0123, 1)
+        assert _totals(c, "cluster") == (3600, 900, 0.0369, 3)
+
+
 @pytest.mark.slow
 def test_completions_from_8_processes_sum_exactly_while_the_monitor_rolls_up(
     tmp_path: Path,
@@ -217,3 +245,60 @@ def test_migration_0023_starts_the_mark_past_the_events_already_written(tmp_path
         assert _totals(c, "cluster") == (1200, 300, 0.0123, 1)
         assert c.store.roll_up_usage(T0) == 1
         assert [r[-1] for r in _hours(path)] == [1]
+
+
+def test_migration_0024_moves_the_reports_left_on_events_to_their_tasks(tmp_path: Path) -> None:
+    """The version before left a completion's report on its event: the reports past the
+    roll-up's mark move to their tasks' rows and are read and rolled up as new ones;
+    those before the mark (in usage_hours already) stay out."""
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path, isolation_level=None)
+    for version, sql in migrations("sqlite"):
+        if version < 24:
+            raw.executescript(sql)
+            raw.execute(f"PRAGMA user_version={version}")
+    raw.execute(
+        "INSERT INTO nodes (id, role, model, status, last_activity, heartbeat_interval,"
+        " live_window, dead_at, registered_at) VALUES ('dev-1', 'developer', 'opus', 'idle',"
+        " ?, 30, 90, ?, ?)",
+        (T0, T0 + 90, T0),
+    )
+    report = json.dumps(
+        {
+            "epoch": 1,
+            "claimed_at": T0,
+            "usage": {
+                "input_tokens": 1200,
+                "output_tokens": 300,
+                "cost_micros": 12300,
+                "role": "developer",
+                "model": "opus",
+            },
+        }
+    )
+    for task_id in (1, 2):
+        raw.execute(
+            "INSERT INTO tasks (id, title, priority, status, assigned_to, max_attempts,"
+            " sort_key, created_at, updated_at, finished_at) VALUES"
+            " (?, 'Implement it', 'medium', 'done', 'dev-1', 3, ?, ?, ?, ?)",
+            (task_id, T0, T0, T0, T0),
+        )
+        raw.execute(
+            "INSERT INTO events (ts, kind, node_id, task_id, data)"
+            " VALUES (?, 'task_completed', 'dev-1', ?, ?)",
+            (T0, task_id, report),
+        )
+    raw.execute("UPDATE meta SET value = '1' WHERE key = 'usage_rolled'")  # 1 rolled up
+    raw.close()
+    with _connect(path, FakeClock(T0)) as c:
+        with sqlite3.connect(path) as other:
+            moved = other.execute(
+                "SELECT id, usage_last_input, usage_last_output, usage_last_micros FROM tasks"
+                " ORDER BY id"
+            ).fetchall()
+        assert moved == [(1, None, None, None), (2, 1200, 300, 12300)]
+        assert _totals(c, "model:opus") == (1200, 300, 0.0123, 1)  # usage_hours is empty
+        assert c.store.roll_up_usage(T0) == 1
+        assert _hours(path) == [
+            (1_699_999_200.0, "dev-1", "developer", "opus", "dev", 1200, 300, 12300, 1)
+        ]

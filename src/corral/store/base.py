@@ -594,7 +594,7 @@ class Store(ABC):
     def prune_events(self, now: float) -> int: ...
 
     def roll_up_usage(self, now: float) -> int:
-        """Add the usage reports a store keeps on its completions' events to their
+        """Add the usage reports a store keeps on its completed tasks to their
         hours (docs/guardrails.md); how many. Every read counts them either way: this
         keeps the reads short. None by default (the reports went to their hours)."""
         return 0

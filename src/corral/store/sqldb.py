@@ -40,8 +40,8 @@ Transaction = Callable[[], AbstractContextManager[Tx]]
 
 class UsageTail(Protocol):
     """An adapter whose completions leave their usage reports for a roll-up instead
-    of adding them to their nodes' hours (SQLite: on their events; sqlusage reads
-    and rolls them up through this)."""
+    of adding them to their nodes' hours (SQLite: on their tasks, marked by their
+    completion events; sqlusage reads and rolls them up through this)."""
 
     def rows(self, tx: Tx, limit: int) -> list[Any]:
         """The reports not rolled up yet, in order, at most ``limit``: each with
@@ -83,7 +83,7 @@ class Db:
         self.read_row = read_row
         # (settings_version, Settings) last read; None: read them again.
         self.settings_cache: tuple[Any, Settings] | None = None
-        # Where completions leave their usage for a roll-up (SQLite: on their events)
+        # Where completions leave their usage for a roll-up (SQLite: on their tasks)
         # instead of adding it to their hours themselves; None: they add it.
         self.usage_tail: UsageTail | None = None
         self._actor = threading.local()  # the monitor whose duties this thread runs

@@ -82,6 +82,7 @@ def register_node(db: Db, spec: NodeSpec, now: float) -> Registered:
             now=now,
         )
         existing = tx.one("node_live_for_update", id=spec.id)
+        sqlusage.before_registration(db, tx, spec.id, spec.role, spec.model, existing)
         live = tx.one("nodes_count_live")["n"]
         _check_model_cap(tx, spec, existing, s)
         if existing is not None:

@@ -5,12 +5,13 @@ A usage report adds to one row, its node's of the hour (``usage_add``: the node'
 and model and its pool written with it), and to its task's own row (``usage_task_add``,
 or in the completion's own statement: the stores' hot paths), in its operation's own
 transaction. On SQLite a completion's report is not added to its node's hour by the
-completion: it rides on the completion's event (the schema's completion trigger), and
+completion: it stays on its task's row, marked by the completion's event, and
 ``roll_up`` adds such reports to their hours in batches (the monitor's ``roll_up_usage``
-duty, the events' pruning, a reader that found many, a report with budgets set); every
-read adds the reports not rolled up yet (``_tail``), from the same snapshot, so every
-sum is exact. The sums of a scope over a window are computed at read, from the window's
-hours (``usage_sum_*``). With budgets set, the report then reads the sums of the
+duty, the events' pruning, a reader that found many, a report with budgets set, a
+registration that changes its node's role or model); every read adds the reports not
+rolled up yet (``_tail``), from the same snapshot, so every sum is exact. The sums of
+a scope over a window are computed at read, from the window's hours
+(``usage_sum_*``). With budgets set, the report then reads the sums of the
 budgets covering its node and announces a crossing of 80% or 100% once per window
 (``budget_marks``): a ``budget_warning`` or ``budget_spent`` event. A claim by a node
 covered by a spent budget is refused (``budget_refusal``); with ``hard`` the tasks in
@@ -34,6 +35,7 @@ __all__ = [
     "after_completion",
     "amounts",
     "announce",
+    "before_registration",
     "budget_refusal",
     "hard_budgets_spent",
     "hard_targets",
@@ -230,8 +232,24 @@ def roll_up_all(db: Db) -> int:
             return moved
 
 
+def before_registration(
+    db: Db, tx: Tx, node_id: str, role: str, model: str | None, live: Any
+) -> None:
+    """Before ``node_id`` registers (again) as ``role`` and ``model``, in ``tx``: when
+    that changes its latest row's role or model (``live``: its live row, if any), the
+    completion reports not rolled up yet are rolled up first, as the tail reads their
+    role and model from that row (the adapter's ``UsageTail``)."""
+    if db.usage_tail is None:
+        return
+    row = live if live is not None else tx.one("node_latest_scope", id=node_id)
+    if row is None or (row["role"], row["model"]) == (role, model):
+        return
+    while roll_up(db, tx) == ROLL_BATCH:
+        pass
+
+
 def after_completion(db: Db, tx: Tx, node_id: str, now: float) -> None:
-    """After a completion with usage in ``tx`` whose report is on its event (SQLite):
+    """After a completion with usage in ``tx`` whose report is on its task (SQLite):
     with budgets set, the reports rolled up (so the budgets' reads find no tail) and
     the budgets it crosses announced; without, nothing read or written."""
     cached = db.settings_cache

@@ -72,9 +72,9 @@ _TASK_COMPLETE = _QUERIES["task_complete"]
 _TASK_COMPLETE_QUIET = _TASK_COMPLETE.removesuffix("RETURNING *").rstrip()
 if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql edit
     raise RuntimeError("task_complete must end with RETURNING *")
-# A completion with usage: the task's sums in the same statement, and the report on
-# its event (the completion trigger), which ``sqlusage.roll_up`` adds to its node's
-# hour later: no statement more than a completion without.
+# A completion with usage: the task's sums in the same statement, and the report kept
+# on the task's row (usage_last_*), which ``sqlusage.roll_up`` adds to its node's hour
+# later: no statement more than a completion without, the same event and trigger work.
 _TASK_COMPLETE_USAGE = _QUERIES["task_complete_usage"]
 _TASK_COMPLETE_USAGE_QUIET = _TASK_COMPLETE_USAGE.removesuffix("RETURNING *").rstrip()
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
@@ -191,7 +191,7 @@ class SQLiteStore(SQLStore):
         busy_timeout: float | str = BUSY_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__()
-        self._db.usage_tail = CompletionEvents()  # completions' usage on their events
+        self._db.usage_tail = CompletionEvents()  # completions' usage on their tasks
         sync = str(synchronous).upper()
         if sync not in _SYNCHRONOUS:
             raise InvalidInputError(
@@ -570,9 +570,9 @@ class SQLiteStore(SQLStore):
         usage: dict[str, Any] | None = None,
     ) -> Task:
         """The completion inside a write transaction (or LeaseError), with ``usage``
-        recorded by the completion's statement: on the task's row, and on its event
-        for its node's hour (``sqlusage.roll_up``; with budgets set, rolled up now and
-        the budgets it crosses announced).
+        recorded by the completion's statement: on the task's row, its sums and its
+        completion's report for its node's hour (``sqlusage.roll_up``; with budgets set,
+        rolled up now and the budgets it crosses announced).
 
         A task this store claimed, completed with its epoch, is unchanged since its
         claim but for what the completion sets (only a claim changes an in-progress

@@ -1,11 +1,14 @@
-"""SQLite's completions leave their usage on their events (``sqldb.UsageTail``;
-docs/guardrails.md, "Usage and spend").
+"""SQLite's completions leave their usage on their tasks' rows, and their events mark
+them (``sqldb.UsageTail``; docs/guardrails.md, "Usage and spend").
 
-A completion with usage adds it to its task's sums in its own statement, and the
-completion trigger writes the report, with the holder's role and model, on the
-``task_completed`` event that statement writes anyway: no more pages than a
-completion without usage. ``roll_up`` adds those reports to their nodes' hours
-(``usage_hours``) in batches and keeps the last event seq it has looked past in
+A completion with usage adds it to its task's sums in its own statement and keeps it
+as the completion's report on the task's row (``usage_last_*``); the
+``task_completed`` event the statement writes anyway is the same as without usage: no
+more pages and no more work in the completion trigger than a completion without.
+``roll_up`` adds the reports of the completion events past its mark to their nodes'
+hours (``usage_hours``) in batches, with the role and model of the node's latest row
+(a registration that would change them rolls up first:
+``sqlusage.before_registration``), and keeps the last event seq it has looked past in
 ``meta`` (``usage_rolled``); the readers add the reports past it (``rows``), read in
 the same snapshot, so the sums are exact whenever they are read. The events after the
 mark are read by the seq (the rowid): a new event's seq is past every seq in the

@@ -333,27 +333,12 @@ BEGIN
       AND
       -- include: stamp_due
       ;
-    -- A completion with usage (task_complete_usage: it adds one report to the task's
-    -- sums) carries the report on its event, with its holder's role and model as its
-    -- live row has them now ('' when none): usage_hours gets it in batches
-    -- (sqlusage.roll_up), and the readers add the events not rolled up yet
-    -- (usage_tail), so a completion with usage writes nothing more than one without.
+    -- A completion with usage (task_complete_usage) keeps its report on the task's row
+    -- (usage_last_*): the event is the same as without, and the usage roll-up reads the
+    -- report from the task (usage_tail).
     INSERT INTO events (ts, kind, node_id, task_id, data)
     VALUES (new.finished_at, 'task_completed', new.assigned_to, new.id,
-            CASE WHEN new.usage_reports = old.usage_reports
-            THEN json_object('epoch', new.epoch, 'claimed_at', new.claimed_at)
-            ELSE json_object('epoch', new.epoch, 'claimed_at', new.claimed_at, 'usage',
-                json_object(
-                    'input_tokens', new.usage_input_tokens - old.usage_input_tokens,
-                    'output_tokens', new.usage_output_tokens - old.usage_output_tokens,
-                    'cost_micros', new.usage_cost_micros - old.usage_cost_micros,
-                    'role', coalesce((SELECT role FROM nodes
-                                      WHERE id = new.assigned_to AND terminated_at IS NULL),
-                                     ''),
-                    'model', coalesce((SELECT model FROM nodes
-                                       WHERE id = new.assigned_to AND terminated_at IS NULL),
-                                      '')))
-            END);
+            json_object('epoch', new.epoch, 'claimed_at', new.claimed_at));
 END;
 
 -- name: task_fail_final
@@ -1190,18 +1175,29 @@ ON CONFLICT (start, node_id, role, model) DO UPDATE SET
     reports = usage_hours.reports + excluded.reports;
 
 -- name: usage_tail
--- The completions' usage reports not in usage_hours yet: on the completion events after
--- the roll-up's mark (meta usage_rolled; the events' seq range, in order). The readers
--- add them to usage_hours' sums; the roll-up moves them there.
-SELECT seq, ts, node_id,
-       json_extract(data, '$.usage.input_tokens') AS input_tokens,
-       json_extract(data, '$.usage.output_tokens') AS output_tokens,
-       json_extract(data, '$.usage.cost_micros') AS cost_micros,
-       json_extract(data, '$.usage.role') AS role,
-       json_extract(data, '$.usage.model') AS model
-FROM events
-WHERE seq > :after AND kind = 'task_completed' AND json_extract(data, '$.usage') IS NOT NULL
-ORDER BY seq LIMIT :limit;
+-- The completions' usage reports not in usage_hours yet: the completion events after
+-- the roll-up's mark (meta usage_rolled; the events' seq range, in order) whose task
+-- holds its completion's report (usage_last_*), with the role and model of the node's
+-- latest row ('' when none): a registration that would change them rolls the reports
+-- up first (sqlusage.before_registration), so they are the node's at its completion.
+-- The readers add them to usage_hours' sums; the roll-up moves them there.
+SELECT e.seq, e.ts, e.node_id,
+       t.usage_last_input AS input_tokens,
+       t.usage_last_output AS output_tokens,
+       t.usage_last_micros AS cost_micros,
+       coalesce(n.role, '') AS role,
+       coalesce(n.model, '') AS model
+FROM events AS e
+JOIN tasks AS t ON t.id = e.task_id
+LEFT JOIN nodes AS n ON n.incarnation = (SELECT max(incarnation) FROM nodes INDEXED BY nodes_by_id
+                                         WHERE id = e.node_id)
+WHERE e.seq > :after AND e.kind = 'task_completed' AND t.usage_last_micros IS NOT NULL
+ORDER BY e.seq LIMIT :limit;
+
+-- name: node_latest_scope
+-- A node's latest row's role and model (its live row's, or its last one's).
+SELECT role, model FROM nodes INDEXED BY nodes_by_id WHERE id = :id
+ORDER BY incarnation DESC LIMIT 1;
 
 -- name: usage_task_add
 -- A usage report added to its task's sums (a failure's or a progress report's; a
@@ -1213,14 +1209,16 @@ UPDATE tasks SET usage_input_tokens = usage_input_tokens + :input_tokens,
 WHERE id = :id;
 
 -- name: task_complete_usage
--- task_complete with the report's usage added to the task's sums in the same statement;
--- its event (trigger_task_completed) carries the report for usage_hours.
+-- task_complete with the report's usage added to the task's sums in the same statement,
+-- and kept as its completion's (usage_last_*) for usage_hours (usage_tail).
 UPDATE tasks SET status = 'done', result = :result, error = NULL, finished_at = :now,
                  updated_at = :now,
                  usage_input_tokens = usage_input_tokens + :input_tokens,
                  usage_output_tokens = usage_output_tokens + :output_tokens,
                  usage_cost_micros = usage_cost_micros + :cost_micros,
-                 usage_reports = usage_reports + 1
+                 usage_reports = usage_reports + 1,
+                 usage_last_input = :input_tokens, usage_last_output = :output_tokens,
+                 usage_last_micros = :cost_micros
 WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
   AND (:epoch IS NULL OR epoch = :epoch)
 RETURNING *;

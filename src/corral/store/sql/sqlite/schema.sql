@@ -92,7 +92,12 @@ CREATE TABLE tasks (
     usage_input_tokens  INTEGER NOT NULL DEFAULT 0,
     usage_output_tokens INTEGER NOT NULL DEFAULT 0,
     usage_cost_micros   INTEGER NOT NULL DEFAULT 0,
-    usage_reports       INTEGER NOT NULL DEFAULT 0
+    usage_reports       INTEGER NOT NULL DEFAULT 0,
+    -- Its completion's report, NULL when it made none (migration 0024): the usage
+    -- roll-up reads it (corral.store.sqlite.usage).
+    usage_last_input    INTEGER,
+    usage_last_output   INTEGER,
+    usage_last_micros   INTEGER
 );
 -- The claim index (sort_key = created_at - 60 * priority points): pending tasks in score order, without role bonus
 -- (a pending task's holder is always NULL), and held tasks by holder. 'in_progress'
