@@ -9,6 +9,7 @@ its headers (``valgrind/callgrind.h``) and a C compiler.
 
     python bench/instructions.py                          # this tree, both loops
     python bench/instructions.py --tree /tmp/base-caeb9f8
+    python bench/instructions.py --loops cc --usage       # usage on every completion
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ void on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; CALLGRIND
 void off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS; }
 """
 ROLE = "developer"
+USAGE = {"input_tokens": 1200, "output_tokens": 300, "cost_usd": 0.0123}  # usage_overhead's
 
 
-def _loop(tree: str, loop: str, jobs: int, helper: str) -> None:  # under valgrind
+def _loop(tree: str, loop: str, jobs: int, helper: str, usage: bool) -> None:  # under valgrind
     sys.path.insert(0, os.path.join(tree, "src"))
     import corral
 
@@ -46,11 +48,13 @@ def _loop(tree: str, loop: str, jobs: int, helper: str) -> None:  # under valgri
     )
     c.register_node("n1", ROLE)
 
+    report = USAGE if usage else None
+
     def run(k: int) -> None:
         if loop == "cc":
             t = c.claim_best_task("n1", ROLE)
             for _ in range(k):
-                t = c.complete_and_claim(t.id, "n1", ROLE, t.epoch)[1]
+                t = c.complete_and_claim(t.id, "n1", ROLE, t.epoch, usage=report)[1]
             c.complete_task(t.id, "n1", t.epoch)
         else:
             for _ in range(k):
@@ -64,9 +68,10 @@ def _loop(tree: str, loop: str, jobs: int, helper: str) -> None:  # under valgri
     c.close()
 
 
-def count(tree: str, loop: str, jobs: int, work: Path, helper: Path) -> int:
+def count(tree: str, loop: str, jobs: int, work: Path, helper: Path, usage: bool = False) -> int:
     """Instructions per job of ``loop`` ("cc": complete_and_claim, "two": claim +
-    complete) with the corral of ``tree``."""
+    complete) with the corral of ``tree`` (``usage``: a report on every completion of
+    "cc")."""
     out = work / f"cg.{loop}"
     subprocess.run(
         [
@@ -85,6 +90,7 @@ def count(tree: str, loop: str, jobs: int, work: Path, helper: Path) -> int:
             str(jobs),
             "--helper",
             str(helper),
+            *(["--usage"] if usage else []),
         ],
         check=True,
         capture_output=True,
@@ -101,11 +107,12 @@ def main() -> int:
     p.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--loops", default="cc,two")
+    p.add_argument("--usage", action="store_true", help="usage on every completion (cc)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--helper", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        _loop(args.tree, args.child, args.jobs, args.helper)
+        _loop(args.tree, args.child, args.jobs, args.helper, args.usage)
         return 0
     with tempfile.TemporaryDirectory(prefix="corral-instr-") as d:
         work = Path(d)
@@ -113,8 +120,9 @@ def main() -> int:
         helper = work / "cg.so"
         subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, work / "cg.c"], check=True)
         for loop in args.loops.split(","):
-            n = count(args.tree, loop, args.jobs, work, helper)
-            print(f"{args.tree} {loop}: {n:,} instructions per job")
+            n = count(args.tree, loop, args.jobs, work, helper, args.usage)
+            with_usage = " with usage" if args.usage else ""
+            print(f"{args.tree} {loop}{with_usage}: {n:,} instructions per job")
     return 0
 
 
