@@ -21,17 +21,20 @@ BACKENDS = ["sqlite", "postgres", "http"]
 # Backends whose client is a ``Cluster`` over a store (the monitor runs on these).
 EMBEDDED = [b for b in BACKENDS if b != "http"]
 
-# Modules whose tests run alone, after the rest (``serial``: scripts/test runs the
-# others on two processes first). Each either owns something one machine has once
+# Tests that run alone, after the rest (``serial``: scripts/test runs the others on
+# two processes first): a whole module by its name, or one test as ``module::test``
+# (every parametrized case of it). Each either owns something one machine has once
 # (the hosts harness's network namespaces and its PostgreSQL cluster's port) or
 # measures time against a bound that a second test process beside it would eat into.
-# (The benches' smoke runs check what a bench writes, not its numbers: they run
-# beside the others.)
+# (The benches' smoke runs check what a bench writes, not its numbers: they run beside
+# the others.)
 SERIAL = {
     "test_chaos": "network namespaces and the harness's PostgreSQL port; faults' bounds",
     "test_chaos_clock": "the hosts harness",
     "test_partition": "the hosts harness",
-    "test_fleet_up": "a pool's reaction within a second",
+    "test_fleet_up::test_a_second_corral_up_in_the_same_directory_fails_at_once": (
+        "the second corral up's refusal within a second"
+    ),
     "test_wal_cross_process": "another process reads a write within 0.1 s",
     "test_mcp_transports": "a restarted server's reconnect window",
     "test_worker_outage": "workers riding out outages within their beats",
@@ -39,11 +42,26 @@ SERIAL = {
     "test_cli_top": "the terminal shows a change within a second",
     "test_ctl_watch": "the watch's looks every 0.1 s",
 }
+# Tests of a serial module that hold none of its bounds: they run beside the others.
+# (test_fleet_up's other tests are not serial at all: their bounds are deadlines of
+# seconds to minutes, or lower bounds.)
+BESIDE = {
+    "test_worker_outage::"
+    "test_a_claim_whose_answer_was_lost_returns_the_same_task_when_sent_again": (
+        "the client's tolerance is 30 s; nothing is timed"
+    ),
+    "test_worker_outage::test_a_keyed_claim_sent_again_takes_nothing_more": "no process, no time",
+    "test_mcp_transports::test_stdio_corral_mcp_subprocess": "no restart, no window",
+    "test_mcp_transports::test_corral_serve_mcp_with_a_node_token_acts_only_as_that_node": (
+        "no restart, no window"
+    ),
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.stem in SERIAL:
+        test = f"{item.path.stem}::{getattr(item, 'originalname', item.name)}"
+        if (item.path.stem in SERIAL or test in SERIAL) and test not in BESIDE:
             item.add_marker(pytest.mark.serial)
 
 
