@@ -33,7 +33,6 @@ from corral.store.sqldb import Db
 __all__ = [
     "add_params",
     "after_completion",
-    "amounts",
     "announce",
     "before_registration",
     "budget_refusal",
@@ -80,20 +79,10 @@ def _cached(db: Db) -> Settings | None:
     return None if cached is None else cached[1]
 
 
-def amounts(usage: Mapping[str, Any]) -> dict[str, int]:
-    """A report's (checked: ``validation.check_usage``, whose tokens are ints and cost
-    a float) deltas as stored: tokens, and cost in micro-dollars."""
-    get = usage.get
-    return {
-        "input_tokens": get("input_tokens", 0),
-        "output_tokens": get("output_tokens", 0),
-        "cost_micros": round(get("cost_usd", 0.0) * rules.MICROS),
-    }
-
-
 def add_params(node_id: str, usage: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """``usage_add``'s parameters: the hour, the node and its pool, the amounts (as
-    ``amounts``, written out: a completion's hot path on PostgreSQL)."""
+    """``usage_add``'s parameters: the hour, the node and its pool, and the report's
+    (checked: ``validation.check_usage``, whose tokens are ints and cost a float)
+    amounts as stored: tokens, and cost in micro-dollars."""
     get = usage.get
     return {
         "hour": rules.bucket_start(now),

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from corral import lifecycle, scoring
+from corral import budgets, lifecycle, scoring
 from corral.backoff import Backoff
 from corral.defaults import (
     BUSY_TIMEOUT_SECONDS,
@@ -579,11 +579,21 @@ class SQLiteStore(SQLStore):
         task, and a claim changes its epoch), so its record is built from the claim's
         row and the statement skips its RETURNING."""
         text = None if result is None else dumps(result)
-        params = {"id": task_id, "node_id": node_id, "epoch": epoch, "result": text, "now": now}
         if usage is None:
+            params = {"id": task_id, "node_id": node_id, "epoch": epoch, "result": text, "now": now}
             quiet, full = _TASK_COMPLETE_QUIET, _TASK_COMPLETE
-        else:
-            params.update(sqlusage.amounts(usage))
+        else:  # and the report's amounts as stored (sqlusage.add_params')
+            get = usage.get
+            params = {
+                "id": task_id,
+                "node_id": node_id,
+                "epoch": epoch,
+                "result": text,
+                "now": now,
+                "input_tokens": get("input_tokens", 0),
+                "output_tokens": get("output_tokens", 0),
+                "cost_micros": round(get("cost_usd", 0.0) * budgets.MICROS),
+            }
             quiet, full = _TASK_COMPLETE_USAGE_QUIET, _TASK_COMPLETE_USAGE
         held = self._claimed.pop(task_id, None)
         if held is not None and epoch is not None and held.epoch == epoch:
