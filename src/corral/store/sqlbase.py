@@ -196,8 +196,7 @@ class SQLStore(Store):
         sqlusage.budget_refusal(self._db, node_id, now)
 
     def stop_hard(self, node_id: str, now: float) -> list[int]:
-        cached = self._db.settings_cache
-        if cached is not None and not cached[1].budgets:  # a report's common case
+        if sqlusage.budgetless(self._db):  # a report's common case: nothing to read
             return []
         spent = sqlusage.hard_budgets_spent(self._db, node_id, now)
         if not spent:  # the common case, a report's: nothing to read

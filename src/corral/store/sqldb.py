@@ -12,7 +12,9 @@ modules into the ``Store`` port.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
@@ -83,6 +85,9 @@ class Db:
         self.read_row = read_row
         # (settings_version, Settings) last read; None: read them again.
         self.settings_cache: tuple[Any, Settings] | None = None
+        # When (time.monotonic) this process last read the settings' version: its
+        # cache holds no budget another process set before then (sqlusage).
+        self.settings_checked = -math.inf
         # Where completions leave their usage for a roll-up (SQLite: on their tasks)
         # instead of adding it to their hours themselves; None: they add it.
         self.usage_tail: UsageTail | None = None
@@ -96,6 +101,7 @@ class Db:
 
     # --- the settings -----------------------------------------------------------------
     def settings_in(self, tx: Tx) -> Settings:
+        self.settings_checked = time.monotonic()
         row = tx.one("meta_get", key="settings_version")
         version = row["value"] if row else None
         cached = self.settings_cache

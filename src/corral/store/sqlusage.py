@@ -20,6 +20,7 @@ progress in its scope are cancelled (``hard_targets``).
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "announce",
     "before_registration",
     "budget_refusal",
+    "budgetless",
     "hard_budgets_spent",
     "hard_targets",
     "model_live_count",
@@ -74,9 +76,31 @@ _CLOSED: weakref.WeakKeyDictionary[Db, dict[str, tuple[float, float, Any]]] = (
 )
 
 
-def _cached(db: Db) -> Settings | None:
+# How long a process trusts its cached settings' "no budgets" before it reads the
+# settings' version again: budgets another process sets take effect here within about
+# this long, and a report or claim reads nothing more in between.
+SETTINGS_RECHECK = 1.0
+_monotonic = time.monotonic  # (tests advance it)
+
+
+def budgetless(db: Db) -> bool:
+    """Whether this process's cached settings have no budgets and were read within
+    ``SETTINGS_RECHECK`` seconds (a report's and a claim's common case: nothing to
+    read)."""
     cached = db.settings_cache
-    return None if cached is None else cached[1]
+    return (
+        cached is not None
+        and not cached[1].budgets
+        and _monotonic() - db.settings_checked < SETTINGS_RECHECK
+    )
+
+
+def _cached(db: Db) -> Settings | None:
+    """The cached settings, unless their "no budgets" may be stale (``budgetless``)."""
+    cached = db.settings_cache
+    if cached is None or (not cached[1].budgets and not budgetless(db)):
+        return None
+    return cached[1]
 
 
 def add_params(node_id: str, usage: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -245,8 +269,9 @@ def after_completion(db: Db, tx: Tx, node_id: str, now: float) -> None:
     """After a completion with usage in ``tx`` whose report is on its task (SQLite):
     with budgets set, the reports rolled up (so the budgets' reads find no tail) and
     the budgets it crosses announced; without, nothing read or written."""
-    cached = db.settings_cache
-    s = db.settings_in(tx) if cached is None else cached[1]
+    if budgetless(db):
+        return
+    s = db.settings_in(tx)
     if s.budgets:
         while roll_up(db, tx) == ROLL_BATCH:
             pass
@@ -320,8 +345,7 @@ def spent_budgets(db: Db, node_id: str, now: float) -> list[tuple[rules.Budget, 
 def budget_refusal(db: Db, node_id: str, now: float) -> None:
     """Raise ``BudgetError`` when a budget covering ``node_id`` is spent (a claim by
     it is refused). Without budgets in this process's settings, no read at all."""
-    cached = db.settings_cache
-    if cached is not None and not cached[1].budgets:
+    if budgetless(db):
         return
     spent = spent_budgets(db, node_id, now)
     if spent:
@@ -331,10 +355,10 @@ def budget_refusal(db: Db, node_id: str, now: float) -> None:
 
 def hard_budgets_spent(db: Db, node_id: str, now: float) -> list[rules.Budget]:
     """The hard budgets covering ``node_id`` that are spent (none read without any)."""
-    cached = db.settings_cache
-    if cached is not None and (
-        not cached[1].budgets or not any(b.get("hard") for b in cached[1].budgets)
-    ):
+    if budgetless(db):
+        return []
+    s = _cached(db)
+    if s is not None and not any(b.get("hard") for b in s.budgets):
         return []
     return [b for b, _, _ in spent_budgets(db, node_id, now) if b.hard]
 

@@ -321,9 +321,9 @@ class PostgresStore(SQLStore):
 
     def _budgets_maybe(self) -> bool:
         """Whether budgets may be set (this process's settings have some, or it has
-        read none yet): a report then reads them, in a transaction of its own."""
-        cached = self._db.settings_cache
-        return cached is None or bool(cached[1].budgets)
+        not read them within ``sqlusage.SETTINGS_RECHECK``): a report then reads
+        them, in a transaction of its own."""
+        return not sqlusage.budgetless(self._db)
 
     def complete_and_claim(
         self,
