@@ -14,7 +14,7 @@ import pytest
 
 import corral
 from corral.errors import BudgetError
-from corral.store import sqlusage
+from corral.store import sqldb, sqlusage
 from tests.support.backends import postgres as pg
 
 USAGE = {"input_tokens": 1200, "output_tokens": 300, "cost_usd": 0.0123}
@@ -30,8 +30,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_a_budget_set_by_another_process_is_enforced_within_the_recheck(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    offset = [0.0]
-    monkeypatch.setattr(sqlusage, "_monotonic", lambda: time.monotonic() + offset[0])
+    offset = [0.0]  # the recheck's clock stands still but where the test moves it
+    start = time.monotonic()
+    monkeypatch.setattr(sqldb, "monotonic", lambda: start + offset[0])
     with corral.connect(url) as worker, corral.connect(url) as operator:
         worker.configure(max_agents=8)
         worker.add_tasks([{"title": f"Implement part {i}"} for i in range(6)])

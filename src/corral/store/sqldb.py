@@ -57,6 +57,11 @@ class UsageTail(Protocol):
         ...
 
 
+# The clock of the settings' recheck (``settings_checked``, ``sqlusage.budgetless``):
+# monotonic seconds; tests set it to step over ``SETTINGS_RECHECK`` without waiting.
+monotonic = time.monotonic
+
+
 class Db:
     """An adapter's transactions and the state its operations share.
 
@@ -101,7 +106,7 @@ class Db:
 
     # --- the settings -----------------------------------------------------------------
     def settings_in(self, tx: Tx) -> Settings:
-        self.settings_checked = time.monotonic()
+        self.settings_checked = monotonic()
         row = tx.one("meta_get", key="settings_version")
         version = row["value"] if row else None
         cached = self.settings_cache

@@ -20,7 +20,6 @@ progress in its scope are cancelled (``hard_targets``).
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from corral import budgets as rules
 from corral.errors import BudgetError
 from corral.model import Settings
+from corral.store import sqldb
 from corral.store.rows import Tx
 from corral.store.sqldb import Db
 
@@ -80,7 +80,6 @@ _CLOSED: weakref.WeakKeyDictionary[Db, dict[str, tuple[float, float, Any]]] = (
 # settings' version again: budgets another process sets take effect here within about
 # this long, and a report or claim reads nothing more in between.
 SETTINGS_RECHECK = 1.0
-_monotonic = time.monotonic  # (tests advance it)
 
 
 def budgetless(db: Db) -> bool:
@@ -91,7 +90,7 @@ def budgetless(db: Db) -> bool:
     return (
         cached is not None
         and not cached[1].budgets
-        and _monotonic() - db.settings_checked < SETTINGS_RECHECK
+        and sqldb.monotonic() - db.settings_checked < SETTINGS_RECHECK
     )
 
 
