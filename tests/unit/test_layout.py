@@ -84,9 +84,23 @@ def test_no_import_cycle_between_modules() -> None:
 
 
 def test_every_serial_module_is_a_test_module() -> None:
-    """tests/conftest.py's SERIAL names modules of tests/integration (a renamed module
-    would otherwise lose its mark quietly and run beside the others)."""
-    from tests.conftest import SERIAL
+    """tests/conftest.py's SERIAL and BESIDE name modules of tests/integration, or
+    tests of theirs as ``module::test`` (a renamed module or test would otherwise lose
+    its mark quietly and run beside the others, or alone for nothing)."""
+    from tests.conftest import BESIDE, SERIAL
 
-    here = {p.stem for p in (SRC.parent / "tests" / "integration").glob("test_*.py")}
-    assert set(SERIAL) <= here, sorted(set(SERIAL) - here)
+    integration = SRC.parent / "tests" / "integration"
+    here = {p.stem for p in integration.glob("test_*.py")}
+    missing = []
+    for entry in [*SERIAL, *BESIDE]:
+        module, _, test = entry.partition("::")
+        if module not in here:
+            missing.append(entry)
+        elif test:
+            tree = ast.parse((integration / f"{module}.py").read_text())
+            tests = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+            if test not in tests:
+                missing.append(entry)
+    assert missing == []
+    # BESIDE takes tests out of a module SERIAL names whole.
+    assert all(entry.partition("::")[0] in SERIAL for entry in BESIDE), sorted(BESIDE)
