@@ -10,8 +10,8 @@ same machine and neither always runs second; each run drains a fresh board of
 its wall time; the variant's figure is the median of its runs. With usage, every
 completion reports ``{input_tokens, output_tokens, cost_usd}``: its task's sums in
 the completion's own statement, and its node's row of the hour (on PostgreSQL in that
-same statement; on SQLite the statement puts the report on the completion's event and
-the hours get it later, in batches: docs/guardrails.md). Each cell also gives the
+same statement; on SQLite the statement leaves the report on its task's row and the
+hours get it later, in batches: docs/guardrails.md). Each cell also gives the
 workers' CPU time per job (the median over its runs; the server's not counted on
 PostgreSQL), which a machine busy with other work disturbs less than the wall time.
 
