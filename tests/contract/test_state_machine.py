@@ -14,8 +14,8 @@ code. After every step it checks:
 - the assessment is the reference decision for the model's counts;
 - a refused call changes nothing.
 
-Each example runs on a fresh cluster of the backend (a new SQLite file, a new
-PostgreSQL database from the template, a new app behind the HTTP server). The fast
+Each example runs on a fresh cluster of the backend (a new SQLite file, a
+PostgreSQL database in the template's state, a new app behind the HTTP server). The fast
 tier runs a few examples; the full suite (``-m slow`` included) runs many more;
 ``CORRAL_STATEFUL_EXAMPLES`` overrides either.
 """
@@ -585,22 +585,47 @@ class ClusterMachine(RuleBasedStateMachine):
 
 
 # --- the runs ---------------------------------------------------------------------------
+class _Example:
+    """The request as the backend sees it for one example: what it leaves to run after
+    the example (a PostgreSQL database back to the pool, the HTTP backend's store
+    closed) runs once the example is over (its client closed by its teardown), when
+    the next example starts or the test ends: one database serves every example in
+    turn, where each took a new one."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self.config = request.config
+        self._after: list[Callable[[], object]] = []
+
+    def addfinalizer(self, finalizer: Callable[[], object]) -> None:
+        self._after.append(finalizer)
+
+    def finish(self) -> None:
+        while self._after:
+            self._after.pop()()
+
+
 @pytest.fixture(params=BACKENDS)
 def fresh(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[Callable[[FakeClock], Client]]:
     """A factory of fresh clusters on the backend, one per example (each closed by
-    its machine's teardown; PostgreSQL's databases dropped when the test ends)."""
+    its machine's teardown; what its backend leaves to do after it done before the
+    next example's)."""
     backend = importlib.import_module(f"tests.support.backends.{request.param}")
     numbers = itertools.count()
+    example = _Example(request)
 
     def make(clock: FakeClock) -> Client:
+        example.finish()  # the last example's: its machine's teardown closed its client
         where = tmp_path / f"example-{next(numbers)}"
         where.mkdir()
-        client: Client = backend.make(request, where, clock)
+        client: Client = backend.make(example, where, clock)
         return client
 
-    yield make
+    try:
+        yield make
+    finally:
+        example.finish()
 
 
 def _run(fresh: Callable[[FakeClock], Client], examples: int, steps: int) -> None:
