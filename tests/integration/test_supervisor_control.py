@@ -112,9 +112,19 @@ class Served:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, daemon=True)
         self.thread.start()
-        wait_for(lambda: self.sock.exists() or self.error, what="the control socket")
+        # Listening, not only bound: the socket's file exists from its bind, and a
+        # request before its listen is refused (a run under load met that window).
+        wait_for(lambda: self._listening() or self.error, what="the control socket")
         if self.error:
             raise self.error
+
+    def _listening(self) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(self.sock))
+            except (FileNotFoundError, ConnectionRefusedError):
+                return False
+        return True
 
     def _main(self) -> None:
         try:
