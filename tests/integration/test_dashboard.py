@@ -467,6 +467,12 @@ def _reads_for_one_change(base: str, counting: _Counting, cookie: str, pages: in
     for p in open_pages:
         p.stop = True
     assert all(p.names[: len(PANELS)] == list(PANELS) for p in open_pages)
+    # A page reads until its next line: one more change ends every stream now (the
+    # server's shutdown otherwise waited 10 s on them).
+    cluster.register_node(f"end-{pages}", "developer")
+    for p in open_pages:
+        p.join(10)
+    assert not any(p.is_alive() for p in open_pages)
     return reads
 
 
