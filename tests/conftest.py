@@ -22,7 +22,7 @@ BACKENDS = ["sqlite", "postgres", "http"]
 EMBEDDED = [b for b in BACKENDS if b != "http"]
 
 # Tests that run alone, after the rest (``serial``: scripts/test runs the others on
-# two processes first): a whole module by its name, or one test as ``module::test``
+# three processes first): a whole module by its name, or one test as ``module::test``
 # (every parametrized case of it). Each either owns something one machine has once
 # (the hosts harness's network namespaces and its PostgreSQL cluster's port) or
 # measures time against a bound that a second test process beside it would eat into.
