@@ -35,6 +35,9 @@ SERIAL = {
     "test_fleet_up::test_a_second_corral_up_in_the_same_directory_fails_at_once": (
         "the second corral up's refusal within a second"
     ),
+    "test_fleet_up::test_the_fleet_example_drains_its_board_and_retires_its_workers": (
+        "the pool's decisions a cooldown (1 s) apart, as their events record them"
+    ),
     "test_wal_cross_process": "another process reads a write within 0.1 s",
     "test_mcp_transports": "a restarted server's reconnect window",
     "test_worker_outage": "workers riding out outages within their beats",
