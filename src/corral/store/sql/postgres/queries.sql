@@ -1478,6 +1478,12 @@ ON CONFLICT (start, node_id, role, model) DO UPDATE SET
     cost_micros = usage_hours.cost_micros + excluded.cost_micros,
     reports = usage_hours.reports + 1;
 
+-- name: node_latest_scope
+-- A node's latest row's role and model (its live row's, or its last one's). The usage
+-- roll-up of a store whose completions leave their reports on their tasks reads it
+-- (SQLite's); PostgreSQL's completions add theirs to the hours themselves.
+SELECT role, model FROM nodes WHERE id = :id ORDER BY incarnation DESC LIMIT 1;
+
 -- name: usage_task_add
 -- A usage report added to its task's sums (a failure's or a progress report's; a
 -- completion adds them in its own statement: the store's "+usage" statements).
