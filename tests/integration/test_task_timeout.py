@@ -34,7 +34,9 @@ def term(*_):
     sys.exit(0)
 signal.signal(signal.SIGTERM, term)
 sys.stdin.read()
-(d / "child.pid").write_text(str(os.getpid()))
+# Written whole, then renamed: the test reads it as soon as the name exists.
+(d / "child.pid.tmp").write_text(str(os.getpid()))
+os.replace(d / "child.pid.tmp", d / "child.pid")
 while True:
     time.sleep(0.05)
 """
