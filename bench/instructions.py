@@ -48,13 +48,14 @@ def _loop(tree: str, loop: str, jobs: int, helper: str, usage: bool) -> None:  #
     )
     c.register_node("n1", ROLE)
 
-    report = USAGE if usage else None
+    # Without --usage no usage argument at all: a tree from before usage has none.
+    extra = {"usage": USAGE} if usage else {}
 
     def run(k: int) -> None:
         if loop == "cc":
             t = c.claim_best_task("n1", ROLE)
             for _ in range(k):
-                t = c.complete_and_claim(t.id, "n1", ROLE, t.epoch, usage=report)[1]
+                t = c.complete_and_claim(t.id, "n1", ROLE, t.epoch, **extra)[1]
             c.complete_task(t.id, "n1", t.epoch)
         else:
             for _ in range(k):
