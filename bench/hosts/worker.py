@@ -1,7 +1,8 @@
 """A supervised SDK worker of a chaos host: ``corral.Worker`` through the host's own
 ``corral serve`` (``$CHAOS_SERVE``), its node id the agent id the supervisor gives it.
 Each task sleeps the seconds in its description (a little work) and answers which
-process did it."""
+process did it; a description ``FIRST/AGAIN`` sleeps FIRST seconds on a task's first
+attempt and AGAIN on any later one (a run taken back and run again elsewhere)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import corral
 
 
 def handle(task: Any) -> dict[str, Any]:
+    first, _, again = (task.description or "0.2").partition("/")
     try:
-        seconds = float(task.description or 0.2)
+        seconds = float(again if again and task.attempts > 1 else first)
     except ValueError:
         seconds = 0.2
     time.sleep(seconds)

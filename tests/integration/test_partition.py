@@ -36,7 +36,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 BEAT = 2.0
 THRESHOLD = 3 * BEAT  # missed_beats x heartbeat interval
 PARTITION = 20.0
-WORK = 25.0  # each first task's seconds: its holder is still on it when healed
+WORK = 25.0  # each first task's first attempt: its holder is still on it when healed
+AGAIN = 0.5  # its run again on another host, once its lease is recovered
 
 
 @pytest.fixture
@@ -71,7 +72,10 @@ def test_a_host_partitioned_for_20s_is_recovered_refused_and_back(hosts: Hosts, 
     # the monitor's leader's host, or another
     cut = lead if which == "leader" else hosts.hosts[(lead.i + 1) % 3]
     admin.add_tasks(
-        [{"title": f"long {i}", "role": "developer", "description": str(WORK)} for i in range(6)]
+        [
+            {"title": f"long {i}", "role": "developer", "description": f"{WORK}/{AGAIN}"}
+            for i in range(6)
+        ]
     )
     held: Callable[[], dict[str | None, Task]] = lambda: {  # noqa: E731
         t.assigned_to: t for t in admin.list_tasks(status="in_progress")
