@@ -12,24 +12,12 @@ from corral.clock import FakeClock
 from corral.fleet.manifest import parse_fleet
 from corral.fleet.pools import FleetSupervisor
 from corral.scaling import FleetView, PoolLimits, PoolState, decide
+from tests.support.pools import one_pool
 
 T0 = 1_700_000_000.0
 HOUR_END = 1_700_002_800.0
 
-MANIFEST = {
-    "agents": [{"id": "relay", "cmd": "true"}],
-    "pools": [
-        {
-            "id": "dev",
-            "cmd": "true",
-            "role": "developer",
-            "model": "opus",
-            "max": 4,
-            "cooldown": 0,
-            "depends_on": ["relay"],
-        },
-    ],
-}
+MANIFEST = one_pool(model="opus", max=4, cooldown=0)
 
 
 def _cluster(tmp_path: Path, clock: FakeClock) -> corral.Cluster:

@@ -9,20 +9,9 @@ from pathlib import Path
 
 from corral.fleet.manifest import parse_fleet
 from corral.fleet.pools import FleetSupervisor, Observation
+from tests.support.pools import one_pool
 
-MANIFEST = {
-    "agents": [{"id": "relay", "cmd": "true"}],
-    "pools": [
-        {
-            "id": "dev",
-            "cmd": "true",
-            "role": "developer",
-            "max": 3,
-            "cooldown": 10,
-            "depends_on": ["relay"],
-        },
-    ],
-}
+MANIFEST = one_pool()
 
 
 def deep(pending: int) -> Observation:

@@ -14,20 +14,9 @@ from corral.fleet.manifest import parse_fleet
 from corral.fleet.pools import FleetSupervisor, Observation
 from corral.model import Node
 from corral.supervisor.policy import State
+from tests.support.pools import one_pool
 
-MANIFEST = {
-    "agents": [{"id": "relay", "cmd": "true"}],
-    "pools": [
-        {
-            "id": "dev",
-            "cmd": "true",
-            "role": "developer",
-            "max": 3,
-            "cooldown": 10,
-            "depends_on": ["relay"],
-        },
-    ],
-}
+MANIFEST = one_pool()
 
 
 def idle_nodes(**since: float) -> dict[str, Node]:
