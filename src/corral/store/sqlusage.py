@@ -241,7 +241,7 @@ def roll_up_all(db: Db) -> int:
         return 0
     moved = 0
     while True:
-        with db.write_redone() as tx:  # lost in a crash: still on the events
+        with db.write_redone() as tx:  # lost in a crash: still on their tasks
             n = roll_up(db, tx)
         moved += n
         if n < ROLL_BATCH:
@@ -260,8 +260,7 @@ def before_registration(
     row = live if live is not None else tx.one("node_latest_scope", id=node_id)
     if row is None or (row["role"], row["model"]) == (role, model):
         return
-    while roll_up(db, tx) == ROLL_BATCH:
-        pass
+    _roll_up_in(db, tx)
 
 
 def after_completion(db: Db, tx: Tx, node_id: str, now: float) -> None:
@@ -272,9 +271,14 @@ def after_completion(db: Db, tx: Tx, node_id: str, now: float) -> None:
         return
     s = db.settings_in(tx)
     if s.budgets:
-        while roll_up(db, tx) == ROLL_BATCH:
-            pass
+        _roll_up_in(db, tx)
         _announce(db, tx, s, node_id, now)
+
+
+def _roll_up_in(db: Db, tx: Tx) -> None:
+    """``roll_up`` until no report is left, all in ``tx``."""
+    while roll_up(db, tx) == ROLL_BATCH:
+        pass
 
 
 def _used(db: Db, tx: Tx, b: rules.Budget, now: float) -> tuple[float, float]:

@@ -14,6 +14,7 @@ databases). An unreachable server FAILS the test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -221,37 +222,35 @@ def _reset(name: str) -> str | None:
     except psycopg.Error:
         admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         return None
-    try:
-        with psycopg.connect(url_for(new), autocommit=True) as conn:
-            dirty = {
-                str(table)
-                for table, size, tuples in conn.execute(
-                    "SELECT c.oid::regclass::text, pg_relation_size(c.oid), c.reltuples"
-                    " FROM pg_class c"
-                    " WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
-                ).fetchall()
-                if (size, tuples) != (0, -1) or str(table) in _seeded
-            }
-            todo, dirty = list(dirty), set()
-            while todo:  # and every table referencing one of them (TRUNCATE's rule)
-                table = todo.pop()
-                if table not in dirty:
-                    dirty.add(table)
-                    todo += _referenced_by.get(table, ())
-            with conn.transaction():
-                if dirty:
-                    conn.execute(f"TRUNCATE {', '.join(sorted(dirty))} RESTART IDENTITY")
-                for table in sorted(dirty & set(_seeded)):
-                    with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
-                        copy.write(_seeded[table])
-                conn.execute(
-                    "DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class"
-                    " WHERE relnamespace = 'public'::regnamespace)"
-                )
-            if _state(conn) == _template_state:
-                return new
-    except psycopg.Error:
-        pass
+    # A state that cannot be shown (an error on the way) is dropped below.
+    with contextlib.suppress(psycopg.Error), psycopg.connect(url_for(new), autocommit=True) as conn:
+        dirty = {
+            str(table)
+            for table, size, tuples in conn.execute(
+                "SELECT c.oid::regclass::text, pg_relation_size(c.oid), c.reltuples"
+                " FROM pg_class c"
+                " WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
+            ).fetchall()
+            if (size, tuples) != (0, -1) or str(table) in _seeded
+        }
+        todo, dirty = list(dirty), set()
+        while todo:  # and every table referencing one of them (TRUNCATE's rule)
+            table = todo.pop()
+            if table not in dirty:
+                dirty.add(table)
+                todo += _referenced_by.get(table, ())
+        with conn.transaction():
+            if dirty:
+                conn.execute(f"TRUNCATE {', '.join(sorted(dirty))} RESTART IDENTITY")
+            for table in sorted(dirty & set(_seeded)):
+                with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+                    copy.write(_seeded[table])
+            conn.execute(
+                "DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class"
+                " WHERE relnamespace = 'public'::regnamespace)"
+            )
+        if _state(conn) == _template_state:
+            return new
     admin(f'DROP DATABASE IF EXISTS "{new}" WITH (FORCE)')
     return None
 
