@@ -18,6 +18,7 @@ import argparse
 import ctypes
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def main() -> int:
     p.add_argument("--usage", action="store_true", help="usage on every completion (cc)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--helper", help=argparse.SUPPRESS)
+    p.add_argument("--keep", help="copy callgrind's dumps here (for callgrind_annotate)")
     args = p.parse_args()
     if args.child:
         _loop(args.tree, args.child, args.jobs, args.helper, args.usage)
@@ -124,6 +126,10 @@ def main() -> int:
             n = count(args.tree, loop, args.jobs, work, helper, args.usage)
             with_usage = " with usage" if args.usage else ""
             print(f"{args.tree} {loop}{with_usage}: {n:,} instructions per job")
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for dump in glob.glob(str(work / "cg.*.*.1")):
+                shutil.copy(dump, args.keep)
     return 0
 
 

@@ -442,8 +442,84 @@ def checked(fn: _F) -> _F:
             spots.append((where, p.name, rule, optional))
     if not spots:
         return fn
+    simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+    run = _compiled(fn, params, spots) if simple else _looped(fn, spots)
+    functools.update_wrapper(run, fn)
+    run.rules = {name: rule for _, name, rule, _ in spots}  # type: ignore[attr-defined]
+    run.optional = frozenset(name for _, name, _, opt in spots if opt)  # type: ignore[attr-defined]
+    return cast("_F", run)
 
-    @functools.wraps(fn)
+
+class _Unset:
+    """A checked parameter's default stand-in in a compiled wrapper: given, the value
+    is checked; left out, the real default is passed on unchecked."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
+def _compiled(
+    fn: Callable[..., Any],
+    params: list[inspect.Parameter],
+    spots: list[tuple[int, str, Rule, bool]],
+) -> Callable[..., Any]:
+    """The wrapper of ``checked`` written out for ``fn``'s signature, as dataclasses
+    writes ``__init__``: one line per checked parameter and a direct call, with no loop
+    over the rules, no list of the arguments and no ``**kwargs`` (a claim and a
+    completion go through it on every call of a worker's loop)."""
+    ruled = {name: (rule, optional) for _, name, rule, optional in spots}
+    scope: dict[str, Any] = {"_fn": fn, "_UNSET": _UNSET}
+    heads: list[str] = []
+    body: list[str] = []
+    passed: list[str] = []
+    star = False
+    for p in params:
+        name = p.name
+        if p.kind is p.KEYWORD_ONLY and not star:
+            heads.append("*")
+            star = True
+        if p.default is p.empty:
+            heads.append(name)
+        elif name in ruled:
+            heads.append(f"{name}=_UNSET")
+            scope[f"_d_{name}"] = p.default
+        else:
+            heads.append(f"{name}=_d_{name}")
+            scope[f"_d_{name}"] = p.default
+        passed.append(name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{name}={name}")
+        if name not in ruled:
+            continue
+        rule, optional = ruled[name]
+        scope[f"_r_{name}"] = rule.check
+        check = f"{name} = _r_{name}({name}, {name!r})"
+        if p.default is not p.empty:
+            body.append(f"    if {name} is _UNSET:\n        {name} = _d_{name}")
+            body.append(
+                f"    elif {name} is not None:\n        {check}"
+                if optional
+                else f"    else:\n        {check}"
+            )
+        elif optional:
+            body.append(f"    if {name} is not None:\n        {check}")
+        else:
+            body.append(f"    {check}")
+    source = (
+        f"def {fn.__name__}({', '.join(heads)}):\n"
+        + "\n".join(body)
+        + f"\n    return _fn({', '.join(passed)})\n"
+    )
+    exec(compile(source, f"<checked {fn.__qualname__}>", "exec"), scope)
+    made: Callable[..., Any] = scope[fn.__name__]
+    return made
+
+
+def _looped(fn: Callable[..., Any], spots: list[tuple[int, str, Rule, bool]]) -> Callable[..., Any]:
+    """The wrapper of ``checked`` for a signature ``_compiled`` does not write out (a
+    positional-only or a variadic parameter): the rules in a loop over the arguments."""
+
     def run(*given: Any, **kwargs: Any) -> Any:
         args = list(given)
         n = len(args)
@@ -458,9 +534,7 @@ def checked(fn: _F) -> _F:
                     kwargs[name] = rule.check(value, name)
         return fn(*args, **kwargs)
 
-    run.rules = {name: rule for _, name, rule, _ in spots}  # type: ignore[attr-defined]
-    run.optional = frozenset(name for _, name, _, opt in spots if opt)  # type: ignore[attr-defined]
-    return cast("_F", run)
+    return run
 
 
 _TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

@@ -217,26 +217,29 @@ def test_task_rows_unpack_in_schema_order(tmp_path: Path) -> None:
     store.close()
 
 
-def test_the_claim_returns_the_task_row_columns(tmp_path: Path) -> None:
-    """claim_take returns ``TaskRow``'s columns in its order (the store makes the
-    claimed row from them by position), and a claimed task equals the task read back."""
+def test_the_claim_hands_over_the_task_row_columns(tmp_path: Path) -> None:
+    """claim_take's trigger hands the claimed row to the store as ``TaskRow``'s
+    columns in its order (the store makes the claimed row from them by position), and
+    a claimed task, and the record its completion returns, equal the task read back."""
     import corral
     from corral.store.rows import TaskRow
+    from corral.store.sqlite.store import _BOOKKEEPING
 
-    store = SQLiteStore(tmp_path / "claimcols.db")
-    cur = store._conn.execute(
-        load_queries("sqlite")["claim_take"],
-        {"role": "developer", "node_id": "A", "now": 0.0, "bonus": 900, "session_id": "s"},
-    )
-    assert tuple(d[0] for d in cur.description) == TaskRow._fields
-    cur.fetchall()
-    store.close()
+    [claimed] = [sql for sql in _BOOKKEEPING if "corral_task_claimed" in sql]
+    call = re.search(r"SELECT corral_claimed\((.*?)\);", claimed, re.DOTALL)
+    assert call is not None
+    assert tuple(c.strip().removeprefix("new.") for c in call[1].split(",")) == TaskRow._fields
     with corral.connect(f"sqlite:///{tmp_path / 'claimcols.db'}") as c:
-        c.add_tasks([{"title": "implement it", "priority": "high", "progress_timeout": 30}])
+        [first] = c.add_tasks([{"title": "implement it", "progress_timeout": 30}])
+        c.add_tasks([{"title": "review it", "timeout": 60, "depends_on": [first.id]}])
         c.register_node("A", "developer")
-        task = c.claim_best_task("A", "developer")
-        assert task is not None and task == c.get_task(task.id)
-        assert task.session_id is not None and task.progress_timeout == 30
+        for _ in range(2):
+            task = c.claim_best_task("A", "developer")
+            assert task is not None and task == c.get_task(task.id)
+            assert task.session_id is not None
+            done = c.complete_task(task.id, "A", task.epoch, result={"ok": True})
+            assert done == c.get_task(task.id) and done.result == {"ok": True}
+        assert c.claim_best_task("A", "developer") is None
 
 
 def _hold_lock_file(path: str, held: Event, suffix: str, in_transaction: bool = False) -> None:

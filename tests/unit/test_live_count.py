@@ -135,8 +135,11 @@ def _rewind(store: Any) -> None:
             raw.execute("DROP TABLE task_releases")  # and its trigger (0022)
             for index in ("tasks_ready_at", "tasks_timeout_at", "tasks_stuck_at"):
                 raw.execute(f"DROP INDEX {index}")
-            # This connection's completion trigger reads 0020's usage columns, dropped
-            # below: it goes first (the test completes nothing after the rewind).
+            # This connection's claim and completion triggers read columns dropped
+            # below (the claim's hands over 0016's and 0017's, the completion's reads
+            # 0020's usage columns): they go first (the test claims and completes
+            # nothing after the rewind).
+            raw.execute("DROP TRIGGER temp.corral_task_claimed")
             raw.execute("DROP TRIGGER temp.corral_task_completed")
             columns = [r[1] for r in raw.execute("PRAGMA table_info(tasks)").fetchall()]
             for column in columns[columns.index("claimed_role") + 1 :]:

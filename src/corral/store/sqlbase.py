@@ -195,6 +195,10 @@ class SQLStore(Store):
     def budget_refusal(self, node_id: str, now: float) -> None:
         sqlusage.budget_refusal(self._db, node_id, now)
 
+    def budget_spent(self, node_id: str, now: float) -> bool:
+        # A worker's every step asks: without budgets, one look at the cached settings.
+        return not sqlusage.budgetless(self._db) and super().budget_spent(node_id, now)
+
     def stop_hard(self, node_id: str, now: float) -> list[int]:
         if sqlusage.budgetless(self._db):  # a report's common case: nothing to read
             return []

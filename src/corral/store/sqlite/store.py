@@ -23,8 +23,9 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -78,7 +79,9 @@ if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql e
 _TASK_COMPLETE_USAGE = _QUERIES["task_complete_usage"]
 _TASK_COMPLETE_USAGE_QUIET = _TASK_COMPLETE_USAGE.removesuffix("RETURNING *").rstrip()
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
-_claimed_row = TaskRow._make  # a claim_take row (TaskRow's columns, in its order)
+# A claim_take row (TaskRow's columns, in its order) as a TaskRow: tuple.__new__ called
+# from C, not ``TaskRow._make``'s Python frame.
+_claimed_row: Callable[[Any], TaskRow] = cast(Any, partial(tuple.__new__, TaskRow))
 
 
 def _bookkeeping(name: str) -> str:
@@ -270,6 +273,8 @@ class SQLiteStore(SQLStore):
             # Where the columns added after TASK_COLUMNS are (rows.task_row's tail).
             self._tail = task_tail([r[1] for r in self._conn.execute("PRAGMA table_info(tasks)")])
             self._conn.create_function("corral_woken", 0, self._note_woken)
+            self._claims: list[tuple[Any, ...]] = []
+            self._conn.create_function("corral_claimed", len(TaskRow._fields), self._note_claimed)
             for sql in _BOOKKEEPING:
                 self._retrying(sql)
         except (sqlite3.Error, ConflictError) as exc:
@@ -285,6 +290,11 @@ class SQLiteStore(SQLStore):
         """``corral_woken()``: a statement of the open transaction made a task pending
         by a trigger; its commit wakes waiting claims."""
         self._woke = True
+
+    def _note_claimed(self, *row: Any) -> None:
+        """``corral_claimed(...)``: the row claim_take claimed, handed over by its
+        trigger (``TaskRow``'s columns, in its order)."""
+        self._claims.append(row)
 
     def _retrying(self, sql: str) -> None:
         """Run ``sql``, waiting out a busy database in short sleeps.
@@ -535,7 +545,9 @@ class SQLiteStore(SQLStore):
     ) -> TaskRow | None:
         """The claim inside a write transaction; the task's row, or None. The session
         id a first claim gives its task is made by the caller, before the write lock."""
-        rows = self._hot.execute(
+        claims = self._claims
+        claims.clear()
+        self._hot.execute(
             _CLAIM_TAKE,
             {
                 "role": role,
@@ -544,13 +556,13 @@ class SQLiteStore(SQLStore):
                 "bonus": scoring.ROLE_BONUS_SECONDS,
                 "session_id": session_id,
             },
-        ).fetchall()
-        if not rows:  # nothing pending, or the node is not live (which raises)
+        )
+        if not claims:  # nothing pending, or the node is not live (which raises)
             node = tx.one("node_claim_state", id=node_id) or live(tx, node_id)
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
-        row = _claimed_row(rows[0])  # claim_take returns TaskRow's columns
+        row = _claimed_row(claims.pop())  # handed over by claim_take's trigger
         if " " in row.roles:  # a task matching several roles: the claim drops only one head
             dequeue(tx, row.id, row.sort_key, row.created_at, row.roles)
         claimed = self._claimed
@@ -568,7 +580,7 @@ class SQLiteStore(SQLStore):
         result: Any,
         now: float,
         usage: dict[str, Any] | None = None,
-    ) -> Task:
+    ) -> Callable[[], Task]:
         """The completion inside a write transaction (or LeaseError), with ``usage``
         recorded by the completion's statement: on the task's row, its sums and its
         completion's report for its node's hour (``sqlusage.roll_up``; with budgets set,
@@ -577,7 +589,11 @@ class SQLiteStore(SQLStore):
         A task this store claimed, completed with its epoch, is unchanged since its
         claim but for what the completion sets (only a claim changes an in-progress
         task, and a claim changes its epoch), so its record is built from the claim's
-        row and the statement skips its RETURNING."""
+        row and the statement skips its RETURNING.
+
+        It returns what makes the completed task's record, called once the write lock
+        is let go: the lock is held for the statements alone, not for building records
+        (with several processes, every other writer waits out the holder's time)."""
         text = None if result is None else dumps(result)
         if usage is None:
             params = {"id": task_id, "node_id": node_id, "epoch": epoch, "result": text, "now": now}
@@ -599,12 +615,12 @@ class SQLiteStore(SQLStore):
         if held is not None and epoch is not None and held.epoch == epoch:
             if self._hot.execute(quiet, params).rowcount != 1:
                 refuse(tx, task_id, node_id, epoch)
-            done = finished_task(held, text, now)
+            done = partial(finished_task, held, text, now)
         else:
             rows = self._hot.execute(full, params).fetchall()
             if not rows:
                 refuse(tx, task_id, node_id, epoch)
-            done = _task(rows[0], self._tail)
+            done = partial(_task, rows[0], self._tail)
         if usage is not None:
             sqlusage.after_completion(self._db, tx, node_id, now)
         return done
@@ -622,19 +638,24 @@ class SQLiteStore(SQLStore):
         try:
             check_role(self._db, tx, role)
             row = self._claim_in(tx, node_id, role, now, session_id)
-            task = None if row is None else task_from_task_row(row)
             # (A claim that took nothing records nothing: sent again, it is a new try.)
-            kept = key is None or task is None or self._keep_key(tx, node_id, key, task, now)
+            kept = key is None or row is None or self._keep_key(tx, node_id, key, row, now)
         except BaseException as exc:
             self._abort(tx, exc)
             raise
         if not kept:  # sent again (tx undone): what the first one took
             return self._repeated(node_id, cast(str, key), None)[1]
         self._end(tx, commit=True)
-        return task
+        return None if row is None else task_from_task_row(row)  # with the lock let go
 
     def _keep_key(
-        self, tx: _Tx, node_id: str, key: str, taken: Task | None, now: float, done_id: Any = None
+        self,
+        tx: _Tx,
+        node_id: str,
+        key: str,
+        taken: TaskRow | None,
+        now: float,
+        done_id: Any = None,
     ) -> bool:
         """Record in ``tx`` (the claim's transaction) that the claim sent with ``key``
         took ``taken`` (and finished ``done_id``), dropping expired keys at most every
@@ -691,7 +712,7 @@ class SQLiteStore(SQLStore):
             self._abort(tx, exc)
             raise
         self._end(tx, commit=True)
-        return done
+        return done()
 
     def complete_and_claim(
         self,
@@ -719,8 +740,7 @@ class SQLiteStore(SQLStore):
             nxt = None if spent else self._claim_in(tx, node_id, role, now, session_id)
             if nxt is None:  # with a task claimed the node stays working: no write
                 self._done_with(tx, node_id, task_id, now)
-            taken = None if nxt is None else task_from_task_row(nxt)
-            kept = key is None or self._keep_key(tx, node_id, key, taken, now, task_id)
+            kept = key is None or self._keep_key(tx, node_id, key, nxt, now, task_id)
         except LeaseError as exc:
             self._abort(tx, exc)
             if key is None:
@@ -733,7 +753,8 @@ class SQLiteStore(SQLStore):
             first, held = self._repeated(node_id, cast(str, key), refused)
             return first or self.get_task(task_id), held
         self._end(tx, commit=True)
-        return done, taken
+        # The records are built with the lock let go (``_complete_in``).
+        return done(), None if nxt is None else task_from_task_row(nxt)
 
     def ready_token(self) -> int:
         # Listen before the claim that takes this token: a task another process adds

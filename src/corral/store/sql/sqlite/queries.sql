@@ -250,11 +250,10 @@ DELETE FROM ready;
 -- The better of two index heads: the best task matching :role (its score carries the
 -- role bonus, :bonus seconds of sort key) and the best pending task of any role; taken
 -- only by a live node. The TEMP trigger corral_task_claimed (trigger_task_claimed)
--- re-stamps the holder when due, records the event and drops the role head. The
--- first claim fixes the task's session (:session_id, a new UUID); every claim starts
--- the attempt's progress deadline afresh. It returns the columns of rows.TaskRow, in
--- its order (what the claim's record and its completion's are built from; a test
--- checks): not the usage sums or the monitor's columns, which a Task does not carry.
+-- re-stamps the holder when due, records the event, drops the role head and hands the
+-- claimed row to the store. The first claim fixes the task's session (:session_id, a
+-- new UUID); every claim starts the attempt's progress deadline afresh. It has no
+-- RETURNING: SQLite fills an ephemeral table for one, a seventh of the claim's work.
 UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                  attempts = attempts + 1, claimed_at = :now, updated_at = :now,
                  claimed_role = :role, session_id = coalesce(session_id, :session_id),
@@ -273,11 +272,7 @@ WHERE status = 'pending' AND id = (
             ORDER BY sort_key, created_at, id LIMIT 1)
     )
     ORDER BY k, created_at, task_id LIMIT 1)
-  AND EXISTS (SELECT 1 FROM nodes WHERE id = :node_id AND terminated_at IS NULL)
-RETURNING id, title, description, priority, role, roles, status, assigned_to, epoch,
-          attempts, max_attempts, sort_key, created_at, claimed_at, updated_at,
-          finished_at, result, error, session_id, progress_timeout, timeout,
-          retry_backoff, not_before, depends_on, ready_at;
+  AND EXISTS (SELECT 1 FROM nodes WHERE id = :node_id AND terminated_at IS NULL);
 
 -- name: task_complete
 -- The TEMP trigger corral_task_completed (trigger_task_completed) re-stamps the
@@ -320,6 +315,16 @@ BEGIN
     DELETE FROM ready
     WHERE old.roles <> '' AND instr(old.roles, ' ') = 0 AND role = old.roles
       AND sort_key = old.sort_key AND created_at = old.created_at AND task_id = old.id;
+    -- The claimed row, to the store that claimed it (SQLiteStore._note_claimed): the
+    -- columns of rows.TaskRow in its order (what the claim's record and its
+    -- completion's are built from; a test checks), not the usage sums or the
+    -- monitor's columns, which a Task does not carry.
+    SELECT corral_claimed(new.id, new.title, new.description, new.priority, new.role,
+                          new.roles, new.status, new.assigned_to, new.epoch, new.attempts,
+                          new.max_attempts, new.sort_key, new.created_at, new.claimed_at,
+                          new.updated_at, new.finished_at, new.result, new.error,
+                          new.session_id, new.progress_timeout, new.timeout,
+                          new.retry_backoff, new.not_before, new.depends_on, new.ready_at);
 END;
 
 -- name: trigger_task_completed
