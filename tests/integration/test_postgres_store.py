@@ -4,6 +4,7 @@ that uses the ``cluster`` fixture)."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import re
 import threading
 import time
 import uuid
@@ -402,6 +403,45 @@ def test_task_columns_are_the_tasks_table_in_order(pg_url: str) -> None:
     names = tuple(c for (c,) in cols)
     assert names[: len(TASK_COLUMNS)] == TASK_COLUMNS
     assert set(TASK_TAIL) <= set(names[len(TASK_COLUMNS) :])
+
+
+def test_the_claim_returns_the_task_row_columns(pg_url: str) -> None:
+    """The take (claim_pick) and complete_claim_full's completion return ``TaskRow``'s
+    columns in its order (the store reads them by position), and the tasks they make,
+    with a progress deadline from the cached settings, equal the tasks read back."""
+    from corral.store.queries import load_queries
+    from corral.store.rows import TaskRow
+
+    sql = load_queries("postgres")
+    lists = re.findall(r"RETURNING (id, title,[^)]*?ready_at)\b", sql["complete_claim_full"])
+    assert len(lists) == 2, lists
+    for text in lists:
+        assert tuple(c.strip() for c in text.split(",")) == TaskRow._fields
+    c = corral.connect(pg_url)
+    c.configure(progress_timeout=30)
+    c.register_node("N", "developer")
+    c.add_tasks([{"title": "one"}, {"title": "two", "progress_timeout": 5}, {"title": "three"}])
+
+    def deadline(task_id: int) -> float:
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute(
+                "SELECT stuck_at - claimed_at FROM tasks WHERE id = %s", (task_id,)
+            ).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    task = c.claim_best_task("N", "developer")
+    assert task is not None and task == c.get_task(task.id)
+    assert deadline(task.id) == pytest.approx(30)  # the cluster's setting
+    deadlines = []
+    for _ in range(2):  # the lean statement, then the full one after a settings change
+        done, task = c.complete_and_claim(task.id, "N", "developer", task.epoch)
+        assert done == c.get_task(done.id) and done.status == "done"
+        assert task is not None and task == c.get_task(task.id)
+        deadlines.append(deadline(task.id))
+        c.configure(progress_timeout=60)
+    assert deadlines == [pytest.approx(5), pytest.approx(60)]  # the task's own, then the new
+    c.close()
 
 
 def test_hot_statement_events_are_numbered_by_their_transaction(pg_url: str) -> None:

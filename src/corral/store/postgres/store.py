@@ -108,6 +108,16 @@ def _task(values: Any, start: int, tail: tuple[int, ...]) -> Task:
     return task_from_task_row(task_row(values, start, tail))
 
 
+_TASK_ROW_WIDTH = len(TaskRow._fields)
+
+
+def _task_row_at(values: tuple[Any, ...], start: int) -> TaskRow:
+    """The ``TaskRow`` of a hot statement's row whose task columns (claim_pick's and
+    complete_claim_full's RETURNING: ``TaskRow``'s, in its order) start at
+    ``values[start]``."""
+    return tuple.__new__(TaskRow, values[start : start + _TASK_ROW_WIDTH])
+
+
 def _completion(
     task_id: int, node_id: str, epoch: int | None, result: str | None, now: float
 ) -> dict[str, Any]:
@@ -189,8 +199,10 @@ class PostgresStore(SQLStore):
         assert self._db.settings_cache is not None
         return self._db.settings_cache
 
-    def _settings_for(self, role: str, refresh: bool = False) -> Any:
-        """The cached settings version, once ``role`` is known (re-read if it is not)."""
+    def _settings_for(self, role: str, refresh: bool = False) -> tuple[Any, float | None]:
+        """The cached settings version and their progress_timeout (None: off), once
+        ``role`` is known (re-read if it is not). A claim passes both: it takes a task
+        only while that version is current, so the deadline it sets is the cluster's."""
         version, settings = self._cached_settings(refresh)
         if role not in settings.roles and not refresh:
             version, settings = self._cached_settings(True)
@@ -199,12 +211,12 @@ class PostgresStore(SQLStore):
                 f"role must be one of {', '.join(settings.roles)}; got {role!r:.40}",
                 field="role",
             )
-        return version
+        return version, settings.progress_timeout or None
 
     def _remember(self, values: tuple[Any, ...], start: int) -> Task:
-        """Keep a claimed task's row (its ``TASK_COLUMNS`` from ``values[start]``) for
-        its completion (``_held``); its task."""
-        row = task_row(values, start, self._tail)
+        """Keep a claimed task's row (``TaskRow``'s columns from ``values[start]``,
+        claim_pick's RETURNING) for its completion (``_held``); its task."""
+        row = _task_row_at(values, start)
         claimed = self._claimed
         if len(claimed) >= _CLAIMED_KEEP:
             with suppress(KeyError, RuntimeError, StopIteration):
@@ -245,12 +257,14 @@ class PostgresStore(SQLStore):
         lean = self._lean.get(node_id, False)
         keyed = "" if key is None else "+key"
         while True:
+            version, progress_timeout = self._settings_for(role, refresh)
             params = {
                 "node_id": node_id,
                 "role": role,
                 "now": now,
                 "bonus": scoring.ROLE_BONUS_SECONDS,
-                "settings_version": self._settings_for(role, refresh),
+                "settings_version": version,
+                "progress_timeout": progress_timeout,
                 "stamp": _STAMP,
                 "role_json": _dumps(role),
                 "key": key,
@@ -369,13 +383,14 @@ class PostgresStore(SQLStore):
         key: str | None,
         usage: dict[str, Any] | None = None,
     ) -> tuple[Task, Task | None]:
-        version = self._settings_for(role)  # bad input changes nothing
+        version, progress_timeout = self._settings_for(role)  # bad input changes nothing
         text = None if result is None else _dumps(result)
         params = {
             **_completion(task_id, node_id, epoch, text, now),
             "role": role,
             "bonus": scoring.ROLE_BONUS_SECONDS,
             "settings_version": version,
+            "progress_timeout": progress_timeout,
             "role_json": _dumps(role),
             "key": key,
             "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
@@ -411,7 +426,7 @@ class PostgresStore(SQLStore):
             with self._read() as tx:
                 refuse(tx, task_id, node_id, epoch)  # raises
         parts = {r[1]: r for r in rows}  # (fresh, part, task columns...)
-        done = _task(parts["done"], 2, self._tail)
+        done = task_from_task_row(_task_row_at(parts["done"], 2))  # fin's TaskRow columns
         if "next" in parts:
             self._set_lean(node_id)  # working, without a current task
             return done, self._remember(parts["next"], 2)

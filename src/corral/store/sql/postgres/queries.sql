@@ -417,20 +417,27 @@ r AS (
 -- part: claim_set
 -- The take's UPDATE: the task becomes the node's, at the next epoch. The first claim
 -- fixes the task's session (:session_id, a new UUID); every claim starts the
--- attempt's progress deadline afresh.
+-- attempt's progress deadline afresh (progress_deadline's rule, with the cluster's
+-- progress_timeout as :progress_timeout, NULL for off: the caller's cached settings,
+-- which a take only follows while they are current, :settings_version).
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                      attempts = attempts + 1, claimed_at = :now, updated_at = :now,
                      session_id = coalesce(session_id, :session_id::text),
                      progress_at = NULL, progress_note = NULL, stuck_since = NULL,
-                     stuck_at =
-                     -- include: progress_deadline
+                     stuck_at = :now::double precision
+                                + coalesce(progress_timeout, :progress_timeout::double precision)
 
 -- part: claim_pick
--- The rest of the take (after its guard): the better of the two heads, returned; then
--- the CTE deq drops the taken task's role heads.
+-- The rest of the take (after its guard): the better of the two heads, returned as
+-- rows.TaskRow's columns in its order (a test checks; not the usage sums or the
+-- monitor's columns, which a Task does not carry); then the CTE deq drops the taken
+-- task's role heads.
       AND id = (SELECT id FROM (SELECT * FROM a UNION ALL SELECT * FROM r) AS c
                 ORDER BY k, created_at, id LIMIT 1)
-    RETURNING *
+    RETURNING id, title, description, priority, role, roles, status, assigned_to, epoch,
+              attempts, max_attempts, sort_key, created_at, claimed_at, updated_at,
+              finished_at, result, error, session_id, progress_timeout, timeout,
+              retry_backoff, not_before, depends_on, ready_at
 ), deq AS (
     DELETE FROM ready USING take
     WHERE ready.role = ANY (string_to_array(take.roles, ' '))
@@ -646,7 +653,10 @@ WITH fin AS (
                      updated_at = :now
     WHERE id = :id AND status = 'in_progress' AND assigned_to = :node_id
       AND (:epoch::bigint IS NULL OR epoch = :epoch)
-    RETURNING *
+    RETURNING id, title, description, priority, role, roles, status, assigned_to, epoch,
+              attempts, max_attempts, sort_key, created_at, claimed_at, updated_at,
+              finished_at, result, error, session_id, progress_timeout, timeout,
+              retry_backoff, not_before, depends_on, ready_at
 ), n AS MATERIALIZED (
     SELECT incarnation, status, current_task_id, dead_at, live_window,
            (SELECT value FROM meta WHERE key = 'settings_version')
