@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from corral.model import Event, Node, Task
 
@@ -186,75 +186,29 @@ def task_row(values: Sequence[Any], start: int, tail: tuple[int, ...]) -> TaskRo
     return TaskRow._make((*values[start : start + _TASK_WIDTH], *[values[start + i] for i in tail]))
 
 
-# Task's slot setters, one per field: a task is built without the frozen dataclass's
-# __init__ (one object.__setattr__ per field, a large part of its cost on the hot
-# path), and with one call per field written out (cheaper than a loop over them).
-_TASK_FIELDS = (
-    "id",
-    "title",
-    "priority",
-    "status",
-    "description",
-    "role",
-    "roles",
-    "assigned_to",
-    "epoch",
-    "attempts",
-    "max_attempts",
-    "created_at",
-    "claimed_at",
-    "updated_at",
-    "finished_at",
-    "result",
-    "error",
-    "session_id",
-    "progress_timeout",
-    "progress_at",
-    "progress_note",
-    "stuck_since",
-    "timeout",
-    "retry_backoff",
-    "not_before",
-    "depends_on",
-    "ready_at",
-)
-if tuple(f.name for f in dataclasses.fields(Task)) != _TASK_FIELDS:  # pragma: no cover
-    raise RuntimeError("task_from_task_row must set every field of Task")
-(
-    _set_id,
-    _set_title,
-    _set_priority,
-    _set_status,
-    _set_description,
-    _set_role,
-    _set_roles,
-    _set_assigned_to,
-    _set_epoch,
-    _set_attempts,
-    _set_max_attempts,
-    _set_created_at,
-    _set_claimed_at,
-    _set_updated_at,
-    _set_finished_at,
-    _set_result,
-    _set_error,
-    _set_session_id,
-    _set_progress_timeout,
-    _set_progress_at,
-    _set_progress_note,
-    _set_stuck_since,
-    _set_timeout,
-    _set_retry_backoff,
-    _set_not_before,
-    _set_depends_on,
-    _set_ready_at,
-) = (Task.__dict__[name].__set__ for name in _TASK_FIELDS)
+class _Building:
+    """A task being built: ``Task``'s slots, without its frozen ``__setattr__``.
+
+    A frozen dataclass sets each field through ``object.__setattr__`` (its
+    ``__init__``) or a slot descriptor's ``__set__``: a call per field, most of a task
+    record's cost on the hot path. An instance of this class takes plain attribute
+    stores (one bytecode each); once every field is set, it becomes a ``Task``
+    (``__class__``, allowed between classes of the same slots), frozen from then on
+    and equal, in every way, to one its constructor made (tests/unit/test_rows.py)."""
+
+    __slots__ = Task.__slots__
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+if tuple(Task.__slots__) != _FIELDS:  # pragma: no cover - a change of Task
+    raise RuntimeError("Task's slots must be its fields, in order")
 _new = object.__new__
 
 
-def task_from_task_row(r: TaskRow) -> Task:
-    """``task_from_row`` for a ``TaskRow``: its fields unpacked at once (cheaper than
-    one attribute read each), in ``TaskRow``'s order (checked below)."""
+def _building(r: TaskRow) -> Any:
+    """A ``_Building`` with every field of ``r``'s task set: its fields unpacked at
+    once (cheaper than one attribute read each), in ``TaskRow``'s order (checked
+    below)."""
     (
         id_,
         title,
@@ -282,41 +236,48 @@ def task_from_task_row(r: TaskRow) -> Task:
         depends_on,
         ready_at,
     ) = r
-    task = _new(Task)
-    _set_id(task, id_)
-    _set_title(task, title)
-    _set_priority(task, priority)
-    _set_status(task, status)
-    _set_description(task, description)
-    _set_role(task, role)
-    _set_roles(task, tuple(roles.split()) if roles else ())
-    _set_assigned_to(task, assigned_to)
-    _set_epoch(task, epoch)
-    _set_attempts(task, attempts)
-    _set_max_attempts(task, max_attempts)
-    _set_created_at(task, created_at)
-    _set_claimed_at(task, claimed_at)
-    _set_updated_at(task, updated_at)
-    _set_finished_at(task, finished_at)
-    _set_result(task, None if result is None else _loads(result))
-    _set_error(task, error)
-    _set_session_id(task, session_id)
-    _set_progress_timeout(task, progress_timeout)
+    t: Any = _new(_Building)
+    t.id = id_
+    t.title = title
+    t.priority = priority
+    t.status = status
+    t.description = description
+    t.role = role
+    t.roles = tuple(roles.split()) if roles else ()
+    t.assigned_to = assigned_to
+    t.epoch = epoch
+    t.attempts = attempts
+    t.max_attempts = max_attempts
+    t.created_at = created_at
+    t.claimed_at = claimed_at
+    t.updated_at = updated_at
+    t.finished_at = finished_at
+    t.result = None if result is None else _loads(result)
+    t.error = error
+    t.session_id = session_id
+    t.progress_timeout = progress_timeout
     # A claim clears the attempt's progress, and a finished task shows none.
-    _set_progress_at(task, None)
-    _set_progress_note(task, None)
-    _set_stuck_since(task, None)
-    _set_timeout(task, timeout)
-    _set_retry_backoff(task, retry_backoff)
-    _set_not_before(task, not_before)
-    _set_depends_on(task, _ids(depends_on) if depends_on else ())
-    _set_ready_at(task, ready_at)
-    return task
+    t.progress_at = None
+    t.progress_note = None
+    t.stuck_since = None
+    t.timeout = timeout
+    t.retry_backoff = retry_backoff
+    t.not_before = not_before
+    t.depends_on = _ids(depends_on) if depends_on else ()
+    t.ready_at = ready_at
+    return t
 
 
-_unpacked = task_from_task_row.__code__.co_varnames[1:26]
-if _unpacked != ("id_", *TaskRow._fields[1:11], "_", *TaskRow._fields[12:]):  # pragma: no cover
-    raise RuntimeError("task_from_task_row must unpack TaskRow's fields in their order")
+_unpacked = _building.__code__.co_varnames[1:26]
+if ("id_", *TaskRow._fields[1:11], "_", *TaskRow._fields[12:]) != _unpacked:  # pragma: no cover
+    raise RuntimeError("_building must unpack TaskRow's fields in their order")
+
+
+def task_from_task_row(r: TaskRow) -> Task:
+    """``task_from_row`` for a ``TaskRow``."""
+    t = _building(r)
+    t.__class__ = Task
+    return cast(Task, t)  # a Task now
 
 
 _VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
@@ -351,13 +312,14 @@ def finished_task(held: TaskRow, result: str | None, now: float) -> Task:
     """The task of a claimed row ``held`` as its completion leaves it (the completion
     statements' SET: status done, updated_at and finished_at now, the result, no
     error): the claim's task with those fields set by name (no row made between)."""
-    task = task_from_task_row(held)
-    _set_status(task, "done")
-    _set_updated_at(task, now)
-    _set_finished_at(task, now)
-    _set_result(task, None if result is None else _loads(result))
-    _set_error(task, None)
-    return task
+    t = _building(held)
+    t.status = "done"
+    t.updated_at = now
+    t.finished_at = now
+    t.result = None if result is None else _loads(result)
+    t.error = None
+    t.__class__ = Task
+    return cast(Task, t)  # a Task now
 
 
 def event_from_row(row: Any) -> Event:

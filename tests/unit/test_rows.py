@@ -1,0 +1,110 @@
+"""The hot path's records: a task built from a ``TaskRow`` is a ``Task`` in every way
+(equal, frozen, hashable, copied, pickled, replaced), and a session id is a fresh
+version-4 UUID, in a forked child too."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import pickle
+import uuid
+
+import pytest
+
+from corral.model import Task
+from corral.store.rows import TaskRow, finished_task, new_session_id, task_from_task_row
+
+_ROW = TaskRow(
+    id=7,
+    title="implement it",
+    description="the parser",
+    priority="high",
+    role=None,
+    roles="developer tester",
+    status="in_progress",
+    assigned_to="A",
+    epoch=3,
+    attempts=2,
+    max_attempts=5,
+    sort_key=12.5,
+    created_at=100.0,
+    claimed_at=110.0,
+    updated_at=110.0,
+    finished_at=None,
+    result=None,
+    error="an earlier attempt failed",
+    session_id="1b4e28ba-2fa1-41d2-883f-0016d3cca427",
+    progress_timeout=30.0,
+    timeout=60.0,
+    retry_backoff=2.0,
+    not_before=None,
+    depends_on="3 5",
+    ready_at=None,
+)
+
+_EXPECTED = Task(
+    id=7,
+    title="implement it",
+    priority="high",
+    status="in_progress",
+    description="the parser",
+    roles=("developer", "tester"),
+    assigned_to="A",
+    epoch=3,
+    attempts=2,
+    max_attempts=5,
+    created_at=100.0,
+    claimed_at=110.0,
+    updated_at=110.0,
+    error="an earlier attempt failed",
+    session_id="1b4e28ba-2fa1-41d2-883f-0016d3cca427",
+    progress_timeout=30.0,
+    timeout=60.0,
+    retry_backoff=2.0,
+    depends_on=(3, 5),
+)
+
+
+def test_a_task_from_a_row_is_a_task_in_every_way() -> None:
+    task = task_from_task_row(_ROW)
+    assert type(task) is Task
+    assert task == _EXPECTED and hash(task) == hash(_EXPECTED) and repr(task) == repr(_EXPECTED)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        task.status = "done"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(task)) == task
+    assert copy.copy(task) == task and copy.deepcopy(task) == task
+    assert dataclasses.replace(task, epoch=4).epoch == 4
+    assert dataclasses.asdict(task)["depends_on"] == (3, 5)
+
+
+def test_a_finished_task_is_the_claim_with_what_the_completion_sets() -> None:
+    done = finished_task(_ROW, '{"ok": true}', 120.0)
+    assert type(done) is Task
+    assert done == dataclasses.replace(
+        _EXPECTED,
+        status="done",
+        updated_at=120.0,
+        finished_at=120.0,
+        result={"ok": True},
+        error=None,
+    )
+
+
+def test_session_ids_are_fresh_version_4_uuids_in_a_forked_child_too() -> None:
+    ids = [new_session_id() for _ in range(300)]  # several batches of os.urandom
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        u = uuid.UUID(text)
+        assert str(u) == text and u.version == 4 and u.variant == uuid.RFC_4122
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        os.write(write, new_session_id().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child != new_session_id()  # not the id the parent hands out next
+    assert uuid.UUID(child).version == 4
