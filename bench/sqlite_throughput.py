@@ -425,7 +425,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="also run corral_base and corral_cc_base with the corral package in DIR/src",
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per cell; the median counts")
-    p.add_argument("--start-method", default="fork", choices=("fork", "spawn", "forkserver"))
+    p.add_argument(
+        "--start-method",
+        default=None,
+        choices=("fork", "spawn", "forkserver"),
+        help="how worker processes start (default fork; spawn with --baseline, whose"
+        " systems always run in spawned processes: both trees start alike)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="where the database files go")
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "sqlite_throughput.json")
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
@@ -436,6 +442,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.jobs, args.procs, args.locked_procs = 200, "1,2", 4
         args.synchronous, args.repeat = "NORMAL", 1
+    if args.start_method is None:
+        args.start_method = "spawn" if args.baseline else "fork"
     args.procs = [int(x) for x in str(args.procs).split(",") if x]
     args.synchronous = [x.strip().upper() for x in args.synchronous.split(",") if x.strip()]
     args.systems = [x.strip() for x in args.systems.split(",") if x.strip()]
