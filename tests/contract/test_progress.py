@@ -229,6 +229,7 @@ def test_every_claim_carries_the_session_fixed_by_the_first(cluster: Client) -> 
     first = cluster.claim_best_task("A", "developer")
     assert first is not None and first.session_id is not None
     assert str(uuid.UUID(first.session_id)) == first.session_id
+    assert uuid.UUID(first.session_id).version == 4  # random, as uuid.uuid4 makes
     cluster.fail_task(first.id, "A", first.epoch, error="crashed")
     second = cluster.claim_best_task("A", "developer")
     assert second is not None and (second.session_id, second.attempts) == (first.session_id, 2)

@@ -32,7 +32,6 @@ from corral.store.rows import (
     TaskRow,
     _dumps,
     finished_task,
-    new_session_id,
     task_from_task_row,
     task_row,
     task_tail,
@@ -269,7 +268,6 @@ class PostgresStore(SQLStore):
                 "role_json": _dumps(role),
                 "key": key,
                 "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
-                "session_id": new_session_id(),
             }
             if lean:
                 row = self._hot(f"claim_lean{keyed}", params)[0]
@@ -394,7 +392,6 @@ class PostgresStore(SQLStore):
             "role_json": _dumps(role),
             "key": key,
             "keys_before": now - claimkeys.CLAIM_KEY_SECONDS,
-            "session_id": new_session_id(),
         }
         keyed = "" if key is None else "+key"
         with_usage = ""  # the "+usage" statements: the completion and its usage in one

@@ -416,13 +416,14 @@ r AS (
 
 -- part: claim_set
 -- The take's UPDATE: the task becomes the node's, at the next epoch. The first claim
--- fixes the task's session (:session_id, a new UUID); every claim starts the
+-- fixes the task's session (a new random UUID, made here: only a first claim makes
+-- one, and the client sends none); every claim starts the
 -- attempt's progress deadline afresh (progress_deadline's rule, with the cluster's
 -- progress_timeout as :progress_timeout, NULL for off: the caller's cached settings,
 -- which a take only follows while they are current, :settings_version).
     UPDATE tasks SET status = 'in_progress', assigned_to = :node_id, epoch = epoch + 1,
                      attempts = attempts + 1, claimed_at = :now, updated_at = :now,
-                     session_id = coalesce(session_id, :session_id::text),
+                     session_id = coalesce(session_id, gen_random_uuid()::text),
                      progress_at = NULL, progress_note = NULL, stuck_since = NULL,
                      stuck_at = :now::double precision
                                 + coalesce(progress_timeout, :progress_timeout::double precision)
