@@ -40,6 +40,7 @@ import corral
 from _common import RESULTS_DIR, machine_info, table, write_json
 from corral import scoring
 from corral.store.queries import schema
+from corral.store.rows import TaskRow
 from corral.store.sqlite.store import _BOOKKEEPING, _CLAIM_TAKE, _TASK_COMPLETE_QUIET
 from sqlite_throughput import _BARE_CLAIM, _BARE_COMPLETE, _load_bare, _load_corral
 
@@ -86,11 +87,21 @@ def _copy(src: Path, folder: Path) -> Path:
     return db
 
 
+# The rows the claim's trigger hands over (``corral_claimed``), as the store keeps them.
+_CLAIMED: list[tuple[Any, ...]] = []
+
+
+def _claimed(*row: Any) -> None:
+    _CLAIMED.append(row)
+
+
 def _connect(db: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(db, isolation_level=None)
     # The store's triggers call it when a statement makes a waiting task claimable
     # (corral's connection rings its ready signal); a raw connection has nothing to ring.
     conn.create_function("corral_woken", 0, lambda: None)
+    # The claim's trigger hands the claimed row to its store (TaskRow's columns).
+    conn.create_function("corral_claimed", len(TaskRow._fields), _claimed)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     return conn
@@ -102,7 +113,9 @@ def _corral_steps(conns: list[sqlite3.Connection]) -> Callable[[int], None]:
     first = conns[0]
     first.execute("BEGIN IMMEDIATE")
     first_claim = {**params, "now": time.time(), "session_id": str(uuid.uuid4())}
-    held = [first.execute(_CLAIM_TAKE, first_claim).fetchall()[0]]
+    _CLAIMED.clear()
+    first.execute(_CLAIM_TAKE, first_claim)
+    held = [_CLAIMED.pop()]
     first.execute("COMMIT")
 
     def steps(n: int) -> None:
@@ -117,7 +130,8 @@ def _corral_steps(conns: list[sqlite3.Connection]) -> Callable[[int], None]:
                 {"id": row[0], "node_id": NODE, "epoch": row[8], "result": None, "now": now},
             )
             claim = {**params, "now": now, "session_id": session}
-            held[0] = conn.execute(_CLAIM_TAKE, claim).fetchall()[0]
+            conn.execute(_CLAIM_TAKE, claim)
+            held[0] = _CLAIMED.pop()
             conn.execute("COMMIT")
 
     return steps
