@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, NamedTuple, Protocol, cast
 
 from corral.model import Event, Node, Task
 
@@ -15,6 +16,7 @@ __all__ = [
     "TASK_TAIL",
     "TaskRow",
     "Tx",
+    "as_task_row",
     "dumps",
     "event_from_row",
     "finished_task",
@@ -159,6 +161,11 @@ class TaskRow(NamedTuple):
     not_before: float | None
     depends_on: str
     ready_at: float | None
+
+
+# A row holding ``TaskRow``'s columns, in its order, as a ``TaskRow``: tuple.__new__
+# called from C, not ``TaskRow._make``'s Python frame (the hot statements' rows).
+as_task_row: Callable[[Sequence[Any]], TaskRow] = cast(Any, partial(tuple.__new__, TaskRow))
 
 
 TASK_TAIL: tuple[str, ...] = (

@@ -31,6 +31,7 @@ from corral.store.postgres.session import _QUERIES, Sessions, _Tx
 from corral.store.rows import (
     TaskRow,
     _dumps,
+    as_task_row,
     finished_task,
     task_from_task_row,
     task_row,
@@ -114,7 +115,7 @@ def _task_row_at(values: tuple[Any, ...], start: int) -> TaskRow:
     """The ``TaskRow`` of a hot statement's row whose task columns (claim_pick's and
     complete_claim_full's RETURNING: ``TaskRow``'s, in its order) start at
     ``values[start]``."""
-    return tuple.__new__(TaskRow, values[start : start + _TASK_ROW_WIDTH])
+    return as_task_row(values[start : start + _TASK_ROW_WIDTH])
 
 
 def _completion(

@@ -46,6 +46,7 @@ from corral.store.queries import load_queries, migrations, refuse_newer
 from corral.store.rows import TASK_COLUMNS as ROW_TASK_COLUMNS
 from corral.store.rows import (
     TaskRow,
+    as_task_row,
     dumps,
     finished_task,
     new_session_id,
@@ -79,9 +80,6 @@ if _TASK_COMPLETE_QUIET == _TASK_COMPLETE:  # pragma: no cover - a queries.sql e
 _TASK_COMPLETE_USAGE = _QUERIES["task_complete_usage"]
 _TASK_COMPLETE_USAGE_QUIET = _TASK_COMPLETE_USAGE.removesuffix("RETURNING *").rstrip()
 _CLAIMED_KEEP = 1024  # claimed task rows a store remembers for their completion
-# A claim_take row (TaskRow's columns, in its order) as a TaskRow: tuple.__new__ called
-# from C, not ``TaskRow._make``'s Python frame.
-_claimed_row: Callable[[Any], TaskRow] = cast(Any, partial(tuple.__new__, TaskRow))
 
 
 def _bookkeeping(name: str) -> str:
@@ -562,7 +560,7 @@ class SQLiteStore(SQLStore):
             if lifecycle.stamp_due(node["dead_at"], node["live_window"], now):
                 tx.run("node_touch", id=node_id, now=now)
             return None
-        row = _claimed_row(claims.pop())  # handed over by claim_take's trigger
+        row = as_task_row(claims.pop())  # handed over by claim_take's trigger
         if " " in row.roles:  # a task matching several roles: the claim drops only one head
             dequeue(tx, row.id, row.sort_key, row.created_at, row.roles)
         claimed = self._claimed
