@@ -473,6 +473,38 @@ def test_hot_statement_events_are_numbered_by_their_transaction(pg_url: str) -> 
     assert len({xid for _, _, xid, _, _ in rows}) == 3
 
 
+def _drop_connections(pg_url: str) -> None:
+    """End the sessions of ``pg_url``'s database and wait until they are gone."""
+    dbname = pg_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            [dbname],
+        )
+        wait_for(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [dbname]
+                ).fetchone()
+                == (0,)
+            ),
+            timeout=10,
+        )
+
+
+def _until_served(call: Any) -> tuple[Any, int]:
+    """``call()``'s answer once the store serves it, and the retryable errors before."""
+    errors = 0
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return call(), errors
+        except StoreUnavailableError as exc:
+            assert "retry" in str(exc)
+            assert time.monotonic() < deadline
+            errors += 1
+
+
 def test_hot_statements_on_a_dropped_connection_are_unavailable_then_recover(
     pg_url: str,
 ) -> None:
@@ -481,42 +513,43 @@ def test_hot_statements_on_a_dropped_connection_are_unavailable_then_recover(
     c = corral.connect(pg_url, pool_size=1)
     c.register_node("N", "developer")
     c.add_tasks([{"title": "one"}, {"title": "two"}])
-    dbname = pg_url.rsplit("/", 1)[1]
-
-    def drop_connections() -> None:
-        """End the store's sessions and wait until they are gone."""
-        with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                [dbname],
-            )
-            wait_for(
-                lambda: (
-                    admin.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [dbname]
-                    ).fetchone()
-                    == (0,)
-                ),
-                timeout=10,
-            )
-
-    def until_served(call: Any) -> Any:
-        errors = 0
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                return call(), errors
-            except StoreUnavailableError as exc:
-                assert "retry" in str(exc)
-                assert time.monotonic() < deadline
-                errors += 1
-
-    drop_connections()
-    task, errors = until_served(lambda: c.claim_best_task("N", "developer"))
+    _drop_connections(pg_url)
+    task, errors = _until_served(lambda: c.claim_best_task("N", "developer"))
     assert task is not None and errors >= 1
-    drop_connections()
-    done, errors = until_served(lambda: c.complete_task(task.id, "N", task.epoch))
+    _drop_connections(pg_url)
+    done, errors = _until_served(lambda: c.complete_task(task.id, "N", task.epoch))
     assert done.status == "done" and errors >= 1
+    c.close()
+
+
+def test_a_new_session_idles_the_node_its_last_completion_leaves_without_work(
+    pg_url: str,
+) -> None:
+    """complete_and_claim's lean statement makes the node idle, when it takes nothing,
+    through a function each pooled session makes as it opens: a session opened after
+    the server ended the first one has it too. The node's row is read by another
+    session."""
+    c = corral.connect(pg_url, pool_size=1)
+    c.register_node("N", "developer")
+    [first, second] = c.add_tasks([{"title": "one"}, {"title": "two"}])
+    task = c.claim_best_task("N", "developer")
+    assert task is not None and task.id == first.id
+    _drop_connections(pg_url)
+    (done, nxt), errors = _until_served(
+        lambda: c.complete_and_claim(task.id, "N", "developer", task.epoch)
+    )
+    assert errors >= 1 and done.status == "done" and nxt is not None and nxt.id == second.id
+    _drop_connections(pg_url)
+    _, errors = _until_served(lambda: c.heartbeat("N"))  # the session after: a new one
+    assert errors >= 1
+    done, nothing = c.complete_and_claim(nxt.id, "N", "developer", nxt.epoch)
+    assert done.status == "done" and nothing is None
+    with psycopg.connect(pg_url) as other:
+        row = other.execute(
+            "SELECT status, current_task_id, idle_since IS NOT NULL FROM nodes"
+            " WHERE id = 'N' AND status <> 'terminated'"
+        ).fetchone()
+    assert row == ("idle", None, True)
     c.close()
 
 

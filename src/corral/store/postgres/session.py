@@ -76,6 +76,26 @@ def _raw(sql: str) -> tuple[bytes, Callable[[Mapping[str, Any]], tuple[Any, ...]
     return text, itemgetter(*names) if names else lambda params: ()
 
 
+def _session_function(name: str, params: tuple[str, ...]) -> str:
+    """Query ``name``, a function's ``CREATE``, with its parameters ``params`` (in
+    their order) written as the function's own ``$1``, ``$2``…"""
+    sql = _QUERIES[name]
+    for n, param in enumerate(params, 1):
+        sql = sql.replace(f"%({param})s", f"${n}")
+    if "%(" in sql:  # pragma: no cover - a queries.sql edit
+        raise RuntimeError(f"{name}: a parameter other than {params}")
+    return sql
+
+
+# Made in each pooled session as it opens (pg_temp: the session's own).
+_SESSION_SETUP = _session_function("session_node_went_idle", ("node_id", "id", "now"))
+
+
+def _set_up(conn: psycopg.Connection[Any]) -> None:
+    """A new pooled session's own functions (the hot statements call them)."""
+    conn.execute(_SESSION_SETUP)
+
+
 # The hot statements as sent (``_raw``), converted once on their first use. psycopg
 # converts a named-parameter query on every execute, caching the result only for a
 # query up to 4 kB (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH): the hot statements
@@ -210,6 +230,7 @@ class Sessions:
             min_size=1,
             max_size=size,
             kwargs={**self._conn_kwargs, "row_factory": dict_row},
+            configure=_set_up,
             timeout=self.connect_timeout,
             name="corral",
             open=False,

@@ -817,14 +817,6 @@ take AS (
     -- include: claim_set
     WHERE (SELECT fresh FROM n) AND EXISTS (SELECT 1 FROM fin)  -- checked first
     -- include: claim_pick
-), nd AS (
-    -- Nothing taken (the board is empty, or the settings changed) and nothing else
-    -- held: the node goes idle (node_finished's rule; a later claim makes it working).
-    UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL
-    WHERE id = :node_id AND status <> 'terminated'
-      AND EXISTS (SELECT 1 FROM fin) AND NOT EXISTS (SELECT 1 FROM take)
-      AND
-      -- include: idle_after_finishing
 ), keyed AS (
     SELECT coalesce((SELECT fresh FROM n), false) AND EXISTS (SELECT 1 FROM fin) AS ok,
            (SELECT id FROM fin) AS done
@@ -844,7 +836,15 @@ take AS (
                || ', "created_at": ' || take.created_at::text || '}'
     FROM take
 )
-SELECT n.fresh, n.lean, fin.id IS NOT NULL AS done, take.*
+SELECT n.fresh, n.lean, fin.id IS NOT NULL AS done, take.*,
+       -- Done and nothing taken (the board is empty, or the settings changed): the
+       -- node goes idle when it holds nothing else (node_finished's rule; a later
+       -- claim makes it working), by the session's function corral_node_went_idle
+       -- (session_node_went_idle). An UPDATE in a CTE would be set up on every run,
+       -- the table's six indexes opened and locked, for the one run in many that has
+       -- a node to change; the function runs only then.
+       CASE WHEN fin.id IS NOT NULL AND take.id IS NULL
+            THEN pg_temp.corral_node_went_idle(:node_id, :id, :now) END AS went_idle
 FROM (SELECT 1) AS one LEFT JOIN n ON true LEFT JOIN fin ON true LEFT JOIN take ON true;
 
 -- name: node_beat_by_call
@@ -1600,3 +1600,22 @@ ON CONFLICT (start, node_id, role, model) DO UPDATE SET
     output_tokens = usage_hours.output_tokens + excluded.output_tokens,
     cost_micros = usage_hours.cost_micros + excluded.cost_micros,
     reports = usage_hours.reports + 1
+
+-- name: session_node_went_idle
+-- Each pooled session's function corral_node_went_idle(node, task, now) (pg_temp: made
+-- as the session opens, gone with it), for complete_claim_lean_quiet: node $1, done
+-- with task $2 at $3, becomes idle by the rule idle_after_finishing. It runs inside
+-- that statement and sees its completion of $2 (the rule's exclusion of the task
+-- just done holds either way). The session's loader writes the parameters node_id,
+-- id and now as $1, $2 and $3.
+CREATE FUNCTION pg_temp.corral_node_went_idle(text, bigint, double precision)
+RETURNS boolean LANGUAGE plpgsql AS $fn$
+BEGIN
+    UPDATE nodes SET status = 'idle', idle_since = :now, current_task_id = NULL
+    WHERE id = :node_id AND status <> 'terminated'
+      AND
+      -- include: idle_after_finishing
+      ;
+    RETURN FOUND;
+END
+$fn$;
