@@ -332,3 +332,31 @@ def test_stuck_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
         assert res["woke_after_deadline_ms"]["n"] == rounds
         assert res["lease_recovery"]["committed_after_threshold_ms"]["n"] == rounds
     assert set(data["met"]) == {"within_deadline_plus_5ms"}
+
+
+def test_pg_instructions_bench_counts_the_backend(tmp_path: Path) -> None:
+    """pg_instructions.py starts its own PostgreSQL under callgrind, counts the backend
+    of a worker's short loop twice (10 and 40 jobs) and writes the count per job."""
+    out = tmp_path / "pgi.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "pg_instructions.py"),
+            "--jobs",
+            "10",
+            "--step",
+            "30",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, f"pg_instructions.py failed:\n{proc.stdout}\n{proc.stderr}"
+    data = json.loads(out.read_text())
+    assert data["bench"] == "pg_instructions" and data["jobs"] == [10, 40]
+    [row] = data["results"]
+    assert row["loop"] == "cc" and row["counts"][1] > row["counts"][0] > 0
+    assert row["per_job"] == (row["counts"][1] - row["counts"][0]) / 30
