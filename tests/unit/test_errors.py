@@ -35,6 +35,7 @@ ALLOWED = {
     ("store/base.py", "NotImplementedError"): "an adapter lacking a port method",
     ("store/sqlite/store.py", "RuntimeError"): "invariants of corral's own SQL",
     ("store/postgres/store.py", "RuntimeError"): "corral's own SQL, rewritten at import",
+    ("store/postgres/session.py", "RuntimeError"): "corral's own SQL, rewritten at import",
     ("store/sqlite/store.py", "ValueError"): "a migration file of corral's own",
     ("store/rows.py", "RuntimeError"): "an invariant of corral's own row layout",
     ("mcp/server.py", "LookupError"): "an operation declared without its rendering",
