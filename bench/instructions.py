@@ -10,6 +10,11 @@ its headers (``valgrind/callgrind.h``) and a C compiler.
     python bench/instructions.py                          # this tree, both loops
     python bench/instructions.py --tree /tmp/base-caeb9f8
     python bench/instructions.py --loops cc --usage       # usage on every completion
+    python bench/instructions.py --pg postgresql://postgres@127.0.0.1:5432/test
+
+``--pg URL`` counts the client against PostgreSQL instead: the board in a new database
+on URL's server (dropped after), the client's process only (the server's side is
+``bench/pg_instructions.py``'s).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 _HELPER = """#include <valgrind/callgrind.h>
 void on(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; }
@@ -32,14 +39,19 @@ ROLE = "developer"
 USAGE = {"input_tokens": 1200, "output_tokens": 300, "cost_usd": 0.0123}  # usage_overhead's
 
 
-def _loop(tree: str, loop: str, jobs: int, helper: str, usage: bool) -> None:  # under valgrind
+def _loop(
+    tree: str, loop: str, jobs: int, helper: str, usage: bool, pg: str | None
+) -> None:  # under valgrind
     sys.path.insert(0, os.path.join(tree, "src"))
     import corral
 
     cg = ctypes.CDLL(helper)
-    d = tempfile.mkdtemp(prefix="corral-instr-")
-    c = corral.connect(f"sqlite:///{d}/i.db")
-    c.store._checkpoints.close()  # no background thread in the count
+    if pg is None:
+        d = tempfile.mkdtemp(prefix="corral-instr-")
+        c = corral.connect(f"sqlite:///{d}/i.db")
+        c.store._checkpoints.close()  # no background thread in the count
+    else:
+        c = corral.connect(pg, pool_size=1)
     c.configure(max_agents=1000)
     c.add_tasks(
         [
@@ -70,11 +82,43 @@ def _loop(tree: str, loop: str, jobs: int, helper: str, usage: bool) -> None:  #
     c.close()
 
 
-def count(tree: str, loop: str, jobs: int, work: Path, helper: Path, usage: bool = False) -> int:
+def count(
+    tree: str,
+    loop: str,
+    jobs: int,
+    work: Path,
+    helper: Path,
+    usage: bool = False,
+    pg: str | None = None,
+) -> int:
     """Instructions per job of ``loop`` ("cc": complete_and_claim, "two": claim +
     complete) with the corral of ``tree`` (``usage``: a report on every completion of
-    "cc")."""
+    "cc"; ``pg``: on a new database of that PostgreSQL server, not SQLite)."""
     out = work / f"cg.{loop}"
+    db_url = None
+    if pg is not None:
+        import psycopg
+
+        name = f"corral_instr_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        db_url = urlunsplit(urlsplit(pg)._replace(path=f"/{name}"))
+    try:
+        _count_run(tree, loop, jobs, out, helper, usage, db_url)
+    finally:
+        if pg is not None:
+            with psycopg.connect(pg, autocommit=True) as admin:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    [dump] = glob.glob(f"{out}.*.1")  # the dump the client request made
+    for line in Path(dump).read_text().splitlines():
+        if line.startswith("summary:") or line.startswith("totals:"):
+            return int(line.split()[1]) // jobs
+    raise RuntimeError(f"no totals in {dump}")
+
+
+def _count_run(
+    tree: str, loop: str, jobs: int, out: Path, helper: Path, usage: bool, db_url: str | None
+) -> None:
     subprocess.run(
         [
             "valgrind",
@@ -93,15 +137,11 @@ def count(tree: str, loop: str, jobs: int, work: Path, helper: Path, usage: bool
             "--helper",
             str(helper),
             *(["--usage"] if usage else []),
+            *(["--db", db_url] if db_url else []),
         ],
         check=True,
         capture_output=True,
     )
-    [dump] = glob.glob(f"{out}.*.1")  # the dump the client request made
-    for line in Path(dump).read_text().splitlines():
-        if line.startswith("summary:") or line.startswith("totals:"):
-            return int(line.split()[1]) // jobs
-    raise RuntimeError(f"no totals in {dump}")
 
 
 def main() -> int:
@@ -112,10 +152,12 @@ def main() -> int:
     p.add_argument("--usage", action="store_true", help="usage on every completion (cc)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--helper", help=argparse.SUPPRESS)
+    p.add_argument("--pg", help="a PostgreSQL server's URL: count the client against it")
+    p.add_argument("--db", help=argparse.SUPPRESS)
     p.add_argument("--keep", help="copy callgrind's dumps here (for callgrind_annotate)")
     args = p.parse_args()
     if args.child:
-        _loop(args.tree, args.child, args.jobs, args.helper, args.usage)
+        _loop(args.tree, args.child, args.jobs, args.helper, args.usage, args.db)
         return 0
     with tempfile.TemporaryDirectory(prefix="corral-instr-") as d:
         work = Path(d)
@@ -123,9 +165,10 @@ def main() -> int:
         helper = work / "cg.so"
         subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, work / "cg.c"], check=True)
         for loop in args.loops.split(","):
-            n = count(args.tree, loop, args.jobs, work, helper, args.usage)
+            n = count(args.tree, loop, args.jobs, work, helper, args.usage, args.pg)
             with_usage = " with usage" if args.usage else ""
-            print(f"{args.tree} {loop}{with_usage}: {n:,} instructions per job")
+            on = " on PostgreSQL (the client)" if args.pg else ""
+            print(f"{args.tree} {loop}{with_usage}{on}: {n:,} instructions per job")
         if args.keep:
             os.makedirs(args.keep, exist_ok=True)
             for dump in glob.glob(str(work / "cg.*.*.1")):
