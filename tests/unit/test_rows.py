@@ -9,11 +9,18 @@ import dataclasses
 import os
 import pickle
 import uuid
+from typing import Any
 
 import pytest
 
-from corral.model import Task
-from corral.store.rows import TaskRow, finished_task, new_session_id, task_from_task_row
+from corral.model import Node, Task
+from corral.store.rows import (
+    TaskRow,
+    finished_task,
+    new_session_id,
+    node_from_row,
+    task_from_task_row,
+)
 
 _ROW = TaskRow(
     id=7,
@@ -76,6 +83,53 @@ def test_a_task_from_a_row_is_a_task_in_every_way() -> None:
     assert copy.copy(task) == task and copy.deepcopy(task) == task
     assert dataclasses.replace(task, epoch=4).epoch == 4
     assert dataclasses.asdict(task)["depends_on"] == (3, 5)
+
+
+_NODE_ROW: dict[str, Any] = {
+    "id": "A",
+    "role": "developer",
+    "status": "working",
+    "model": "m",
+    "strength": "strong",
+    "current_task_id": None,
+    "idle_since": None,
+    "last_activity": 105.0,
+    "last_heartbeat": 104.0,
+    "heartbeat_interval": 5.0,
+    "health": "ok",
+    "heartbeat": '{"step": 2}',
+    "host": "h1",
+    "pid": 4242,
+    "registered_at": 100.0,
+    "terminated_at": None,
+    "dead_at": 120.0,
+    "incarnation": 3,
+    "cursor": 9,
+    "held_task_id": 7,
+}
+
+
+def test_a_node_from_a_row_is_a_node_in_every_way() -> None:
+    """Built on Node's slots (no __init__), it is the Node its constructor makes: every
+    field set (a field added to Node and not to node_from_row fails here)."""
+    node = node_from_row(_NODE_ROW)
+    fields = {k: v for k, v in _NODE_ROW.items() if k != "held_task_id"}
+    expected = Node(**{**fields, "current_task_id": 7, "heartbeat": {"step": 2}})
+    assert type(node) is Node
+    assert node == expected and repr(node) == repr(expected)
+    assert dataclasses.asdict(node) == dataclasses.asdict(expected)
+    assert node.cancelled_tasks == [] and node.last_seen == 105.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.status = "idle"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(node)) == node
+    assert copy.copy(node) == node and copy.deepcopy(node) == node
+    assert dataclasses.replace(node, cancelled_tasks=[7]).cancelled_tasks == [7]
+    # Its own list and dict, as a constructor's default_factory gives each record.
+    other = node_from_row(_NODE_ROW)
+    assert other.cancelled_tasks is not node.cancelled_tasks
+    assert other.heartbeat is not node.heartbeat
+    # The current task it named wins over the one it holds.
+    assert node_from_row({**_NODE_ROW, "current_task_id": 9}).current_task_id == 9
 
 
 def test_a_finished_task_is_the_claim_with_what_the_completion_sets() -> None:
