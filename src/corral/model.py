@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +32,26 @@ def last_seen(last_activity: float, last_heartbeat: float | None, registered_at:
     return max(last_activity, last_heartbeat or 0.0, registered_at)
 
 
+_READERS: dict[type, tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
+
+
+def _one(get: Callable[[Any], Any]) -> Callable[[Any], tuple[Any]]:
+    return lambda obj: (get(obj),)
+
+
 def _as_dict(obj: Any) -> dict[str, Any]:
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    """A record's fields by name, shallow. Its class's field names and a getter of
+    them all are made once (``dataclasses.fields`` builds its tuple on every call)."""
+    cls = type(obj)
+    reader = _READERS.get(cls)
+    if reader is None:
+        names = tuple(f.name for f in dataclasses.fields(obj))
+        getter: Callable[[Any], Any] = operator.attrgetter(*names)
+        if len(names) == 1:  # attrgetter of one name gives the value, not a tuple
+            getter = _one(getter)
+        reader = _READERS[cls] = (names, getter)
+    names, read = reader
+    return dict(zip(names, read(obj), strict=True))
 
 
 @dataclass(frozen=True, slots=True)
