@@ -252,6 +252,35 @@ def test_a_session_ended_idle_in_a_transaction_is_unavailable_then_recovers(
         sessions.close()
 
 
+def test_a_read_only_transaction_outlives_the_idle_bound_of_a_writing_one(
+    pg_url: str,
+) -> None:
+    """A read (``Sessions.read``) holds no row lock, so a reader starved of CPU between
+    two statements keeps its snapshot: it is still served after the server has ended
+    a writing transaction left idle as long, with the same 0.2 s bound."""
+    sessions = Sessions(pg_url, pool_size=2, idle_in_transaction_timeout=0.2)
+    try:
+        with sessions.read("BEGIN READ ONLY") as tx:
+            assert tx.one("event_get", seq=1) is None
+            with pytest.raises(StoreUnavailableError), sessions.connection() as conn:
+                conn.execute("BEGIN")
+                row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+                assert row is not None
+
+                def ended() -> bool:
+                    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+                        alive = admin.execute(
+                            "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [row["pid"]]
+                        ).fetchone()
+                    return alive is None
+
+                wait_for(ended, timeout=10, what="the server to end the idle writer")
+                conn.execute("SELECT 1")
+            assert tx.one("event_get", seq=1) is None  # the reader, idle as long: served
+    finally:
+        sessions.close()
+
+
 def test_one_leader_and_handover_when_its_connection_drops(pg_url: str) -> None:
     """One store leads; when the leader's session ends the other takes over at once."""
     a = PostgresStore(pg_url, pool_size=1)

@@ -121,6 +121,10 @@ ALLOWED = (
 )
 
 
+# Audit events that are not I/O: ``obj.__class__ = cls`` raises "object.__setattr__".
+NOT_IO = frozenset({"object.__setattr__"})
+
+
 def _allowed(module: str) -> bool:
     return any(module == a or module.startswith(a + ".") for a in ALLOWED)
 
@@ -143,6 +147,9 @@ def test_the_write_lock_is_held_for_store_code_only_and_no_io(tmp_path: Path) ->
     for synchronous in ("NORMAL", "FULL"):
         seen = _run(tmp_path, synchronous)
         assert "corral.store.sqlite.store" in seen["called"], seen  # the watch works
-        assert seen["audited"] == [], (synchronous, seen["audited"])
+        # No audited event but a record's class set (rows: a node record is built on
+        # its class's slots, then given the class, which CPython audits): no I/O.
+        io = [e for e in seen["audited"] if e not in NOT_IO]
+        assert io == [], (synchronous, seen["audited"])
         foreign = [m for m in seen["called"] if not _allowed(m)]
         assert foreign == [], (synchronous, foreign)

@@ -12,7 +12,9 @@ idle inside a transaction longer than ``idle_in_transaction_timeout`` (default 1
 ``IDLE_IN_TRANSACTION_TIMEOUT``): a client stopped mid-transaction (SIGSTOP, a
 debugger, a paused VM) releases its row locks within that bound, below the smallest
 liveness window in practice (3 s for a 1 s heartbeat), and the monitor skips locked
-rows meanwhile (``nodes_dead`` ... ``SKIP LOCKED``).
+rows meanwhile (``nodes_dead`` ... ``SKIP LOCKED``). A read-only transaction
+(``Sessions.read``) holds no row lock: it may idle up to ``READ_IDLE_TIMEOUT`` (10 s),
+so a reader starved of CPU on a loaded machine keeps its snapshot instead of failing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from operator import itemgetter
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -33,7 +35,7 @@ from corral.errors import InvalidInputError, StoreUnavailableError
 from corral.store.queries import load_queries, migrations, refuse_newer
 from corral.store.signal import WAKE_QUERIES
 
-__all__ = ["IDLE_IN_TRANSACTION_TIMEOUT", "Sessions"]
+__all__ = ["IDLE_IN_TRANSACTION_TIMEOUT", "READ_IDLE_TIMEOUT", "Sessions"]
 
 # psycopg-pool warns "discarding closed connection" for each session the server or the
 # network dropped: the caller already gets StoreUnavailableError for it, so a library
@@ -52,6 +54,9 @@ _OPTIONS = ("pool_size", "statement_timeout", "connect_timeout", "idle_in_transa
 # Seconds a session may sit idle inside a transaction before the server ends it (and
 # its locks): below the smallest liveness window a cluster should use (3 s).
 IDLE_IN_TRANSACTION_TIMEOUT = 1.0
+# Seconds a read-only transaction may sit idle (it holds no row lock; the server
+# still ends a reader stopped for good).
+READ_IDLE_TIMEOUT = 10.0
 
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s|%%")
@@ -289,6 +294,15 @@ class Sessions:
             # A commit that makes a task pending rings waiting claims; the NOTIFY goes
             # out with the COMMIT, in one round trip.
             conn.execute(f"NOTIFY {_CHANNEL}; COMMIT" if tx.wake else "COMMIT")
+
+    def read(self, begin: str, floor: str | None = None) -> AbstractContextManager[_Tx]:
+        """``transaction`` for a read-only ``begin`` (``BEGIN … READ ONLY``): it may
+        sit idle up to ``READ_IDLE_TIMEOUT`` (or the sessions' own bound, when
+        longer), as it holds no row lock."""
+        idle = round(max(READ_IDLE_TIMEOUT, self.idle_in_transaction_timeout) * 1000)
+        return self.transaction(
+            f"{begin}; SET LOCAL idle_in_transaction_session_timeout = {idle}", floor
+        )
 
     def hot(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """A hot statement in its own transaction (autocommit): one round trip, on the

@@ -175,7 +175,7 @@ class PostgresStore(SQLStore):
         return self._sessions.transaction("BEGIN; SET LOCAL synchronous_commit TO off")
 
     def _read(self) -> AbstractContextManager[_Tx]:
-        return self._sessions.transaction(_READ)
+        return self._sessions.read(_READ)
 
     def _read_row(self, name: str, **params: Any) -> Sequence[Any] | None:
         # One statement in autocommit: one round trip (a transaction block is three).
@@ -188,8 +188,8 @@ class PostgresStore(SQLStore):
         runs there; several share a REPEATABLE READ snapshot whose horizon is at least
         the one read exactly just before it began (``corral.event_floor``)."""
         if single:
-            return self._sessions.transaction("BEGIN READ ONLY")
-        return self._sessions.transaction(_READ, floor="event_floor")
+            return self._sessions.read("BEGIN READ ONLY")
+        return self._sessions.read(_READ, floor="event_floor")
 
     # --- hot operations -----------------------------------------------------------------
     def _cached_settings(self, refresh: bool = False) -> tuple[Any, Any]:
