@@ -221,6 +221,24 @@ def test_a_dropped_connection_is_unavailable_then_recovers(pg_url: str) -> None:
     c.close()
 
 
+def _left_idle_until_ended(conn: psycopg.Connection[Any]) -> None:
+    """Open a transaction on ``conn``, leave it idle until the server has ended the
+    session, then send the next statement (which fails)."""
+    conn.execute("BEGIN")
+    row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
+    assert row is not None
+
+    def ended() -> bool:
+        with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
+            alive = admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [row["pid"]]
+            ).fetchone()
+        return alive is None
+
+    wait_for(ended, timeout=10, what="the server to end the idle transaction")
+    conn.execute("SELECT 1")
+
+
 def test_a_session_ended_idle_in_a_transaction_is_unavailable_then_recovers(
     pg_url: str,
 ) -> None:
@@ -232,19 +250,7 @@ def test_a_session_ended_idle_in_a_transaction_is_unavailable_then_recovers(
     sessions = Sessions(pg_url, pool_size=1, idle_in_transaction_timeout=0.2)
     try:
         with pytest.raises(StoreUnavailableError) as info, sessions.connection() as conn:
-            conn.execute("BEGIN")
-            row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
-            assert row is not None
-
-            def ended() -> bool:
-                with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
-                    alive = admin.execute(
-                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [row["pid"]]
-                    ).fetchone()
-                return alive is None
-
-            wait_for(ended, timeout=10, what="the server to end the idle transaction")
-            conn.execute("SELECT 1")
+            _left_idle_until_ended(conn)
         assert "retry" in str(info.value)
         with sessions.connection() as conn:
             assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
@@ -263,19 +269,7 @@ def test_a_read_only_transaction_outlives_the_idle_bound_of_a_writing_one(
         with sessions.read("BEGIN READ ONLY") as tx:
             assert tx.one("event_get", seq=1) is None
             with pytest.raises(StoreUnavailableError), sessions.connection() as conn:
-                conn.execute("BEGIN")
-                row = conn.execute("SELECT pg_backend_pid() AS pid").fetchone()
-                assert row is not None
-
-                def ended() -> bool:
-                    with psycopg.connect(pg.ADMIN_URL, autocommit=True) as admin:
-                        alive = admin.execute(
-                            "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [row["pid"]]
-                        ).fetchone()
-                    return alive is None
-
-                wait_for(ended, timeout=10, what="the server to end the idle writer")
-                conn.execute("SELECT 1")
+                _left_idle_until_ended(conn)
             assert tx.one("event_get", seq=1) is None  # the reader, idle as long: served
     finally:
         sessions.close()

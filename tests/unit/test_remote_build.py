@@ -3,16 +3,15 @@ filled field by field, then given its class, is the record its constructor makes
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import pickle
 from dataclasses import dataclass, field
 
 import pytest
 
 from corral.model import Node, Task
 from corral.remote_calls import build, converter
+from tests.support.records import assert_the_same_record
 
 
 def _answer(record: object) -> dict[str, object]:
@@ -34,12 +33,7 @@ def test_a_task_from_its_json_is_the_task_in_every_way() -> None:
         depends_on=(3, 5),
     )
     got = converter(Task)(_answer(task))
-    assert type(got) is Task
-    assert got == task and hash(got) == hash(task) and repr(got) == repr(task)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        got.status = "done"  # type: ignore[misc]
-    assert pickle.loads(pickle.dumps(got)) == got
-    assert copy.copy(got) == got and copy.deepcopy(got) == got
+    assert_the_same_record(got, task)
     assert dataclasses.replace(got, epoch=4).epoch == 4
 
 
