@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -95,20 +97,30 @@ def count(
     complete) with the corral of ``tree`` (``usage``: a report on every completion of
     "cc"; ``pg``: on a new database of that PostgreSQL server, not SQLite)."""
     out = work / f"cg.{loop}"
-    db_url = None
-    if pg is not None:
-        import psycopg
-
-        name = f"corral_instr_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(pg, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        db_url = urlunsplit(urlsplit(pg)._replace(path=f"/{name}"))
-    try:
-        _count_run(tree, loop, jobs, out, helper, usage, db_url)
-    finally:
-        if pg is not None:
-            with psycopg.connect(pg, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _scratch_database(pg) as db_url:
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                "--collect-atstart=no",
+                f"--callgrind-out-file={out}.%p",
+                sys.executable,
+                __file__,
+                "--child",
+                loop,
+                "--tree",
+                tree,
+                "--jobs",
+                str(jobs),
+                "--helper",
+                str(helper),
+                *(["--usage"] if usage else []),
+                *(["--db", db_url] if db_url else []),
+            ],
+            check=True,
+            capture_output=True,
+        )
     [dump] = glob.glob(f"{out}.*.1")  # the dump the client request made
     for line in Path(dump).read_text().splitlines():
         if line.startswith("summary:") or line.startswith("totals:"):
@@ -116,32 +128,22 @@ def count(
     raise RuntimeError(f"no totals in {dump}")
 
 
-def _count_run(
-    tree: str, loop: str, jobs: int, out: Path, helper: Path, usage: bool, db_url: str | None
-) -> None:
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--collect-atstart=no",
-            f"--callgrind-out-file={out}.%p",
-            sys.executable,
-            __file__,
-            "--child",
-            loop,
-            "--tree",
-            tree,
-            "--jobs",
-            str(jobs),
-            "--helper",
-            str(helper),
-            *(["--usage"] if usage else []),
-            *(["--db", db_url] if db_url else []),
-        ],
-        check=True,
-        capture_output=True,
-    )
+@contextmanager
+def _scratch_database(pg: str | None) -> Iterator[str | None]:
+    """A new database on ``pg``'s server, its URL, dropped after (None: SQLite)."""
+    if pg is None:
+        yield None
+        return
+    import psycopg
+
+    name = f"corral_instr_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunsplit(urlsplit(pg)._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(pg, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main() -> int:

@@ -127,7 +127,6 @@ def _total(dump: str) -> int:
 def backend_count(server: Server, system: str, jobs: int, base: str | None, sql: list[str]) -> int:
     """The instructions of the backend that served one worker running ``system``'s loop
     over a ``jobs``-task board (loaded by ``base``'s corral, or this tree's)."""
-    os.environ["CORRAL_BENCH_PG"] = server.admin
     import psycopg
 
     import pg_throughput as pt

@@ -32,6 +32,29 @@ def last_seen(last_activity: float, last_heartbeat: float | None, registered_at:
     return max(last_activity, last_heartbeat or 0.0, registered_at)
 
 
+def unfrozen_twin(cls: type) -> type | None:
+    """A class with the slots of record class ``cls`` and no ``__setattr__`` of its
+    own; None when ``cls`` is not a plain slotted dataclass (no base class, its slots
+    its fields in order, every field in ``__init__``, no ``__post_init__``).
+
+    A frozen dataclass's ``__init__`` sets each field through a call: most of a
+    record's cost where one is built per row or per answer. An instance of the twin
+    takes plain attribute stores (one bytecode each); once every field is set, it is
+    given ``cls`` as its class (CPython allows it between classes of the same slots)
+    and is then a ``cls`` in every way, frozen from then on (tests/unit/test_rows.py,
+    tests/unit/test_remote_build.py)."""
+    fs = dataclasses.fields(cls)
+    slots = tuple(getattr(cls, "__slots__", ()))
+    if (
+        cls.__bases__ != (object,)
+        or slots != tuple(f.name for f in fs)
+        or not all(f.init for f in fs)
+        or hasattr(cls, "__post_init__")
+    ):
+        return None
+    return type(f"_{cls.__name__}Building", (), {"__slots__": slots})
+
+
 _READERS: dict[type, tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import quote
 
 from corral.errors import InvalidInputError
+from corral.model import unfrozen_twin
 from corral.operations import Operation, operation
 from corral.validation import FLAG, Rule, check_id, check_task_id
 
@@ -40,9 +41,8 @@ _MISSING = dataclasses.MISSING
 
 class _Filling(typing.NamedTuple):
     """How ``build`` fills a record of a slotted dataclass without its ``__init__``:
-    a class with the record's slots (and no frozen ``__setattr__``) to set the fields
-    on, then the record's class given to it; each field's name, default and
-    default factory."""
+    its ``model.unfrozen_twin`` to set the fields on, then the record's class given
+    to it; each field's name, default and default factory."""
 
     building: type
     fields: tuple[tuple[str, Any, Any], ...]
@@ -52,23 +52,17 @@ _FILLINGS: dict[type, _Filling | None] = {}
 
 
 def _filling(cls: type) -> _Filling | None:
-    """``cls``'s ``_Filling``, or None when it must be built by its ``__init__`` (not a
-    plain slotted dataclass whose slots are its fields, or one with more to do)."""
+    """``cls``'s ``_Filling``, or None when it must be built by its ``__init__`` (it
+    has no ``model.unfrozen_twin``)."""
     try:
         return _FILLINGS[cls]
     except KeyError:
         pass
     found = None
-    fs = fields(cls)
-    slots = tuple(getattr(cls, "__slots__", ()))
-    if (
-        cls.__bases__ == (object,)
-        and slots == tuple(f.name for f in fs)
-        and all(f.init for f in fs)
-        and not hasattr(cls, "__post_init__")
-    ):
-        building = type(f"_{cls.__name__}Building", (), {"__slots__": slots})
-        found = _Filling(building, tuple((f.name, f.default, f.default_factory) for f in fs))
+    building = unfrozen_twin(cls)
+    if building is not None:
+        spec = tuple((f.name, f.default, f.default_factory) for f in fields(cls))
+        found = _Filling(building, spec)
     _FILLINGS[cls] = found
     return found
 

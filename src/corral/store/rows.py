@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple, Protocol, cast
 
-from corral.model import Event, Node, Task
+from corral.model import Event, Node, Task, unfrozen_twin
 
 __all__ = [
     "TASK_COLUMNS",
@@ -49,16 +48,15 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
-class _NodeBuilding:
-    """A node record being built: ``Node``'s slots without its frozen ``__setattr__``
-    (``_Building``'s way for tasks, below: a frozen dataclass's ``__init__`` makes a
-    call per field, nine tenths of a node record's cost)."""
+def _twin(cls: type) -> type:
+    """``model.unfrozen_twin(cls)``, which the records built here must have."""
+    twin = unfrozen_twin(cls)
+    if twin is None:  # pragma: no cover - a change of the record class
+        raise RuntimeError(f"{cls.__name__} must be a plain slotted dataclass")
+    return twin
 
-    __slots__ = Node.__slots__
 
-
-if tuple(Node.__slots__) != tuple(f.name for f in dataclasses.fields(Node)):  # pragma: no cover
-    raise RuntimeError("Node's slots must be its fields, in order")
+_NodeBuilding = _twin(Node)  # node records: nine tenths of their cost was __init__
 
 
 def node_from_row(row: Any, held: int | None = None) -> Node:
@@ -208,22 +206,7 @@ def task_row(values: Sequence[Any], start: int, tail: tuple[int, ...]) -> TaskRo
     return TaskRow._make((*values[start : start + _TASK_WIDTH], *[values[start + i] for i in tail]))
 
 
-class _Building:
-    """A task being built: ``Task``'s slots, without its frozen ``__setattr__``.
-
-    A frozen dataclass sets each field through ``object.__setattr__`` (its
-    ``__init__``) or a slot descriptor's ``__set__``: a call per field, most of a task
-    record's cost on the hot path. An instance of this class takes plain attribute
-    stores (one bytecode each); once every field is set, it becomes a ``Task``
-    (``__class__``, allowed between classes of the same slots), frozen from then on
-    and equal, in every way, to one its constructor made (tests/unit/test_rows.py)."""
-
-    __slots__ = Task.__slots__
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
-if tuple(Task.__slots__) != _FIELDS:  # pragma: no cover - a change of Task
-    raise RuntimeError("Task's slots must be its fields, in order")
+_Building = _twin(Task)  # task records on the hot path
 _new = object.__new__
 
 
