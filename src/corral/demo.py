@@ -200,6 +200,9 @@ def run_demo(
     summary = {
         "tasks_done": len(done),
         "tasks_total": len(TASKS),
+        # The developers that joined: how many depends on when the assessments ran
+        # (a developer spawned for the crashed one's task, or not).
+        "developers": len(threads),
         "refused_registrations": refused,
         "lease_recoveries": sum(
             1 for e in cluster.events(limit=10_000) if e.kind == "lease_recovered"
