@@ -181,6 +181,8 @@ def check_limit(value: Any, field: str = "limit") -> int:
 
 def check_payload(value: Any, field: str) -> Any:
     """Free-form JSON data, at most ``MAX_PAYLOAD_BYTES`` once encoded."""
+    if value is None:  # most calls leave it out: no encoder made for "null"
+        return None
     try:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
