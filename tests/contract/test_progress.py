@@ -10,6 +10,7 @@ backend's is the SQLite file its server serves).
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +222,6 @@ def test_read_state_shows_a_node_whose_every_task_is_stuck(
 def test_every_claim_carries_the_session_fixed_by_the_first(cluster: Client) -> None:
     """The session id is a UUID fixed by the first claim and kept by every later
     attempt (a failure and a retry), and by the completion's answer."""
-    import uuid
-
     cluster.register_node("A", "developer")
     added = cluster.add_task("Implement sessions")
     assert added.session_id is None
@@ -236,6 +235,25 @@ def test_every_claim_carries_the_session_fixed_by_the_first(cluster: Client) -> 
     done = cluster.complete_task(second.id, "A", second.epoch)
     assert done.session_id == first.session_id
     assert cluster.get_task(first.id).session_id == first.session_id
+
+
+def test_a_task_first_claimed_by_complete_and_claim_gets_its_own_session(
+    cluster: Client,
+) -> None:
+    """The worker's loop claims through complete_and_claim: each task it takes first
+    gets a new session there, a task of its own, as claim_best_task gives."""
+    cluster.register_node("A", "developer")
+    cluster.add_tasks([{"title": f"step {i}"} for i in range(3)])
+    task = cluster.claim_best_task("A", "developer")
+    assert task is not None
+    sessions = [task.session_id]
+    for _ in range(2):
+        _, task = cluster.complete_and_claim(task.id, "A", "developer", epoch=task.epoch)
+        assert task is not None and task.session_id is not None
+        assert uuid.UUID(task.session_id).version == 4
+        sessions.append(task.session_id)
+    assert len(set(sessions)) == 3
+    assert {t.session_id for t in cluster.list_tasks()} == set(sessions)  # as stored
 
 
 def test_progress_by_another_node_or_on_a_cancelled_task_is_refused(cluster: Client) -> None:
