@@ -42,10 +42,12 @@ _MISSING = dataclasses.MISSING
 class _Filling(typing.NamedTuple):
     """How ``build`` fills a record of a slotted dataclass without its ``__init__``:
     its ``model.unfrozen_twin`` to set the fields on, then the record's class given
-    to it; each field's name, default and default factory."""
+    to it; each field's name, default and default factory; ``fill``, ``_filler``'s
+    function for an object that has every field."""
 
     building: type
     fields: tuple[tuple[str, Any, Any], ...]
+    fill: Callable[[dict[str, Any]], Any]
 
 
 _FILLINGS: dict[type, _Filling | None] = {}
@@ -62,9 +64,34 @@ def _filling(cls: type) -> _Filling | None:
     building = unfrozen_twin(cls)
     if building is not None:
         spec = tuple((f.name, f.default, f.default_factory) for f in fields(cls))
-        found = _Filling(building, spec)
+        found = _Filling(building, spec, _filler(cls, building, {}))
     _FILLINGS[cls] = found
     return found
+
+
+def _filler(
+    cls: type, building: type, convert: dict[str, Callable[[Any], Any]]
+) -> Callable[[dict[str, Any]], Any]:
+    """A function that makes a ``cls`` record from an answer's object that has every
+    field (those of ``convert`` converted), by one plain attribute store per field on
+    ``cls``'s ``building`` twin, written out once per class as dataclasses writes an
+    ``__init__``; it returns None when a field is absent (``build`` then gives the
+    absent ones their defaults). A server answers with every field, so this is the
+    path taken, at a third of the cost of a ``setattr`` call per field."""
+    names = [f.name for f in fields(cls)]  # identifiers: a dataclass's fields
+    lines = ["def fill(d):", "    try:"]
+    lines += [f"        v{i} = d[{name!r}]" for i, name in enumerate(names)]
+    lines += ["    except KeyError:", "        return None", "    r = new(building)"]
+    for i, name in enumerate(names):
+        lines.append(
+            f"    r.{name} = convert_{name}(v{i})" if name in convert else f"    r.{name} = v{i}"
+        )
+    lines += ["    r.__class__ = cls", "    return r"]
+    env: dict[str, Any] = {"new": object.__new__, "building": building, "cls": cls}
+    env.update((f"convert_{name}", f) for name, f in convert.items())
+    exec("\n".join(lines), env)  # the text is made here, of field names
+    fill: Callable[[dict[str, Any]], Any] = env["fill"]
+    return fill
 
 
 def build(cls: type[_T], d: dict[str, Any]) -> _T:
@@ -78,6 +105,10 @@ def build(cls: type[_T], d: dict[str, Any]) -> _T:
     cost more than the rest of building it."""
     filling = _filling(cls)
     if filling is not None:
+        done = filling.fill(d)
+        if done is not None:
+            built_at_once: _T = done
+            return built_at_once
         record: Any = object.__new__(filling.building)
         for name, default, factory in filling.fields:
             value = d.get(name, _MISSING)
@@ -139,7 +170,14 @@ def converter(t: Any) -> Callable[[Any], Any]:
     if not inner:
         return lambda v: build(t, v)
 
+    filling = _filling(t)
+    fill = None if filling is None else _filler(t, filling.building, inner)
+
     def record(value: dict[str, Any]) -> Any:
+        if fill is not None:
+            done = fill(value)
+            if done is not None:
+                return done
         d = dict(value)
         for name, convert in inner.items():
             if name in d:

@@ -46,6 +46,15 @@ def test_fields_absent_take_their_defaults_and_unknown_ones_are_ignored() -> Non
     assert first.cancelled_tasks is not second.cancelled_tasks
 
 
+def test_an_answer_with_every_field_and_more_is_the_record() -> None:
+    """A server's answer has every field (the path taken at once, ``_filler``), and a
+    newer server's may have more: they are ignored there too."""
+    node = Node(id="A", role="developer", status="working", heartbeat={"cpu": 1})
+    got = build(Node, {**_answer(node), "newer": 1})
+    assert_the_same_record(got, node, hashable=False)  # a dict field: no hash
+    assert got.heartbeat is not node.heartbeat  # the answer's own dict, not shared
+
+
 def test_a_required_field_absent_is_the_constructors_error() -> None:
     with pytest.raises(TypeError, match="title"):
         build(Task, {"id": 1, "priority": "high", "status": "pending"})
