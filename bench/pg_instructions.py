@@ -12,7 +12,8 @@ loader), one worker runs the loop, and its backend's total is read. Two runs, of
 difference over the step, so the session's start (connecting, planning, caches) is
 left out.
 ``--sql`` runs statements on this tree's board before the loop (an experiment: an
-index dropped, a trigger changed). Needs valgrind and PostgreSQL's server binaries
+index dropped, a trigger changed), ``--tree-sql`` on ``--tree``'s (e.g. an older
+tree's board given a later schema's indexes). Needs valgrind and PostgreSQL's server binaries
 (``--pg-bin``, default the newest ``/usr/lib/postgresql/*/bin``).
 
     python bench/pg_instructions.py                            # this tree, worker's loop
@@ -177,6 +178,7 @@ def main() -> int:
     p.add_argument("--step", type=int, default=1000, help="the longer run's extra jobs")
     p.add_argument("--loops", default="cc", help="cc (complete_and_claim), two, or both")
     p.add_argument("--sql", action="append", default=[], help="run on this tree's board")
+    p.add_argument("--tree-sql", action="append", default=[], help="run on --tree's board")
     p.add_argument("--port", type=int, default=5439)
     p.add_argument("--pg-bin", default=None)
     p.add_argument("--out", type=Path, default=RESULTS_DIR / "pg_instructions.json")
@@ -195,7 +197,7 @@ def main() -> int:
             trees.append(os.path.abspath(args.tree))
         for loop in loops:
             for tree in trees:
-                sql = args.sql if tree is None else []
+                sql = args.sql if tree is None else args.tree_sql
                 counts = [
                     backend_count(server, LOOPS[loop], n, tree, sql)
                     for n in (args.jobs, args.jobs + args.step)
@@ -213,6 +215,7 @@ def main() -> int:
             "machine": machine_info(),
             "jobs": [args.jobs, args.jobs + args.step],
             "sql": args.sql,
+            "tree_sql": args.tree_sql,
             "results": rows,
         },
     )

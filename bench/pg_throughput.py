@@ -23,6 +23,10 @@ alike instead of deciding a ratio.
 ``corral_cc`` loops on the corral package found in ``DIR/src`` (an older tree, e.g.
 ``git worktree add DIR <commit>``), each board loaded by that package too (its own
 schema), taking their turns with the others: before/after measured side by side.
+``--baseline-sql SQL`` (repeatable) runs statements on each baseline board once it is
+loaded: the older tree's loop on a board given a later schema's columns, indexes and
+triggers (what later features cost every loop), as ``bench/pg_instructions.py
+--tree-sql`` does.
 ``--systems`` runs a subset (the ratios need ``bare`` and ``procrastinate``);
 ``--out`` names the results file.
 
@@ -41,6 +45,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -192,7 +197,9 @@ def _work(system: str, url: str, name: str, barrier: Any, out: Any, base: str | 
     out.put((count, start, time.perf_counter(), time.process_time() - cpu0))
 
 
-def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str, Any]:
+def run(
+    system: str, procs: int, jobs: int, base: str | None = None, base_sql: Sequence[str] = ()
+) -> dict[str, Any]:
     db = f"corral_bench_{system}_{uuid.uuid4().hex[:8]}"
     _admin(f'CREATE DATABASE "{db}"')
     try:
@@ -206,6 +213,9 @@ def run(system: str, procs: int, jobs: int, base: str | None = None) -> dict[str
             loader.join()
             if loader.exitcode != 0:
                 raise RuntimeError(f"loading {system} with {mine} failed")
+            with psycopg.connect(url, autocommit=True) as conn:
+                for statement in base_sql:
+                    conn.execute(statement)
         barrier = CTX.Barrier(procs)
         out = CTX.Queue()
         ps = [
@@ -243,6 +253,13 @@ def main() -> None:
         help="also run corral_base and corral_cc_base: the corral package in DIR/src",
     )
     parser.add_argument(
+        "--baseline-sql",
+        action="append",
+        default=[],
+        metavar="SQL",
+        help="run on each baseline board once it is loaded (repeatable)",
+    )
+    parser.add_argument(
         "--systems",
         nargs="+",
         default=None,
@@ -263,7 +280,7 @@ def main() -> None:
             for system in systems:
                 # procrastinate is ~10x slower: fewer jobs keep the run short, same rate.
                 n = jobs if system != "procrastinate" else max(200, jobs // 4)
-                r = run(system, procs, n, base)
+                r = run(system, procs, n, base, args.baseline_sql)
                 rows.append(r)
                 print(
                     f"{system:>13} x{procs:<2} {r['jobs_per_s']:8.0f} jobs/s"
@@ -353,6 +370,7 @@ def main() -> None:
             "postgres": version,
             "synchronous_commit": sync,
             "baseline": base,
+            "baseline_sql": args.baseline_sql,
             "jobs": jobs,
             "repeat": repeat,
             "median_jobs_per_s": {f"{s} x{p}": v for (s, p), v in by.items()},
