@@ -1135,11 +1135,13 @@ WHERE status = 'in_progress' AND timeout IS NOT NULL AND claimed_at + timeout <=
 ORDER BY claimed_at + timeout LIMIT :limit;
 
 -- name: trigger_task_woken
--- A task a dependency's completion made pending (tasks_release_dependents, in the
--- completion's statement) wakes waiting claims when the transaction commits: the
--- store's corral_woken() notes it (SQLiteStore._end rings the ReadySignal).
-CREATE TEMP TRIGGER IF NOT EXISTS corral_task_woken AFTER UPDATE OF status ON main.tasks
-WHEN old.status = 'blocked' AND new.status = 'pending'
+-- A dependency's completion (tasks_release_dependents, in the completion's statement)
+-- may make the tasks waiting on it pending (task_releases_run): it wakes waiting
+-- claims when the transaction commits, the store's corral_woken() noting it
+-- (SQLiteStore._end rings the ReadySignal). Its release is the one way a blocked
+-- task becomes pending; a trigger on it, not on every change of a task's status,
+-- is set up only then (SQLite sets up a trigger's frame before testing its WHEN).
+CREATE TEMP TRIGGER IF NOT EXISTS corral_task_woken AFTER INSERT ON main.task_releases
 BEGIN
     SELECT corral_woken();
 END;
