@@ -226,6 +226,48 @@ def test_http_pace_quick_run_writes_its_json(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--transports" in bad.stderr
 
 
+def _pace_round(path: Path, scale: float, floor: float) -> None:
+    """An http_pace.py result with every p50 ``scale`` ms and the floor's ``floor``."""
+    ops = ("heartbeat", "claim", "complete", "complete_and_claim")
+    cells: dict[str, Any] = {
+        f"{side}/{op}": {"p50": scale, "p99": 2 * scale}
+        for side in ("http", "embedded")
+        for op in ops
+    }
+    cells["floor/request"] = {"p50": floor, "p99": 2 * floor}
+    path.write_text(json.dumps({"bench": "http_pace", "median": {"1": cells, "10": cells}}))
+
+
+def test_pace_compare_divides_two_trees_rounds_raw_and_per_floor(tmp_path: Path) -> None:
+    """pace_compare.py: one tree's p50s twice the other's in every round are 2.00x; the
+    same with its floor requests twice as slow too (the machine, not the code) is
+    1.00x per floor; a directory without the rounds is exit 2 naming it."""
+    for n in (1, 2):
+        _pace_round(tmp_path / f"this_tree_{n}.json", scale=0.4, floor=0.2)
+        _pace_round(tmp_path / f"caeb9f8_{n}.json", scale=0.2, floor=0.1)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "pace_compare.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("|")[1:-1] for line in proc.stdout.splitlines() if "| http " in line]
+    assert len(rows) == 2  # one per pause
+    for row in rows:
+        cells = [c.strip() for c in row[2:]]
+        assert cells == ["2.00x"] * 4 + ["1.00x"] * 4
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "pace_compare.py"), str(empty)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and str(empty) in bad.stderr
+
+
 def test_supervisor_bench_quick_run_writes_its_json(tmp_path: Path) -> None:
     """supervisor_bench.py --quick --systems corral (the test extra installs neither
     supervisord nor circus) times kill -> replacement, idle CPU and RSS at two child
